@@ -1,0 +1,160 @@
+"""Store configuration: RocketMQ's ``MessageStoreConfig`` names in snake_case, same defaults.
+
+``StoreConfig.from_properties("broker.conf")`` reads RocketMQ's camelCase keys
+(``storePathRootDir``, ``mappedFileSizeCommitLog``, ``flushDiskType`` …); unknown keys are kept in
+``extra`` so a broker config file can be shared with the broker layer.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+ASYNC_FLUSH = "ASYNC_FLUSH"
+SYNC_FLUSH = "SYNC_FLUSH"
+
+
+@dataclass
+class StoreConfig:
+    store_path_root_dir: str = os.path.join(os.path.expanduser("~"), "store")
+    store_path_commit_log: str | None = None
+    mapped_file_size_commitlog: int = 1 << 30
+    mapped_file_size_consume_queue: int = 300_000 * 20
+    max_hash_slot_num: int = 5_000_000
+    max_index_num: int = 5_000_000 * 4
+    max_msgs_num_batch: int = 64
+    default_query_max_num: int = 32
+    message_index_enable: bool = True
+    max_message_size: int = 4 * 1024 * 1024
+    flush_disk_type: str = ASYNC_FLUSH
+    flush_interval_commitlog: int = 500  # ms
+    flush_commitlog_least_pages: int = 4
+    flush_commitlog_thorough_interval: int = 10_000  # ms
+    flush_interval_consume_queue: int = 1000  # ms
+    flush_consume_queue_least_pages: int = 2
+    flush_consume_queue_thorough_interval: int = 60_000  # ms
+    sync_flush_timeout: int = 5000  # ms
+    file_reserved_time: int = 72  # hours
+    delete_when: str = "04"
+    disk_max_used_space_ratio: int = 75
+    disk_space_warning_level_ratio: int = 90
+    disk_space_clean_forcibly_ratio: int = 85
+    clean_file_forcibly_enable: bool = True
+    clean_resource_interval: int = 10_000  # ms
+    delete_file_batch_max: int = 10
+    check_crc_on_recover: bool = True
+    store_host: str = "127.0.0.1:10911"
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
+    max_transfer_count_on_message_in_memory: int = 32
+    max_transfer_bytes_on_message_in_disk: int = 64 * 1024
+    max_transfer_count_on_message_in_disk: int = 8
+    access_message_in_memory_max_ratio: int = 40
+    generate_uniq_key: bool = True  # set UNIQ_KEY on puts that carry none, as the broker does
+    reput_batch_bytes: int = 4 * 1024 * 1024
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.flush_disk_type not in (ASYNC_FLUSH, SYNC_FLUSH):
+            raise ValueError(f"flush_disk_type must be ASYNC_FLUSH or SYNC_FLUSH, not {self.flush_disk_type!r}")
+        for name in ("mapped_file_size_commitlog", "mapped_file_size_consume_queue",
+                     "max_hash_slot_num", "max_index_num", "max_message_size"):
+            if int(getattr(self, name)) <= 0:
+                raise ValueError(f"{name} must be positive")
+        self.store_path_root_dir = os.fspath(self.store_path_root_dir)
+
+    # -- derived values (RocketMQ's getters) ----------------------------------------------------
+    @property
+    def commitlog_dir(self) -> str:
+        return self.store_path_commit_log or os.path.join(self.store_path_root_dir, "commitlog")
+
+    @property
+    def consume_queue_dir(self) -> str:
+        return os.path.join(self.store_path_root_dir, "consumequeue")
+
+    @property
+    def index_dir(self) -> str:
+        return os.path.join(self.store_path_root_dir, "index")
+
+    @property
+    def cq_file_size(self) -> int:
+        """``getMappedFileSizeConsumeQueue``: rounded up to a multiple of 20."""
+        return -(-self.mapped_file_size_consume_queue // 20) * 20
+
+    @property
+    def max_used_ratio(self) -> float:
+        return min(95, max(10, self.disk_max_used_space_ratio)) / 100.0
+
+    @property
+    def warning_ratio(self) -> float:
+        return min(0.90, max(0.35, self.disk_space_warning_level_ratio / 100.0))
+
+    @property
+    def clean_forcibly_ratio(self) -> float:
+        return min(0.85, max(0.30, self.disk_space_clean_forcibly_ratio / 100.0))
+
+    @property
+    def sync_flush(self) -> bool:
+        return self.flush_disk_type == SYNC_FLUSH
+
+    def replace(self, **changes: Any) -> "StoreConfig":
+        return dataclasses.replace(self, **changes)
+
+    # -- RocketMQ property files ----------------------------------------------------------------
+    @classmethod
+    def from_properties(cls, path: str, **overrides: Any) -> "StoreConfig":
+        """Read a RocketMQ ``broker.conf`` (``key=value``, camelCase keys, ``#`` comments)."""
+        values: dict[str, Any] = {}
+        extra: dict[str, str] = {}
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        with open(path, encoding="utf-8") as fh:
+            for raw in fh:
+                line = raw.strip()
+                if not line or line[0] in "#!":
+                    continue
+                key, _, value = _split(line)
+                name = _snake(key)
+                alias = _ALIASES.get(name, name)
+                if alias in fields and alias != "extra":
+                    values[alias] = _coerce(fields[alias].type, value, key)
+                else:
+                    extra[key] = value
+        values.update(overrides)
+        cfg = cls(**values)
+        cfg.extra.update(extra)
+        return cfg
+
+
+_ALIASES = {
+    "mapped_file_size_commit_log": "mapped_file_size_commitlog",
+    "flush_interval_commit_log": "flush_interval_commitlog",
+    "flush_commit_log_least_pages": "flush_commitlog_least_pages",
+    "flush_commit_log_thorough_interval": "flush_commitlog_thorough_interval",
+}
+
+
+def _split(line: str) -> tuple[str, str, str]:
+    m = re.match(r"([^=:\s]+)\s*[=:]?\s*(.*)$", line)
+    if not m:
+        raise ValueError(f"cannot parse property line {line!r}")
+    return m.group(1), "=", m.group(2).strip()
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
+
+
+def _coerce(typ: Any, value: str, key: str) -> Any:
+    t = str(typ)
+    try:
+        if t == "bool":
+            if value.lower() not in ("true", "false"):
+                raise ValueError(value)
+            return value.lower() == "true"
+        if t == "int":
+            return int(value)
+    except ValueError as exc:
+        raise ValueError(f"{key}: cannot read {value!r} as {t}") from exc
+    return value

@@ -1,0 +1,1 @@
+"""Pure byte layouts: no files, sockets or threads in this package."""

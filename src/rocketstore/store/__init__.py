@@ -1,0 +1,1 @@
+"""Files and services: mapped files, CommitLog, ConsumeQueue, IndexFile, dispatch, recovery."""
