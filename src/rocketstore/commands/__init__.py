@@ -1,0 +1,1 @@
+"""Sub-commands of the ``rocketstore`` CLI, one module each (see ``rocketstore.cli``)."""

@@ -1,0 +1,227 @@
+"""The CommitLog: every message, appended to mapped segments under one lock.
+
+Theory of operation. ``append`` takes pre-encoded records (``format.message.encode_message``)
+and, inside the put lock, assigns each its queue offset (per ``(topic, queue_id)`` counter;
+prepared and rollback transaction records get 0 and do not advance it), its physical offset
+and the store timestamp, patches those three fields and copies the bytes into the last segment.
+A record (or a whole batch) that does not leave 8 bytes free in the segment is not split: the
+segment gets an 8-byte blank record ``[remaining][BLANK_MAGIC]`` and the records go to the next
+segment. Readers find records by physical offset; ``scan_valid_end`` walks segments with the
+batch decoder (CRC checked) to find where valid data ends, for recovery.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+from ..config import StoreConfig
+from ..errors import CorruptRecordError
+from ..format import batch as fbatch
+from ..format.message import (BLANK, END_FILE_MIN_BLANK_LENGTH, TRANSACTION_MASK,
+                              TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
+                              EncodedMessage, MessageExt, decode_message, encode_blank,
+                              patch_record, read_header)
+from .mapped_file import MappedFile
+from .mapped_file_queue import MappedFileQueue
+
+
+@dataclass(slots=True)
+class AppendResult:
+    wrote_offset: int
+    sizes: list[int]
+    queue_offsets: list[int]
+    store_timestamp: int
+
+    @property
+    def wrote_bytes(self) -> int:
+        return sum(self.sizes)
+
+    @property
+    def end_offset(self) -> int:
+        return self.wrote_offset + self.wrote_bytes
+
+
+class RecordTooLarge(ValueError):
+    """A record or batch larger than a segment can hold."""
+
+
+class CommitLog:
+    def __init__(self, cfg: StoreConfig, *, readonly: bool = False) -> None:
+        self.cfg = cfg
+        self.file_size = cfg.mapped_file_size_commitlog
+        self.queue = MappedFileQueue(cfg.commitlog_dir, self.file_size, readonly=readonly)
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        self.lock = threading.Lock()
+        self._last_ts = 0
+
+    def load(self) -> None:
+        self.queue.load()
+
+    # -- write ------------------------------------------------------------------------------------
+    def append(self, records: Sequence[EncodedMessage]) -> AppendResult:
+        """Append one record or one batch atomically (same segment, consecutive offsets).
+
+        Raises ``RecordTooLarge`` if it can never fit and ``DiskFullError``/``StoreError`` when a
+        new segment cannot be created; nothing is written in either case.
+        """
+        total = sum(len(r.data) for r in records)
+        if total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            raise RecordTooLarge(f"{total} bytes do not fit in a {self.file_size}-byte segment")
+        with self.lock:
+            now = int(time.time() * 1000)
+            if now < self._last_ts:
+                now = self._last_ts  # store time never goes backwards within a process
+            self._last_ts = now
+            mf = self.queue.get_last_mapped_file(0)
+            assert mf is not None
+            if total + END_FILE_MIN_BLANK_LENGTH > mf.remaining:
+                if mf.remaining >= END_FILE_MIN_BLANK_LENGTH:
+                    encode_blank(mf.mm, mf.wrote_position, mf.remaining)
+                mf.wrote_position = self.file_size
+                mf = self.queue.get_last_mapped_file(0)
+                assert mf is not None
+            pos = mf.wrote_position
+            phys = mf.file_from_offset + pos
+            table = self.topic_queue_table
+            queue_offsets = []
+            sizes = []
+            start_pos = pos
+            for rec in records:
+                key = (rec.topic, rec.queue_id)
+                tran = rec.sys_flag & TRANSACTION_MASK
+                if tran == TRANSACTION_PREPARED_TYPE or tran == TRANSACTION_ROLLBACK_TYPE:
+                    qo = 0
+                else:
+                    qo = table.get(key, 0)
+                    table[key] = qo + 1
+                n = len(rec.data)
+                patch_record(rec.data, 0, rec.store_ts_pos, qo, phys, now)
+                mf.mm[pos:pos + n] = rec.data
+                queue_offsets.append(qo)
+                sizes.append(n)
+                pos += n
+                phys += n
+            mf.store_timestamp = now
+            mf.wrote_position = pos
+            return AppendResult(mf.file_from_offset + start_pos, sizes, queue_offsets, now)
+
+    def next_queue_offset(self, topic: str, queue_id: int) -> int:
+        return self.topic_queue_table.get((topic, queue_id), 0)
+
+    # -- read -------------------------------------------------------------------------------------
+    def min_offset(self) -> int:
+        first = self.queue.first()
+        return first.file_from_offset if first is not None else 0
+
+    def max_offset(self) -> int:
+        return self.queue.max_offset()
+
+    def flushed_offset(self) -> int:
+        return self.queue.flushed_where()
+
+    def segment_at(self, offset: int) -> MappedFile | None:
+        return self.queue.find(offset)
+
+    def read_record(self, offset: int) -> bytes | None:
+        """The raw record at ``offset``, or None if no whole record is there."""
+        mf = self.queue.find(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        wrote = mf.wrote_position
+        if pos + 8 > wrote:
+            return None
+        size, magic = read_header(mf.mm, pos)
+        if size <= 8 or pos + size > wrote or magic == fbatch.BLANK_MAGIC_CODE:
+            return None
+        return mf.mm[pos:pos + size]
+
+    def look_message(self, offset: int, *, with_body: bool = True) -> MessageExt | None:
+        """Decode the record at ``offset``; None if out of range, blank or not a record."""
+        mf = self.queue.find(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        wrote = mf.wrote_position
+        if pos + 8 > wrote:
+            return None
+        try:
+            msg = decode_message(mf.view(0, wrote), pos, with_body=with_body)
+        except CorruptRecordError:
+            return None
+        return None if msg is BLANK else msg  # type: ignore[return-value]
+
+    def store_timestamp_at(self, offset: int, size: int) -> int:
+        """Store timestamp of the record at ``offset`` (-1 when unreadable)."""
+        mf = self.queue.find(offset)
+        if mf is None:
+            return -1
+        pos = offset - mf.file_from_offset
+        if pos + size > mf.wrote_position or size < fbatch.MIN_RECORD_SIZE:
+            return -1
+        sys_flag = int.from_bytes(mf.mm[pos + 36:pos + 40], "big", signed=True)
+        p = pos + 56 + (12 if sys_flag & 0x10 else 0)
+        return int.from_bytes(mf.mm[p:p + 8], "big", signed=True)
+
+    def iter_segments(self, start: int, end: int) -> Iterator[tuple[MappedFile, int, int]]:
+        """(segment, start position, end position) covering ``[start, end)``."""
+        off = start
+        while off < end:
+            mf = self.queue.find(off)
+            if mf is None:
+                return
+            pos = off - mf.file_from_offset
+            stop = min(mf.wrote_position, end - mf.file_from_offset)
+            if stop <= pos:
+                return
+            yield mf, pos, stop
+            off = mf.file_from_offset + self.file_size
+
+    def roll_next_file(self, offset: int) -> int:
+        return offset + self.file_size - offset % self.file_size
+
+    # -- recovery helpers -------------------------------------------------------------------------
+    def scan_valid_end(self, start_index: int, check_crc: bool) -> tuple[int, str, str]:
+        """Walk segments from ``start_index``: (offset where valid data ends, stop kind, reason)."""
+        files = self.queue.files
+        if not files:
+            return 0, fbatch.STOP_END, ""
+        off = files[start_index].file_from_offset
+        for mf in files[start_index:]:
+            chunk = 64 << 20
+            pos = 0
+            while True:
+                end = min(self.file_size, pos + chunk)
+                recs = fbatch.decode_records(mf.mm, pos, end, base_offset=mf.file_from_offset,
+                                             check_crc=check_crc)
+                pos = recs.end
+                if recs.stop == fbatch.STOP_INCOMPLETE and end < self.file_size and len(recs):
+                    continue  # record straddles our chunk boundary, not the data end
+                break
+            if recs.stop == fbatch.STOP_BLANK:
+                off = mf.file_from_offset + self.file_size
+                continue
+            return mf.file_from_offset + pos, recs.stop, recs.stop_reason
+        return off, fbatch.STOP_END, ""
+
+    def first_record_timestamp(self, mf: MappedFile) -> int:
+        """Store time of a segment's first record, or 0 if it does not start with a message."""
+        size, magic = read_header(mf.mm, 0)
+        if magic not in (fbatch.MESSAGE_MAGIC_CODE, fbatch.MESSAGE_MAGIC_CODE_V2):
+            return 0
+        return self.store_timestamp_at(mf.file_from_offset, size) if size > 0 else 0
+
+    def truncate(self, offset: int) -> None:
+        self.queue.truncate_dirty(offset)
+
+    def flush(self, least_pages: int = 0) -> int:
+        return self.queue.flush(least_pages)
+
+    def last_store_timestamp(self) -> int:
+        last = self.queue.last()
+        return last.store_timestamp if last is not None else 0
+
+    def close(self) -> None:
+        self.queue.close()

@@ -1,0 +1,235 @@
+"""Dispatch: the reput service that builds ConsumeQueues and indexes from the CommitLog.
+
+Theory of operation. ``ReputService.run_once()`` reads committed bytes from ``reput_from``
+(up to the confirmed offset: the flushed offset under SYNC_FLUSH, the written offset under
+ASYNC_FLUSH), decodes them in one batch with ``format.batch.decode_records`` and hands the
+columns to each dispatcher in order — ConsumeQueue first, then the index. Dispatchers are
+idempotent (keyed by physical offset), so progress is only moved *after* they apply and a
+re-dispatch after a crash is harmless. A blank record moves to the next segment; an incomplete
+record waits for more bytes; a damaged record stops the service loudly (``last_error``).
+Arrival listeners learn which queues grew (the broker's long polling).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Callable, Iterable, Protocol
+
+import numpy as np
+
+from ..config import StoreConfig
+from ..format import batch as fbatch
+from ..format.batch import DecodedRecords
+from ..format.message import TRANSACTION_MASK, TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE
+from .commitlog import CommitLog
+from .consume_queue import ConsumeQueue, queue_dir
+
+log = logging.getLogger(__name__)
+
+ArrivalListener = Callable[[str, int, int], None]
+
+
+class Dispatcher(Protocol):
+    def dispatch(self, recs: DecodedRecords) -> None: ...
+
+
+class ConsumeQueueTable:
+    """Every ConsumeQueue of the store, created on first use."""
+
+    def __init__(self, cfg: StoreConfig) -> None:
+        self.cfg = cfg
+        self.root = cfg.consume_queue_dir
+        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._lock = threading.Lock()
+
+    def load(self) -> None:
+        if not os.path.isdir(self.root):
+            return
+        for topic in sorted(os.listdir(self.root)):
+            tdir = os.path.join(self.root, topic)
+            if not os.path.isdir(tdir):
+                continue
+            for qid in sorted(os.listdir(tdir)):
+                if not qid.isdigit():
+                    continue  # RocketMQ skips queue dirs that are not ints
+                cq = ConsumeQueue(topic, int(qid), os.path.join(tdir, qid), self.cfg.cq_file_size)
+                cq.load()
+                self.queues[(topic, int(qid))] = cq
+
+    def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.queues.get((topic, queue_id))
+
+    def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self.queues.get((topic, queue_id))
+        if cq is None:
+            with self._lock:
+                cq = self.queues.get((topic, queue_id))
+                if cq is None:
+                    cq = ConsumeQueue(topic, queue_id, queue_dir(self.root, topic, queue_id),
+                                      self.cfg.cq_file_size)
+                    self.queues[(topic, queue_id)] = cq
+        return cq
+
+    def __iter__(self):
+        return iter(list(self.queues.values()))
+
+    def max_physic_offset(self) -> int:
+        return max((cq.max_physic_offset for cq in self.queues.values()), default=-1)
+
+
+class ConsumeQueueDispatcher:
+    """Writes the units of NOT / COMMIT records; prepared and rollback records are skipped."""
+
+    def __init__(self, table: ConsumeQueueTable, on_logics_timestamp: Callable[[int], None]) -> None:
+        self.table = table
+        self.on_logics_timestamp = on_logics_timestamp
+        self.touched: dict[tuple[str, int], int] = {}
+
+    def dispatch(self, recs: DecodedRecords) -> None:
+        n = len(recs)
+        if n == 0:
+            return
+        tran = recs.sys_flag & TRANSACTION_MASK
+        ok = (tran == TRANSACTION_NOT_TYPE) | (tran == TRANSACTION_COMMIT_TYPE)
+        groups: dict[tuple[str, int], list[int]] = {}
+        topics = recs.topic
+        qids = recs.queue_id.tolist()
+        for i in np.flatnonzero(ok).tolist():
+            groups.setdefault((topics[i], qids[i]), []).append(i)
+        for key, idx_list in groups.items():
+            idx = np.asarray(idx_list, dtype=np.int64)
+            cq = self.table.find_or_create(*key)
+            cq.put_units(recs.queue_offset[idx], recs.commitlog_offset[idx],
+                         recs.size[idx].astype(np.int64), recs.tags_code[idx])
+            self.touched[key] = cq.max_offset_in_queue()
+        if ok.any():
+            self.on_logics_timestamp(int(recs.store_timestamp[np.flatnonzero(ok)[-1]]))
+
+
+class ReputService:
+    def __init__(self, cfg: StoreConfig, commitlog: CommitLog, dispatchers: list,
+                 confirmed_offset: Callable[[], int]) -> None:
+        self.cfg = cfg
+        self.commitlog = commitlog
+        self.dispatchers = dispatchers
+        self.confirmed_offset = confirmed_offset
+        self.reput_from = 0
+        self.listeners: list[ArrivalListener] = []
+        self.last_error: Exception | None = None
+        self._wake = threading.Event()
+        self._progress = threading.Condition()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._delays = fbatch.parse_delay_levels(cfg.message_delay_level)
+        self._cq_dispatcher = next((d for d in dispatchers if isinstance(d, ConsumeQueueDispatcher)), None)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="ReputService", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    def behind_bytes(self) -> int:
+        return max(0, self.confirmed_offset() - self.reput_from)
+
+    def wait_dispatched(self, timeout: float | None = None) -> bool:
+        import time
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._progress:
+            while self.behind_bytes() > 0:
+                if self.last_error is not None:
+                    return False
+                self._wake.set()
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._progress.wait(0.05 if left is None else min(0.05, left))
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                progressed = self.run_once()
+            except Exception as exc:  # noqa: BLE001 - reported through last_error and the log
+                self.last_error = exc
+                log.exception("reput stopped at offset %d", self.reput_from)
+                with self._progress:
+                    self._progress.notify_all()
+                return
+            if not progressed:
+                self._wake.wait(0.01)
+                self._wake.clear()
+
+    # -- one step -----------------------------------------------------------------------------
+    def run_once(self, limit: int | None = None) -> bool:
+        """Dispatch one batch; returns whether ``reput_from`` moved."""
+        end = self.confirmed_offset() if limit is None else limit
+        start = self.reput_from
+        if start >= end:
+            return False
+        mf = self.commitlog.segment_at(start)
+        if mf is None:
+            # below the first segment (files deleted) or a gap: move to the first segment
+            first = self.commitlog.queue.first()
+            if first is not None and start < first.file_from_offset:
+                self._advance(first.file_from_offset)
+                return True
+            return False
+        pos = start - mf.file_from_offset
+        stop = min(mf.wrote_position, end - mf.file_from_offset, pos + self.cfg.reput_batch_bytes)
+        recs = fbatch.decode_records(mf.mm, pos, stop, base_offset=mf.file_from_offset,
+                                     delay_levels_ms=self._delays)
+        full = min(mf.wrote_position, end - mf.file_from_offset)
+        if not len(recs) and recs.stop == fbatch.STOP_INCOMPLETE and stop < full:
+            # one record larger than the batch window: take the whole readable range
+            recs = fbatch.decode_records(mf.mm, pos, full, base_offset=mf.file_from_offset,
+                                         max_records=1, delay_levels_ms=self._delays)
+        if len(recs):
+            self._dispatch(recs)
+        if recs.stop == fbatch.STOP_BLANK:
+            self._advance(mf.file_from_offset + self.commitlog.file_size)
+            return True
+        if recs.stop == fbatch.STOP_CORRUPT:
+            raise RuntimeError(f"damaged CommitLog record at offset {recs.next_offset}: {recs.stop_reason}")
+        if recs.stop == fbatch.STOP_END and recs.end < mf.wrote_position and recs.end < end - mf.file_from_offset and not len(recs):
+            raise RuntimeError(f"no record at CommitLog offset {recs.next_offset}")
+        if len(recs):
+            self._advance(recs.next_offset)
+            return True
+        return False
+
+    def run_until(self, end: int) -> None:
+        """Dispatch synchronously up to ``end`` (recovery)."""
+        while self.reput_from < end and self.run_once(end):
+            pass
+
+    def _dispatch(self, recs: DecodedRecords) -> None:
+        for d in self.dispatchers:
+            d.dispatch(recs)
+        cqd = self._cq_dispatcher
+        if cqd is not None and cqd.touched and self.listeners:
+            touched, cqd.touched = cqd.touched, {}
+            for (topic, qid), max_off in touched.items():
+                for fn in self.listeners:
+                    try:
+                        fn(topic, qid, max_off)
+                    except Exception:  # noqa: BLE001 - a listener must not stop dispatch
+                        log.exception("arrival listener failed")
+        elif cqd is not None:
+            cqd.touched.clear()
+
+    def _advance(self, offset: int) -> None:
+        with self._progress:
+            self.reput_from = offset
+            self._progress.notify_all()

@@ -1,0 +1,138 @@
+"""One memory-mapped, pre-sized file: append, read, flush. Knows no record format.
+
+A file is created at its full size (``posix_fallocate``, so a full disk fails here, at creation,
+with ``DiskFullError`` — never later as a SIGBUS inside the mapping) and named by the absolute
+offset of its first byte. ``wrote_position`` is how far it is written, ``flushed_position`` how
+far it is known to be on disk. Writers hold the owner's lock; readers read ``wrote_position``
+first and then the bytes below it, which is safe because bytes are copied into the mapping
+before the position moves.
+"""
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+
+from ..errors import CorruptFileError, DiskFullError, StoreError
+
+OS_PAGE_SIZE = 4096
+
+
+class MappedFile:
+    __slots__ = ("path", "file_from_offset", "file_size", "mm", "_fd", "wrote_position",
+                 "flushed_position", "store_timestamp")
+
+    def __init__(self, path: str, file_from_offset: int, file_size: int, *, create: bool = False,
+                 readonly: bool = False) -> None:
+        self.path = path
+        self.file_from_offset = file_from_offset
+        self.file_size = file_size
+        self.store_timestamp = 0  # store time of the last message appended (CommitLog only)
+        flags = os.O_RDONLY if readonly else os.O_RDWR
+        if create:
+            flags |= os.O_CREAT | os.O_EXCL
+        try:
+            fd = os.open(path, flags, 0o644)
+        except OSError as exc:
+            raise StoreError(f"{path}: cannot open: {exc.strerror}") from exc
+        try:
+            if create:
+                try:
+                    os.posix_fallocate(fd, 0, file_size)
+                except OSError as exc:
+                    os.close(fd)
+                    os.unlink(path)
+                    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                        raise DiskFullError(f"{path}: no space for a {file_size}-byte file") from exc
+                    raise StoreError(f"{path}: cannot allocate: {exc.strerror}") from exc
+            else:
+                actual = os.fstat(fd).st_size
+                if actual != file_size:
+                    os.close(fd)
+                    raise CorruptFileError(path, f"size {actual}, expected {file_size}")
+            self.mm = mmap.mmap(fd, file_size, access=mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE)
+        except BaseException:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+            raise
+        self._fd = fd
+        self.wrote_position = 0 if create else file_size
+        self.flushed_position = self.wrote_position
+
+    # -- positions --------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    @property
+    def remaining(self) -> int:
+        return self.file_size - self.wrote_position
+
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    def set_positions(self, pos: int) -> None:
+        self.wrote_position = pos
+        self.flushed_position = pos
+
+    # -- write / read -------------------------------------------------------------------------
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Copy ``data`` at the write position; returns the position it was written at."""
+        pos = self.wrote_position
+        n = len(data)
+        if pos + n > self.file_size:
+            raise ValueError(f"{self.path}: append of {n} bytes at {pos} overflows {self.file_size}")
+        self.mm[pos:pos + n] = data
+        self.wrote_position = pos + n
+        return pos
+
+    def view(self, start: int = 0, end: int | None = None) -> memoryview:
+        """A zero-copy view of ``[start, end)`` (default: up to the write position)."""
+        if end is None:
+            end = self.wrote_position
+        return memoryview(self.mm)[start:end]
+
+    def read(self, pos: int, size: int) -> bytes:
+        return self.mm[pos:pos + size]
+
+    # -- durability -------------------------------------------------------------------------
+    def flush(self, least_pages: int = 0) -> int:
+        """msync the written-but-unflushed range if it spans ``least_pages`` pages (0: always).
+
+        Returns the new flushed position. I/O errors propagate.
+        """
+        wrote = self.wrote_position
+        flushed = self.flushed_position
+        if wrote <= flushed:
+            return flushed
+        if least_pages > 0 and (wrote // OS_PAGE_SIZE - flushed // OS_PAGE_SIZE) < least_pages:
+            return flushed
+        start = flushed - flushed % mmap.PAGESIZE
+        self.mm.flush(start, wrote - start)
+        self.flushed_position = wrote
+        return wrote
+
+    def close(self) -> None:
+        try:
+            self.mm.close()
+        except (BufferError, ValueError):
+            pass  # a reader still holds a view; the mapping goes with the last reference
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass
+
+    def destroy(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def touch_mtime(self) -> float:
+        return os.stat(self.path).st_mtime
+
+    def __repr__(self) -> str:
+        return f"MappedFile({self.name}, wrote={self.wrote_position}, flushed={self.flushed_position})"

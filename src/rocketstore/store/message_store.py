@@ -1,0 +1,245 @@
+"""``MessageStore``: the facade. Wiring, lifecycle and validation only; no byte layouts here.
+
+Opening a store takes ``<root>/lock`` (``StoreLockedError`` if another store holds it), loads
+the CommitLog, ConsumeQueues, checkpoint and index, recovers (normal or abnormal, by the
+``abort`` file), re-dispatches what is missing, then starts the flush and reput services and
+creates ``abort``. ``shutdown`` stops them, flushes everything, writes the checkpoint and
+removes ``abort`` only if dispatch caught up.
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+from typing import Callable, Sequence
+
+from ..config import StoreConfig
+from ..errors import StoreClosedError, StoreError, StoreLockedError
+from ..format.message import Message, MessageExt, parse_message_id
+from . import read_path
+from .checkpoint import StoreCheckpoint
+from .commitlog import CommitLog
+from .dispatch import ConsumeQueueDispatcher, ConsumeQueueTable, ReputService
+from .flush import FlushService
+from .put_path import PutPath
+from .recovery import RecoveryReport, rebuild_queue_table, recover
+from .results import GetMessageResult, PutMessageResult
+
+log = logging.getLogger(__name__)
+
+
+def _index_service_class():
+    from .index_service import IndexService
+    return IndexService
+
+
+class MessageStore:
+    def __init__(self, cfg: StoreConfig) -> None:
+        self.cfg = cfg
+        self.root = cfg.store_path_root_dir
+        self._closed = True
+        self._lock_fd: int | None = None
+        os.makedirs(self.root, exist_ok=True)
+        self._take_lock()
+        try:
+            self._open()
+        except BaseException:
+            self._release_lock()
+            raise
+        self._closed = False
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def _take_lock(self) -> None:
+        path = os.path.join(self.root, "lock")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            raise StoreLockedError(f"{path}: the store is open in another process or store") from exc
+        os.pwrite(fd, b"lock", 0)
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _open(self) -> None:
+        cfg = self.cfg
+        self.abort_path = os.path.join(self.root, "abort")
+        self.last_exit_ok = not os.path.exists(self.abort_path)
+        self.checkpoint = StoreCheckpoint(os.path.join(self.root, "checkpoint"))
+        self.commitlog = CommitLog(cfg)
+        self.commitlog.load()
+        self.cq_table = ConsumeQueueTable(cfg)
+        self.cq_table.load()
+        self.index_service = None
+        dispatchers: list = [ConsumeQueueDispatcher(self.cq_table, self._on_logics_timestamp)]
+        if cfg.message_index_enable:
+            self.index_service = _index_service_class()(cfg, self.checkpoint)
+            self.index_service.load(self.last_exit_ok)
+            dispatchers.append(self.index_service)
+        self.reput = ReputService(cfg, self.commitlog, dispatchers, self._confirmed_offset)
+        index_from = self.index_service.dispatch_from_offset() if self.index_service else None
+        self.recovery_report: RecoveryReport = recover(
+            self.commitlog, self.cq_table, self.checkpoint, self.last_exit_ok,
+            cfg.check_crc_on_recover, index_from)
+        self.reput.reput_from = self.recovery_report.reput_from
+        self.reput.run_until(self.commitlog.max_offset())
+        rebuild_queue_table(self.commitlog, self.cq_table)
+        self.flush_service = FlushService(cfg, self.commitlog, self._on_physic_flushed, self._flush_logics)
+        self.put_path = PutPath(cfg, self.commitlog, self.reput, self.flush_service)
+        with open(self.abort_path, "w") as fh:
+            fh.write(str(os.getpid()))
+        self.flush_service.start()
+        self.reput.start()
+        self.clean_service = None
+        try:
+            from .clean import CleanService
+        except ImportError:
+            pass
+        else:
+            self.clean_service = CleanService(self)
+            self.clean_service.start()
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.put_path.running = False
+        if self.clean_service is not None:
+            self.clean_service.stop()
+        self.reput.wait_dispatched(timeout=10.0)
+        self.reput.stop()
+        self.flush_service.stop()
+        self._flush_logics()
+        if self.index_service is not None:
+            self.index_service.shutdown()
+        if self.reput.behind_bytes() == 0 and self.reput.last_error is None:
+            try:
+                os.unlink(self.abort_path)
+            except FileNotFoundError:
+                pass
+        self.commitlog.close()
+        for cq in self.cq_table:
+            cq.close()
+        self._release_lock()
+
+    close = shutdown
+
+    def __enter__(self) -> "MessageStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"{self.root}: store is shut down")
+
+    # -- service callbacks ----------------------------------------------------------------------
+    def _confirmed_offset(self) -> int:
+        return self.commitlog.flushed_offset() if self.cfg.sync_flush else self.commitlog.max_offset()
+
+    def _on_logics_timestamp(self, ts: int) -> None:
+        self.checkpoint.logics_msg_timestamp = ts
+
+    def _on_physic_flushed(self, ts: int) -> None:
+        self.checkpoint.physic_msg_timestamp = ts
+
+    def _flush_logics(self) -> None:
+        for cq in self.cq_table:
+            cq.flush()
+        if self.index_service is not None:
+            self.index_service.flush()
+        self.checkpoint.flush()
+
+    # -- write ----------------------------------------------------------------------------------
+    def put_message(self, msg: Message) -> PutMessageResult:
+        return self.put_path.put([msg], batch=False)
+
+    def put_messages(self, msgs: Sequence[Message]) -> PutMessageResult:
+        return self.put_path.put(list(msgs), batch=True)
+
+    # -- read -----------------------------------------------------------------------------------
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int = 32,
+                    subscription: str | None = None) -> GetMessageResult:
+        self._check_open()
+        return read_path.get_message(self.cfg, self.commitlog, self.cq_table.find(topic, queue_id),
+                                     offset, max_msgs, subscription)
+
+    def look_message_by_offset(self, offset: int) -> MessageExt | None:
+        return self.commitlog.look_message(offset)
+
+    def view_message_by_id(self, msg_id: str) -> MessageExt | None:
+        try:
+            _, offset = parse_message_id(msg_id)
+        except ValueError:
+            return None
+        return self.commitlog.look_message(offset)
+
+    def query_message(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
+                      end: int | None = None):
+        self._check_open()
+        if self.index_service is None:
+            raise StoreError("message index is disabled (message_index_enable=False)")
+        return self.index_service.query_message(topic, key, max_num, begin,
+                                                (1 << 63) - 1 if end is None else end,
+                                                self.commitlog.look_message)
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.cq_table.find(topic, queue_id)
+        return cq.max_offset_in_queue() if cq else 0
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.cq_table.find(topic, queue_id)
+        return cq.min_offset_in_queue() if cq else 0
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        cq = self.cq_table.find(topic, queue_id)
+        return cq.offset_by_time(timestamp, self.commitlog.store_timestamp_at) if cq else 0
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
+        cq = self.cq_table.find(topic, queue_id)
+        u = cq.unit(offset) if cq and offset >= 0 else None
+        return self.commitlog.store_timestamp_at(u[0], u[1]) if u else -1
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        cq = self.cq_table.find(topic, queue_id)
+        return self.get_message_store_timestamp(topic, queue_id, cq.min_offset_in_queue()) if cq else -1
+
+    def get_commitlog_offset_in_queue(self, topic: str, queue_id: int, offset: int) -> int:
+        cq = self.cq_table.find(topic, queue_id)
+        u = cq.unit(offset) if cq else None
+        return u[0] if u else 0
+
+    def get_max_phy_offset(self) -> int:
+        return self.commitlog.max_offset()
+
+    def get_min_phy_offset(self) -> int:
+        return self.commitlog.min_offset()
+
+    def dispatch_behind_bytes(self) -> int:
+        return self.reput.behind_bytes()
+
+    def wait_dispatched(self, timeout: float | None = 5.0) -> bool:
+        return self.reput.wait_dispatched(timeout)
+
+    def add_arrival_listener(self, fn: Callable[[str, int, int], None]) -> None:
+        self.reput.listeners.append(fn)
+
+    def topics(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for (topic, qid) in sorted(self.cq_table.queues):
+            out.setdefault(topic, []).append(qid)
+        return out
+
+    def clean_expired_files(self, force: bool = False) -> int:
+        """Delete expired CommitLog segments (and follow with ConsumeQueues and index)."""
+        self._check_open()
+        if self.clean_service is None:
+            return 0
+        return self.clean_service.run_once(manual=force)

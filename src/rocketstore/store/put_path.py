@@ -1,0 +1,169 @@
+"""The put path: validate, encode, append, wait for durability; every outcome is a status.
+
+| input                                                   | status                     |
+|---------------------------------------------------------|----------------------------|
+| store shut down / not writeable (disk full)             | SERVICE_NOT_AVAILABLE      |
+| not a Message, empty/illegal topic, topic > 127 chars,  | MESSAGE_ILLEGAL            |
+| negative queue id, body > max_message_size, bad types   |                            |
+| properties string > 32767 bytes                         | PROPERTIES_SIZE_EXCEEDED   |
+| batch of mixed topic/queue, transactional or delayed    | MESSAGE_ILLEGAL            |
+| no space for a new segment                              | CREATE_MAPPED_FILE_FAILED  |
+| SYNC_FLUSH and not durable within sync_flush_timeout    | FLUSH_DISK_TIMEOUT         |
+
+Nothing is written for any status but PUT_OK and FLUSH_DISK_TIMEOUT. Delayed messages
+(``DELAY`` property) go to ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` with ``REAL_TOPIC`` and
+``REAL_QID``, as RocketMQ 4.9's CommitLog does.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from ..config import StoreConfig
+from ..errors import DiskFullError, StoreError
+from ..format.batch import parse_delay_levels
+from ..format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_QUEUE_ID,
+                              PROPERTY_REAL_TOPIC, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+                              PROPERTY_WAIT_STORE_MSG_OK, SCHEDULE_TOPIC, TRANSACTION_COMMIT_TYPE,
+                              TRANSACTION_MASK, TRANSACTION_NOT_TYPE, Message, MessageTooLarge,
+                              PropertiesTooLarge, create_message_id, create_uniq_key,
+                              encode_message)
+from .commitlog import CommitLog, RecordTooLarge
+from .dispatch import ReputService
+from .flush import FlushService
+from .results import PutMessageResult, PutStatus
+
+log = logging.getLogger(__name__)
+
+_ILLEGAL_TOPIC_CHARS = set("/\\\x00")
+
+
+def check_topic(topic: object) -> str | None:
+    """Why a topic is illegal, or None."""
+    if not isinstance(topic, str) or not topic:
+        return "topic must be a non-empty string"
+    if topic in (".", "..") or any(c in _ILLEGAL_TOPIC_CHARS or ord(c) < 0x20 for c in topic):
+        return f"topic {topic!r} has characters that cannot name a directory"
+    if len(topic) > 127 or len(topic.encode("utf-8")) > 127:
+        return "topic longer than 127"
+    return None
+
+
+class PutPath:
+    def __init__(self, cfg: StoreConfig, commitlog: CommitLog, reput: ReputService,
+                 flush: FlushService) -> None:
+        self.cfg = cfg
+        self.commitlog = commitlog
+        self.reput = reput
+        self.flush = flush
+        self.running = True
+        self.writeable = True  # cleared by the clean service when the disk is nearly full
+        self._delays = parse_delay_levels(cfg.message_delay_level)
+
+    def put(self, msgs: list[Message], batch: bool) -> PutMessageResult:
+        if not self.running or not self.writeable:
+            return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE,
+                                    error="store is shut down" if not self.running else "store not writeable")
+        why = self._check(msgs, batch)
+        if why is not None:
+            return PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error=why)
+        now = int(time.time() * 1000)
+        cfg = self.cfg
+        encoded = []
+        wait = True
+        try:
+            total_body = 0
+            for m in msgs:
+                props = m.all_properties()
+                if props.get(PROPERTY_WAIT_STORE_MSG_OK) == "false":
+                    wait = False
+                topic, qid = m.topic, m.queue_id
+                if not batch:
+                    topic, qid = self._apply_delay(m, props)
+                elif PROPERTY_DELAY_TIME_LEVEL in props and props[PROPERTY_DELAY_TIME_LEVEL] not in ("", "0"):
+                    return PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error="a batch cannot be delayed")
+                if cfg.generate_uniq_key and PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in props:
+                    props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = create_uniq_key()
+                store_host = m.store_host or cfg.store_host
+                target = m if (topic, qid) == (m.topic, m.queue_id) else _retarget(m, topic, qid)
+                encoded.append(encode_message(
+                    target, props, born_timestamp=m.born_timestamp if m.born_timestamp is not None else now,
+                    born_host=m.born_host or cfg.store_host, store_host=store_host,
+                    max_body_size=cfg.max_message_size))
+                total_body += len(m.body)
+            if batch and total_body > cfg.max_message_size:
+                return PutMessageResult(PutStatus.MESSAGE_ILLEGAL,
+                                        error=f"batch body of {total_body} bytes exceeds max_message_size")
+        except PropertiesTooLarge as exc:
+            return PutMessageResult(PutStatus.PROPERTIES_SIZE_EXCEEDED, error=str(exc))
+        except (MessageTooLarge, ValueError, TypeError, AttributeError) as exc:
+            return PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error=str(exc))
+        try:
+            res = self.commitlog.append(encoded)
+        except RecordTooLarge as exc:
+            return PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error=str(exc))
+        except (DiskFullError, StoreError, OSError) as exc:
+            log.error("cannot append: %s", exc)
+            return PutMessageResult(PutStatus.CREATE_MAPPED_FILE_FAILED, error=str(exc))
+        self.reput.wakeup()
+        status = PutStatus.PUT_OK
+        if cfg.sync_flush:
+            if wait:
+                if not self.flush.wait_flushed(res.end_offset):
+                    status = PutStatus.FLUSH_DISK_TIMEOUT
+            else:
+                self.flush.wakeup()
+        store_host = msgs[0].store_host or cfg.store_host
+        ids = []
+        off = res.wrote_offset
+        for n in res.sizes:
+            ids.append(create_message_id(store_host, off))
+            off += n
+        return PutMessageResult(status, msg_id=",".join(ids), wrote_offset=res.wrote_offset,
+                                wrote_bytes=res.wrote_bytes, queue_offset=res.queue_offsets[0],
+                                store_timestamp=res.store_timestamp, msg_num=len(ids), msg_ids=ids)
+
+    def _check(self, msgs: list[Message], batch: bool) -> str | None:
+        if not msgs:
+            return "no messages"
+        first = msgs[0]
+        for m in msgs:
+            if not isinstance(m, Message):
+                return f"expected Message, got {type(m).__name__}"
+            why = check_topic(m.topic)
+            if why:
+                return why
+            if not isinstance(m.queue_id, int) or isinstance(m.queue_id, bool) or m.queue_id < 0:
+                return f"queue_id must be a non-negative int, not {m.queue_id!r}"
+            if not isinstance(m.body, (bytes, bytearray, memoryview)):
+                return f"body must be bytes, not {type(m.body).__name__}"
+            if batch:
+                if (m.topic, m.queue_id) != (first.topic, first.queue_id):
+                    return "a batch must have one topic and one queue"
+                if m.sys_flag & TRANSACTION_MASK not in (TRANSACTION_NOT_TYPE,):
+                    return "a batch cannot be transactional"
+        return None
+
+    def _apply_delay(self, m: Message, props: dict[str, str]) -> tuple[str, int]:
+        level_s = props.get(PROPERTY_DELAY_TIME_LEVEL)
+        tran = m.sys_flag & TRANSACTION_MASK
+        if not level_s or tran not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+            return m.topic, m.queue_id
+        try:
+            level = int(level_s)
+        except ValueError as exc:
+            raise ValueError(f"DELAY must be an int level, not {level_s!r}") from exc
+        if level <= 0:
+            return m.topic, m.queue_id
+        level = min(level, len(self._delays))
+        props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
+        props[PROPERTY_REAL_TOPIC] = m.topic
+        props[PROPERTY_REAL_QUEUE_ID] = str(m.queue_id)
+        return SCHEDULE_TOPIC, level - 1
+
+
+def _retarget(m: Message, topic: str, qid: int) -> Message:
+    return Message(topic=topic, body=m.body, queue_id=qid, flag=m.flag, sys_flag=m.sys_flag,
+                   born_timestamp=m.born_timestamp, born_host=m.born_host, store_host=m.store_host,
+                   reconsume_times=m.reconsume_times,
+                   prepared_transaction_offset=m.prepared_transaction_offset)

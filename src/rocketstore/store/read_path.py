@@ -1,0 +1,128 @@
+"""``get_message``: ConsumeQueue units → filtered CommitLog records, RocketMQ's status table.
+
+| condition                    | status                 | next_begin_offset     |
+|------------------------------|------------------------|-----------------------|
+| no such queue                | NO_MATCHED_LOGIC_QUEUE | 0                     |
+| queue empty (max == 0)       | NO_MESSAGE_IN_QUEUE    | 0                     |
+| offset < min                 | OFFSET_TOO_SMALL       | min                   |
+| offset == max                | OFFSET_OVERFLOW_ONE    | offset                |
+| offset > max                 | OFFSET_OVERFLOW_BADLY  | max                   |
+| no units readable at offset  | OFFSET_FOUND_NULL      | start of the next file|
+| otherwise: scan units        | FOUND / NO_MATCHED_MESSAGE / MESSAGE_WAS_REMOVING |
+                                                          offset + units examined
+
+Filtering is two-step: the unit's tagsCode must be one of the subscription's tag hashes, then
+the record's exact TAGS must be one of the subscribed tags (hash collisions never leak).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ..config import StoreConfig
+from ..format.hashing import java_hash
+from ..format.layouts import CQ_UNIT_SIZE
+from ..format.message import decode_message
+from .commitlog import CommitLog
+from .consume_queue import ConsumeQueue
+from .results import GetMessageResult, GetStatus
+
+MAX_FILTER_MESSAGE_COUNT = 16000 // CQ_UNIT_SIZE
+
+
+@dataclass(frozen=True)
+class Subscription:
+    tags: frozenset[str] | None  # None: everything
+
+    @classmethod
+    def parse(cls, expr: str | None) -> "Subscription":
+        if expr is None or expr.strip() in ("", "*"):
+            return cls(None)
+        tags = frozenset(t.strip() for t in expr.split("||") if t.strip())
+        if not tags or "*" in tags:
+            return cls(None)
+        return cls(tags)
+
+    @property
+    def codes(self) -> frozenset[int]:
+        return frozenset(java_hash(t) for t in self.tags or ())
+
+
+def _total_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 8 << 30
+
+
+_TOTAL_MEMORY = _total_memory()
+
+
+def get_message(cfg: StoreConfig, commitlog: CommitLog, cq: ConsumeQueue | None, offset: int,
+                max_msgs: int, subscription: str | None) -> GetMessageResult:
+    if cq is None:
+        return GetMessageResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+    min_off, max_off = cq.min_offset_in_queue(), cq.max_offset_in_queue()
+    if max_off == 0:
+        return GetMessageResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)
+    if offset < min_off:
+        return GetMessageResult(GetStatus.OFFSET_TOO_SMALL, min_off, min_off, max_off)
+    if offset == max_off:
+        return GetMessageResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
+    if offset > max_off:
+        return GetMessageResult(GetStatus.OFFSET_OVERFLOW_BADLY, max_off, min_off, max_off)
+    units = cq.read_units(offset, max(MAX_FILTER_MESSAGE_COUNT, max_msgs))
+    if units is None or len(units) == 0:
+        per_file = cq.file_size // CQ_UNIT_SIZE
+        return GetMessageResult(GetStatus.OFFSET_FOUND_NULL, offset + per_file - offset % per_file,
+                                min_off, max_off)
+    sub = Subscription.parse(subscription)
+    codes = sub.codes if sub.tags is not None else None
+    result = GetMessageResult(GetStatus.NO_MATCHED_MESSAGE, 0, min_off, max_off)
+    max_phy = commitlog.max_offset()
+    memory_limit = _TOTAL_MEMORY * cfg.access_message_in_memory_max_ratio // 100
+    buffers, messages = result.buffers, result.messages
+    total = 0
+    next_phy_file_start = -1
+    offs = units["offset"].tolist()
+    sizes = units["size"].tolist()
+    tags = units["tags_code"].tolist()
+    i = 0
+    for i in range(len(offs)):
+        off_py, size_py = offs[i], sizes[i]
+        if off_py < next_phy_file_start:
+            continue
+        if buffers:
+            in_disk = (max_phy - off_py) > memory_limit
+            if len(buffers) >= max_msgs:
+                break
+            if in_disk:
+                if total + size_py > cfg.max_transfer_bytes_on_message_in_disk or \
+                        len(buffers) > cfg.max_transfer_count_on_message_in_disk - 1:
+                    break
+            elif total + size_py > cfg.max_transfer_bytes_on_message_in_memory or \
+                    len(buffers) > cfg.max_transfer_count_on_message_in_memory - 1:
+                break
+        if codes is not None and tags[i] not in codes:
+            if not buffers:
+                result.status = GetStatus.NO_MATCHED_MESSAGE
+            continue
+        raw = commitlog.read_record(off_py)
+        if raw is None or len(raw) != size_py:
+            if not buffers:
+                result.status = GetStatus.MESSAGE_WAS_REMOVING
+            next_phy_file_start = commitlog.roll_next_file(off_py)
+            continue
+        msg = decode_message(raw, 0)
+        if sub.tags is not None and msg.tags not in sub.tags:  # type: ignore[union-attr]
+            if not buffers:
+                result.status = GetStatus.NO_MATCHED_MESSAGE
+            continue
+        buffers.append(raw)
+        messages.append(msg)  # type: ignore[arg-type]
+        total += size_py
+        result.status = GetStatus.FOUND
+    else:
+        i = len(offs)
+    result.next_begin_offset = offset + i
+    return result
