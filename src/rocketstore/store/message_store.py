@@ -24,7 +24,7 @@ from .dispatch import ConsumeQueueDispatcher, ConsumeQueueTable, ReputService
 from .flush import FlushService
 from .put_path import PutPath
 from .recovery import RecoveryReport, rebuild_queue_table, recover
-from .results import GetMessageResult, PutMessageResult
+from .results import GetMessageResult, GetStatus, PutMessageResult
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +168,8 @@ class MessageStore:
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int = 32,
                     subscription: str | None = None) -> GetMessageResult:
         self._check_open()
+        if not isinstance(queue_id, int) or queue_id < 0 or not isinstance(offset, int) or offset < 0:
+            return GetMessageResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
         return read_path.get_message(self.cfg, self.commitlog, self.cq_table.find(topic, queue_id),
                                      offset, max_msgs, subscription)
 

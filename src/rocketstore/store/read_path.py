@@ -2,8 +2,8 @@
 
 | condition                    | status                 | next_begin_offset     |
 |------------------------------|------------------------|-----------------------|
-| no such queue                | NO_MATCHED_LOGIC_QUEUE | 0                     |
-| queue empty (max == 0)       | NO_MESSAGE_IN_QUEUE    | 0                     |
+| negative queue id / offset   | NO_MATCHED_LOGIC_QUEUE | 0                     |
+| no such queue, or empty      | NO_MESSAGE_IN_QUEUE    | 0                     |
 | offset < min                 | OFFSET_TOO_SMALL       | min                   |
 | offset == max                | OFFSET_OVERFLOW_ONE    | offset                |
 | offset > max                 | OFFSET_OVERFLOW_BADLY  | max                   |
@@ -60,8 +60,8 @@ _TOTAL_MEMORY = _total_memory()
 
 def get_message(cfg: StoreConfig, commitlog: CommitLog, cq: ConsumeQueue | None, offset: int,
                 max_msgs: int, subscription: str | None) -> GetMessageResult:
-    if cq is None:
-        return GetMessageResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+    if cq is None:  # RocketMQ creates the queue in memory here, so the answer is "empty"
+        return GetMessageResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
     min_off, max_off = cq.min_offset_in_queue(), cq.max_offset_in_queue()
     if max_off == 0:
         return GetMessageResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)

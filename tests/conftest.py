@@ -1,0 +1,52 @@
+import os
+import shutil
+
+import pytest
+
+from rocketstore import StoreConfig
+
+SHARED = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
+FIXTURE = os.path.join(SHARED, "fixtures", "rocketmq-4.9.7")
+
+
+def small_config(root, **kw) -> StoreConfig:
+    """A store config with tiny files, for fast tests."""
+    base = dict(store_path_root_dir=str(root), mapped_file_size_commitlog=64 * 1024,
+                mapped_file_size_consume_queue=20 * 100, max_hash_slot_num=211,
+                max_index_num=400, flush_interval_commitlog=50)
+    base.update(kw)
+    return StoreConfig(**base)
+
+
+@pytest.fixture
+def cfg(tmp_path):
+    return small_config(tmp_path / "store")
+
+
+@pytest.fixture(scope="session")
+def rocketmq_manifest():
+    import json
+    path = os.path.join(FIXTURE, "manifest.json")
+    if not os.path.exists(path):
+        pytest.skip(f"RocketMQ fixture not found at {FIXTURE}")
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+@pytest.fixture
+def rocketmq_store(tmp_path, rocketmq_manifest):
+    """Copies of the RocketMQ-written stores: (clean dir, unclean dir)."""
+    clean = tmp_path / "rmq-clean"
+    unclean = tmp_path / "rmq-unclean"
+    shutil.copytree(os.path.join(FIXTURE, "store"), clean)
+    shutil.copytree(os.path.join(FIXTURE, "store-unclean"), unclean)
+    return clean, unclean
+
+
+def fixture_config(root, manifest, **kw) -> StoreConfig:
+    c = manifest["config"]
+    return StoreConfig(store_path_root_dir=str(root),
+                       mapped_file_size_commitlog=c["mappedFileSizeCommitLog"],
+                       mapped_file_size_consume_queue=c["mappedFileSizeConsumeQueue"],
+                       max_hash_slot_num=c["maxHashSlotNum"], max_index_num=c["maxIndexNum"],
+                       store_host="127.0.0.1:10911", **kw)
