@@ -1,0 +1,296 @@
+"""The ``rocketmq`` Spark data source: a store's CommitLog, one row per message (CONTRACT §5).
+
+    from rocketstore.spark import register
+    register(spark)
+    df = spark.read.format("rocketmq").load("/path/to/store")
+    df = spark.read.format("rocketmq").option("checkCRC", "true").load(root)
+    narrow = spark.read.format("rocketmq").schema("topic STRING, store_timestamp TIMESTAMP").load(root)
+
+Theory of operation. ``partitions()`` runs once on the driver: it lists the segments, drops the
+ones that pushed filters exclude (by offset range, and by store time using each segment's
+first record time, which is monotone in a CommitLog), and cuts segments bigger than
+``splitSize`` at record boundaries so a 1 GiB segment keeps every core busy. Partitions are
+plain ``SegmentRange`` data. ``read()`` runs on executors: it mmaps its range read-only,
+decodes chunks with the shared vectorised decoder, applies the pushed filters as a numpy row
+mask and yields Arrow batches of exactly the requested columns (PySpark 4.3 has no column
+pruning API, so a narrower user ``.schema(...)`` is how a query avoids building bodies).
+It never reads a torn tail (see ``segments``) and raises ``CorruptRecordError`` on real damage.
+
+Pushed filters: ``commitlog_offset`` (=, <, <=, >, >=, IN) and ``topic`` (=, IN, LIKE 'x%')
+are applied exactly and not re-checked by Spark; ``store_timestamp`` ranges prune segments
+and rows but are also handed back to Spark (timestamp literal conversion is Spark's business).
+
+Options: ``path`` (store root), ``commitlogDir`` (if not ``<root>/commitlog``), ``checkCRC``
+(verify body CRCs; a mismatch is corruption), ``splitSize`` (bytes, default 128 MiB; 0 = one
+partition per segment), ``batchRecords`` (decoder chunk), ``messageDelayLevel``.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from pyspark.sql.datasource import (DataSource, DataSourceReader, EqualTo, GreaterThan,
+                                    GreaterThanOrEqual, In, LessThan, LessThanOrEqual,
+                                    StringStartsWith)
+
+from ..format.batch import parse_delay_levels
+from .arrow_columns import ARROW_TYPES, SCHEMA_DDL, arrow_schema, to_batches
+from .segments import (DEFAULT_BATCH_RECORDS, SegmentRange, commitlog_dir, first_store_timestamp,
+                       list_segments, plan_ranges, read_range, tail_index)
+
+NAME = "rocketmq"
+DEFAULT_SPLIT = 128 << 20
+
+
+def _bool(v: str | None, default: bool = False) -> bool:
+    if v is None:
+        return default
+    s = str(v).strip().lower()
+    if s in ("true", "1", "yes"):
+        return True
+    if s in ("false", "0", "no", ""):
+        return False
+    raise ValueError(f"expected true/false, got {v!r}")
+
+
+class ReadOptions:
+    """Parsed options shared by the batch and the stream reader (plain, picklable data)."""
+
+    def __init__(self, options: dict) -> None:
+        opts = {str(k).lower(): v for k, v in options.items()}
+        self.root = opts.get("path")
+        if not self.root:
+            raise ValueError("rocketmq source: give the store directory, e.g. .load('/path/to/store')")
+        self.cl_dir = commitlog_dir(self.root, opts.get("commitlogdir"))
+        self.check_crc = _bool(opts.get("checkcrc"))
+        self.split_size = int(opts.get("splitsize", DEFAULT_SPLIT))
+        self.batch_records = int(opts.get("batchrecords", DEFAULT_BATCH_RECORDS))
+        spec = opts.get("messagedelaylevel")
+        self.delay_levels = parse_delay_levels(spec) if spec else None
+        self.opts = opts
+
+
+def _columns(schema) -> list[str]:
+    """Requested column names, checked against the types we produce."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    names = schema.fieldNames()
+    want = to_arrow_schema(schema, timezone="UTC")
+    ours = arrow_schema(names)  # raises for unknown names
+    for f in want:
+        if not ours.field(f.name).type.equals(f.type):
+            raise ValueError(f"rocketmq column {f.name!r} is {ours.field(f.name).type}, "
+                             f"not {f.type}: use the types of {SCHEMA_DDL}")
+    return names
+
+
+def _ts_ms(v) -> int | None:
+    if isinstance(v, _dt.datetime):
+        if v.tzinfo is None:
+            v = v.astimezone()
+        return int(v.timestamp() * 1000)
+    if isinstance(v, _dt.date):
+        return int(_dt.datetime(v.year, v.month, v.day, tzinfo=_dt.timezone.utc).timestamp() * 1000)
+    if isinstance(v, (int, float)):
+        return int(v)
+    return None
+
+
+class RowFilter:
+    """The pushed predicates, as bounds usable for pruning and as a numpy row mask."""
+
+    def __init__(self) -> None:
+        self.off_lo: int | None = None  # inclusive
+        self.off_hi: int | None = None  # exclusive
+        self.off_in: set[int] | None = None
+        self.topics: set[str] | None = None
+        self.prefixes: list[str] = []
+        self.ts_lo: int | None = None  # inclusive ms
+        self.ts_hi: int | None = None  # inclusive ms
+
+    def _lo(self, v: int) -> None:
+        self.off_lo = v if self.off_lo is None else max(self.off_lo, v)
+
+    def _hi(self, v: int) -> None:
+        self.off_hi = v if self.off_hi is None else min(self.off_hi, v)
+
+    def push(self, f) -> bool:
+        """Take one filter; True if it is applied exactly (Spark need not re-check it)."""
+        col = f.attribute[0] if len(f.attribute) == 1 else None
+        if col == "commitlog_offset":
+            v = getattr(f, "value", None)
+            if isinstance(f, In):
+                vals = {int(x) for x in f.value if x is not None}
+                self.off_in = vals if self.off_in is None else self.off_in & vals
+            elif not isinstance(v, int):
+                return False
+            elif isinstance(f, EqualTo):
+                self._lo(v), self._hi(v + 1)
+            elif isinstance(f, GreaterThan):
+                self._lo(v + 1)
+            elif isinstance(f, GreaterThanOrEqual):
+                self._lo(v)
+            elif isinstance(f, LessThan):
+                self._hi(v)
+            elif isinstance(f, LessThanOrEqual):
+                self._hi(v + 1)
+            else:
+                return False
+            return True
+        if col == "topic":
+            if isinstance(f, EqualTo) and isinstance(f.value, str):
+                vals = {f.value}
+            elif isinstance(f, In) and all(isinstance(x, str) for x in f.value):
+                vals = set(f.value)
+            elif isinstance(f, StringStartsWith) and isinstance(f.value, str):
+                self.prefixes.append(f.value)
+                return True
+            else:
+                return False
+            self.topics = vals if self.topics is None else self.topics & vals
+            return True
+        if col == "store_timestamp":
+            ms = _ts_ms(getattr(f, "value", None))
+            if ms is None:
+                return False
+            if isinstance(f, (GreaterThan, GreaterThanOrEqual)):
+                self.ts_lo = ms if self.ts_lo is None else max(self.ts_lo, ms)
+            elif isinstance(f, (LessThan, LessThanOrEqual)):
+                self.ts_hi = ms if self.ts_hi is None else min(self.ts_hi, ms)
+            elif isinstance(f, EqualTo):
+                self.ts_lo = ms if self.ts_lo is None else max(self.ts_lo, ms)
+                self.ts_hi = ms if self.ts_hi is None else min(self.ts_hi, ms)
+            return False  # Spark re-checks timestamps
+        return False
+
+    @property
+    def active(self) -> bool:
+        return any(x is not None for x in (self.off_lo, self.off_hi, self.off_in, self.topics,
+                                           self.ts_lo, self.ts_hi)) or bool(self.prefixes)
+
+    def offset_bounds(self) -> tuple[int | None, int | None]:
+        lo, hi = self.off_lo, self.off_hi
+        if self.off_in is not None:
+            if not self.off_in:
+                return 0, 0
+            lo = min(self.off_in) if lo is None else max(lo, min(self.off_in))
+            hi = max(self.off_in) + 1 if hi is None else min(hi, max(self.off_in) + 1)
+        return lo, hi
+
+    def mask(self, rec) -> np.ndarray | None:
+        if not self.active:
+            return None
+        m = np.ones(len(rec), dtype=bool)
+        off = rec.commitlog_offset
+        if self.off_lo is not None:
+            m &= off >= self.off_lo
+        if self.off_hi is not None:
+            m &= off < self.off_hi
+        if self.off_in is not None:
+            m &= np.isin(off, np.fromiter(self.off_in, dtype=np.int64, count=len(self.off_in)))
+        ts = rec.store_timestamp
+        if self.ts_lo is not None:
+            m &= ts >= self.ts_lo - 1  # sub-ms literals: let Spark decide the edge
+        if self.ts_hi is not None:
+            m &= ts <= self.ts_hi + 1
+        if self.topics is not None or self.prefixes:
+            allowed = self.topics
+            pre = tuple(self.prefixes)
+            uniq = set(rec.topic)
+            keep = {t for t in uniq if (allowed is None or t in allowed) and all(t.startswith(p) for p in pre)}
+            if len(keep) != len(uniq):
+                m &= np.fromiter((t in keep for t in rec.topic), dtype=bool, count=len(rec))
+        return m
+
+
+def prune_by_time(segs, ranges: list[SegmentRange], ts_lo, ts_hi) -> list[SegmentRange]:
+    """Drop ranges of segments whose records all lie outside ``[ts_lo, ts_hi]``.
+
+    A segment's records are stored between its first record's time and the next segment's
+    first record's time. If those first times are not monotone (clock steps), nothing is pruned.
+    """
+    if ts_lo is None and ts_hi is None:
+        return ranges
+    last = tail_index(segs)
+    firsts = [first_store_timestamp(s) for s in segs[:last + 1]]
+    known = [t for t in firsts if t is not None]
+    if len(known) != len(firsts) or any(a > b for a, b in zip(known, known[1:])):
+        return ranges
+    lo_of = {s.base: firsts[i] for i, s in enumerate(segs[:last + 1])}
+    hi_of = {s.base: (firsts[i + 1] if i < last else None) for i, s in enumerate(segs[:last + 1])}
+    out = []
+    for r in ranges:
+        lo, hi = lo_of.get(r.base), hi_of.get(r.base)
+        if lo is None and r.base not in lo_of:
+            continue  # pre-allocated empty segment
+        if ts_hi is not None and lo is not None and lo > ts_hi + 1:
+            continue
+        if ts_lo is not None and hi is not None and hi < ts_lo - 1:
+            continue
+        out.append(r)
+    return out
+
+
+class CommitLogReader(DataSourceReader):
+    def __init__(self, options: dict, schema) -> None:
+        self.o = ReadOptions(options)
+        self.columns = _columns(schema)
+        self.schema = arrow_schema(self.columns)
+        self.filter = RowFilter()
+
+    def pushFilters(self, filters) -> Iterable:
+        for f in filters:
+            if not self.filter.push(f):
+                yield f
+
+    def partitions(self) -> list[SegmentRange]:
+        segs = list_segments(self.o.cl_dir)
+        lo, hi = self.filter.offset_bounds()
+        ranges = plan_ranges(segs, lo, hi, self.o.split_size or None)
+        ranges = prune_by_time(segs, ranges, self.filter.ts_lo, self.filter.ts_hi)
+        # Spark needs at least one partition; an empty range reads nothing
+        return ranges or [SegmentRange("", 0, 0, 0)]
+
+    def read(self, partition: SegmentRange) -> Iterator:
+        if partition.end <= partition.start:
+            return
+        for buf, rec in read_range(partition, check_crc=self.o.check_crc,
+                                   batch_records=self.o.batch_records,
+                                   delay_levels_ms=self.o.delay_levels):
+            yield from to_batches(rec, buf, self.columns, self.schema, self.filter.mask(rec))
+
+
+class CommitLogDataSource(DataSource):
+    """``spark.read.format("rocketmq").load(store_root)``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def reader(self, schema) -> CommitLogReader:
+        return CommitLogReader(self.options, schema)
+
+    def streamReader(self, schema):
+        from .stream import CommitLogStreamReader
+        return CommitLogStreamReader(self.options, schema)
+
+
+class CommitLogAliasDataSource(CommitLogDataSource):
+    """The same source under the name used in the research notes."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rocketmq_commitlog"
+
+
+def register(spark) -> None:
+    """Register the ``rocketmq`` (and ``rocketmq_commitlog``) data source with a session."""
+    spark.dataSource.register(CommitLogDataSource)
+    spark.dataSource.register(CommitLogAliasDataSource)
+
+
+assert set(ARROW_TYPES) >= {"topic", "body", "msg_id"}

@@ -1,0 +1,278 @@
+"""CommitLog segments as byte ranges: listing, planning, the valid end, decoding a range.
+
+Theory of operation. A CommitLog is a directory of pre-sized files named by their 20-digit
+start offset. Records never span files; a file that has been rolled over ends with an 8-byte
+blank record, and the file being written ends in zeros. So a *range* of the log is fully
+described by plain data — ``(path, base, start, end)`` in absolute offsets — which pickles to
+Spark executors, where ``read_range`` mmaps the file read-only and walks it with the shared
+vectorised decoder (``format.batch.decode_records``) in chunks of ``batch_records``.
+
+Ranges start on record boundaries: a segment start, an offset we produced ourselves (stream
+offsets), or a split point found by walking the TOTALSIZE fields (``scan_boundaries``) — only
+done for segments larger than the split size, so small stores pay nothing.
+
+Where does valid data end? At the first thing that is not a whole record: zeros (the unwritten
+tail of the newest file), a record that runs past the file, or a damaged record. A damaged or
+torn record at the very end of the newest file is a crash mid-write, and RocketMQ's recovery
+truncates it: the reader stops there silently. The same damage anywhere else — in a rolled
+file, or followed by another valid record — is real corruption: ``CorruptRecordError`` with
+the offset. ``valid_end`` (the "confirmed offset" of a store not open in this process) is the
+end of the last whole record; with ``verify_crc`` it also steps back over a last record whose
+body CRC does not match (a record another process is still copying in).
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+from typing import Iterator
+
+from ..errors import CorruptFileError, CorruptRecordError
+from ..format.batch import (STOP_BLANK, STOP_CORRUPT, STOP_END, STOP_INCOMPLETE, DecodedRecords,
+                            decode_records, scan_boundaries)
+from ..format.hashing import crc32_masked
+from ..format.layouts import name_to_offset
+from ..format.message import (BODYCRC_POS, BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE,
+                              MESSAGE_MAGIC_CODE_V2, PHYSICALOFFSET_POS, SYSFLAG_POS,
+                              STOREHOSTADDRESS_V6_FLAG)
+
+try:  # InputPartition is a plain base class; keep this module importable without pyspark
+    from pyspark.sql.datasource import InputPartition as _PartitionBase
+except ImportError:  # pragma: no cover
+    _PartitionBase = object  # type: ignore[misc,assignment]
+
+DEFAULT_BATCH_RECORDS = 32_768
+_HDR = struct.Struct(">ii")
+_Q = struct.Struct(">q")
+_I = struct.Struct(">i")
+
+
+@dataclass(frozen=True)
+class Segment:
+    path: str
+    base: int
+    size: int
+
+    @property
+    def end(self) -> int:
+        return self.base + self.size
+
+
+@dataclass(frozen=True)
+class SegmentRange(_PartitionBase):
+    """Absolute offsets ``[start, end)`` of one segment; ``tail``: the newest segment."""
+
+    path: str
+    base: int
+    start: int
+    end: int
+    tail: bool = False
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.start
+
+
+def commitlog_dir(root: str, override: str | None = None) -> str:
+    return override or os.path.join(root, "commitlog")
+
+
+def list_segments(cl_dir: str) -> list[Segment]:
+    """Segments in offset order; raises ``CorruptFileError`` for a gap or overlap."""
+    if not os.path.isdir(cl_dir):
+        raise FileNotFoundError(f"no CommitLog directory at {cl_dir}")
+    segs = []
+    for name in os.listdir(cl_dir):
+        base = name_to_offset(name)
+        if base is None:
+            continue
+        path = os.path.join(cl_dir, name)
+        segs.append(Segment(path, base, os.path.getsize(path)))
+    segs.sort(key=lambda s: s.base)
+    for a, b in zip(segs, segs[1:]):
+        if a.end != b.base:
+            raise CorruptFileError(b.path, f"segment starts at {b.base} but the previous one "
+                                           f"ends at {a.end} (missing or mis-sized file)")
+    return segs
+
+
+class MappedSegment:
+    """A read-only mmap of one segment file (empty files map to ``b""``)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fh = open(path, "rb")
+        size = os.fstat(self._fh.fileno()).st_size
+        self.buf = mmap.mmap(self._fh.fileno(), size, access=mmap.ACCESS_READ) if size else b""
+
+    def close(self) -> None:
+        if isinstance(self.buf, mmap.mmap):
+            self.buf.close()
+        self._fh.close()
+
+    def __enter__(self) -> "MappedSegment":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _looks_like_record(buf, pos: int, base: int) -> bool:
+    """A record header whose PHYSICALOFFSET equals its own position (a strong marker)."""
+    if pos < 0 or pos + 36 > len(buf):
+        return False
+    size, magic = _HDR.unpack_from(buf, pos)
+    if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2) or size <= 0:
+        return False
+    return _Q.unpack_from(buf, pos + PHYSICALOFFSET_POS)[0] == base + pos
+
+
+def _check_stop(out: DecodedRecords, buf, rng: SegmentRange, rel_end: int) -> None:
+    """Raise for damage that is not a torn tail (see module doc)."""
+    pos = out.end
+    if out.stop == STOP_CORRUPT or (out.stop == STOP_INCOMPLETE and pos < rel_end):
+        size = _HDR.unpack_from(buf, pos)[0] if pos + 8 <= len(buf) else 0
+        followed = size > 0 and _looks_like_record(buf, pos + size, rng.base)
+        if followed or not rng.tail:
+            raise CorruptRecordError(rng.base + pos, "record",
+                                     f"{out.stop_reason or out.stop} in {rng.path}")
+    elif out.stop == STOP_INCOMPLETE and not rng.tail and rng.end == rng.base + len(buf):
+        raise CorruptRecordError(rng.base + pos, "TOTALSIZE", f"record runs past the end of {rng.path}")
+    elif out.stop == STOP_END and not rng.tail and pos < rel_end and rng.end == rng.base + len(buf):
+        # a rolled segment must end with a blank record, not zeros
+        raise CorruptRecordError(rng.base + pos, "MAGICCODE",
+                                 f"zeros before the end of rolled segment {rng.path}")
+
+
+def read_range(rng: SegmentRange, *, check_crc: bool = False,
+               batch_records: int = DEFAULT_BATCH_RECORDS,
+               delay_levels_ms=None) -> Iterator[tuple[object, DecodedRecords]]:
+    """Decode the whole records of ``rng`` in chunks: yields ``(buffer, DecodedRecords)``.
+
+    The buffer is only valid until the next item is requested.
+    """
+    with MappedSegment(rng.path) as seg:
+        buf = seg.buf
+        pos = rng.start - rng.base
+        rel_end = min(rng.end - rng.base, len(buf))
+        while pos < rel_end:
+            out = decode_records(buf, pos, rel_end, base_offset=rng.base, check_crc=check_crc,
+                                 max_records=batch_records, delay_levels_ms=delay_levels_ms)
+            if len(out):
+                yield buf, out
+            if out.stop != STOP_END or out.end >= rel_end or not len(out):
+                _check_stop(out, buf, rng, rel_end)
+                return
+            pos = out.end
+        del buf
+
+
+def first_store_timestamp(seg: Segment) -> int | None:
+    """Store time of the first record of a segment (None if it holds none)."""
+    with open(seg.path, "rb") as fh:
+        head = fh.read(128)
+    if len(head) < 64:
+        return None
+    size, magic = _HDR.unpack_from(head, 0)
+    if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+        return None
+    sys_flag = _I.unpack_from(head, SYSFLAG_POS)[0]
+    return _Q.unpack_from(head, 56 + (12 if sys_flag & BORNHOST_V6_FLAG else 0))[0]
+
+
+def split_points(seg: Segment, split_size: int) -> list[int]:
+    """Absolute record boundaries that cut ``seg`` into pieces of about ``split_size`` bytes."""
+    with MappedSegment(seg.path) as m:
+        positions, _, _ = scan_boundaries(m.buf, 0, len(m.buf))
+    cuts, want = [], split_size
+    for p in positions:
+        if p >= want:
+            cuts.append(seg.base + p)
+            want = p + split_size
+    return cuts
+
+
+@dataclass
+class SegmentEnd:
+    """Where valid data ends in one segment: ``end`` (absolute) and the last record's start."""
+
+    end: int
+    last_record: int | None
+    rolled: bool  # ends with a blank record
+
+
+def scan_segment_end(seg: Segment, start: int | None = None, *, verify_crc: bool = False) -> SegmentEnd:
+    """Walk ``seg`` from ``start`` (a record boundary, default its base) to its valid end."""
+    with MappedSegment(seg.path) as m:
+        buf = m.buf
+        rel = (start if start is not None else seg.base) - seg.base
+        positions, stop_pos, stop = scan_boundaries(buf, rel, len(buf))
+        if verify_crc:
+            while positions and not _crc_ok(buf, positions[-1]):
+                stop_pos = positions.pop()
+                stop = STOP_CORRUPT
+        last = seg.base + positions[-1] if positions else None
+        return SegmentEnd(seg.base + stop_pos, last, stop == STOP_BLANK)
+
+
+def _crc_ok(buf, pos: int) -> bool:
+    sys_flag = _I.unpack_from(buf, pos + SYSFLAG_POS)[0]
+    tail = pos + (12 if sys_flag & BORNHOST_V6_FLAG else 0) + (12 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 0)
+    body_len = _I.unpack_from(buf, tail + 84)[0]
+    body = buf[tail + 88: tail + 88 + body_len]
+    return crc32_masked(body) == _I.unpack_from(buf, pos + BODYCRC_POS)[0]
+
+
+def record_at(seg: Segment, offset: int) -> bool:
+    """True if ``offset`` is a record boundary of ``seg``: a record that names itself, a blank
+    record, unwritten zeros right after data, or the segment's start/end."""
+    if offset in (seg.base, seg.end):
+        return True
+    with MappedSegment(seg.path) as m:
+        rel = offset - seg.base
+        if _looks_like_record(m.buf, rel, seg.base):
+            return True
+        if rel + 8 <= len(m.buf):
+            size, magic = _HDR.unpack_from(m.buf, rel)
+            from ..format.message import BLANK_MAGIC_CODE
+            return magic == BLANK_MAGIC_CODE or (size == 0 and magic == 0)
+        return False
+
+
+def _starts_empty(seg: Segment) -> bool:
+    with open(seg.path, "rb") as fh:
+        head = fh.read(8)
+    return len(head) < 8 or head == bytes(8)
+
+
+def tail_index(segs: list[Segment]) -> int:
+    """Index of the newest segment holding data: later ones are pre-allocated, all zeros."""
+    i = len(segs) - 1
+    while i > 0 and _starts_empty(segs[i]):
+        i -= 1
+    return max(i, 0)
+
+
+def plan_ranges(segs: list[Segment], lo: int | None = None, hi: int | None = None,
+                split_size: int | None = None) -> list[SegmentRange]:
+    """Ranges covering ``[lo, hi)`` (whole segments unless split); see ``tail_index``."""
+    out: list[SegmentRange] = []
+    first_tail = tail_index(segs) if segs else 0
+    for i, s in enumerate(segs):
+        if hi is not None and s.base >= hi:
+            break
+        if lo is not None and s.end <= lo:
+            continue
+        tail = i >= first_tail
+        cuts = [s.base]
+        if split_size and s.size > split_size:
+            cuts += split_points(s, split_size)
+        bounds = cuts + [s.end]
+        for a, b in zip(bounds, bounds[1:]):
+            if lo is not None and b <= lo:
+                continue
+            if hi is not None and a >= hi:
+                continue
+            out.append(SegmentRange(s.path, s.base, a, b, tail))
+    return out
