@@ -100,12 +100,14 @@ class MiniLog:
         return None if m is BLANK else m
 
 
-def make_service(tmp_path, slots: int = 97, num: int = 1000, clock=None, **kw) -> IndexService:
+def make_service(tmp_path, slots: int = 97, num: int = 1000, clock=None, last_exit_ok: bool | None = True,
+                 **kw) -> IndexService:
     cfg = StoreConfig(store_path_root_dir=str(tmp_path), max_hash_slot_num=slots,
                       max_index_num=num, **kw)
     svc = IndexService(cfg, StoreCheckpoint(os.path.join(str(tmp_path), "checkpoint")),
                        **({"clock": clock} if clock else {}))
-    svc.load(True)
+    if last_exit_ok is not None:
+        svc.load(last_exit_ok)
     return svc
 
 

@@ -100,7 +100,9 @@ class IndexService:
                     keep.append(f)
             loaded = keep
         with self._lock:
-            self.files = loaded
+            old, self.files = self.files, loaded
+        for f in old:
+            f.close()
 
     def flush(self) -> None:
         """Flush every changed file; a full one also advances the checkpoint's index time."""

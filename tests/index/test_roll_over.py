@@ -1,0 +1,171 @@
+"""Roll-over with a tiny max_index_num: queries span files newest first, time windows hold,
+file names, checkpoint, expiry, crash reload and restart-point idempotence."""
+from __future__ import annotations
+
+import os
+import struct
+
+from rocketstore.format.index_layout import index_file_name, parse_index_file_name
+
+from index_helpers import LONG_MAX, MiniLog, index_bytes, make_service
+
+T0 = 1_700_000_000_000
+
+
+def _build(n=30, step_ms=1000):
+    log = MiniLog()
+    model = []
+    for i in range(n):
+        key = f"k{i % 3}"
+        off = log.append("Topic", [key], uniq=f"U{i}", ts=T0 + i * step_ms)
+        model.append((off, key, f"U{i}", T0 + i * step_ms))
+    return log, model
+
+
+def _offs(res):
+    return [m.commitlog_offset for m in res.messages]
+
+
+def test_queries_span_files_newest_first_with_time_windows(tmp_path):
+    log, model = _build()
+    fixed = lambda: 1_700_000_000.0  # every roll in the same ms: names step 1 ms
+    svc = make_service(tmp_path, slots=7, num=5, clock=fixed)  # 4 entries = 2 messages per file
+    svc.dispatch(log.records())
+    assert len(svc.files) == 15
+    names = [f.name for f in svc.files]
+    assert names == sorted(names) and len(set(names)) == 15
+    assert names[0] == index_file_name(1_700_000_000_000)
+    assert [parse_index_file_name(n) for n in names] == [1_700_000_000_000 + i for i in range(15)]
+    for key in ("k0", "k1", "k2"):
+        exp = [m[0] for m in reversed(model) if m[1] == key]
+        assert _offs(svc.query_message("Topic", key, 64, 0, None, log.read)) == exp
+        raw, ts, phy = svc.query_offsets("Topic", key, 64, 0, LONG_MAX)
+        assert raw == exp and (ts, phy) == (model[-1][3], model[-1][0])
+        for lo, hi in [(T0 + 5000, T0 + 17_000), (T0 + 17_000, T0 + 17_000), (T0 + 29_500, LONG_MAX)]:
+            exp_w = [m[0] for m in reversed(model) if m[1] == key and lo <= m[3] <= hi]
+            assert _offs(svc.query_message("Topic", key, 64, lo, hi, log.read)) == exp_w
+        assert _offs(svc.query_message("Topic", key, 3, 0, None, log.read)) == exp[:3]
+    # every header carries the previous file's end into its begin (roll-over rule)
+    for prev, f in zip(svc.files, svc.files[1:]):
+        assert prev.is_write_full()
+        assert f.begin_phy_offset >= prev.end_phy_offset
+    svc.shutdown()
+
+
+def test_sub_second_times_are_exact(tmp_path):
+    """timeDiff is in seconds; query windows still cut at the real store time (ms)."""
+    log, model = _build(n=40, step_ms=137)
+    svc = make_service(tmp_path, slots=7, num=9)
+    svc.dispatch(log.records())
+    for lo, hi in [(T0 + 300, T0 + 1200), (T0 + 1233, T0 + 1233), (T0 + 999, T0 + 4000)]:
+        for key in ("k0", "k1", "k2"):
+            exp = [m[0] for m in reversed(model) if m[1] == key and lo <= m[3] <= hi]
+            assert _offs(svc.query_message("Topic", key, 64, lo, hi, log.read)) == exp, (lo, hi, key)
+    svc.shutdown()
+
+
+def test_full_file_flush_sets_checkpoint_and_eager_roll(tmp_path):
+    log = MiniLog()
+    log.append("T", ["a"], uniq="u1", ts=T0)
+    log.append("T", ["b"], uniq="u2", ts=T0 + 5)   # fills 4 entries: file full
+    empty = log.append("T", None, ts=T0 + 9)      # no keys at all
+    svc = make_service(tmp_path, slots=7, num=5)
+    svc.dispatch(log.records(0, empty))
+    assert len(svc.files) == 1 and svc.files[0].is_write_full()
+    svc.dispatch(log.records(empty))  # like buildIndex: the next record rolls the full file
+    assert len(svc.files) == 2
+    new = svc.files[1]
+    assert (new.begin_timestamp, new.end_timestamp, new.begin_phy_offset, new.end_phy_offset) == \
+           (T0 + 5, T0 + 5, svc.files[0].end_phy_offset, svc.files[0].end_phy_offset)
+    svc.flush()
+    assert svc.checkpoint.index_msg_timestamp == T0 + 5
+    with open(svc.checkpoint.path, "rb") as fh:
+        assert struct.unpack_from(">q", fh.read(), 16)[0] == T0 + 5
+    svc.shutdown()
+
+
+def test_delete_expired_never_the_last(tmp_path):
+    log, model = _build()
+    svc = make_service(tmp_path, slots=7, num=5)
+    svc.dispatch(log.records())
+    n = len(svc.files)
+    cut = model[10][0]  # CommitLog min offset after cleaning
+    deleted = svc.delete_expired_file(cut)
+    assert deleted == 5 and len(svc.files) == n - 5
+    assert all(f.end_phy_offset >= cut for f in svc.files)
+    assert len(os.listdir(svc.index_dir)) == n - 5
+    assert svc.delete_expired_file(0) == 0
+    left = len(svc.files)
+    assert svc.delete_expired_file(LONG_MAX) == left - 1 and len(svc.files) == 1
+    svc.shutdown()
+
+
+def test_crash_reload_redispatch_is_complete_without_duplicates(tmp_path):
+    log, model = _build(n=41)
+    ref = make_service(tmp_path / "ref", slots=7, num=5)
+    ref.dispatch(log.records())
+    ref.shutdown()
+    ref = make_service(tmp_path / "ref", slots=7, num=5)
+    svc = make_service(tmp_path / "crash", slots=7, num=5)
+    svc.dispatch(log.records(0, model[25][0]))
+    svc.flush()  # full files flushed, checkpoint written
+    cp = svc.checkpoint.index_msg_timestamp
+    assert cp == model[23][3]
+    svc.dispatch(log.records(model[25][0], model[33][0]))  # rolls flush full files in the background
+    svc._join_flushers()
+    for f in svc.files:  # then the process is "killed": the last file is never flushed
+        f.close()
+    from rocketstore.store.checkpoint import StoreCheckpoint
+    cp_disk = StoreCheckpoint(svc.checkpoint.path).index_msg_timestamp
+    assert cp_disk == model[31][3]  # the newest full file (entries of messages 30, 31)
+    again = make_service(tmp_path / "crash", slots=7, num=5, last_exit_ok=False)
+    assert len(again.files) == 16 and all(f.end_timestamp <= cp_disk for f in again.files)
+    start = again.dispatch_from_offset()
+    assert start == model[31][0]
+    # the reput restarts a little earlier still (segment start): nothing must be doubled
+    again.dispatch(log.records(model[20][0]))
+    assert index_bytes(again)[:len(index_bytes(ref))] == index_bytes(ref)
+    for key in ("k0", "k1", "k2", "U3", "U40"):
+        exp = [m[0] for m in reversed(model) if key in (m[1], m[2])]
+        assert _offs(again.query_message("Topic", key, 64, 0, None, log.read)) == exp
+    again.shutdown()
+    ref.shutdown()
+
+
+def test_redispatch_at_end_offset_adds_nothing(tmp_path):
+    """RocketMQ's strict '<' re-indexes the record at endPhyOffset; we do not."""
+    log, model = _build(n=6)
+    svc = make_service(tmp_path, slots=7, num=100)
+    svc.dispatch(log.records())
+    before = index_bytes(svc)
+    assert svc.dispatch_from_offset() == model[-1][0]
+    svc.dispatch(log.records(model[-1][0]))
+    svc.dispatch(log.records())
+    assert index_bytes(svc) == before
+    assert svc.files[-1].entry_count == 12
+    svc.shutdown()
+
+
+def test_record_at_offset_zero_is_indexed_once(tmp_path):
+    log = MiniLog()
+    log.append("T", ["only"], ts=T0)
+    svc = make_service(tmp_path, slots=7, num=100)
+    assert svc.dispatch_from_offset() == 0
+    svc.dispatch(log.records())
+    svc.dispatch(log.records())
+    assert svc.files[-1].entry_count == 1
+    svc.shutdown()
+
+
+def test_truncate_dirty_files_and_disabled_index(tmp_path):
+    log, model = _build()
+    svc = make_service(tmp_path / "a", slots=7, num=5)
+    svc.dispatch(log.records())
+    n = len(svc.files)
+    assert svc.truncate_dirty_files(model[-3][0]) == 2
+    assert len(svc.files) == n - 2 and svc.dispatch_from_offset() < model[-3][0]
+    svc.shutdown()
+    off = make_service(tmp_path / "b", slots=7, num=5, message_index_enable=False)
+    off.dispatch(log.records())
+    assert off.files == [] and off.dispatch_from_offset() == LONG_MAX
+    off.shutdown()
