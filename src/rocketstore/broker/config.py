@@ -1,0 +1,27 @@
+"""``BrokerConfig``: the broker's own settings (RocketMQ ``BrokerConfig`` names, snake_cased)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class BrokerConfig:
+    host: str = "127.0.0.1"  # bind address of both servers; also the advertised address
+    port: int = 10911  # broker (listenPort)
+    namesrv_port: int = 9876  # name server; 0 = pick a free port, None = no name server
+    broker_name: str = "broker-a"
+    cluster_name: str = "DefaultCluster"
+    auto_create_topic_enable: bool = True  # create unknown topics on route lookup and send
+    default_topic_queue_nums: int = 4  # queues of an auto-created topic
+    long_polling_enable: bool = True
+    short_polling_time_ms: int = 1000  # hold of a suspended pull when long polling is off
+    channel_expired_timeout_ms: int = 120_000  # heartbeat expiry of a consumer client
+    max_reconsume_times: int = 16  # default when CONSUMER_SEND_MSG_BACK carries none
+    flush_consumer_offset_interval_ms: int = 5000
+    schedule_poll_interval_ms: int = 100
+    executor_threads: int = 8  # threads running blocking store calls
+    shutdown_grace_s: float = 5.0  # how long in-flight requests may take at shutdown
+
+    @property
+    def broker_addr(self) -> str:
+        return f"{self.host}:{self.port}"

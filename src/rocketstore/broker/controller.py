@@ -1,0 +1,165 @@
+"""``Broker``: wires the store, the state managers, the services and the two servers.
+
+Theory of operation: everything protocol-facing runs on one asyncio event loop; every call
+into the ``MessageStore`` (which may touch files, fsync or wait for a group commit) runs on a
+small thread pool through ``Broker.run``. The store's reput thread reports new messages through
+``add_arrival_listener``, which feeds the long-polling ``PullHoldService``. Background work —
+delay-level delivery, persisting consumer offsets, expiring silent consumers — are asyncio tasks.
+
+Lifecycle: ``start()`` opens the store (recovery included), loads ``config/*.json`` and starts
+both listeners; ``stop()`` closes the listeners (no new connections), releases held pulls, lets
+in-flight requests finish for ``shutdown_grace_s``, closes connections, persists state and shuts
+the store down cleanly (flush, checkpoint, abort file removed).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+from ..format.message import Message
+from ..remoting.codes import RequestCode
+from ..remoting.command import RemotingCommand
+from .config import BrokerConfig
+from .consumers import ConsumerManager
+from .longpoll import PullHoldService
+from ..format.batch import parse_delay_levels
+from .schedule import ScheduleMessageService
+from .state import ConsumerOffsetManager, DelayOffsetStore, TopicConfigManager
+
+log = logging.getLogger(__name__)
+
+
+class Broker:
+    def __init__(self, store_config: Any, config: BrokerConfig | None = None) -> None:
+        self.config = config or BrokerConfig()
+        self.store_config = store_config
+        self.store: Any = None
+        self.delay_levels_ms = parse_delay_levels(store_config.message_delay_level)
+        config_dir = os.path.join(store_config.store_path_root_dir, "config")
+        self.topics = TopicConfigManager(config_dir, self.config.default_topic_queue_nums)
+        self.offsets = ConsumerOffsetManager(config_dir)
+        self.delay_offsets = DelayOffsetStore(config_dir)
+        self.consumers = ConsumerManager(self.config.channel_expired_timeout_ms)
+        self.executor = ThreadPoolExecutor(self.config.executor_threads,
+                                           thread_name_prefix="broker-store")
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.hold: PullHoldService | None = None
+        self.schedule: ScheduleMessageService | None = None
+        self.servers: list[Any] = []
+        self._tasks: list[asyncio.Task] = []
+
+    # -- helpers used by processors -------------------------------------------------------------
+    @property
+    def store_host(self) -> str:
+        return self.store_config.store_host
+
+    async def run(self, fn: Callable, *args: Any) -> Any:
+        """Run a blocking store call on the executor."""
+        assert self.loop is not None
+        return await self.loop.run_in_executor(self.executor, fn, *args)
+
+    def put_blocking(self, msg: Message) -> Any:
+        """Put one message (blocking). The store itself reroutes a ``DELAY`` level through
+        ``SCHEDULE_TOPIC_XXXX``, as RocketMQ's CommitLog does."""
+        if msg.store_host is None:
+            msg.store_host = self.store_host
+        return self.store.put_message(msg)
+
+    def notify_consumer_ids_changed(self, group: str) -> None:
+        """Tell every live consumer of ``group`` to rebalance now (oneway, code 40)."""
+        for conn in self.consumers.connections(group):
+            cmd = RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                                          {"consumerGroup": group}, oneway=True, language="JAVA")
+            try:
+                conn.notify(cmd)
+            except Exception:  # a closing connection: it is dropped by its own close
+                pass
+
+    def connection_closed(self, conn: Any) -> None:
+        for group in self.consumers.connection_closed(conn):
+            self.notify_consumer_ids_changed(group)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def start(self) -> None:
+        from .. import MessageStore  # the facade; imported late so the codec stays importable
+        from .server import RemotingServer
+        from . import admin, namesrv, pull, send
+
+        self.loop = asyncio.get_running_loop()
+        self.hold = PullHoldService(self.loop)
+        self.store = await self.run(_open_store, MessageStore, self.store_config)
+        self.store.add_arrival_listener(self.hold.arrival)
+        self.topics.persist()
+        handlers: dict[int, Any] = {}
+        for mod in (send, pull, admin):
+            handlers.update(mod.handlers(self))
+        broker_srv = RemotingServer(self, handlers, "broker")
+        await broker_srv.start(self.config.host, self.config.port)
+        self.config.port = broker_srv.port
+        if self.store_host.rsplit(":", 1)[-1] == "0":
+            self.store_config.store_host = f"{self.config.host}:{broker_srv.port}"
+        self.servers.append(broker_srv)
+        if self.config.namesrv_port is not None:
+            ns = RemotingServer(self, namesrv.handlers(self), "namesrv")
+            await ns.start(self.config.host, self.config.namesrv_port)
+            self.config.namesrv_port = ns.port
+            self.servers.append(ns)
+        self.schedule = ScheduleMessageService(self)
+        self.schedule.start()
+        self._tasks.append(self.loop.create_task(self._housekeeping(), name="housekeeping"))
+        log.info("broker %s listening on %s:%s, name server on %s", self.config.broker_name,
+                 self.config.host, self.config.port, self.config.namesrv_port)
+
+    async def _housekeeping(self) -> None:
+        interval = self.config.flush_consumer_offset_interval_ms / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.run(self.offsets.persist)
+                await self.run(self.delay_offsets.persist)
+                for group in self.consumers.scan_expired():
+                    self.notify_consumer_ids_changed(group)
+            except Exception:
+                log.exception("housekeeping failed")
+
+    async def stop(self) -> None:
+        for srv in self.servers:
+            srv.stop_accepting()
+        if self.hold is not None:
+            self.hold.wake_all()
+        deadline = time.monotonic() + self.config.shutdown_grace_s
+        for srv in self.servers:
+            await srv.drain(max(0.0, deadline - time.monotonic()))
+        for srv in self.servers:
+            await srv.close()
+        for t in self._tasks:
+            t.cancel()
+        if self.schedule is not None:
+            await self.schedule.stop()
+        await self.run(self.offsets.persist, True)
+        await self.run(self.topics.persist)
+        await self.run(self.delay_offsets.persist)
+        if self.store is not None:
+            store, self.store = self.store, None
+            await self.run(_close_store, store)
+        self.executor.shutdown(wait=True)
+
+
+def _open_store(factory: Any, cfg: Any) -> Any:
+    store = factory(cfg)
+    if hasattr(store, "__enter__"):
+        store = store.__enter__()
+    return store
+
+
+def _close_store(store: Any) -> None:
+    if hasattr(store, "__exit__"):
+        store.__exit__(None, None, None)
+    elif hasattr(store, "shutdown"):
+        store.shutdown()
+    else:
+        store.close()

@@ -1,0 +1,109 @@
+"""PULL_MESSAGE (11) with tag subscriptions, the commit-offset flag and long polling.
+
+Theory of operation: the handler reads the queue through ``store.get_message`` on the executor
+and maps the store's ``GetStatus`` to RocketMQ's pull response codes (as 4.9's
+``PullMessageProcessor``). When nothing is there and the request carries the SUSPEND flag, the
+coroutine parks in the ``PullHoldService`` until the reput reports an arrival on that queue or
+``suspendTimeoutMillis`` passes (capped by the client's own timeout), then reads again; a
+timeout answers PULL_NOT_FOUND. The COMMIT_OFFSET flag commits ``commitOffset`` for the group on
+the first pass, before any hold. Every response carries ``suggestWhichBrokerId``,
+``nextBeginOffset``, ``minOffset`` and ``maxOffset`` as strings; a FOUND body is the stored
+records byte for byte, one after another.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..remoting.codes import (PERM_READ, PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION,
+                              PULL_FLAG_SUSPEND, RequestCode, ResponseCode)
+from ..remoting.command import RemotingCommand
+
+if TYPE_CHECKING:
+    from .controller import Broker
+
+MAX_PULL_MSGS = 1024  # cap of maxMsgNums
+
+
+def pull_code(status_name: str, queue_offset: int) -> int:
+    if status_name == "FOUND":
+        return ResponseCode.SUCCESS
+    if status_name in ("MESSAGE_WAS_REMOVING", "NO_MATCHED_MESSAGE"):
+        return ResponseCode.PULL_RETRY_IMMEDIATELY
+    if status_name in ("NO_MATCHED_LOGIC_QUEUE", "NO_MESSAGE_IN_QUEUE"):
+        return ResponseCode.PULL_OFFSET_MOVED if queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
+    if status_name in ("OFFSET_FOUND_NULL", "OFFSET_OVERFLOW_ONE"):
+        return ResponseCode.PULL_NOT_FOUND
+    if status_name in ("OFFSET_OVERFLOW_BADLY", "OFFSET_TOO_SMALL"):
+        return ResponseCode.PULL_OFFSET_MOVED
+    return ResponseCode.SYSTEM_ERROR
+
+
+def subscription_expression(broker: "Broker", cmd: RemotingCommand, group: str,
+                            topic: str) -> str | None:
+    """The tag expression to filter with; None means everything."""
+    sys_flag = cmd.get_int("sysFlag", 0) or 0
+    expr_type = (cmd.get_str("expressionType") or "TAG").upper()
+    if expr_type != "TAG":
+        raise ValueError(f"expression type {expr_type} is not supported (only TAG)")
+    if sys_flag & PULL_FLAG_SUBSCRIPTION:
+        expr = cmd.get_str("subscription")
+    else:
+        info = broker.consumers.group(group)
+        sub = info.subscriptions.get(topic) if info else None
+        expr = sub.sub_string if sub else None
+    if expr is None or expr.strip() in ("", "*"):
+        return None
+    return expr.strip()
+
+
+def handlers(broker: "Broker") -> dict[int, Any]:
+    async def pull(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        started = time.monotonic()
+        group = cmd.require_str("consumerGroup")
+        topic = cmd.require_str("topic")
+        queue_id = cmd.require_int("queueId")
+        offset = cmd.require_int("queueOffset")
+        max_nums = max(1, min(cmd.get_int("maxMsgNums", 32) or 32, MAX_PULL_MSGS))
+        sys_flag = cmd.get_int("sysFlag", 0) or 0
+        tc = broker.topics.get(topic)
+        if tc is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
+                                remark=f"topic[{topic}] not exist, apply first please!")
+        if not tc.perm & PERM_READ:
+            return cmd.response(ResponseCode.NO_PERMISSION,
+                                remark=f"the topic[{topic}] pulling message is forbidden")
+        if not 0 <= queue_id < tc.read_queue_nums:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                remark=f"queueId[{queue_id}] is illegal, topic:[{topic}] "
+                                       f"topicConfig.readQueueNums:[{tc.read_queue_nums}]")
+        try:
+            expr = subscription_expression(broker, cmd, group, topic)
+        except ValueError as exc:
+            return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, remark=str(exc))
+        if sys_flag & PULL_FLAG_COMMIT_OFFSET:
+            commit = cmd.get_int("commitOffset", -1)
+            if commit is not None and commit >= 0:
+                broker.offsets.commit(group, topic, queue_id, commit)
+        hold_s = 0.0
+        if sys_flag & PULL_FLAG_SUSPEND:
+            if broker.config.long_polling_enable:
+                hold_s = (cmd.get_int("suspendTimeoutMillis", 15_000) or 0) / 1000.0
+            else:
+                hold_s = broker.config.short_polling_time_ms / 1000.0
+        deadline = started + hold_s
+        while True:
+            g = await broker.run(broker.store.get_message, group, topic, queue_id, offset,
+                                 max_nums, expr)
+            code = pull_code(g.status.name, offset)
+            remaining = deadline - time.monotonic()
+            if code != ResponseCode.PULL_NOT_FOUND or remaining <= 0 or broker.hold.closed:
+                break
+            await broker.hold.wait(topic, queue_id, offset, remaining)
+        fields = {"suggestWhichBrokerId": 0, "nextBeginOffset": g.next_begin_offset,
+                  "minOffset": g.min_offset, "maxOffset": g.max_offset}
+        if code == ResponseCode.SUCCESS:
+            return cmd.response(code, fields, body=b"".join(g.buffers))
+        return cmd.response(code, fields, remark=g.status.name)
+
+    return {RequestCode.PULL_MESSAGE: pull}

@@ -1,0 +1,106 @@
+"""Delay levels: messages with a ``DELAY`` property wait in ``SCHEDULE_TOPIC_XXXX``.
+
+Theory of operation (RocketMQ's ``ScheduleMessageService``): the store rewrites a message
+whose ``DELAY`` level is > 0 when it is put — topic ``SCHEDULE_TOPIC_XXXX``, queue ``level - 1``,
+the real topic and queue kept in ``REAL_TOPIC`` / ``REAL_QID``; the ConsumeQueue unit's tagsCode
+becomes the deliver time. ``ScheduleMessageService`` is an asyncio task that, for
+each level, reads its schedule queue from the delivered offset (``delayOffset.json``), and puts
+every message whose ``store_timestamp + delay`` has passed back to its real topic and queue
+without ``DELAY``; the first message not yet due stops that level until the next tick. A
+message is therefore never delivered before its delay, and, because offsets are persisted only
+after the re-put, a crash can deliver a message twice but never lose it (as in RocketMQ).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from ..format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_QUEUE_ID,
+                              PROPERTY_REAL_TOPIC, SCHEDULE_TOPIC, Message, MessageExt)
+
+if TYPE_CHECKING:
+    from .controller import Broker
+
+log = logging.getLogger(__name__)
+
+
+def restore_from_schedule(m: MessageExt) -> Message:
+    """The message to put back on its real topic when its delay is over."""
+    props = dict(m.properties)
+    props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+    topic = props.get(PROPERTY_REAL_TOPIC, m.topic)
+    qid = int(props.get(PROPERTY_REAL_QUEUE_ID, "0"))
+    return Message(topic=topic, body=m.body, properties=props, queue_id=qid, flag=m.flag,
+                   sys_flag=m.sys_flag, born_timestamp=m.born_timestamp, born_host=m.born_host,
+                   reconsume_times=m.reconsume_times,
+                   prepared_transaction_offset=m.prepared_transaction_offset)
+
+
+class ScheduleMessageService:
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+        self.levels = broker.delay_levels_ms
+        self._task: asyncio.Task | None = None
+        self._stopping = False
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="schedule")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+        self.broker.delay_offsets.persist()
+
+    async def _run(self) -> None:
+        interval = self.broker.config.schedule_poll_interval_ms / 1000.0
+        while not self._stopping:
+            try:
+                await self.broker.run(self.run_once)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # keep delivering other levels; the error is logged
+                log.exception("schedule service tick failed")
+            await asyncio.sleep(interval)
+
+    def run_once(self, now_ms: int | None = None) -> int:
+        """Deliver every due message of every level (blocking; runs on an executor thread).
+        Returns how many were delivered."""
+        store = self.broker.store
+        offsets = self.broker.delay_offsets
+        delivered = 0
+        for level, delay in enumerate(self.levels, start=1):
+            qid = level - 1
+            offset = offsets.get(level)
+            max_off = store.get_max_offset_in_queue(SCHEDULE_TOPIC, qid)
+            if offset >= max_off:
+                continue
+            offset = max(offset, store.get_min_offset_in_queue(SCHEDULE_TOPIC, qid))
+            while offset < max_off:
+                g = store.get_message("SCHEDULE", SCHEDULE_TOPIC, qid, offset, 32, None)
+                msgs = g.messages or []
+                if not msgs:
+                    if g.next_begin_offset > offset:
+                        offset = g.next_begin_offset
+                        offsets.set(level, offset)
+                        continue
+                    break
+                now = int(time.time() * 1000) if now_ms is None else now_ms
+                due_stop = False
+                for m in msgs:
+                    if m.store_timestamp + delay > now:
+                        due_stop = True
+                        break
+                    self.broker.put_blocking(restore_from_schedule(m))
+                    delivered += 1
+                    offset = m.queue_offset + 1
+                    offsets.set(level, offset)
+                if due_stop:
+                    break
+        return delivered

@@ -1,0 +1,168 @@
+"""The asyncio side of the broker and the name server: sockets in, ``RemotingCommand`` out.
+
+Theory of operation: one ``_Channel`` (an ``asyncio.Protocol``) per TCP connection feeds bytes to
+a sans-IO ``RemotingConnection``. Each whole request becomes its own task, so requests on one
+connection run concurrently (a held long-poll never blocks the heartbeat or send behind it) and
+responses go out in completion order, matched by ``opaque``. A oneway request gets no answer; an
+unknown code gets REQUEST_CODE_NOT_SUPPORTED; a handler error becomes SYSTEM_ERROR with the
+error's message, or MESSAGE_ILLEGAL-like codes chosen by the handler.
+
+Bad input never reaches the store: a frame that violates the protocol (garbage, a length over
+16 MiB or negative, a header that is not JSON, a stream that ends inside a frame) raises
+``RemoteProtocolError`` in the codec, and the channel is aborted at once — that connection only.
+A client that floods requests without reading answers is paused once ``MAX_INFLIGHT`` of its
+requests are in flight and resumed at half that.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Awaitable, Callable
+
+from ..errors import ProtocolError
+from ..remoting.codes import ResponseCode
+from ..remoting.command import RemotingCommand
+from ..remoting.connection import CLOSED, NEED_DATA, RemotingConnection
+
+log = logging.getLogger(__name__)
+Handler = Callable[[Any, RemotingCommand], Awaitable[RemotingCommand | None]]
+MAX_INFLIGHT = 1024
+
+
+class _Channel(asyncio.Protocol):
+    def __init__(self, server: "RemotingServer") -> None:
+        self.server = server
+        self.codec = RemotingConnection()
+        self.transport: asyncio.Transport | None = None
+        self.peer = "0.0.0.0:0"
+        self.inflight: set[asyncio.Task] = set()
+        self.paused = False
+        self.closed = False
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        if peer:
+            host = peer[0]
+            if host in ("::1", "::ffff:127.0.0.1"):
+                host = "127.0.0.1"
+            elif host.startswith("::ffff:"):
+                host = host[7:]
+            self.peer = f"{host}:{peer[1]}"
+        self.server.channels.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.codec.receive_data(data)
+        self._drain_commands()
+
+    def eof_received(self) -> bool:
+        self.codec.receive_data(b"")
+        self._drain_commands()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.server.channels.discard(self)
+        self.server.broker.connection_closed(self)
+
+    # -- commands -------------------------------------------------------------------------------
+    def _drain_commands(self) -> None:
+        while not self.closed:
+            try:
+                cmd = self.codec.next_command()
+            except ProtocolError as exc:
+                self.server.bad_connections += 1
+                log.info("%s: closing %s: %s", self.server.name, self.peer, exc)
+                self.abort()
+                return
+            if cmd is NEED_DATA or cmd is CLOSED:
+                return
+            assert isinstance(cmd, RemotingCommand)
+            if cmd.is_response:
+                continue  # answers to our oneway notifications: nothing to do
+            task = asyncio.get_running_loop().create_task(self._handle(cmd))
+            self.inflight.add(task)
+            self.server.inflight.add(task)
+            task.add_done_callback(self._done)
+            if len(self.inflight) >= MAX_INFLIGHT and not self.paused and self.transport:
+                self.paused = True
+                self.transport.pause_reading()
+
+    def _done(self, task: asyncio.Task) -> None:
+        self.inflight.discard(task)
+        self.server.inflight.discard(task)
+        if self.paused and len(self.inflight) <= MAX_INFLIGHT // 2 and not self.closed:
+            self.paused = False
+            if self.transport:
+                self.transport.resume_reading()
+
+    async def _handle(self, cmd: RemotingCommand) -> None:
+        handler = self.server.handlers.get(cmd.code)
+        try:
+            if handler is None:
+                resp = cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                    remark=f" request type {cmd.code} not supported")
+            else:
+                resp = await handler(self, cmd)
+        except asyncio.CancelledError:
+            return
+        except ValueError as exc:
+            resp = cmd.response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
+        except Exception as exc:  # a bug or a store failure: answer, log, keep serving
+            log.exception("%s: request %s failed", self.server.name, cmd.code)
+            resp = cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}")
+        if resp is None or cmd.is_oneway:
+            return
+        self.write(resp)
+
+    def write(self, cmd: RemotingCommand) -> None:
+        if self.closed or self.transport is None or self.transport.is_closing():
+            return
+        self.transport.writelines(self.codec.send_parts(cmd))
+
+    def notify(self, cmd: RemotingCommand) -> None:
+        """Send a server-initiated (oneway) request to this client."""
+        self.write(cmd)
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class RemotingServer:
+    def __init__(self, broker: Any, handlers: dict[int, Handler], name: str) -> None:
+        self.broker = broker
+        self.handlers = handlers
+        self.name = name
+        self.channels: set[_Channel] = set()
+        self.inflight: set[asyncio.Task] = set()
+        self.bad_connections = 0
+        self._server: asyncio.base_events.Server | None = None
+        self.port = 0
+
+    async def start(self, host: str, port: int) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _Channel(self), host, port,
+                                                reuse_address=True, backlog=1024)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    def stop_accepting(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    async def drain(self, timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``) for the requests in flight to be answered."""
+        pending = set(self.inflight)
+        if pending and timeout_s > 0:
+            await asyncio.wait(pending, timeout=timeout_s)
+
+    async def close(self) -> None:
+        for t in list(self.inflight):
+            t.cancel()
+        for ch in list(self.channels):
+            if ch.transport is not None:
+                ch.transport.close()
+        if self._server is not None:
+            await self._server.wait_closed()

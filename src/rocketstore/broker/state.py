@@ -1,0 +1,231 @@
+"""Broker state files under ``<store>/config/``: topics, consumer offsets, delay offsets.
+
+Shapes are RocketMQ 4.9's ``ConfigManager`` files::
+
+    topics.json          {"dataVersion":{...},"topicConfigTable":{"T":{"topicName":"T",
+                          "readQueueNums":4,"writeQueueNums":4,"perm":6,
+                          "topicFilterType":"SINGLE_TAG","topicSysFlag":0,"order":false}}}
+    consumerOffset.json  {"offsetTable":{"T@group":{"0":12,"1":5}}}
+    delayOffset.json     {"offsetTable":{"1":3,"2":0}}
+
+Theory of operation: each manager keeps its table in memory behind a lock (they are touched
+from the event loop and from executor threads) and ``persist()`` writes the whole file the
+crash-safe way: a temp file, fsync, ``os.replace``, fsync of the directory, plus a ``.bak`` copy
+of the previous version as RocketMQ keeps. RocketMQ's fastjson writes integer map keys without
+quotes (``{0:12}``); we write standard JSON, which RocketMQ also reads, and read both.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..remoting.codes import PERM_RW
+from ..remoting.jsonbody import load_json_text
+
+
+
+def load_json_lenient(path: str) -> dict | None:
+    """Read a RocketMQ config JSON file (bare integer keys allowed); None if absent/empty."""
+    for candidate in (path, path + ".bak"):
+        try:
+            with open(candidate, encoding="utf-8") as fh:
+                text = fh.read()
+        except FileNotFoundError:
+            continue
+        if not text.strip():
+            continue
+        try:
+            return load_json_text(text)
+        except ValueError as exc:
+            raise ValueError(f"{candidate}: not a RocketMQ config file: {exc}") from exc
+    return None
+
+
+_WRITE_LOCK = threading.Lock()
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    """Replace ``path`` with ``obj`` as JSON: temp file, fsync, rename, fsync of the directory."""
+    with _WRITE_LOCK:
+        _write_json_atomic(path, obj)
+
+
+def _write_json_atomic(path: str, obj: Any) -> None:
+    d = os.path.dirname(path)
+    os.makedirs(d, exist_ok=True)
+    data = json.dumps(obj, ensure_ascii=False, indent=1, sort_keys=True).encode("utf-8")
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    if os.path.exists(path):
+        try:
+            os.replace(path, path + ".bak")
+        except OSError:
+            pass
+    os.replace(tmp, path)
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class TopicConfig:
+    topic_name: str
+    read_queue_nums: int = 4
+    write_queue_nums: int = 4
+    perm: int = PERM_RW
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+
+    def to_json(self) -> dict:
+        return {"topicName": self.topic_name, "readQueueNums": self.read_queue_nums,
+                "writeQueueNums": self.write_queue_nums, "perm": self.perm,
+                "topicFilterType": self.topic_filter_type, "topicSysFlag": self.topic_sys_flag,
+                "order": self.order}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "TopicConfig":
+        return cls(topic_name=d["topicName"], read_queue_nums=int(d.get("readQueueNums", 4)),
+                   write_queue_nums=int(d.get("writeQueueNums", 4)), perm=int(d.get("perm", 6)),
+                   topic_filter_type=str(d.get("topicFilterType", "SINGLE_TAG")),
+                   topic_sys_flag=int(d.get("topicSysFlag", 0)), order=bool(d.get("order", False)))
+
+
+class TopicConfigManager:
+    """``topics.json``: which topics exist and how many queues each has."""
+
+    DEFAULT_TOPIC = "TBW102"
+
+    def __init__(self, config_dir: str, default_queue_nums: int = 4) -> None:
+        self.path = os.path.join(config_dir, "topics.json")
+        self.default_queue_nums = default_queue_nums
+        self._lock = threading.Lock()
+        self._topics: dict[str, TopicConfig] = {}
+        self._counter = 0
+        data = load_json_lenient(self.path) or {}
+        for name, d in (data.get("topicConfigTable") or {}).items():
+            self._topics[name] = TopicConfig.from_json({"topicName": name, **d})
+        self._counter = int((data.get("dataVersion") or {}).get("counter", 0))
+        if self.DEFAULT_TOPIC not in self._topics:
+            self._topics[self.DEFAULT_TOPIC] = TopicConfig(self.DEFAULT_TOPIC, 8, 8, 7)
+
+    def get(self, topic: str) -> TopicConfig | None:
+        return self._topics.get(topic)
+
+    def topics(self) -> list[TopicConfig]:
+        return list(self._topics.values())
+
+    def create(self, topic: str, queue_nums: int | None = None, *, perm: int = PERM_RW,
+               read_queue_nums: int | None = None, order: bool = False,
+               topic_sys_flag: int = 0, persist: bool = True) -> TopicConfig:
+        """Create (or, if it exists, return) a topic; ``update`` replaces an existing one."""
+        validate_topic(topic)
+        with self._lock:
+            tc = self._topics.get(topic)
+            if tc is not None:
+                return tc
+            n = queue_nums or self.default_queue_nums
+            tc = TopicConfig(topic, read_queue_nums or n, n, perm, order=order,
+                             topic_sys_flag=topic_sys_flag)
+            self._topics[topic] = tc
+            self._counter += 1
+        if persist:
+            self.persist()
+        return tc
+
+    def update(self, tc: TopicConfig) -> None:
+        validate_topic(tc.topic_name)
+        with self._lock:
+            self._topics[tc.topic_name] = tc
+            self._counter += 1
+        self.persist()
+
+    def persist(self) -> None:
+        with self._lock:
+            obj = {"dataVersion": {"counter": self._counter, "timestamp": int(time.time() * 1000)},
+                   "topicConfigTable": {n: t.to_json() for n, t in self._topics.items()}}
+        write_json_atomic(self.path, obj)
+
+
+_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+
+def validate_topic(topic: str) -> None:
+    """RocketMQ's ``TopicValidator``: 1..127 chars of ``%|a-zA-Z0-9_-``."""
+    if not topic or len(topic) > 127 or not _TOPIC_RE.match(topic):
+        raise ValueError(f"illegal topic name {topic!r}: want 1..127 chars of [%|a-zA-Z0-9_-]")
+
+
+class ConsumerOffsetManager:
+    """``consumerOffset.json``: committed offset per (topic, group, queue)."""
+
+    def __init__(self, config_dir: str) -> None:
+        self.path = os.path.join(config_dir, "consumerOffset.json")
+        self._lock = threading.Lock()
+        self._table: dict[str, dict[int, int]] = {}
+        self._dirty = False
+        data = load_json_lenient(self.path) or {}
+        for key, queues in (data.get("offsetTable") or {}).items():
+            self._table[key] = {int(q): int(o) for q, o in queues.items()}
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        with self._lock:
+            self._table.setdefault(f"{topic}@{group}", {})[queue_id] = offset
+            self._dirty = True
+
+    def query(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset, or -1 when the group never committed on that queue."""
+        with self._lock:
+            return self._table.get(f"{topic}@{group}", {}).get(queue_id, -1)
+
+    def table(self) -> dict[str, dict[int, int]]:
+        with self._lock:
+            return {k: dict(v) for k, v in self._table.items()}
+
+    def persist(self, force: bool = False) -> None:
+        with self._lock:
+            if not (self._dirty or force):
+                return
+            obj = {"offsetTable": {k: {str(q): o for q, o in sorted(v.items())}
+                                   for k, v in self._table.items()}}
+            self._dirty = False
+        write_json_atomic(self.path, obj)
+
+
+class DelayOffsetStore:
+    """``delayOffset.json``: how far the schedule service has delivered each delay level."""
+
+    def __init__(self, config_dir: str) -> None:
+        self.path = os.path.join(config_dir, "delayOffset.json")
+        self._lock = threading.Lock()
+        data = load_json_lenient(self.path) or {}
+        self._table = {int(k): int(v) for k, v in (data.get("offsetTable") or {}).items()}
+        self._dirty = False
+
+    def get(self, level: int) -> int:
+        with self._lock:
+            return self._table.get(level, 0)
+
+    def set(self, level: int, offset: int) -> None:
+        with self._lock:
+            if self._table.get(level) != offset:
+                self._table[level] = offset
+                self._dirty = True
+
+    def persist(self) -> None:
+        with self._lock:
+            if not self._dirty:
+                return
+            obj = {"offsetTable": {str(k): v for k, v in sorted(self._table.items())}}
+            self._dirty = False
+        write_json_atomic(self.path, obj)

@@ -1,0 +1,183 @@
+"""``AsyncProducer`` / ``Producer``: send messages to a RocketMQ 4.x broker.
+
+Theory of operation: a send looks the topic's route up (cached), picks a write queue — the one
+asked for, ``hash(sharding_key) % n`` for ordered messages (RocketMQ's ``SelectMessageQueueByHash``
+rule, so the same key always lands on the same queue and stays in order), or round robin — and
+sends SEND_MESSAGE_V2 with the message's properties (TAGS, KEYS, a client-made UNIQ_KEY which
+becomes the message id, DELAY). ``send_batch`` sends SEND_BATCH_MESSAGE: many messages in one
+request and one store append. A connection error on a round-robin send is retried on the next
+queue; a broker error code raises ``BrokerError``.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from ..format.hashing import java_hash
+from ..format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERTY_TAGS,
+                              PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, PROPERTY_WAIT_STORE_MSG_OK,
+                              Message, create_uniq_key, properties_to_string)
+from ..remoting.codes import RequestCode, ResponseCode
+from ..remoting.header import SEND_V1_TO_V2
+from ..remoting.message_batch import BatchEntry, encode_batch
+from ._sync import LoopThread
+from .instance import ClientInstance, MessageQueue
+
+_SEND_OK_CODES = {ResponseCode.SUCCESS: "SEND_OK", ResponseCode.FLUSH_DISK_TIMEOUT:
+                  "FLUSH_DISK_TIMEOUT", ResponseCode.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT",
+                  ResponseCode.SLAVE_NOT_AVAILABLE: "SLAVE_NOT_AVAILABLE"}
+
+
+@dataclass
+class SendResult:
+    status: str  # SEND_OK, FLUSH_DISK_TIMEOUT, ...
+    msg_id: str  # the UNIQ_KEY (what clients call the message id); comma-joined for a batch
+    offset_msg_id: str  # store host + CommitLog offset; comma-joined for a batch
+    message_queue: MessageQueue
+    queue_offset: int
+
+    @property
+    def msg_ids(self) -> list[str]:
+        return self.msg_id.split(",")
+
+
+def build_properties(tags: str | None, keys: Sequence[str] | str | None,
+                     properties: Mapping[str, str] | None, delay_level: int = 0,
+                     uniq_key: str | None = None) -> dict[str, str]:
+    props = dict(properties or {})
+    if tags:
+        props[PROPERTY_TAGS] = tags
+    if keys:
+        props[PROPERTY_KEYS] = keys if isinstance(keys, str) else " ".join(keys)
+    if delay_level:
+        props[PROPERTY_DELAY_TIME_LEVEL] = str(delay_level)
+    props.setdefault(PROPERTY_WAIT_STORE_MSG_OK, "true")
+    props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_key or create_uniq_key()
+    return props
+
+
+def select_by_key(queues: Sequence[MessageQueue], key: object) -> MessageQueue:
+    """RocketMQ's ``SelectMessageQueueByHash``: ``abs(key.hashCode() % n)``."""
+    h = java_hash(key) if isinstance(key, str) else hash(key)
+    return queues[abs(int(h)) % len(queues)]  # == abs(h % n) with Java's truncating %
+
+
+class AsyncProducer:
+    def __init__(self, group: str, namesrv: str, *, timeout_s: float = 5.0, retries: int = 2,
+                 instance: ClientInstance | None = None) -> None:
+        self.group = group
+        self.instance = instance or ClientInstance(namesrv, timeout_s=timeout_s)
+        self.retries = retries
+        self._rr = itertools.count()
+
+    async def start(self) -> "AsyncProducer":
+        return self
+
+    async def queues(self, topic: str) -> list[MessageQueue]:
+        r = await self.instance.route(topic)
+        if not r.write_queues:
+            raise ValueError(f"topic {topic} has no writable queue")
+        return r.write_queues
+
+    async def _pick(self, topic: str, queue_id: int | None, sharding_key: object) -> MessageQueue:
+        qs = await self.queues(topic)
+        if queue_id is not None:
+            for q in qs:
+                if q.queue_id == queue_id:
+                    return q
+            raise ValueError(f"topic {topic} has no write queue {queue_id}")
+        if sharding_key is not None:
+            return select_by_key(qs, sharding_key)
+        return qs[next(self._rr) % len(qs)]
+
+    async def send(self, topic: str, body: bytes, *, tags: str | None = None,
+                   keys: Sequence[str] | str | None = None,
+                   properties: Mapping[str, str] | None = None, queue_id: int | None = None,
+                   sharding_key: object = None, delay_level: int = 0, flag: int = 0) -> SendResult:
+        props = build_properties(tags, keys, properties, delay_level)
+        pinned = queue_id is not None or sharding_key is not None
+        attempts = 1 if pinned else 1 + self.retries
+        last: Exception | None = None
+        for _ in range(attempts):
+            mq = await self._pick(topic, queue_id, sharding_key)
+            header = {"producerGroup": self.group, "topic": topic, "defaultTopic": "TBW102",
+                      "defaultTopicQueueNums": 4, "queueId": mq.queue_id, "sysFlag": 0,
+                      "bornTimestamp": int(time.time() * 1000), "flag": flag,
+                      "properties": properties_to_string(props), "reconsumeTimes": 0,
+                      "unitMode": False, "batch": False}
+            try:
+                return await self._send(mq, RequestCode.SEND_MESSAGE_V2,
+                                        {SEND_V1_TO_V2[k]: v for k, v in header.items()}, body,
+                                        props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX])
+            except (ConnectionError, TimeoutError) as exc:
+                last = exc
+        raise ConnectionError(f"send to {topic} failed after {attempts} attempts: {last}")
+
+    async def send_batch(self, topic: str, messages: Sequence[Message | bytes], *,
+                         queue_id: int | None = None, sharding_key: object = None) -> SendResult:
+        """Send many messages to one queue in one request (no delay levels in a batch)."""
+        if not messages:
+            raise ValueError("empty batch")
+        entries, ids = [], []
+        for m in messages:
+            if isinstance(m, (bytes, bytearray, memoryview)):
+                m = Message(topic=topic, body=bytes(m))
+            props = build_properties(m.tags, m.keys, m.properties)
+            props.pop(PROPERTY_WAIT_STORE_MSG_OK, None)
+            ids.append(props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX])
+            entries.append(BatchEntry(bytes(m.body), props, m.flag))
+        mq = await self._pick(topic, queue_id, sharding_key)
+        header = {"producerGroup": self.group, "topic": topic, "defaultTopic": "TBW102",
+                  "defaultTopicQueueNums": 4, "queueId": mq.queue_id, "sysFlag": 0,
+                  "bornTimestamp": int(time.time() * 1000), "flag": 0,
+                  "properties": properties_to_string({PROPERTY_WAIT_STORE_MSG_OK: "true"}),
+                  "reconsumeTimes": 0, "unitMode": False, "batch": True}
+        return await self._send(mq, RequestCode.SEND_BATCH_MESSAGE,
+                                {SEND_V1_TO_V2[k]: v for k, v in header.items()},
+                                encode_batch(entries), ",".join(ids))
+
+    async def _send(self, mq: MessageQueue, code: int, header: dict, body: bytes,
+                    msg_id: str) -> SendResult:
+        addr = await self.instance.broker_addr(mq)
+        resp = await self.instance.invoke(addr, code, header, body, ok=tuple(_SEND_OK_CODES))
+        return SendResult(_SEND_OK_CODES[resp.code], msg_id, resp.get_str("msgId") or "", mq,
+                          resp.get_int("queueOffset", -1) or 0)
+
+    async def shutdown(self) -> None:
+        self.instance.close()
+
+
+class Producer:
+    """Blocking facade of ``AsyncProducer`` (runs it on a shared background event loop)."""
+
+    def __init__(self, group: str, namesrv: str, **kwargs) -> None:
+        self._lt = LoopThread.shared()
+        self._impl = self._lt.run(_make(AsyncProducer, group, namesrv, **kwargs))
+
+    def start(self) -> "Producer":
+        self._lt.run(self._impl.start())
+        return self
+
+    def queues(self, topic: str) -> list[MessageQueue]:
+        return self._lt.run(self._impl.queues(topic))
+
+    def send(self, topic: str, body: bytes, **kwargs) -> SendResult:
+        return self._lt.run(self._impl.send(topic, body, **kwargs))
+
+    def send_batch(self, topic: str, messages: Sequence[Message | bytes], **kwargs) -> SendResult:
+        return self._lt.run(self._impl.send_batch(topic, messages, **kwargs))
+
+    def shutdown(self) -> None:
+        self._lt.run(self._impl.shutdown())
+
+    def __enter__(self) -> "Producer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+async def _make(cls, *args, **kwargs):
+    return cls(*args, **kwargs)

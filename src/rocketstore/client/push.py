@@ -1,0 +1,259 @@
+"""``PushConsumer``: a consumer-group loop — heartbeat, rebalance, long-poll, consume, commit.
+
+See ``consumer`` for the theory of operation. The listener is a plain function
+``listener(msg: MessageExt) -> bool | None`` run on a worker thread; ``False`` or an exception
+means "consume later" (the message is sent back to the broker's retry topic).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Mapping
+
+from ..errors import BrokerError
+from ..format.message import MessageExt
+from ..remoting.codes import RequestCode, ResponseCode
+from ..remoting.command import RemotingCommand
+from ._sync import LoopThread
+from .consumer import RETRY_PREFIX, AsyncPullConsumer, original_view
+from .instance import MessageQueue, sleep_or
+
+log = logging.getLogger(__name__)
+Listener = Callable[[MessageExt], "bool | None"]
+
+
+class AsyncPushConsumer:
+    def __init__(self, group: str, namesrv: str, subscription: Mapping[str, str],
+                 listener: Listener, *, consume_from: str = "last", max_reconsume_times: int = 16,
+                 retry_delay_level: int = 0, pull_batch_size: int = 32,
+                 long_poll_ms: int = 15_000, heartbeat_interval_s: float = 10.0,
+                 rebalance_interval_s: float = 5.0, commit_interval_s: float = 1.0,
+                 consume_threads: int = 4, timeout_s: float = 5.0) -> None:
+        if consume_from not in ("last", "first"):
+            raise ValueError("consume_from must be 'last' or 'first'")
+        self.pc = AsyncPullConsumer(group, namesrv, timeout_s=timeout_s)
+        self.group = group
+        self.subscription = dict(subscription)
+        self.subscription.setdefault(RETRY_PREFIX + group, "*")
+        self.listener = listener
+        self.consume_from = consume_from
+        self.max_reconsume_times = max_reconsume_times
+        self.retry_delay_level = retry_delay_level
+        self.pull_batch_size = pull_batch_size
+        self.long_poll_ms = long_poll_ms
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.rebalance_interval_s = rebalance_interval_s
+        self.commit_interval_s = commit_interval_s
+        self.executor = ThreadPoolExecutor(consume_threads, thread_name_prefix=f"consume-{group}")
+        self.offsets: dict[MessageQueue, int] = {}
+        self._committed: dict[MessageQueue, int] = {}
+        self._tasks: dict[MessageQueue, asyncio.Task] = {}
+        self._loops: list[asyncio.Task] = []
+        self._stop = asyncio.Event()
+        self._rebalance_now = asyncio.Event()
+        self.pc.instance.on_notify.append(self._on_notify)
+
+    @property
+    def client_id(self) -> str:
+        return self.pc.instance.client_id
+
+    def _on_notify(self, cmd: RemotingCommand) -> None:
+        if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+            self._rebalance_now.set()
+
+    def _consumer_data(self) -> dict:
+        return {"groupName": self.group, "consumeType": "CONSUME_PASSIVELY",
+                "messageModel": "CLUSTERING",
+                "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET" if self.consume_from == "last"
+                else "CONSUME_FROM_FIRST_OFFSET", "unitMode": False,
+                "subscriptionDataSet": [{"topic": t, "subString": e, "tagsSet": [],
+                                         "codeSet": [], "subVersion": 0, "classFilterMode": False,
+                                         "expressionType": "TAG"}
+                                        for t, e in self.subscription.items()]}
+
+    async def _heartbeat(self) -> None:
+        await self.pc.instance.heartbeat(list(self.subscription), [], [self._consumer_data()])
+
+    async def start(self) -> "AsyncPushConsumer":
+        await self._heartbeat()
+        await self.rebalance()
+        loop = asyncio.get_running_loop()
+        self._loops = [loop.create_task(self._heartbeat_loop()),
+                       loop.create_task(self._rebalance_loop()),
+                       loop.create_task(self._commit_loop())]
+        return self
+
+    async def _heartbeat_loop(self) -> None:
+        while not await sleep_or(self._stop, self.heartbeat_interval_s):
+            try:
+                await self._heartbeat()
+            except (ConnectionError, TimeoutError, BrokerError) as exc:
+                log.warning("heartbeat failed: %s", exc)
+
+    async def _rebalance_loop(self) -> None:
+        while not self._stop.is_set():
+            await sleep_or(self._rebalance_now, self.rebalance_interval_s)
+            self._rebalance_now.clear()
+            if self._stop.is_set():
+                return
+            try:
+                await self.rebalance()
+            except (ConnectionError, TimeoutError, BrokerError) as exc:
+                log.warning("rebalance failed: %s", exc)
+
+    async def _commit_loop(self) -> None:
+        while not await sleep_or(self._stop, self.commit_interval_s):
+            await self.commit()
+
+    async def rebalance(self) -> None:
+        mine: set[MessageQueue] = set()
+        for topic in self.subscription:
+            queues = sorted(await self.pc.queues(topic))
+            if not queues:
+                continue
+            addr = await self.pc.instance.broker_addr(queues[0])
+            resp = await self.pc.instance.invoke(
+                addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": self.group},
+                ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
+            ids = sorted(json.loads(resp.body)["consumerIdList"]) \
+                if resp.code == ResponseCode.SUCCESS and resp.body else [self.client_id]
+            if self.client_id not in ids:
+                ids = sorted(ids + [self.client_id])
+            mine.update(allocate_average(queues, ids, self.client_id))
+        for mq in list(self._tasks):
+            if mq not in mine:
+                self._tasks.pop(mq).cancel()
+                await self._commit_one(mq)
+                self.offsets.pop(mq, None)
+        for mq in sorted(mine):
+            if mq not in self._tasks:
+                self._tasks[mq] = asyncio.get_running_loop().create_task(self._pull_loop(mq))
+
+    async def _start_offset(self, mq: MessageQueue) -> int:
+        off = await self.pc.committed_offset(mq.topic, mq.queue_id)
+        if off is not None and off >= 0:
+            return off
+        if self.consume_from == "first" or mq.topic.startswith(RETRY_PREFIX):
+            return await self.pc.min_offset(mq.topic, mq.queue_id)
+        return await self.pc.max_offset(mq.topic, mq.queue_id)
+
+    async def _pull_loop(self, mq: MessageQueue) -> None:
+        expr = self.subscription.get(mq.topic, "*")
+        while not self._stop.is_set():
+            try:
+                if mq not in self.offsets:
+                    self.offsets[mq] = await self._start_offset(mq)
+                offset = self.offsets[mq]
+                r = await self.pc.pull(mq.topic, mq.queue_id, offset, self.pull_batch_size,
+                                       subscription=expr, suspend_ms=self.long_poll_ms,
+                                       commit_offset=self._committed.get(mq))
+                for m in r.messages:
+                    if self._stop.is_set():
+                        return
+                    await self._consume_one(m)
+                    self.offsets[mq] = m.queue_offset + 1
+                if r.status == "OFFSET_ILLEGAL" or not r.messages:
+                    self.offsets[mq] = r.next_begin_offset
+            except asyncio.CancelledError:
+                raise
+            except (ConnectionError, TimeoutError, BrokerError) as exc:
+                log.warning("pull %s failed: %s", mq, exc)
+                if await sleep_or(self._stop, 1.0):
+                    return
+
+    async def _consume_one(self, m: MessageExt) -> None:
+        loop = asyncio.get_running_loop()
+        view = original_view(m)
+        phys_topic_msg = m
+        try:
+            ok = await loop.run_in_executor(self.executor, self.listener, view)
+        except Exception as exc:
+            log.info("listener failed on %s: %s", m.msg_id, exc)
+            ok = False
+        if ok is False:
+            while not self._stop.is_set():
+                try:
+                    await self.pc.send_back(phys_topic_msg, self.retry_delay_level,
+                                            self.max_reconsume_times)
+                    return
+                except (ConnectionError, TimeoutError, BrokerError) as exc:
+                    log.warning("send back failed: %s", exc)
+                    await sleep_or(self._stop, 1.0)
+
+    async def _commit_one(self, mq: MessageQueue) -> None:
+        off = self.offsets.get(mq)
+        if off is None or self._committed.get(mq) == off:
+            return
+        try:
+            await self.pc.commit_offset(mq.topic, mq.queue_id, off)
+            self._committed[mq] = off
+        except (ConnectionError, TimeoutError, BrokerError) as exc:
+            log.warning("commit %s failed: %s", mq, exc)
+
+    async def commit(self) -> None:
+        for mq in list(self.offsets):
+            await self._commit_one(mq)
+
+    async def shutdown(self) -> None:
+        self._stop.set()
+        for t in self._loops + list(self._tasks.values()):
+            t.cancel()
+        await asyncio.gather(*self._loops, *self._tasks.values(), return_exceptions=True)
+        self._tasks.clear()
+        await self.commit()
+        for addr in await self.pc.instance.all_brokers(list(self.subscription)):
+            try:
+                await self.pc.instance.invoke(addr, RequestCode.UNREGISTER_CLIENT,
+                                              {"clientID": self.client_id,
+                                               "consumerGroup": self.group})
+            except (ConnectionError, TimeoutError, BrokerError):
+                pass
+        self.executor.shutdown(wait=False)
+        await self.pc.shutdown()
+
+
+def allocate_average(queues: list[MessageQueue], client_ids: list[str],
+                     me: str) -> list[MessageQueue]:
+    """RocketMQ's ``AllocateMessageQueueAveragely``: contiguous, near-equal shares."""
+    n, k = len(queues), len(client_ids)
+    idx = client_ids.index(me)
+    mod = n % k
+    size = (n // k + 1 if idx < mod else n // k) if n > k else 1
+    start = idx * size if mod > 0 and idx < mod else idx * size + mod
+    rng = min(size, n - start)
+    return [queues[(start + i) % n] for i in range(max(rng, 0))]
+
+
+class PushConsumer:
+    """Blocking facade: ``start()`` runs the loop in the background until ``shutdown()``."""
+
+    def __init__(self, group: str, namesrv: str, subscription: Mapping[str, str],
+                 listener: Listener, **kwargs) -> None:
+        self._lt = LoopThread.shared()
+
+        async def make() -> AsyncPushConsumer:
+            return AsyncPushConsumer(group, namesrv, subscription, listener, **kwargs)
+        self._impl = self._lt.run(make())
+
+    @property
+    def client_id(self) -> str:
+        return self._impl.client_id
+
+    @property
+    def offsets(self) -> dict[MessageQueue, int]:
+        return dict(self._impl.offsets)
+
+    def start(self) -> "PushConsumer":
+        self._lt.run(self._impl.start())
+        return self
+
+    def shutdown(self) -> None:
+        self._lt.run(self._impl.shutdown())
+
+    def __enter__(self) -> "PushConsumer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()

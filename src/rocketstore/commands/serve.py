@@ -1,0 +1,107 @@
+"""``rocketstore serve``: a name server and a broker speaking RocketMQ 4.x remoting."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import signal
+import sys
+
+import click
+
+from ._common import store_option
+
+
+def _store_config(store_dir: str, conf: str | None, options: tuple[str, ...], host: str,
+                  port: int, delay_levels: str | None, flush: str | None):
+    from ..config import StoreConfig
+
+    fields = {f.name: f for f in dataclasses.fields(StoreConfig)}
+    overrides: dict = {"store_path_root_dir": store_dir}
+    for opt in options:
+        key, sep, value = opt.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in fields or key == "extra":
+            raise click.BadParameter(f"{opt!r}: want NAME=VALUE with a StoreConfig field name",
+                                     param_hint="--store-option")
+        t = str(fields[key].type)
+        if t == "int":
+            overrides[key] = int(value)
+        elif t == "bool":
+            overrides[key] = value.lower() in ("1", "true", "yes")
+        else:
+            overrides[key] = value
+    if delay_levels:
+        overrides["message_delay_level"] = delay_levels
+    if flush:
+        overrides["flush_disk_type"] = flush
+    overrides.setdefault("store_host", f"{host}:{port}")
+    if conf:
+        return StoreConfig.from_properties(conf, **overrides)
+    return StoreConfig(**overrides)
+
+
+async def _serve(store_cfg, broker_cfg, as_json: bool) -> None:
+    from ..broker.controller import Broker
+
+    broker = Broker(store_cfg, broker_cfg)
+    await broker.start()
+    ready = {"event": "ready", "broker": f"{broker_cfg.host}:{broker_cfg.port}",
+             "namesrv": f"{broker_cfg.host}:{broker_cfg.namesrv_port}",
+             "store": store_cfg.store_path_root_dir}
+    if as_json:
+        click.echo(json.dumps(ready))
+    else:
+        click.echo(f"rocketstore broker on {ready['broker']}, name server on {ready['namesrv']}, "
+                   f"store {ready['store']} (Ctrl-C to stop)")
+    sys.stdout.flush()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await broker.stop()
+    if as_json:
+        click.echo(json.dumps({"event": "stopped"}))
+    else:
+        click.echo("stopped cleanly")
+
+
+@click.command("serve")
+@store_option
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address both servers bind to and the broker advertises.")
+@click.option("--port", default=10911, show_default=True, type=int, help="Broker port (0 = any).")
+@click.option("--namesrv-port", default=9876, show_default=True, type=int,
+              help="Name server port (0 = any).")
+@click.option("--broker-name", default="broker-a", show_default=True)
+@click.option("--config", "conf", type=click.Path(exists=True, dir_okay=False),
+              help="A RocketMQ broker.conf (camelCase keys) for the store settings.")
+@click.option("--store-option", "-o", "options", multiple=True, metavar="NAME=VALUE",
+              help="A StoreConfig field, e.g. -o mapped_file_size_commitlog=1048576.")
+@click.option("--flush-disk-type", type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]))
+@click.option("--message-delay-level", help='Delay levels, e.g. "1s 5s 10s 30s 1m".')
+@click.option("--auto-create-topic/--no-auto-create-topic", default=True, show_default=True)
+@click.option("--default-topic-queue-nums", default=4, show_default=True, type=int)
+@click.option("--max-reconsume-times", default=16, show_default=True, type=int)
+@click.option("--log-level", default="WARNING", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable status lines.")
+def command(store_dir, host, port, namesrv_port, broker_name, conf, options, flush_disk_type,
+            message_delay_level, auto_create_topic, default_topic_queue_nums,
+            max_reconsume_times, log_level, as_json) -> None:
+    """Serve the store to RocketMQ clients: name server + broker in one process."""
+    from ..broker.config import BrokerConfig
+
+    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.WARNING),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    store_cfg = _store_config(store_dir, conf, options, host, port, message_delay_level,
+                              flush_disk_type)
+    broker_cfg = BrokerConfig(host=host, port=port, namesrv_port=namesrv_port,
+                              broker_name=broker_name,
+                              auto_create_topic_enable=auto_create_topic,
+                              default_topic_queue_nums=default_topic_queue_nums,
+                              max_reconsume_times=max_reconsume_times)
+    asyncio.run(_serve(store_cfg, broker_cfg, as_json))

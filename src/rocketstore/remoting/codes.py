@@ -1,0 +1,96 @@
+"""RocketMQ 4.x remoting constants: request codes, response codes, languages, flags.
+
+Values are RocketMQ 4.9's (``RequestCode``, ``ResponseCode``, ``RemotingSysResponseCode``,
+``LanguageCode``, ``RemotingCommand`` flag bits); names are kept so operators find what they know.
+"""
+from __future__ import annotations
+
+from enum import IntEnum
+
+# ---- flag bits of RemotingCommand.flag ------------------------------------------------------
+RPC_TYPE_RESPONSE = 0x1  # bit 0: the command is a response
+RPC_ONEWAY = 0x2  # bit 1: the request wants no response
+
+# ---- serialize types (high byte of the header-length word) ----------------------------------
+SERIALIZE_JSON = 0
+SERIALIZE_ROCKETMQ = 1
+
+FRAME_MAX_LENGTH = 16 * 1024 * 1024  # NettyDecoder's default (com.rocketmq.remoting.frameMaxLength)
+
+
+class RequestCode(IntEnum):
+    SEND_MESSAGE = 10
+    PULL_MESSAGE = 11
+    QUERY_MESSAGE = 12
+    QUERY_CONSUMER_OFFSET = 14
+    UPDATE_CONSUMER_OFFSET = 15
+    UPDATE_AND_CREATE_TOPIC = 17
+    GET_ALL_TOPIC_CONFIG = 21
+    SEARCH_OFFSET_BY_TIMESTAMP = 29
+    GET_MAX_OFFSET = 30
+    GET_MIN_OFFSET = 31
+    GET_EARLIEST_MSG_STORETIME = 32
+    VIEW_MESSAGE_BY_ID = 33
+    HEART_BEAT = 34
+    UNREGISTER_CLIENT = 35
+    CONSUMER_SEND_MSG_BACK = 36
+    GET_CONSUMER_LIST_BY_GROUP = 38
+    NOTIFY_CONSUMER_IDS_CHANGED = 40
+    LOCK_BATCH_MQ = 41
+    UNLOCK_BATCH_MQ = 42
+    GET_ROUTEINFO_BY_TOPIC = 105
+    GET_BROKER_CLUSTER_INFO = 106
+    SEND_MESSAGE_V2 = 310
+    SEND_BATCH_MESSAGE = 320
+
+
+class ResponseCode(IntEnum):
+    SUCCESS = 0
+    SYSTEM_ERROR = 1
+    SYSTEM_BUSY = 2
+    REQUEST_CODE_NOT_SUPPORTED = 3
+    FLUSH_DISK_TIMEOUT = 10
+    SLAVE_NOT_AVAILABLE = 11
+    FLUSH_SLAVE_TIMEOUT = 12
+    MESSAGE_ILLEGAL = 13
+    SERVICE_NOT_AVAILABLE = 14
+    VERSION_NOT_SUPPORTED = 15
+    NO_PERMISSION = 16
+    TOPIC_NOT_EXIST = 17
+    PULL_NOT_FOUND = 19
+    PULL_RETRY_IMMEDIATELY = 20
+    PULL_OFFSET_MOVED = 21
+    QUERY_NOT_FOUND = 22
+    SUBSCRIPTION_PARSE_FAILED = 23
+    SUBSCRIPTION_NOT_EXIST = 24
+    SUBSCRIPTION_NOT_LATEST = 25
+    SUBSCRIPTION_GROUP_NOT_EXIST = 26
+
+
+class LanguageCode(IntEnum):
+    JAVA = 0
+    CPP = 1
+    DOTNET = 2
+    PYTHON = 3
+    DELPHI = 4
+    ERLANG = 5
+    RUBY = 6
+    OTHER = 7
+    HTTP = 8
+    GO = 9
+    PHP = 10
+    OMS = 11
+    RUST = 12
+
+
+# PULL_MESSAGE sysFlag bits (PullSysFlag)
+PULL_FLAG_COMMIT_OFFSET = 0x1
+PULL_FLAG_SUSPEND = 0x2
+PULL_FLAG_SUBSCRIPTION = 0x4
+PULL_FLAG_CLASS_FILTER = 0x8
+
+# Topic permissions (PermName)
+PERM_INHERIT = 0x1
+PERM_WRITE = 0x2
+PERM_READ = 0x4
+PERM_RW = PERM_READ | PERM_WRITE
