@@ -18,7 +18,7 @@ from ..config import StoreConfig
 from ..errors import StoreClosedError, StoreError, StoreLockedError
 from ..format.message import Message, MessageExt, parse_message_id
 from . import read_path
-from .checkpoint import StoreCheckpoint
+from .checkpoint import StoreCheckpoint, atomic_write
 from .commitlog import CommitLog
 from .dispatch import ConsumeQueueDispatcher, ConsumeQueueTable, ReputService
 from .flush import FlushService
@@ -27,6 +27,8 @@ from .recovery import RecoveryReport, rebuild_queue_table, recover
 from .results import GetMessageResult, GetStatus, PutMessageResult
 
 log = logging.getLogger(__name__)
+
+SIZES_FILE = "store.properties"  # <root>/config/: the file sizes, so tools reopen the store
 
 
 def _index_service_class():
@@ -92,6 +94,7 @@ class MessageStore:
         rebuild_queue_table(self.commitlog, self.cq_table)
         self.flush_service = FlushService(cfg, self.commitlog, self._on_physic_flushed, self._flush_logics)
         self.put_path = PutPath(cfg, self.commitlog, self.reput, self.flush_service)
+        self._save_sizes()
         with open(self.abort_path, "w") as fh:
             fh.write(str(os.getpid()))
         self.flush_service.start()
@@ -104,6 +107,17 @@ class MessageStore:
         else:
             self.clean_service = CleanService(self)
             self.clean_service.start()
+
+    def _save_sizes(self) -> None:
+        path = os.path.join(self.root, "config", SIZES_FILE)
+        if os.path.exists(path):
+            return
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        c = self.cfg
+        text = (f"mappedFileSizeCommitLog={c.mapped_file_size_commitlog}\n"
+                f"mappedFileSizeConsumeQueue={c.mapped_file_size_consume_queue}\n"
+                f"maxHashSlotNum={c.max_hash_slot_num}\nmaxIndexNum={c.max_index_num}\n")
+        atomic_write(path, text.encode())
 
     def shutdown(self) -> None:
         if self._closed:

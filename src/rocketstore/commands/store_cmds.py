@@ -1,0 +1,179 @@
+"""``rocketstore put``, ``get`` and ``inspect``: the store from the command line."""
+from __future__ import annotations
+
+import os
+
+import click
+
+from ..config import StoreConfig
+from ..store.message_store import SIZES_FILE
+from ._common import emit_json, json_option, store_option
+
+
+def open_store(store_dir: str, config: str | None = None, create: bool = False, **overrides):
+    """Open a store directory, reading sizes from ``broker.conf`` if given."""
+    from ..store.message_store import MessageStore
+    if not os.path.isdir(store_dir) and not create:
+        raise click.ClickException(f"{store_dir}: no such store directory")
+    cfg = (StoreConfig.from_properties(config, store_path_root_dir=store_dir, **overrides) if config
+           else StoreConfig(store_path_root_dir=store_dir, **detect_sizes(store_dir), **overrides))
+    return MessageStore(cfg)
+
+
+def detect_sizes(store_dir: str) -> dict:
+    """File sizes of an existing store, so it opens without a config file."""
+    saved = os.path.join(store_dir, "config", SIZES_FILE)
+    if os.path.exists(saved):
+        cfg = StoreConfig.from_properties(saved)
+        return {k: getattr(cfg, k) for k in ("mapped_file_size_commitlog", "mapped_file_size_consume_queue",
+                                             "max_hash_slot_num", "max_index_num")}
+    out: dict = {}
+    cl = os.path.join(store_dir, "commitlog")
+    if os.path.isdir(cl):
+        names = sorted(n for n in os.listdir(cl) if len(n) == 20 and n.isdigit())
+        if names:
+            out["mapped_file_size_commitlog"] = os.path.getsize(os.path.join(cl, names[0]))
+    cq = os.path.join(store_dir, "consumequeue")
+    if os.path.isdir(cq):
+        for topic in os.listdir(cq):
+            for qid in os.listdir(os.path.join(cq, topic)):
+                d = os.path.join(cq, topic, qid)
+                files = [n for n in os.listdir(d) if len(n) == 20 and n.isdigit()] if os.path.isdir(d) else []
+                if files:
+                    out["mapped_file_size_consume_queue"] = os.path.getsize(os.path.join(d, files[0]))
+                    break
+            if "mapped_file_size_consume_queue" in out:
+                break
+    idx = os.path.join(store_dir, "index")
+    if os.path.isdir(idx):
+        from ..errors import CorruptFileError
+        from ..store.index_service import _file_sizes  # noqa: PLC0415
+        names = sorted(os.listdir(idx))
+        if names:
+            try:
+                out["max_hash_slot_num"], out["max_index_num"] = _file_sizes(
+                    os.path.join(idx, names[0]), None, None)
+            except CorruptFileError as exc:
+                raise click.ClickException(f"{exc}; pass --config broker.conf") from exc
+    return out
+
+
+config_option = click.option("--config", "config", type=click.Path(dir_okay=False, exists=True),
+                             help="RocketMQ broker.conf with store settings.")
+
+
+def message_dict(m, with_body: bool = True) -> dict:
+    d = {"msg_id": m.msg_id, "topic": m.topic, "queue_id": m.queue_id,
+         "queue_offset": m.queue_offset, "commitlog_offset": m.commitlog_offset,
+         "store_size": m.store_size, "tags": m.tags, "keys": m.keys, "uniq_key": m.uniq_key,
+         "store_timestamp": m.store_timestamp, "born_timestamp": m.born_timestamp,
+         "born_host": m.born_host, "store_host": m.store_host, "sys_flag": m.sys_flag,
+         "flag": m.flag, "reconsume_times": m.reconsume_times, "body_crc": m.body_crc,
+         "properties": m.properties}
+    if with_body:
+        try:
+            d["body"] = m.body.decode("utf-8")
+        except UnicodeDecodeError:
+            d["body_hex"] = m.body.hex()
+    return d
+
+
+@click.command("put")
+@store_option
+@click.option("--topic", required=True)
+@click.option("--tags", default=None)
+@click.option("--keys", default=None, help="Comma-separated keys.")
+@click.option("--queue", "queue_id", default=0, show_default=True, type=int)
+@click.option("--property", "props", multiple=True, help="name=value, repeatable.")
+@config_option
+@json_option
+@click.argument("bodies", nargs=-1, required=True)
+def put(store_dir, topic, tags, keys, queue_id, props, config, as_json, bodies):
+    """Append one message per BODY."""
+    from ..format.message import Message
+    properties = dict(p.split("=", 1) for p in props)
+    key_list = [k for k in (keys or "").split(",") if k]
+    out = []
+    with open_store(store_dir, config, create=True) as store:
+        for body in bodies:
+            r = store.put_message(Message(topic, body.encode("utf-8"), tags=tags, keys=key_list,
+                                          properties=properties, queue_id=queue_id))
+            out.append({"status": r.status.name, "msg_id": r.msg_id, "wrote_offset": r.wrote_offset,
+                        "wrote_bytes": r.wrote_bytes, "queue_offset": r.queue_offset,
+                        "store_timestamp": r.store_timestamp, "error": r.error})
+    if as_json:
+        emit_json(out)
+    else:
+        for o in out:
+            click.echo(f"{o['status']} msgId={o['msg_id']} queueOffset={o['queue_offset']} "
+                       f"offset={o['wrote_offset']}" + (f" ({o['error']})" if o["error"] else ""))
+    if any(o["status"] != "PUT_OK" for o in out):
+        raise SystemExit(1)
+
+
+@click.command("get")
+@store_option
+@click.option("--topic", required=True)
+@click.option("--queue", "queue_id", required=True, type=int)
+@click.option("--offset", required=True, type=int)
+@click.option("--max", "max_msgs", default=32, show_default=True, type=int)
+@click.option("--subscription", default=None, help='Tag expression, e.g. "TagA || TagB".')
+@config_option
+@json_option
+def get(store_dir, topic, queue_id, offset, max_msgs, subscription, config, as_json):
+    """Read messages of one queue from OFFSET."""
+    with open_store(store_dir, config) as store:
+        store.wait_dispatched(30)
+        g = store.get_message("cli", topic, queue_id, offset, max_msgs, subscription)
+    res = {"status": g.status.name, "next_begin_offset": g.next_begin_offset,
+           "min_offset": g.min_offset, "max_offset": g.max_offset,
+           "messages": [message_dict(m) for m in g.messages]}
+    if as_json:
+        emit_json(res)
+        return
+    click.echo(f"{res['status']} next={g.next_begin_offset} min={g.min_offset} max={g.max_offset}")
+    for m in res["messages"]:
+        body = m.get("body", m.get("body_hex", ""))
+        click.echo(f"  [{m['queue_offset']}] {m['msg_id']} tags={m['tags']} keys={','.join(m['keys'])} "
+                   f"body={body[:80]!r}")
+
+
+@click.command("inspect")
+@store_option
+@config_option
+@json_option
+def inspect(store_dir, config, as_json):
+    """Files, offsets, topics, queues and index fill of a store."""
+    with open_store(store_dir, config) as store:
+        store.wait_dispatched(30)
+        cl = store.commitlog
+        info = {
+            "root": os.path.abspath(store_dir),
+            "last_exit_ok": store.last_exit_ok,
+            "recovery": vars(store.recovery_report),
+            "commitlog": {"segment_size": cl.file_size, "min_offset": cl.min_offset(),
+                          "max_offset": cl.max_offset(),
+                          "segments": [{"name": mf.name, "wrote": mf.wrote_position}
+                                       for mf in cl.queue.files]},
+            "checkpoint": {"physic": store.checkpoint.physic_msg_timestamp,
+                           "logics": store.checkpoint.logics_msg_timestamp,
+                           "index": store.checkpoint.index_msg_timestamp},
+            "topics": {t: [{"queue_id": q, "min_offset": store.get_min_offset_in_queue(t, q),
+                            "max_offset": store.get_max_offset_in_queue(t, q)} for q in qs]
+                       for t, qs in store.topics().items()},
+            "index": store.index_service.describe() if store.index_service else [],
+        }
+    if as_json:
+        emit_json(info)
+        return
+    c = info["commitlog"]
+    click.echo(f"store {info['root']}  (last exit {'clean' if info['last_exit_ok'] else 'UNCLEAN'})")
+    click.echo(f"commitlog: {len(c['segments'])} segment(s) of {c['segment_size']} bytes, "
+               f"offsets {c['min_offset']}..{c['max_offset']}")
+    for t, qs in info["topics"].items():
+        click.echo(f"topic {t}: " + ", ".join(f"q{q['queue_id']}[{q['min_offset']}..{q['max_offset']})" for q in qs))
+    for f in info["index"]:
+        click.echo("index " + " ".join(f"{k}={v}" for k, v in f.items()))
+
+
+commands = [put, get, inspect]
