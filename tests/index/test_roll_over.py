@@ -169,3 +169,28 @@ def test_truncate_dirty_files_and_disabled_index(tmp_path):
     off.dispatch(log.records())
     assert off.files == [] and off.dispatch_from_offset() == LONG_MAX
     off.shutdown()
+
+
+def test_record_straddling_a_roll_is_completed_after_crash(tmp_path):
+    """A record's keys can straddle two files; a crash that destroys the second file must not
+    lose its tail keys (the restart point is that very record)."""
+    log = MiniLog()
+    log.append("T", ["a"], uniq="u1", ts=T0)                       # entries 1-2 of file A
+    r2 = log.append("T", ["b", "c", "d"], uniq="u2", ts=T0 + 10)  # 2 in A, 2 in B
+    log.append("T", None, uniq="u3", ts=T0 + 20)                   # B (3 of 4 entries)
+    ref = make_service(tmp_path / "ref", slots=7, num=5)
+    ref.dispatch(log.records())
+    svc = make_service(tmp_path / "crash", slots=7, num=5)
+    svc.dispatch(log.records())
+    svc.flush()
+    svc.files[-1].close()
+    # simulate an unflushed last file: reload after a crash with the checkpoint of file A
+    assert svc.checkpoint.index_msg_timestamp == T0 + 10
+    again = make_service(tmp_path / "crash", slots=7, num=5, last_exit_ok=False)
+    assert len(again.files) == 1 and again.dispatch_from_offset() == r2
+    again.dispatch(log.records())
+    assert index_bytes(again) == index_bytes(ref)
+    for key in ["b", "c", "d", "u3"]:
+        assert len(again.query_message("T", key, 8, 0, None, log.read).messages) == 1
+    again.shutdown()
+    ref.shutdown()

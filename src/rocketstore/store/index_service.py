@@ -14,10 +14,12 @@ file's end offset/time in its header, and the full file is flushed in the backgr
 which ``checkpoint.index_msg_timestamp`` = its end time and the checkpoint is flushed.
 
 *Idempotence.* RocketMQ skips a record when ``offset < endPhyOffset`` of the last file, which
-indexes the record at ``endPhyOffset`` a second time after a re-dispatch. Here a record is also
-skipped when ``offset == endPhyOffset`` and that offset was indexed (the last file has entries or
-carries a previous file's end), so ``dispatch_from_offset()`` — the last file's end offset — is a
-safe restart point: re-dispatching from any offset at or below it adds nothing twice.
+indexes the record at ``endPhyOffset`` a second time after a re-dispatch. Here the record at
+``endPhyOffset`` only gets the keys it is missing: the index already holds its first ``k`` keys,
+``k`` = the trailing entries with that offset (followed back across a roll, since a record's keys
+can straddle two files and a crash can destroy the second). So ``dispatch_from_offset()`` — the
+last file's end offset — is a safe restart point: re-dispatching from any offset at or below it
+completes the index and adds nothing twice.
 
 *Recovery.* ``load(last_exit_ok=False)`` destroys, as RocketMQ does, every file whose end time is
 newer than ``checkpoint.index_msg_timestamp`` (only full, flushed files are trusted after a
@@ -181,9 +183,18 @@ class IndexService:
             self._flush_in_background(prev)
         return f
 
-    def _indexed_through_end(self, f: IndexFile) -> bool:
-        """Whether the record at ``f.end_phy_offset`` is already in the index."""
-        return f.index_count > 1 or f.end_phy_offset > 0 or len(self.files) > 1
+    def _keys_indexed_at(self, phy_offset: int) -> int:
+        """How many keys of the record at ``phy_offset`` (the newest indexed offset) are already
+        in the index: the trailing entries with that offset, followed back across a roll."""
+        n = 0
+        for f in reversed(self.files):
+            idx = f.index_count - 1
+            while idx >= 1 and f.entry(idx)[1] == phy_offset:
+                n += 1
+                idx -= 1
+            if idx >= 1:
+                break
+        return n
 
     def dispatch(self, recs) -> None:
         """Index a decoded batch (``DecodedRecords``); see the module doc."""
@@ -192,13 +203,15 @@ class IndexService:
         f = self.last_file()
         end = f.end_phy_offset
         offsets = recs.commitlog_offset
-        if self._indexed_through_end(f):
-            mask = offsets > end
-        else:
-            mask = offsets >= end
+        mask = offsets >= end
         if not mask.any():
             return
         keys, owner = index_keys(recs, mask)
+        if keys and offsets[owner[0]] == end:
+            # the record at endPhyOffset may be indexed wholly or (cut by a crash right after a
+            # roll) in part: put only the keys that are missing, in their original order
+            done = min(self._keys_indexed_at(end), int(np.count_nonzero(offsets[owner] == end)))
+            keys, owner = keys[done:], owner[done:]
         if not keys:
             return
         self.put_keys(index_key_hash_many(keys), offsets[owner], recs.store_timestamp[owner])
