@@ -1,0 +1,76 @@
+"""Fixtures: a real ``rocketstore serve`` subprocess on 127.0.0.1 with free ports."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import pytest
+
+SMALL_STORE = ["-o", "mapped_file_size_commitlog=1048576",
+               "-o", "mapped_file_size_consume_queue=20000",
+               "-o", "max_hash_slot_num=1000", "-o", "max_index_num=4000"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    proc: subprocess.Popen
+    store: str
+    broker: str
+    namesrv: str
+    log_path: str
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return self.proc.returncode
+
+    def log(self) -> str:
+        with open(self.log_path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+
+
+def start_server(store: str, *extra: str, log_path: str | None = None) -> Server:
+    port, ns_port = free_port(), free_port()
+    log_path = log_path or os.path.join(os.path.dirname(store), f"serve-{port}.log")
+    err = open(log_path, "w")
+    cmd = [sys.executable, "-m", "rocketstore.cli", "serve", "--store", store, "--host",
+           "127.0.0.1", "--port", str(port), "--namesrv-port", str(ns_port), "--json",
+           "--log-level", "INFO", *SMALL_STORE, *extra]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+    deadline = time.monotonic() + 30
+    line = ""
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line or proc.poll() is not None:
+            break
+    if not line:
+        proc.kill()
+        raise RuntimeError(f"serve did not start: {open(log_path).read()}")
+    ready = json.loads(line)
+    assert ready["event"] == "ready", line
+    return Server(proc, store, ready["broker"], ready["namesrv"], log_path)
+
+
+@pytest.fixture
+def server(tmp_path):
+    srv = start_server(str(tmp_path / "store"), "--message-delay-level", "1s 2s 3s 4s 5s")
+    yield srv
+    rc = srv.stop()
+    assert rc == 0, srv.log()

@@ -1,0 +1,85 @@
+"""Driver run inside the interop venv (PyPI ``rocketmq==0.4.4``, Apache's C++ client).
+
+    python interop_client.py produce NAMESRV TOPIC N      -> JSON list of send results
+    python interop_client.py pull NAMESRV TOPIC GROUP     -> JSON list of pulled messages
+    python interop_client.py push NAMESRV TOPIC GROUP N   -> JSON list of consumed messages
+
+Prints one JSON document on stdout; the parent test applies a hard timeout.
+"""
+import json
+import sys
+import threading
+import time
+
+from rocketmq.client import Message, PullConsumer, PushConsumer, Producer
+
+
+def _s(v):
+    return v.decode("utf-8") if isinstance(v, bytes) else v
+
+
+def _msg(m):
+    return {"id": _s(m.id), "topic": _s(m.topic), "tags": _s(m.tags), "keys": _s(m.keys),
+            "body": _s(m.body), "queue_id": m.queue_id, "queue_offset": m.queue_offset,
+            "reconsume_times": m.reconsume_times}
+
+
+def produce(namesrv, topic, n):
+    p = Producer("PG_interop")
+    p.set_namesrv_addr(namesrv)
+    p.start()
+    out = []
+    try:
+        for i in range(n):
+            m = Message(topic)
+            m.set_keys(f"key-{i}")
+            m.set_tags(f"Tag{i % 3}")
+            m.set_body(f"body-{i}")
+            r = p.send_sync(m)
+            out.append({"status": int(r.status), "msg_id": r.msg_id, "offset": r.offset,
+                        "i": i})
+    finally:
+        p.shutdown()
+    print(json.dumps(out))
+
+
+def pull(namesrv, topic, group):
+    c = PullConsumer(group)
+    c.set_namesrv_addr(namesrv)
+    c.start()
+    try:
+        out = [_msg(m) for m in c.pull(topic)]
+    finally:
+        c.shutdown()
+    print(json.dumps(out))
+
+
+def push(namesrv, topic, group, n):
+    got, lock, done = [], threading.Lock(), threading.Event()
+
+    def cb(m):
+        with lock:
+            got.append(_msg(m))
+            if len(got) >= n:
+                done.set()
+
+    c = PushConsumer(group)
+    c.set_namesrv_addr(namesrv)
+    c.subscribe(topic, cb)
+    c.start()
+    done.wait(60)
+    time.sleep(6)  # let the consumer commit its offsets (every ~5 s) before shutting down
+    c.shutdown()
+    print(json.dumps(got))
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    if mode == "produce":
+        produce(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif mode == "pull":
+        pull(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif mode == "push":
+        push(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    else:
+        raise SystemExit(f"unknown mode {mode}")

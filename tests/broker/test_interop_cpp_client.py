@@ -1,0 +1,85 @@
+"""Apache's C++ RocketMQ client (PyPI ``rocketmq==0.4.4``) against ``rocketstore serve``.
+
+The client lives in its own venv (``.cache/interop-venv``, created on first run from PyPI) and
+runs in subprocesses with hard timeouts; the broker is a real ``rocketstore serve`` process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from rocketstore import MessageStore, StoreConfig
+from rocketstore.broker.state import load_json_lenient
+
+from .conftest import start_server
+
+pytestmark = pytest.mark.interop
+ROOT = Path(__file__).resolve().parents[2]
+VENV = ROOT / ".cache" / "interop-venv"
+DRIVER = Path(__file__).with_name("interop_client.py")
+N = 100
+
+
+def _interop_python() -> str:
+    py = VENV / "bin" / "python"
+    ok = py.exists() and subprocess.run([str(py), "-c", "import rocketmq.client"],
+                                        capture_output=True, timeout=60).returncode == 0
+    if not ok:
+        venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
+        r = subprocess.run([str(py), "-m", "pip", "install", "-q", "rocketmq==0.4.4"],
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            pytest.fail(f"cannot install rocketmq==0.4.4 into {VENV}: {r.stderr[-2000:]}")
+    return str(py)
+
+
+def _run(py: str, tmp_path: Path, *args: str, timeout: float = 120) -> list:
+    env = {**os.environ, "HOME": str(tmp_path)}  # the C++ client logs under $HOME/logs
+    r = subprocess.run([py, str(DRIVER), *args], capture_output=True, text=True,
+                       timeout=timeout, env=env)
+    assert r.returncode == 0, f"driver {args} failed ({r.returncode}): {r.stderr[-3000:]}"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_cpp_client_produce_pull_push(tmp_path):
+    py = _interop_python()
+    srv = start_server(str(tmp_path / "store"))
+    try:
+        sent = _run(py, tmp_path, "produce", srv.namesrv, "InteropTopic", str(N))
+        assert len(sent) == N and all(s["status"] == 0 for s in sent), sent[:3]
+        ids = {s["msg_id"] for s in sent}
+        assert len(ids) == N
+
+        pulled = _run(py, tmp_path, "pull", srv.namesrv, "InteropTopic", "CG_pull")
+        assert len(pulled) == N
+        by_body = {m["body"]: m for m in pulled}
+        assert set(by_body) == {f"body-{i}" for i in range(N)}
+        for s in sent:
+            m = by_body[f"body-{s['i']}"]
+            assert m["id"] == s["msg_id"]
+            assert m["tags"] == f"Tag{s['i'] % 3}"
+            assert m["keys"] == f"key-{s['i']}"
+            assert m["topic"] == "InteropTopic"
+        assert {m["queue_id"] for m in pulled} == {0, 1, 2, 3}
+
+        pushed = _run(py, tmp_path, "push", srv.namesrv, "InteropTopic", "CG_push", str(N),
+                      timeout=150)
+        assert {m["body"] for m in pushed} == {f"body-{i}" for i in range(N)}
+        assert {m["id"] for m in pushed} == ids
+    finally:
+        assert srv.stop() == 0, srv.log()
+    offsets = load_json_lenient(str(tmp_path / "store" / "config" / "consumerOffset.json"))
+    committed = offsets["offsetTable"]["InteropTopic@CG_push"]
+    with MessageStore(StoreConfig(store_path_root_dir=str(tmp_path / "store"),
+                                  mapped_file_size_commitlog=1 << 20,
+                                  mapped_file_size_consume_queue=20 * 1000,
+                                  max_hash_slot_num=1000, max_index_num=4000)) as store:
+        maxes = {str(q): store.get_max_offset_in_queue("InteropTopic", q) for q in range(4)}
+    assert sum(maxes.values()) == N
+    assert {k: int(v) for k, v in committed.items()} == maxes
