@@ -194,3 +194,18 @@ def test_record_straddling_a_roll_is_completed_after_crash(tmp_path):
         assert len(again.query_message("T", key, 8, 0, None, log.read).messages) == 1
     again.shutdown()
     ref.shutdown()
+
+
+def test_truncate_drops_empty_rolled_file_carrying_a_dirty_end(tmp_path):
+    log = MiniLog()
+    log.append("T", ["a"], uniq="u1", ts=T0)
+    cut = log.append("T", ["b"], uniq="u2", ts=T0 + 5)  # fills the file (4 entries)
+    svc = make_service(tmp_path, slots=7, num=5)
+    svc.dispatch(log.records())
+    svc.last_file()  # eager roll: an empty file carrying end = cut
+    assert len(svc.files) == 2 and svc.files[-1].entry_count == 0
+    assert svc.truncate_dirty_files(cut) == 2  # CommitLog now ends at `cut`
+    assert svc.files == [] and svc.dispatch_from_offset() == 0
+    svc.dispatch(log.records(0, cut))
+    assert svc.files[-1].entry_count == 2
+    svc.shutdown()

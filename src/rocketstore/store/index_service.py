@@ -256,12 +256,13 @@ class IndexService:
             return len(doomed)
 
     def truncate_dirty_files(self, max_phy_offset: int) -> int:
-        """Destroy files (newest first) holding entries at or past ``max_phy_offset`` — for a
-        CommitLog truncated below what was indexed. Returns how many were destroyed."""
+        """Destroy files (newest first) whose end offset is at or past ``max_phy_offset`` (entries,
+        or an empty rolled file's carried end) — for a CommitLog truncated below what was
+        indexed, so the skip rule cannot hide new records. Returns how many were destroyed."""
         with self._lock:
             files = list(self.files)
             n = 0
-            while files and files[-1].end_phy_offset >= max_phy_offset and files[-1].index_count > 1:
+            while files and files[-1].end_phy_offset >= max_phy_offset:
                 files.pop().destroy()
                 n += 1
             self.files = files

@@ -1,0 +1,90 @@
+"""``rocketstore query``: find messages by key, by unique key or by message id.
+
+    rocketstore query --store DIR --topic T --key K [--begin ISO] [--end ISO] [--max N] [--json]
+    rocketstore query --store DIR --msg-id ID [--topic T] [--json]
+
+``--key`` is exact (topic and KEYS piece or UNIQ_KEY must match; hash collisions never show),
+newest first, at most ``--max`` (capped by ``max_msgs_num_batch``, 64 unless configured).
+``--msg-id`` takes an offset message id (32/56 hex chars, what RocketMQ returns on send); if no
+record has that id it is tried as a client unique id (UNIQ_KEY), in ``--topic`` or in every
+topic of the store — the same fallback as ``mqadmin queryMsgById``.
+"""
+from __future__ import annotations
+
+import click
+
+from ._common import emit_json, json_option, parse_time_ms, store_option
+from .store_cmds import config_option, message_dict, open_store
+
+
+def _by_msg_id(store, msg_id: str, topic: str | None):
+    from ..format.message import parse_message_id
+    try:
+        _, offset = parse_message_id(msg_id)
+    except ValueError:
+        offset = None
+    if offset is not None:
+        m = store.look_message_by_offset(offset)
+        if m is not None and m.msg_id.upper() == msg_id.upper():
+            return [m], "msg_id"
+    svc = store.index_service
+    if svc is None:
+        return [], "msg_id"
+    read = store.look_message_by_offset
+    topics = [topic] if topic else sorted(store.topics())
+    found = []
+    for t in topics:
+        found.extend(svc.query_by_uniq_key(t, msg_id, read))
+    found.sort(key=lambda m: -m.commitlog_offset)
+    return found, "uniq_key"
+
+
+@click.command("query")
+@store_option
+@click.option("--topic", default=None, help="Topic (required with --key).")
+@click.option("--key", default=None, help="Message key or unique key, matched exactly.")
+@click.option("--msg-id", "msg_id", default=None, help="Offset message id (or a unique key).")
+@click.option("--begin", default=None, help="Earliest store time, ISO-8601 or epoch ms.")
+@click.option("--end", default=None, help="Latest store time, ISO-8601 or epoch ms.")
+@click.option("--max", "max_num", default=32, show_default=True, type=int)
+@click.option("--body/--no-body", default=True, show_default=True, help="Include bodies.")
+@config_option
+@json_option
+def command(store_dir, topic, key, msg_id, begin, end, max_num, body, config, as_json):
+    """Query messages by key (exact, newest first) or by message id."""
+    if (key is None) == (msg_id is None):
+        raise click.UsageError("give exactly one of --key and --msg-id")
+    if key is not None and not topic:
+        raise click.UsageError("--key needs --topic")
+    if max_num <= 0:
+        raise click.UsageError("--max must be positive")
+    begin_ms = parse_time_ms(begin) or 0
+    end_ms = parse_time_ms(end)
+    with open_store(store_dir, config) as store:
+        store.wait_dispatched(30)
+        if key is not None:
+            q = store.query_message(topic, key, max_num=max_num, begin=begin_ms, end=end_ms)
+            msgs, how = q.messages, "key"
+            meta = {"index_last_update_timestamp": q.index_last_update_timestamp,
+                    "index_last_update_phyoffset": q.index_last_update_phyoffset}
+        else:
+            msgs, how = _by_msg_id(store, msg_id, topic)
+            meta = {}
+        out = {"query": {"topic": topic, "key": key, "msg_id": msg_id, "begin": begin_ms,
+                         "end": end_ms, "max": max_num, "matched_by": how},
+               "count": len(msgs), **meta,
+               "messages": [message_dict(m, with_body=body) for m in msgs]}
+    if as_json:
+        emit_json(out)
+    else:
+        what = f"key {key!r} in {topic}" if key is not None else f"id {msg_id}"
+        click.echo(f"{len(msgs)} message(s) for {what}")
+        for m in out["messages"]:
+            line = (f"  {m['msg_id']} topic={m['topic']} queue={m['queue_id']}:{m['queue_offset']} "
+                    f"offset={m['commitlog_offset']} stored={m['store_timestamp']} "
+                    f"keys={','.join(m['keys'])} uniq={m['uniq_key']}")
+            if body:
+                line += f" body={m.get('body', m.get('body_hex', ''))[:80]!r}"
+            click.echo(line)
+    if msg_id is not None and not msgs:
+        raise SystemExit(1)
