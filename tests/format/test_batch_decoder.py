@@ -13,9 +13,10 @@ def _segment(msgs, hosts, size=None):
     for i, (m, (born, store)) in enumerate(zip(msgs, hosts)):
         enc = encode_message(m, m.all_properties(), born_timestamp=i, born_host=born,
                              store_host=store, max_body_size=1 << 22)
-        patch_record(enc.data, 0, enc.store_ts_pos, i, 1000 + len(buf), 5000 + i)
+        data = bytearray(enc.data)
+        patch_record(data, 0, enc.store_ts_pos, i, 1000 + len(buf), 5000 + i)
         offs.append(len(buf))
-        buf += enc.data
+        buf += data
     if size:
         buf += bytes(size - len(buf))
     return buf, offs

@@ -55,8 +55,9 @@ def test_vectorised_hash_equals_scalar(strings):
 def _encode(msg, born="127.0.0.1:0", store="127.0.0.1:8123", qo=0, phys=0, ts=1):
     enc = encode_message(msg, msg.all_properties(), born_timestamp=7, born_host=born,
                          store_host=store, max_body_size=4 << 20)
-    patch_record(enc.data, 0, enc.store_ts_pos, qo, phys, ts)
-    return bytes(enc.data)
+    data = bytearray(enc.data)
+    patch_record(data, 0, enc.store_ts_pos, qo, phys, ts)
+    return bytes(data)
 
 
 def test_foobar_record_is_158_bytes_and_ipv6_182():

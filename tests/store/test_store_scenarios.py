@@ -190,15 +190,24 @@ def test_bad_input_gives_status_and_writes_nothing(tmp_path):
 
 
 def test_wrong_size_file_names_the_file(tmp_path):
-    cfg = small_config(tmp_path)
+    cfg = small_config(tmp_path, mapped_file_size_commitlog=4096)
     with MessageStore(cfg) as store:
-        store.put_message(Message("T", b"x"))
-    seg = tmp_path / "commitlog" / "00000000000000000000"
+        for _ in range(40):
+            store.put_message(Message("T", b"x" * 200))
+    seg = tmp_path / "commitlog" / "00000000000000000000"  # not the last segment
     with open(seg, "r+b") as fh:
         fh.truncate(1000)
     with pytest.raises(StoreError, match="00000000000000000000"):
         MessageStore(cfg)
     assert not os.path.exists(tmp_path / "abort")
+    assert os.path.getsize(seg) == 1000  # refused, nothing changed
+
+
+def test_opening_with_other_sizes_is_refused(tmp_path):
+    with MessageStore(small_config(tmp_path)) as store:
+        store.put_message(Message("T", b"x"))
+    with pytest.raises(StoreError, match="mapped_file_size_commitlog"):
+        MessageStore(small_config(tmp_path, mapped_file_size_commitlog=1 << 20))
 
 
 def test_second_store_on_same_directory_is_refused(tmp_path):

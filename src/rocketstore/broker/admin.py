@@ -34,9 +34,10 @@ def record_bytes(m: Any) -> bytes:
     enc = encode_message(msg, m.properties, born_timestamp=m.born_timestamp,
                          born_host=m.born_host, store_host=m.store_host,
                          max_body_size=max(len(m.body), 1))
-    patch_record(enc.data, 0, enc.store_ts_pos, m.queue_offset, m.commitlog_offset,
+    data = bytearray(enc.data)
+    patch_record(data, 0, enc.store_ts_pos, m.queue_offset, m.commitlog_offset,
                  m.store_timestamp)
-    return bytes(enc.data)
+    return bytes(data)
 
 
 def handlers(broker: "Broker") -> dict[int, Any]:

@@ -34,9 +34,11 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import random
 import struct
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Mapping, Sequence
@@ -188,10 +190,17 @@ def check_property(name: str, value: str) -> None:
 
 
 # ---- message ids ------------------------------------------------------------------------------
+@lru_cache(maxsize=1024)
+def _msg_id_prefix(store_host: str) -> str:
+    addr, port, _ = parse_host(store_host)
+    return (addr + struct.pack(">i", port)).hex().upper()
+
+
 def create_message_id(store_host: str, physical_offset: int) -> str:
     """Offset msgId: store ip | port | physical offset, upper-case hex (32 or 56 chars)."""
-    addr, port, _ = parse_host(store_host)
-    return (addr + struct.pack(">iq", port, physical_offset)).hex().upper()
+    if physical_offset >= 0:
+        return f"{_msg_id_prefix(store_host)}{physical_offset:016X}"
+    return _msg_id_prefix(store_host) + struct.pack(">q", physical_offset).hex().upper()
 
 
 def parse_message_id(msg_id: str) -> tuple[str, int]:
@@ -210,7 +219,7 @@ class UniqKeyGenerator:
 
     def __init__(self, ip: str = "127.0.0.1") -> None:
         addr, _, _ = parse_host(f"{ip}:0")
-        self._prefix = addr + struct.pack(">hi", os.getpid() & 0x7FFF, id(self) & 0x7FFFFFFF)
+        self._prefix = (addr + struct.pack(">hi", os.getpid() & 0x7FFF, random.getrandbits(31))).hex().upper()
         self._lock = threading.Lock()
         self._counter = 0
         self._month_start_ms, self._next_month_ms = self._month_window()
@@ -231,7 +240,7 @@ class UniqKeyGenerator:
             diff = max(0, now - self._month_start_ms) & 0x7FFFFFFF
             c = self._counter & 0xFFFF
             self._counter += 1
-        return (self._prefix + struct.pack(">iH", diff, c)).hex().upper()
+        return f"{self._prefix}{diff:08X}{c:04X}"
 
 
 _default_uniq = UniqKeyGenerator()
@@ -321,14 +330,15 @@ class MessageExt:
 # ---- encode -----------------------------------------------------------------------------------
 @dataclass(slots=True)
 class EncodedMessage:
-    """A pre-encoded record; ``data`` lacks queue offset, physical offset and store time."""
+    """A pre-encoded record; ``data`` lacks queue offset, physical offset and store time
+    (``patch_record`` writes them where the record lands)."""
 
-    data: bytearray
+    data: bytes
     store_ts_pos: int
     topic: str
     queue_id: int
     sys_flag: int
-    properties: dict[str, str]
+    properties: Mapping[str, str]
 
 
 class MessageTooLarge(ValueError):
@@ -339,62 +349,72 @@ class PropertiesTooLarge(ValueError):
     """Properties string over 32767 bytes."""
 
 
+@lru_cache(maxsize=4096)
+def _host_bytes(host: str) -> tuple[bytes, bool]:
+    addr, port, v6 = parse_host(host)
+    return addr + _I32.pack(port), v6
+
+
+@lru_cache(maxsize=4096)
+def _topic_bytes(topic: str) -> bytes:
+    if not isinstance(topic, str) or not topic:
+        raise ValueError("topic must be a non-empty string")
+    tb = topic.encode("utf-8")
+    if len(topic) > MAX_TOPIC_LENGTH or len(tb) > MAX_TOPIC_LENGTH:
+        raise ValueError(f"topic longer than {MAX_TOPIC_LENGTH}: {len(tb)} bytes")
+    return bytes([len(tb)]) + tb
+
+
+def encode_properties(props: Mapping[str, str]) -> bytes:
+    """Validate and serialise properties (``name\x01value\x02`` each)."""
+    parts = []
+    for k, v in props.items():
+        if v is None:
+            continue
+        if not k or not isinstance(k, str) or "\x01" in k or "\x02" in k:
+            raise ValueError(f"illegal property name {k!r}")
+        if not isinstance(v, str) or not v or "\x02" in v:
+            raise ValueError(f"illegal value for property {k!r}: {v!r}")
+        parts.append(f"{k}\x01{v}\x02")
+    return "".join(parts).encode("utf-8")
+
+
 def encode_message(msg: Message, props: Mapping[str, str], *, born_timestamp: int,
                    born_host: str, store_host: str, max_body_size: int) -> EncodedMessage:
     """Encode a v1 record. Raises ``ValueError`` subclasses for illegal input."""
-    topic = msg.topic
-    if not isinstance(topic, str) or not topic:
-        raise ValueError("topic must be a non-empty string")
-    topic_b = topic.encode("utf-8")
-    if len(topic) > MAX_TOPIC_LENGTH or len(topic_b) > MAX_TOPIC_LENGTH:
-        raise ValueError(f"topic longer than {MAX_TOPIC_LENGTH}: {len(topic_b)} bytes")
+    topic_part = _topic_bytes(msg.topic)
     body = msg.body
     if not isinstance(body, (bytes, bytearray, memoryview)):
         raise ValueError(f"body must be bytes, not {type(body).__name__}")
-    if len(body) > max_body_size:
-        raise MessageTooLarge(f"body of {len(body)} bytes exceeds max_message_size {max_body_size}")
-    for k, v in props.items():
-        check_property(k, v)
-    props_b = properties_to_string(props).encode("utf-8")
-    if len(props_b) > MAX_PROPERTIES_LENGTH:
-        raise PropertiesTooLarge(f"properties of {len(props_b)} bytes exceed {MAX_PROPERTIES_LENGTH}")
+    blen = len(body)
+    if blen > max_body_size:
+        raise MessageTooLarge(f"body of {blen} bytes exceeds max_message_size {max_body_size}")
+    props_b = encode_properties(props)
+    plen = len(props_b)
+    if plen > MAX_PROPERTIES_LENGTH:
+        raise PropertiesTooLarge(f"properties of {plen} bytes exceed {MAX_PROPERTIES_LENGTH}")
     qid = msg.queue_id
     if not isinstance(qid, int) or isinstance(qid, bool) or not 0 <= qid <= 0x7FFFFFFF:
         raise ValueError(f"queue_id must be a non-negative int, not {qid!r}")
-    baddr, bport, bv6 = parse_host(born_host)
-    saddr, sport, sv6 = parse_host(store_host)
+    born_part, bv6 = _host_bytes(born_host)
+    store_part, sv6 = _host_bytes(store_host)
     sys_flag = msg.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
     if bv6:
         sys_flag |= BORNHOST_V6_FLAG
     if sv6:
         sys_flag |= STOREHOSTADDRESS_V6_FLAG
-    size = record_length(len(body), len(topic_b), len(props_b), sys_flag)
-    buf = bytearray(size)
-    HEAD.pack_into(buf, 0, size, MESSAGE_MAGIC_CODE, crc32_masked(body), qid, msg.flag, 0, 0,
-                   sys_flag, born_timestamp)
-    pos = BORNHOST_POS
-    buf[pos:pos + len(baddr)] = baddr
-    pos += len(baddr)
-    _I32.pack_into(buf, pos, bport)
-    pos += 4
-    store_ts_pos = pos
-    pos += 8  # store timestamp, patched later
-    buf[pos:pos + len(saddr)] = saddr
-    pos += len(saddr)
-    _I32.pack_into(buf, pos, sport)
-    pos += 4
-    TAIL.pack_into(buf, pos, msg.reconsume_times, msg.prepared_transaction_offset, len(body))
-    pos += TAIL.size
-    buf[pos:pos + len(body)] = body
-    pos += len(body)
-    buf[pos] = len(topic_b)
-    pos += 1
-    buf[pos:pos + len(topic_b)] = topic_b
-    pos += len(topic_b)
-    _H16.pack_into(buf, pos, len(props_b))
-    pos += 2
-    buf[pos:pos + len(props_b)] = props_b
-    return EncodedMessage(buf, store_ts_pos, topic, qid, sys_flag, dict(props))
+    size = (BORNHOST_POS + len(born_part) + 8 + len(store_part) + TAIL.size + blen
+            + len(topic_part) + 2 + plen)
+    crc = (zlib.crc32(body) & 0x7FFFFFFF) if blen else 0
+    data = b"".join((HEAD.pack(size, MESSAGE_MAGIC_CODE, crc, qid, msg.flag, 0, 0, sys_flag,
+                               born_timestamp),
+                     born_part, _ZERO8, store_part,
+                     TAIL.pack(msg.reconsume_times, msg.prepared_transaction_offset, blen),
+                     body, topic_part, _H16.pack(plen), props_b))
+    return EncodedMessage(data, BORNHOST_POS + len(born_part), msg.topic, qid, sys_flag, props)
+
+
+_ZERO8 = bytes(8)
 
 
 def patch_record(buf, pos: int, store_ts_pos: int, queue_offset: int, physical_offset: int,

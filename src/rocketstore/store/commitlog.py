@@ -88,6 +88,11 @@ class CommitLog:
             queue_offsets = []
             sizes = []
             start_pos = pos
+            mm = mf.mm
+            if len(records) == 1:
+                mm[pos:pos + total] = records[0].data
+            else:
+                mm[pos:pos + total] = b"".join(r.data for r in records)
             for rec in records:
                 key = (rec.topic, rec.queue_id)
                 tran = rec.sys_flag & TRANSACTION_MASK
@@ -97,8 +102,7 @@ class CommitLog:
                     qo = table.get(key, 0)
                     table[key] = qo + 1
                 n = len(rec.data)
-                patch_record(rec.data, 0, rec.store_ts_pos, qo, phys, now)
-                mf.mm[pos:pos + n] = rec.data
+                patch_record(mm, pos, rec.store_ts_pos, qo, phys, now)
                 queue_offsets.append(qo)
                 sizes.append(n)
                 pos += n

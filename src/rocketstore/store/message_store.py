@@ -15,7 +15,7 @@ import threading
 from typing import Callable, Sequence
 
 from ..config import StoreConfig
-from ..errors import StoreClosedError, StoreError, StoreLockedError
+from ..errors import CorruptFileError, StoreClosedError, StoreError, StoreLockedError
 from ..format.message import Message, MessageExt, parse_message_id
 from . import read_path
 from .checkpoint import StoreCheckpoint, atomic_write
@@ -23,7 +23,7 @@ from .commitlog import CommitLog
 from .dispatch import ConsumeQueueDispatcher, ConsumeQueueTable, ReputService
 from .flush import FlushService
 from .put_path import PutPath
-from .recovery import RecoveryReport, rebuild_queue_table, recover
+from .recovery import RecoveryReport, rebuild_queue_table, recover, repair_short_files
 from .results import GetMessageResult, GetStatus, PutMessageResult
 
 log = logging.getLogger(__name__)
@@ -74,6 +74,8 @@ class MessageStore:
         self.abort_path = os.path.join(self.root, "abort")
         self.last_exit_ok = not os.path.exists(self.abort_path)
         self.checkpoint = StoreCheckpoint(os.path.join(self.root, "checkpoint"))
+        self._check_saved_sizes()
+        padded = repair_short_files(cfg)
         self.commitlog = CommitLog(cfg)
         self.commitlog.load()
         self.cq_table = ConsumeQueueTable(cfg)
@@ -85,18 +87,17 @@ class MessageStore:
             self.index_service.load(self.last_exit_ok)
             dispatchers.append(self.index_service)
         self.reput = ReputService(cfg, self.commitlog, dispatchers, self._confirmed_offset)
-        index_from = self.index_service.dispatch_from_offset() if self.index_service else None
         self.recovery_report: RecoveryReport = recover(
             self.commitlog, self.cq_table, self.checkpoint, self.last_exit_ok,
-            cfg.check_crc_on_recover, index_from)
+            cfg.check_crc_on_recover, self.index_service, padded)
         self.reput.reput_from = self.recovery_report.reput_from
         self.reput.run_until(self.commitlog.max_offset())
         rebuild_queue_table(self.commitlog, self.cq_table)
-        self.flush_service = FlushService(cfg, self.commitlog, self._on_physic_flushed, self._flush_logics)
+        self.flush_service = FlushService(cfg, self.commitlog, self._on_physic_flushed, self._flush_logics,
+                                          self.checkpoint)
         self.put_path = PutPath(cfg, self.commitlog, self.reput, self.flush_service)
         self._save_sizes()
-        with open(self.abort_path, "w") as fh:
-            fh.write(str(os.getpid()))
+        atomic_write(self.abort_path, str(os.getpid()).encode())  # durable before the first put
         self.flush_service.start()
         self.reput.start()
         self.clean_service = None
@@ -107,6 +108,19 @@ class MessageStore:
         else:
             self.clean_service = CleanService(self)
             self.clean_service.start()
+
+    def _check_saved_sizes(self) -> None:
+        """A store opened with other file sizes than it was created with is refused up front
+        (before anything could pad or truncate a file to the wrong size)."""
+        path = os.path.join(self.root, "config", SIZES_FILE)
+        if not os.path.exists(path):
+            return
+        saved = StoreConfig.from_properties(path)
+        for name in ("mapped_file_size_commitlog", "mapped_file_size_consume_queue",
+                     "max_hash_slot_num", "max_index_num"):
+            want, have = getattr(saved, name), getattr(self.cfg, name)
+            if want != have:
+                raise CorruptFileError(path, f"store was created with {name}={want}, opened with {have}")
 
     def _save_sizes(self) -> None:
         path = os.path.join(self.root, "config", SIZES_FILE)
@@ -128,19 +142,25 @@ class MessageStore:
             self.clean_service.stop()
         self.reput.wait_dispatched(timeout=10.0)
         self.reput.stop()
-        self.flush_service.stop()
-        self._flush_logics()
-        if self.index_service is not None:
-            self.index_service.shutdown()
-        if self.reput.behind_bytes() == 0 and self.reput.last_error is None:
+        try:
             try:
-                os.unlink(self.abort_path)
-            except FileNotFoundError:
-                pass
-        self.commitlog.close()
-        for cq in self.cq_table:
-            cq.close()
-        self._release_lock()
+                self.flush_service.stop()  # CommitLog, then ConsumeQueues + index, checkpoint
+            finally:
+                if self.index_service is not None:
+                    self.index_service.shutdown()
+            # RocketMQ: keep the abort file unless writeable and fully dispatched; we also keep
+            # it after a flush error, so the next open takes the abnormal (re-dispatching) path
+            if (self.reput.behind_bytes() == 0 and self.reput.last_error is None
+                    and self.flush_service.last_error is None and self.put_path.writeable):
+                try:
+                    os.unlink(self.abort_path)
+                except FileNotFoundError:
+                    pass
+        finally:
+            self.commitlog.close()
+            for cq in self.cq_table:
+                cq.close()
+            self._release_lock()
 
     close = shutdown
 
@@ -165,11 +185,11 @@ class MessageStore:
         self.checkpoint.physic_msg_timestamp = ts
 
     def _flush_logics(self) -> None:
+        """Payload only: the flush service writes the checkpoint after this returns."""
         for cq in self.cq_table:
             cq.flush()
         if self.index_service is not None:
             self.index_service.flush()
-        self.checkpoint.flush()
 
     # -- write ----------------------------------------------------------------------------------
     def put_message(self, msg: Message) -> PutMessageResult:

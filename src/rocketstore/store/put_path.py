@@ -17,7 +17,9 @@ Nothing is written for any status but PUT_OK and FLUSH_DISK_TIMEOUT. Delayed mes
 from __future__ import annotations
 
 import logging
+import re
 import time
+from functools import lru_cache
 
 from ..config import StoreConfig
 from ..errors import DiskFullError, StoreError
@@ -35,14 +37,15 @@ from .results import PutMessageResult, PutStatus
 
 log = logging.getLogger(__name__)
 
-_ILLEGAL_TOPIC_CHARS = set("/\\\x00")
+_ILLEGAL_TOPIC = re.compile(r"[\x00-\x1f/\\]")
 
 
+@lru_cache(maxsize=4096)
 def check_topic(topic: object) -> str | None:
     """Why a topic is illegal, or None."""
     if not isinstance(topic, str) or not topic:
         return "topic must be a non-empty string"
-    if topic in (".", "..") or any(c in _ILLEGAL_TOPIC_CHARS or ord(c) < 0x20 for c in topic):
+    if topic in (".", "..") or _ILLEGAL_TOPIC.search(topic):
         return f"topic {topic!r} has characters that cannot name a directory"
     if len(topic) > 127 or len(topic.encode("utf-8")) > 127:
         return "topic longer than 127"
