@@ -1,10 +1,20 @@
 """``StoreCheckpoint``: <root>/checkpoint, 4096 bytes (layout in ``format.layouts``).
 
 Written by replacing the file atomically (temp file, fsync, rename, fsync of the directory), so
-a crash leaves either the old or the new checkpoint, never a torn one.
+a crash leaves either the old or the new checkpoint, never a torn one. When the disk is full the
+temp file cannot be created; the checkpoint is then rewritten in place (``pwrite`` of the whole
+page + ``fdatasync``): the five fields share one 512-byte sector, which disks write atomically,
+and no new block is needed.
+
+Every field must describe data that is already on disk (payload first, checkpoint second):
+physic is set after a CommitLog sync, index after a full index file is flushed, and logics —
+which dispatch raises continuously in memory — is written capped at the value the logics
+flusher marked durable (read before it flushed the ConsumeQueues, ``mark_logics_durable``).
+A checkpoint that lags is always safe: abnormal recovery just walks back further.
 """
 from __future__ import annotations
 
+import errno
 import os
 import threading
 
@@ -23,12 +33,30 @@ def fsync_dir(path: str) -> None:
 def atomic_write(path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` so that a crash leaves the old or the new content."""
     tmp = f"{path}.tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
     os.replace(tmp, path)
     fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def overwrite_in_place(path: str, data: bytes) -> None:
+    """Rewrite an existing file of the same size in place (needs no new disk space)."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        if os.pwrite(fd, data, 0) != len(data):
+            raise OSError(errno.EIO, f"{path}: short write")
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
 
 
 class StoreCheckpoint:
@@ -47,6 +75,18 @@ class StoreCheckpoint:
                 raise CorruptFileError(path, f"checkpoint of {len(data)} bytes, want {CHECKPOINT_SIZE}")
             (self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
              self.master_flushed_offset, self.confirm_phy_offset) = CHECKPOINT.unpack(data)
+        self._logics_durable: int | None = None  # no cap until a store tracks durability
+        self.flush_count = 0
+
+    def track_logics_durability(self) -> None:
+        """From now on write logics capped at what ``mark_logics_durable`` confirmed."""
+        if self._logics_durable is None:
+            self._logics_durable = self.logics_msg_timestamp
+
+    def mark_logics_durable(self, ts: int) -> None:
+        """The ConsumeQueues hold every unit stored at or before ``ts`` on disk."""
+        if self._logics_durable is not None and ts > self._logics_durable:
+            self._logics_durable = ts
 
     def min_timestamp(self) -> int:
         """``getMinTimestamp``: min(physic, logics) - 3 s, at least 0."""
@@ -56,7 +96,10 @@ class StoreCheckpoint:
         return min(self.min_timestamp(), self.index_msg_timestamp)
 
     def to_bytes(self) -> bytes:
-        head = CHECKPOINT.pack(self.physic_msg_timestamp, self.logics_msg_timestamp,
+        logics = self.logics_msg_timestamp
+        if self._logics_durable is not None:
+            logics = min(logics, self._logics_durable)
+        head = CHECKPOINT.pack(self.physic_msg_timestamp, logics,
                                self.index_msg_timestamp, self.master_flushed_offset,
                                self.confirm_phy_offset)
         return head + bytes(CHECKPOINT_SIZE - len(head))
@@ -64,4 +107,12 @@ class StoreCheckpoint:
     def flush(self) -> None:
         """Persist atomically. I/O errors propagate."""
         with self._lock:
-            atomic_write(self.path, self.to_bytes())
+            data = self.to_bytes()
+            try:
+                atomic_write(self.path, data)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not os.path.exists(self.path) \
+                        or os.path.getsize(self.path) != len(data):
+                    raise
+                overwrite_in_place(self.path, data)
+            self.flush_count += 1

@@ -1,18 +1,37 @@
-"""Flush services: SYNC_FLUSH group commit and ASYNC_FLUSH periodic flush.
+"""Flush services: SYNC_FLUSH group commit, ASYNC_FLUSH periodic flush, logics flush.
 
 Theory of operation.
-* **SYNC_FLUSH.** A putter appends, then calls ``wait_flushed(end_offset)``. The flush thread
-  collects every waiting request, flushes once (one msync covers all of them: group commit),
-  then wakes each putter whose end offset is now durable. A putter that waits longer than
-  ``sync_flush_timeout`` gets ``False`` (→ ``FLUSH_DISK_TIMEOUT``); its bytes are still written.
-* **ASYNC_FLUSH.** Every ``flush_interval_commitlog`` ms the thread flushes when at least
-  ``flush_commitlog_least_pages`` pages are dirty, and everything every
-  ``flush_commitlog_thorough_interval`` ms. A process crash loses nothing (the page cache
-  survives); a power loss can lose the last interval.
-* After each CommitLog flush the checkpoint's physic timestamp moves to the store time of the
-  last flushed message; ConsumeQueues and index are flushed every ``flush_interval_consume_queue``
-  ms, then the checkpoint file is written (payload first, checkpoint second).
-Flush errors propagate to ``last_error`` and fail the waiting putters; they are never swallowed.
+
+* **What "flushed" means.** ``flush_commitlog`` walks the CommitLog segments that hold unflushed
+  bytes, oldest first, and ``fdatasync``s each one (``MappedFile.flush``; the call releases the
+  GIL, so putters keep appending while the disk works). A segment's flushed position only moves
+  to the write position captured *before* the sync, so ``CommitLog.flushed_offset()`` never
+  claims a byte that was not on disk when the sync returned.
+* **SYNC_FLUSH: group commit.** A putter appends under the put lock, then calls
+  ``wait_flushed(end_offset)``: it raises the *requested* offset and waits on a condition. The
+  commit thread wakes, flushes *everything written so far* with one sync per dirty segment, and
+  wakes every waiter; each returns once the flushed offset covers its end. Putters that append
+  while a sync is running are covered by the next one, so N concurrent putters share one fsync
+  (``flush_count`` counts the syncs; the tests and the benchmark read it). A putter still
+  waiting after ``sync_flush_timeout`` ms gets ``False`` → ``FLUSH_DISK_TIMEOUT`` (its bytes are
+  written, maybe not yet durable). ``WAIT=false`` puts only ``wakeup()`` the thread.
+* **ASYNC_FLUSH.** Every ``flush_interval_commitlog`` ms the thread flushes the segments that
+  have at least ``flush_commitlog_least_pages`` dirty OS pages (a full segment always
+  qualifies, as in RocketMQ's ``isAbleToFlush``), and every ``flush_commitlog_thorough_interval``
+  ms it flushes everything. A process crash loses nothing (the page cache survives); a power
+  loss can lose the last interval.
+* **Checkpoint: payload first, checkpoint second.** After a sync the checkpoint's physic time is
+  set to the store time of the last message of the last segment flushed *in full up to the
+  position captured after that time was read*, so it never runs ahead of the disk. The logics
+  thread (its own schedule, ``flush_interval_consume_queue`` ms; all queues thoroughly every
+  ``flush_consume_queue_thorough_interval``) reads the live logics time *first*, then flushes
+  the ConsumeQueues and the index, then marks that time durable and writes the checkpoint
+  (``StoreCheckpoint.mark_logics_durable``).
+* **Errors.** A failed CommitLog sync is fatal for durability: ``last_error`` is set, every
+  waiter is woken and fails, the put path refuses new puts (SERVICE_NOT_AVAILABLE) and
+  ``shutdown`` keeps the abort file. Nothing is swallowed. A logics/checkpoint flush error is
+  recorded in ``last_logics_error``, logged and retried next round (the checkpoint on disk
+  only gets older, which makes the next recovery walk back further — always safe).
 """
 from __future__ import annotations
 
@@ -23,52 +42,103 @@ from typing import Callable
 
 from ..config import StoreConfig
 from .commitlog import CommitLog
+from .mapped_file import OS_PAGE_SIZE
 
 log = logging.getLogger(__name__)
 
+SYNC_WAIT_S = 0.01  # GroupCommitService.waitForRunning(10)
+
+
+def flush_segments(commitlog: CommitLog, least_pages: int = 0) -> tuple[int, int]:
+    """Sync the dirty segments, oldest first: (flushed offset, store time of the flushed data).
+
+    With ``least_pages`` a segment that is not full and has fewer dirty pages is left (and so is
+    everything after it). The store time is 0 when nothing was flushed.
+    """
+    ts = 0
+    for mf in list(commitlog.queue.files):
+        wrote = mf.wrote_position
+        if mf.flushed_position >= wrote:
+            continue
+        if least_pages > 0 and not mf.is_full():
+            dirty = wrote // OS_PAGE_SIZE - mf.flushed_position // OS_PAGE_SIZE
+            if dirty < least_pages:
+                break
+        seg_ts = mf.store_timestamp  # read before the position: never ahead of the synced bytes
+        upto = mf.wrote_position
+        mf.flush(0, upto=upto)
+        if seg_ts:
+            ts = seg_ts
+    return commitlog.flushed_offset(), ts
+
 
 class FlushService:
+    """CommitLog flushing (sync group commit or async periodic) plus the logics flush."""
+
     def __init__(self, cfg: StoreConfig, commitlog: CommitLog,
                  on_flushed: Callable[[int], None],
-                 flush_logics: Callable[[], None]) -> None:
+                 flush_logics: Callable[[], None],
+                 checkpoint=None, clock: Callable[[], float] = time.monotonic) -> None:
         self.cfg = cfg
         self.commitlog = commitlog
         self.on_flushed = on_flushed  # physic timestamp of the flushed data
-        self.flush_logics = flush_logics
+        self.flush_logics = flush_logics  # flushes ConsumeQueues and index (payload only)
+        self.checkpoint = checkpoint  # StoreCheckpoint, written after the payload
+        self.clock = clock
         self.last_error: BaseException | None = None
-        self.flush_count = 0
+        self.last_logics_error: BaseException | None = None
+        self.flush_count = 0  # CommitLog syncs that moved the flushed offset
+        self.logics_flush_count = 0
         self._cond = threading.Condition()
-        self._pending = 0  # highest offset a putter waits for
-        self._stop = False
-        self._thread: threading.Thread | None = None
-        self._last_thorough = time.monotonic()
-        self._last_logics = time.monotonic()
+        self._requested = 0  # highest offset a putter waits for
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._last_thorough = clock()
+        self._last_logics_thorough = clock()
 
+    # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
-        self._stop = False
-        self._thread = threading.Thread(target=self._run, name="FlushService", daemon=True)
-        self._thread.start()
+        self._stop.clear()
+        self._threads = [threading.Thread(target=self._run_commitlog, name="FlushCommitLog", daemon=True),
+                         threading.Thread(target=self._run_logics, name="FlushLogics", daemon=True)]
+        for t in self._threads:
+            t.start()
 
     def stop(self) -> None:
+        """Stop both threads, then flush everything once more (payload, then checkpoint)."""
+        self._stop.set()
         with self._cond:
-            self._stop = True
             self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
+        for t in self._threads:
+            t.join(timeout=30)
+        self._threads = []
+        if self.last_error is None:
+            self.flush_once(thorough=True)
+        self.flush_logics_once(thorough=True)
+        if self.last_logics_error is not None:
+            raise self.last_logics_error
+
+    @property
+    def healthy(self) -> bool:
+        return self.last_error is None
 
     # -- SYNC_FLUSH -----------------------------------------------------------------------------
     def wait_flushed(self, offset: int, timeout_ms: int | None = None) -> bool:
         """Block until ``offset`` is durable; False on timeout or flush error."""
         timeout = (self.cfg.sync_flush_timeout if timeout_ms is None else timeout_ms) / 1000.0
+        flushed = self.commitlog.flushed_offset
+        if flushed() >= offset:
+            return True
         deadline = time.monotonic() + timeout
         with self._cond:
-            if offset > self._pending:
-                self._pending = offset
-            self._cond.notify_all()
-            while self.commitlog.flushed_offset() < offset:
-                if self.last_error is not None or self._stop:
-                    return self.commitlog.flushed_offset() >= offset
+            if offset > self._requested:
+                self._requested = offset
+                self._cond.notify_all()
+            while flushed() < offset:
+                if self.last_error is not None:
+                    return False
+                if self._stop.is_set() and not self._threads:
+                    return flushed() >= offset
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -79,51 +149,72 @@ class FlushService:
         with self._cond:
             self._cond.notify_all()
 
-    # -- the thread -----------------------------------------------------------------------------
-    def _run(self) -> None:
-        sync = self.cfg.sync_flush
-        interval = 0.01 if sync else self.cfg.flush_interval_commitlog / 1000.0
-        while True:
-            with self._cond:
-                if self._stop:
-                    break
-                if sync and self._pending <= self.commitlog.flushed_offset():
-                    self._cond.wait(interval)
-                elif not sync:
-                    self._cond.wait(interval)
-                if self._stop:
-                    break
-            try:
-                self.flush_once(thorough=False)
-            except BaseException as exc:  # noqa: BLE001 - surfaced via last_error to waiters
-                self.last_error = exc
-                log.exception("flush failed")
-                with self._cond:
-                    self._cond.notify_all()
-                return
-        try:
-            self.flush_once(thorough=True)
-        except BaseException as exc:  # noqa: BLE001
-            self.last_error = exc
-            raise
-
-    def flush_once(self, thorough: bool) -> None:
-        now = time.monotonic()
+    # -- one round (also the deterministic test hooks) ------------------------------------------
+    def flush_once(self, thorough: bool = False) -> int:
+        """One CommitLog flush round; returns the flushed offset. I/O errors propagate."""
         least = 0
         if not self.cfg.sync_flush and not thorough:
+            now = self.clock()
             if (now - self._last_thorough) * 1000 >= self.cfg.flush_commitlog_thorough_interval:
                 self._last_thorough = now
             else:
                 least = self.cfg.flush_commitlog_least_pages
         before = self.commitlog.flushed_offset()
-        ts = self.commitlog.last_store_timestamp()  # taken first: never ahead of the flushed data
-        after = self.commitlog.flush(least)
+        after, ts = flush_segments(self.commitlog, least)
         if after > before:
             self.flush_count += 1
             if ts:
                 self.on_flushed(ts)
-            with self._cond:
-                self._cond.notify_all()
-        if thorough or (now - self._last_logics) * 1000 >= self.cfg.flush_interval_consume_queue:
-            self._last_logics = now
+        return after
+
+    def flush_logics_once(self, thorough: bool = False) -> None:
+        """ConsumeQueues and index first, then the checkpoint. Errors are kept and re-raised."""
+        try:
+            live_logics = self.checkpoint.logics_msg_timestamp if self.checkpoint is not None else 0
             self.flush_logics()
+            self.logics_flush_count += 1
+            if self.checkpoint is not None:
+                self.checkpoint.mark_logics_durable(live_logics)
+                self.checkpoint.flush()
+            self.last_logics_error = None
+        except BaseException as exc:
+            self.last_logics_error = exc
+            raise
+
+    # -- threads --------------------------------------------------------------------------------
+    def _run_commitlog(self) -> None:
+        sync = self.cfg.sync_flush
+        interval = SYNC_WAIT_S if sync else self.cfg.flush_interval_commitlog / 1000.0
+        flushed = self.commitlog.flushed_offset
+        while not self._stop.is_set():
+            if sync:
+                with self._cond:
+                    if self._requested <= flushed() and not self._stop.is_set():
+                        self._cond.wait(interval)
+            else:
+                self._stop.wait(interval)
+            if self._stop.is_set():
+                break
+            try:
+                self.flush_once()
+            except BaseException as exc:  # noqa: BLE001 - kept in last_error, waiters fail
+                self.last_error = exc
+                log.exception("CommitLog flush failed; the store stops accepting puts")
+                with self._cond:
+                    self._cond.notify_all()
+                return
+            if sync:
+                with self._cond:
+                    self._cond.notify_all()
+
+    def _run_logics(self) -> None:
+        interval = self.cfg.flush_interval_consume_queue / 1000.0
+        while not self._stop.wait(interval):
+            now = self.clock()
+            thorough = (now - self._last_logics_thorough) * 1000 >= self.cfg.flush_consume_queue_thorough_interval
+            if thorough:
+                self._last_logics_thorough = now
+            try:
+                self.flush_logics_once(thorough)
+            except BaseException:  # noqa: BLE001 - kept in last_logics_error, retried next round
+                log.exception("ConsumeQueue/index/checkpoint flush failed; will retry")

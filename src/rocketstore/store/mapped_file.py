@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import threading
 
 from ..errors import CorruptFileError, DiskFullError, StoreError
 
@@ -20,7 +21,7 @@ OS_PAGE_SIZE = 4096
 
 class MappedFile:
     __slots__ = ("path", "file_from_offset", "file_size", "mm", "_fd", "wrote_position",
-                 "flushed_position", "store_timestamp")
+                 "flushed_position", "store_timestamp", "_io_lock")
 
     def __init__(self, path: str, file_from_offset: int, file_size: int, *, create: bool = False,
                  readonly: bool = False) -> None:
@@ -58,6 +59,7 @@ class MappedFile:
                 pass
             raise
         self._fd = fd
+        self._io_lock = threading.Lock()
         self.wrote_position = 0 if create else file_size
         self.flushed_position = self.wrote_position
 
@@ -98,34 +100,49 @@ class MappedFile:
         return self.mm[pos:pos + size]
 
     # -- durability -------------------------------------------------------------------------
-    def flush(self, least_pages: int = 0) -> int:
-        """msync the written-but-unflushed range if it spans ``least_pages`` pages (0: always).
+    def flush(self, least_pages: int = 0, upto: int | None = None) -> int:
+        """fdatasync the written-but-unflushed bytes if they span ``least_pages`` pages (0: always).
 
-        Returns the new flushed position. I/O errors propagate.
+        ``upto`` caps the position recorded as flushed (a caller that read other state first
+        passes the write position it captured). ``fdatasync`` releases the GIL, unlike
+        ``mmap.flush``, so putters keep appending during the sync (group commit). Returns the
+        new flushed position; I/O errors propagate.
         """
-        wrote = self.wrote_position
+        wrote = self.wrote_position if upto is None else min(upto, self.wrote_position)
         flushed = self.flushed_position
         if wrote <= flushed:
             return flushed
         if least_pages > 0 and (wrote // OS_PAGE_SIZE - flushed // OS_PAGE_SIZE) < least_pages:
             return flushed
-        start = flushed - flushed % mmap.PAGESIZE
-        self.mm.flush(start, wrote - start)
-        self.flushed_position = wrote
-        return wrote
+        with self._io_lock:
+            if self._fd < 0:  # destroyed meanwhile: nothing left to make durable
+                return self.flushed_position
+            os.fdatasync(self._fd)
+            if wrote > self.flushed_position:
+                self.flushed_position = wrote
+        return self.flushed_position
 
     def close(self) -> None:
         try:
             self.mm.close()
         except (BufferError, ValueError):
             pass  # a reader still holds a view; the mapping goes with the last reference
-        try:
-            os.close(self._fd)
-        except OSError:
-            pass
+        self._close_fd()
+
+    def _close_fd(self) -> None:
+        with self._io_lock:
+            fd, self._fd = self._fd, -1
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
     def destroy(self) -> None:
-        self.close()
+        """Unlink the file. The mapping is left to the garbage collector, so a reader that
+        found this segment just before it was deleted still reads valid bytes (never a closed
+        mmap); the disk space returns when the last reference goes."""
+        self._close_fd()
         try:
             os.unlink(self.path)
         except FileNotFoundError:

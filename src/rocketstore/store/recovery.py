@@ -1,27 +1,53 @@
 """Recovery decisions after load: where valid CommitLog data ends and where reput restarts.
 
+Theory of operation.
+
+* **Before load** (``repair_short_files``): the *last* CommitLog segment and the last file of
+  each ConsumeQueue may have been cut short (a copy interrupted, a torn extend). Their missing
+  tail is padded with zeros (``posix_fallocate``), which recovery then treats like any
+  unwritten tail. Any other file of the wrong size still fails the load, naming the file.
 * **Normal** (no abort file): scan the last three segments (CRC checked) for the first invalid
   record.
 * **Abnormal** (abort file present): walk segments backwards to the first whose first record is
   at or before the checkpoint's min timestamp (``min(physic, logics) - 3 s``), scan forward from
   there, and re-dispatch everything from that segment on (ConsumeQueue writes are idempotent,
   the index skips what it already holds).
-* Both truncate the CommitLog at the first invalid record and drop ConsumeQueue units that point
-  at or beyond it. Reput then restarts at the lowest of: the highest ConsumeQueue end (RocketMQ
-  4.9's rule), the index's own restart point (RocketMQ loses index entries here; we do not) and,
-  after a crash, the chosen segment's start — and runs synchronously to the end before the
-  store accepts puts, so the queue-offset table is rebuilt from complete ConsumeQueues.
+* Both truncate the CommitLog at the first invalid record (the tail is zeroed and synced, so a
+  stale record can never reappear behind the new end), drop ConsumeQueue units that point at or
+  beyond it, and destroy index files holding entries at or beyond it.
+* **ConsumeQueue tails are checked against the CommitLog**: the last ``CQ_TAIL_CHECK`` units
+  of each queue must point at a record of that size, queue id, queue offset and physical
+  offset. The queue is cut at the first unit that does not, and dispatch rebuilds it.
+* **Reput restart** is the lowest of: the highest ConsumeQueue end (RocketMQ 4.9's rule), the
+  start of any ConsumeQueue tail that was cut, the index's own restart point (RocketMQ loses
+  index entries here; we do not) and, after a crash, the chosen segment's start. The facade runs
+  it synchronously to the end before accepting puts, so the queue-offset table is rebuilt from
+  complete ConsumeQueues.
+
+Everything dropped is listed in the ``RecoveryReport`` (``store.recovery_report``).
 """
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from ..config import StoreConfig
+from ..format import batch as fbatch
+from ..format.layouts import CQ_UNIT_SIZE, name_to_offset
 from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
+from .consume_queue import FILLER_SIZE, UNIT_DTYPE, ConsumeQueue
 from .dispatch import ConsumeQueueTable
 
 log = logging.getLogger(__name__)
+
+CQ_TAIL_CHECK = 256  # units per queue checked against the CommitLog at every open
+_QID = slice(12, 16)
+_QOFF = slice(20, 28)
+_PHY = slice(28, 36)
 
 
 @dataclass
@@ -31,53 +57,236 @@ class RecoveryReport:
     valid_end: int = 0
     truncated_at: int | None = None
     reason: str = ""
-    dropped_bytes: int = 0
+    dropped_bytes: int = 0  # CommitLog bytes after the truncation point that were not zero
     reput_from: int = 0
+    padded_files: list[str] = field(default_factory=list)
+    cq_units_dropped: dict[str, int] = field(default_factory=dict)  # "topic/qid" -> units
+    index_files_dropped: int = 0
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def dropped_anything(self) -> bool:
+        return bool(self.truncated_at is not None and self.dropped_bytes or self.padded_files
+                    or self.cq_units_dropped or self.index_files_dropped)
 
+    def summary(self) -> str:
+        parts = ["normal" if self.normal else "abnormal (abort file present)"]
+        if self.truncated_at is not None:
+            parts.append(f"CommitLog truncated at {self.truncated_at} ({self.reason}), "
+                         f"{self.dropped_bytes} bytes dropped")
+        if self.padded_files:
+            parts.append(f"padded short files: {', '.join(self.padded_files)}")
+        if self.cq_units_dropped:
+            parts.append("ConsumeQueue units dropped: " +
+                         ", ".join(f"{k}={v}" for k, v in sorted(self.cq_units_dropped.items())))
+        if self.index_files_dropped:
+            parts.append(f"{self.index_files_dropped} index file(s) dropped")
+        parts.append(f"reput from {self.reput_from}")
+        return "; ".join(parts)
+
+
+# -- before load -------------------------------------------------------------------------------
+def repair_short_files(cfg: StoreConfig) -> list[str]:
+    """Pad the last CommitLog segment and each queue's last file back to full size."""
+    padded: list[str] = []
+    _pad_last(cfg.commitlog_dir, cfg.mapped_file_size_commitlog, padded)
+    root = cfg.consume_queue_dir
+    if os.path.isdir(root):
+        for topic in os.listdir(root):
+            tdir = os.path.join(root, topic)
+            if not os.path.isdir(tdir):
+                continue
+            for qid in os.listdir(tdir):
+                qdir = os.path.join(tdir, qid)
+                if qid.isdigit() and os.path.isdir(qdir):
+                    _pad_last(qdir, cfg.cq_file_size, padded)
+    for p in padded:
+        log.warning("padded short file %s with zeros", p)
+    return padded
+
+
+def _pad_last(directory: str, size: int, out: list[str]) -> None:
+    if not os.path.isdir(directory):
+        return
+    names = sorted((off, n) for n in os.listdir(directory) if (off := name_to_offset(n)) is not None)
+    if not names:
+        return
+    path = os.path.join(directory, names[-1][1])
+    actual = os.path.getsize(path)
+    if actual >= size:
+        return
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.posix_fallocate(fd, 0, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    out.append(path)
+
+
+# -- recovery ---------------------------------------------------------------------------------
 def recover(commitlog: CommitLog, cqs: ConsumeQueueTable, checkpoint: StoreCheckpoint,
-            last_exit_ok: bool, check_crc: bool, index_from: int | None) -> RecoveryReport:
-    report = RecoveryReport(normal=last_exit_ok)
+            last_exit_ok: bool, check_crc: bool, index_service=None,
+            padded: list[str] | None = None) -> RecoveryReport:
+    """Recover the CommitLog, ConsumeQueues and index; decide the reput restart point."""
+    report = RecoveryReport(normal=last_exit_ok, padded_files=list(padded or []))
+    checkpoint.track_logics_durability()
     for cq in cqs:
         cq.recover()
-    max_phy_cq = cqs.max_physic_offset()
+    before = {(cq.topic, cq.queue_id): cq.max_offset_in_queue() for cq in cqs}
     files = commitlog.queue.files
     if not files:
         for cq in cqs:
             cq.destroy()
+        _note_cq_drops(report, before, cqs)
+        if index_service is not None:
+            report.index_files_dropped += index_service.truncate_dirty_files(0)
         return report
-    if last_exit_ok:
-        idx = max(0, len(files) - 3)
-    else:
-        idx = 0
-        limit = checkpoint.min_timestamp()
-        for i in range(len(files) - 1, -1, -1):
-            ts = commitlog.first_record_timestamp(files[i])
-            if ts != 0 and ts <= limit:
-                idx = i
-                break
+    idx = _start_segment(commitlog, checkpoint, last_exit_ok)
     report.start_segment = idx
-    old_end = files[-1].file_from_offset + files[-1].file_size
     valid_end, stop, reason = commitlog.scan_valid_end(idx, check_crc)
     report.valid_end = valid_end
-    if stop in ("corrupt", "incomplete"):
+    if stop in (fbatch.STOP_CORRUPT, fbatch.STOP_INCOMPLETE):
         report.truncated_at = valid_end
         report.reason = f"{stop}: {reason}" if reason else stop
+        report.dropped_bytes = _nonzero_bytes_after(commitlog, valid_end)
         log.warning("CommitLog truncated at offset %d (%s)", valid_end, report.reason)
     commitlog.truncate(valid_end)
-    report.dropped_bytes = max(0, old_end - valid_end) if report.truncated_at is not None else 0
-    if max_phy_cq >= valid_end:
+    _sync_tail(commitlog)
+    if cqs.max_physic_offset() >= valid_end:
         for cq in cqs:
             cq.truncate_dirty_logic(valid_end)
-    reput = max(max_phy_cq, 0)
-    if index_from is not None:
-        reput = min(reput, index_from)
+    reput = max(cqs.max_physic_offset(), 0)
+    for cq in cqs:
+        cut = check_cq_tail(cq, commitlog)
+        if cut is not None:
+            reput = min(reput, cut)
+    _note_cq_drops(report, before, cqs)
+    if index_service is not None:
+        n = index_service.truncate_dirty_files(valid_end)
+        report.index_files_dropped += n
+        reput = min(reput, index_service.dispatch_from_offset())
     if not last_exit_ok:
-        reput = min(reput, files[idx].file_from_offset if files else 0)
+        reput = min(reput, files[idx].file_from_offset)
     reput = max(reput, commitlog.min_offset())
     report.reput_from = min(reput, valid_end)
+    if report.dropped_anything:
+        log.warning("recovery: %s", report.summary())
     return report
+
+
+def _start_segment(commitlog: CommitLog, checkpoint: StoreCheckpoint, last_exit_ok: bool) -> int:
+    files = commitlog.queue.files
+    if last_exit_ok:
+        return max(0, len(files) - 3)
+    limit = checkpoint.min_timestamp()
+    for i in range(len(files) - 1, -1, -1):
+        ts = commitlog.first_record_timestamp(files[i])
+        if ts != 0 and ts <= limit:
+            return i
+    return 0
+
+
+def _nonzero_bytes_after(commitlog: CommitLog, offset: int) -> int:
+    """How many bytes from ``offset`` to the end of the last segment are not zero."""
+    total = 0
+    for mf in commitlog.queue.files:
+        end = mf.file_from_offset + mf.file_size
+        if end <= offset:
+            continue
+        start = max(0, offset - mf.file_from_offset)
+        arr = np.frombuffer(mf.mm, dtype=np.uint8, count=mf.file_size - start, offset=start)
+        total += int(np.count_nonzero(arr))
+        del arr
+    return total
+
+
+def _sync_tail(commitlog: CommitLog) -> None:
+    """Make the zeroed tail durable so a stale record never reappears after a power loss."""
+    last = commitlog.queue.last()
+    if last is not None:
+        pos = last.wrote_position
+        last.flushed_position = 0
+        last.flush(0, upto=pos)
+
+
+def _note_cq_drops(report: RecoveryReport, before: dict, cqs: ConsumeQueueTable) -> None:
+    for cq in cqs:
+        b = before.get((cq.topic, cq.queue_id), 0)
+        a = cq.max_offset_in_queue()
+        if a < b:
+            report.cq_units_dropped[f"{cq.topic}/{cq.queue_id}"] = b - a
+
+
+def unit_matches(commitlog: CommitLog, cq: ConsumeQueue, queue_offset: int, phy: int, size: int) -> str | None:
+    """Why the unit does not describe the record it points at (None: it does)."""
+    raw = commitlog.read_record(phy)
+    if raw is None:
+        return f"no record at CommitLog offset {phy}"
+    if len(raw) != size:
+        return f"unit size {size}, record size {len(raw)}"
+    magic = int.from_bytes(raw[4:8], "big", signed=True)
+    if magic not in (fbatch.MESSAGE_MAGIC_CODE, fbatch.MESSAGE_MAGIC_CODE_V2):
+        return f"no message magic at CommitLog offset {phy}"
+    if int.from_bytes(raw[_PHY], "big", signed=True) != phy:
+        return f"record at {phy} says it is at {int.from_bytes(raw[_PHY], 'big', signed=True)}"
+    if int.from_bytes(raw[_QID], "big", signed=True) != cq.queue_id:
+        return f"record at {phy} belongs to queue {int.from_bytes(raw[_QID], 'big', signed=True)}"
+    qo = int.from_bytes(raw[_QOFF], "big", signed=True)
+    if qo != queue_offset:
+        return f"record at {phy} has queue offset {qo}, unit is {queue_offset}"
+    return None
+
+
+def check_cq_tail(cq: ConsumeQueue, commitlog: CommitLog, count: int = CQ_TAIL_CHECK) -> int | None:
+    """Cut the queue at its first tail unit that does not match the CommitLog.
+
+    Returns the CommitLog offset dispatch must restart from to rebuild it, or None if intact.
+    """
+    hi = cq.max_offset_in_queue()
+    lo = max(cq.min_offset_in_queue(), hi - count)
+    if hi <= lo:
+        return None
+    bad = None
+    i = lo
+    min_phy = commitlog.min_offset()
+    while i < hi and bad is None:
+        units = cq.read_units(i, hi - i)
+        if units is None or len(units) == 0:
+            break
+        offs, sizes = units["offset"].tolist(), units["size"].tolist()
+        for k, (phy, size) in enumerate(zip(offs, sizes)):
+            if size == FILLER_SIZE or phy < min_phy:
+                continue  # filler, or a message whose segment was cleaned up
+            why = unit_matches(commitlog, cq, i + k, phy, size)
+            if why is not None:
+                bad = i + k
+                log.warning("ConsumeQueue %s/%d: unit %d dropped: %s", cq.topic, cq.queue_id, bad, why)
+                break
+        i += len(offs)
+    if bad is None:
+        return None
+    return _cut_cq(cq, bad, commitlog)
+
+
+def _cut_cq(cq: ConsumeQueue, index: int, commitlog: CommitLog) -> int:
+    with cq.lock:
+        cq.queue.truncate_dirty(index * CQ_UNIT_SIZE)
+        cq.max_physic_offset = -1
+        restart = commitlog.min_offset()
+        j = index - 1
+        while j * CQ_UNIT_SIZE >= cq.min_logic_offset and j >= 0:
+            u = cq.read_units(j, 1)
+            if u is None or len(u) == 0:
+                break
+            if int(u[0]["size"]) != FILLER_SIZE:
+                cq.max_physic_offset = int(u[0]["offset"]) + int(u[0]["size"])
+                restart = cq.max_physic_offset
+                break
+            j -= 1
+        if cq.queue.max_offset() < cq.min_logic_offset:
+            cq.min_logic_offset = cq.queue.max_offset()
+    return restart
 
 
 def rebuild_queue_table(commitlog: CommitLog, cqs: ConsumeQueueTable) -> None:
