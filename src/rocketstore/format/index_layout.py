@@ -38,15 +38,23 @@ first file, the previous file's end time after a roll-over) and only then sets b
 its own store time; this module keeps that rule in ``time_diff_seconds`` callers' hands.
 
 Everything here is pure: constants, ``struct`` layouts, a numpy record dtype for entries, and
-small functions (sizes, positions, time rules, file names).
+small functions (sizes, positions, time rules, file names), plus ``index_key_hashes``, the bulk
+key hash: keys become a fixed-width numpy unicode matrix (zero padded on the right) and Java's
+``h = 31*h + c``, i.e. ``sum(c_j * 31**(width-1-j)) mod 2**32``, is one matrix-vector product
+over all keys; the right padding multiplied each hash by ``31**pad``, which is undone with the
+inverse of 31 modulo 2**32 (31 is odd, so it has one). Keys with characters outside the BMP (two UTF-16 units in Java) take
+the scalar ``java_hash``.
 """
 from __future__ import annotations
 
 import struct
 import time
 from datetime import datetime
+from typing import Sequence
 
 import numpy as np
+
+from .hashing import java_hash
 
 INDEX_HEADER_SIZE = 40
 HASH_SLOT_SIZE = 4
@@ -161,3 +169,49 @@ def parse_index_file_name(name: str) -> int | None:
     except ValueError:
         return None
     return int(time.mktime(dt.timetuple())) * 1000 + int(name[14:17])
+
+
+_CHUNK = 65536
+_INV31 = pow(31, -1, 1 << 32)
+
+
+def _powers(base: int, n: int) -> np.ndarray:
+    out = np.empty(n + 1, dtype=np.uint64)
+    v = 1
+    for i in range(n + 1):  # n is the longest key: a short table
+        out[i] = v
+        v = (v * base) & 0xFFFFFFFF
+    return out
+
+
+def java_hashes(keys: Sequence[str]) -> np.ndarray:
+    """Java ``String.hashCode`` of every key as int32, vectorised (see the module doc)."""
+    n = len(keys)
+    out = np.empty(n, dtype=np.int32)
+    for start in range(0, n, _CHUNK):
+        part = keys[start:start + _CHUNK]
+        a = np.array(part, dtype=np.str_)
+        width = a.dtype.itemsize // 4
+        m = a.view(np.uint32).reshape(len(part), width)
+        # sum(c_j * 31**(width-1-j)): each product < 2**48, the sum fits uint64; keep mod 2**32
+        weights = _powers(31, width)[width - 1::-1] if width else np.zeros(0, dtype=np.uint64)
+        h = (m.astype(np.uint64) @ weights) & 0xFFFFFFFF
+        lengths = np.fromiter(map(len, part), dtype=np.int64, count=len(part))
+        longest = int(max(width, lengths.max(initial=0)))
+        shift = lengths - width  # > 0 only for keys whose trailing NULs numpy dropped
+        fix = np.where(shift >= 0, _powers(31, longest)[np.clip(shift, 0, None)],
+                       _powers(_INV31, longest)[np.clip(-shift, 0, None)])
+        h = ((h * fix) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+        wide = np.flatnonzero((m > 0xFFFF).any(axis=1)) if width and m.max() > 0xFFFF else ()
+        for i in list(wide):
+            h[i] = java_hash(part[i])
+        out[start:start + len(part)] = h
+    return out
+
+
+def index_key_hashes(keys: Sequence[str]) -> np.ndarray:
+    """``indexKeyHashMethod`` of every key: ``abs(hashCode)``, MIN_VALUE mapped to 0 (int32)."""
+    h = java_hashes(keys).astype(np.int64)
+    h = np.abs(h)
+    h[h == 0x80000000] = 0
+    return h.astype(np.int32)

@@ -48,11 +48,12 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from ..errors import CorruptFileError
-from ..format.hashing import index_key_hash, index_key_hash_many
+from ..format.hashing import index_key_hash
 from ..format.index_layout import (BEGIN_PHY_OFFSET_POS, BEGIN_TIMESTAMP_POS, END_PHY_OFFSET_POS,
                                    END_TIMESTAMP_POS, ENTRY_DTYPE, HASH_SLOT_COUNT_POS, I64,
                                    INDEX_COUNT_POS, INDEX_ENTRY, INDEX_HEADER, INDEX_HEADER_SIZE,
                                    SLOT, build_key, entry_position, index_file_size,
+                                   index_key_hashes,
                                    is_time_matched, slot_position, time_diff_seconds,
                                    time_diff_seconds_many)
 from ..format.message import (KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -406,11 +407,6 @@ class IndexFile:
         return (f"IndexFile({self.name}, entries={self.entry_count}/{self.capacity}, "
                 f"phy=[{self.begin_phy_offset},{self.end_phy_offset}], "
                 f"ts=[{self.begin_timestamp},{self.end_timestamp}])")
-
-
-def index_key_hashes(keys: list[str]) -> np.ndarray:
-    """Index hashes of ``topic#key`` strings (vectorised)."""
-    return index_key_hash_many(keys)
 
 
 __all__ = ["IndexFile", "IndexFilePlan", "plan_chains", "plan_index_files", "index_keys",

@@ -47,9 +47,10 @@ from typing import Callable
 import numpy as np
 
 from ..config import StoreConfig
-from ..format.hashing import index_key_hash, index_key_hash_many
+from ..format.hashing import index_key_hash
 from ..errors import CorruptFileError
-from ..format.index_layout import build_key, index_file_name, index_file_size, parse_index_file_name
+from ..format.index_layout import (build_key, index_file_name, index_file_size, index_key_hashes,
+                                   parse_index_file_name)
 from ..format.message import MessageExt
 from .checkpoint import StoreCheckpoint
 from .index_file import IndexFile, index_keys
@@ -214,7 +215,7 @@ class IndexService:
             keys, owner = keys[done:], owner[done:]
         if not keys:
             return
-        self.put_keys(index_key_hash_many(keys), offsets[owner], recs.store_timestamp[owner])
+        self.put_keys(index_key_hashes(keys), offsets[owner], recs.store_timestamp[owner])
 
     def put_keys(self, key_hashes: np.ndarray, phy_offsets: np.ndarray, store_timestamps: np.ndarray) -> None:
         """Append hashed keys in order, rolling over as files fill up."""
