@@ -89,10 +89,13 @@ class CommitLog:
             sizes = []
             start_pos = pos
             mm = mf.mm
-            if len(records) == 1:
-                mm[pos:pos + total] = records[0].data
-            else:
-                mm[pos:pos + total] = b"".join(r.data for r in records)
+            data = records[0].data if len(records) == 1 else b"".join(r.data for r in records)
+            # crash safety: everything but the first record's TOTALSIZE+MAGIC goes in first and
+            # is patched; the 8-byte header is written last, so a process killed mid-append
+            # leaves zeros at ``pos`` (the end of valid data), never a whole-looking record
+            # with unpatched offsets
+            head = bytes(data[:8])
+            mm[pos + 8:pos + total] = memoryview(data)[8:]
             for rec in records:
                 key = (rec.topic, rec.queue_id)
                 tran = rec.sys_flag & TRANSACTION_MASK
@@ -107,6 +110,7 @@ class CommitLog:
                 sizes.append(n)
                 pos += n
                 phys += n
+            mm[start_pos:start_pos + 8] = head
             mf.store_timestamp = now
             mf.wrote_position = pos
             return AppendResult(mf.file_from_offset + start_pos, sizes, queue_offsets, now)
