@@ -167,7 +167,8 @@ class IndexFile:
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
         self.file_size = index_file_size(hash_slot_num, index_num)
-        self._io_lock = threading.Lock()
+        self._io_lock = threading.Lock()  # mapping lifetime: msync vs close
+        self._hdr_lock = threading.Lock()  # header write-through vs full rewrite on flush
         self._mm: mmap.mmap | None = None
         if _create:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
@@ -259,15 +260,16 @@ class IndexFile:
         INDEX_ENTRY.pack_into(self._mm, entry_position(self.hash_slot_num, count), key_hash,
                               phy_offset, diff, slot_value)
         SLOT.pack_into(self._mm, spos, count)
-        if count <= 1:
-            self._set_begin(phy_offset, store_timestamp)
-        if slot_value == 0:
-            self.hash_slot_count += 1
-            _I32.pack_into(self._mm, HASH_SLOT_COUNT_POS, self.hash_slot_count)
-        self.index_count = count + 1
-        _I32.pack_into(self._mm, INDEX_COUNT_POS, self.index_count)
-        self._set_end(phy_offset, store_timestamp)
-        self.dirty = True
+        with self._hdr_lock:
+            if count <= 1:
+                self._set_begin(phy_offset, store_timestamp)
+            if slot_value == 0:
+                self.hash_slot_count += 1
+                _I32.pack_into(self._mm, HASH_SLOT_COUNT_POS, self.hash_slot_count)
+            self.index_count = count + 1
+            _I32.pack_into(self._mm, INDEX_COUNT_POS, self.index_count)
+            self._set_end(phy_offset, store_timestamp)
+            self.dirty = True
         return True
 
     def put_batch(self, key_hashes: np.ndarray, phy_offsets: np.ndarray, store_timestamps: np.ndarray) -> int:
@@ -293,15 +295,16 @@ class IndexFile:
         rec["time_diff"] = time_diff_seconds_many(ts, begin)
         rec["prev_index"] = prev
         self._entries[c0:c0 + n] = rec
-        if c0 <= 1:
-            self._set_begin(int(phy[0]), int(ts[0]))
-        self.hash_slot_count += new_slots
-        _I32.pack_into(self._mm, HASH_SLOT_COUNT_POS, self.hash_slot_count)
-        self.index_count = c0 + n
-        _I32.pack_into(self._mm, INDEX_COUNT_POS, self.index_count)
-        self._set_end(int(phy[-1]), int(ts[-1]))
+        with self._hdr_lock:
+            if c0 <= 1:
+                self._set_begin(int(phy[0]), int(ts[0]))
+            self.hash_slot_count += new_slots
+            _I32.pack_into(self._mm, HASH_SLOT_COUNT_POS, self.hash_slot_count)
+            self.index_count = c0 + n
+            _I32.pack_into(self._mm, INDEX_COUNT_POS, self.index_count)
+            self._set_end(int(phy[-1]), int(ts[-1]))
+            self.dirty = True
         self._slots[head_slots] = head_values
-        self.dirty = True
         return n
 
     def _set_begin(self, phy_offset: int, timestamp: int) -> None:
@@ -368,12 +371,16 @@ class IndexFile:
                                self.index_count)
 
     def flush(self) -> bool:
-        """Rewrite the header and msync; False if the file was closed meanwhile."""
+        """Rewrite the header and msync; False if the file was closed meanwhile.
+
+        The header rewrite excludes concurrent puts (``_hdr_lock``), so it never puts an older
+        value over a newer write-through one; the msync only excludes ``close``."""
         with self._io_lock:
             if self._mm is None:
                 return False
-            self.dirty = False
-            self.write_header()
+            with self._hdr_lock:
+                self.dirty = False
+                self.write_header()
             self._mm.flush()
             return True
 
