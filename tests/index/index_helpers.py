@@ -17,7 +17,7 @@ from rocketstore.format.message import (BLANK, Message, decode_message, encode_m
 from rocketstore.store.checkpoint import StoreCheckpoint
 from rocketstore.store.index_service import IndexService
 
-FIXTURE = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "rocketmq-4.9.7"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "rocketmq-4.9.7"
 LONG_MAX = (1 << 63) - 1
 
 

@@ -18,7 +18,7 @@ from rocketstore import Message, MessageStore, PutStatus, StoreConfig
 from rocketstore.format.message import (MESSAGE_MAGIC_CODE_V2, Message as _Msg, decode_message,
                                         encode_message, patch_record)
 
-FIXTURE = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "rocketmq-4.9.7"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "rocketmq-4.9.7"
 TOPICS = ["TopicA", "TopicB", "日志主题"]
 
 
