@@ -150,6 +150,30 @@ def scan_boundaries(buf, start: int, end: int) -> tuple[list[int], int, str]:
 
 
 _topic_cache: dict[bytes, str] = {}
+_SEP = 0xFF  # never a byte of valid UTF-8: separates records in one gathered buffer
+
+
+def _gather_strings(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> list[str]:
+    """UTF-8 strings at ``arr[start:start+length]`` for every record, decoded in one call."""
+    n = len(starts)
+    if n == 0:
+        return []
+    lengths = lengths.astype(np.int64)
+    total = int(lengths.sum()) + n - 1
+    out_start = np.concatenate(([0], np.cumsum(lengths[:-1] + 1)))
+    idx = np.arange(total, dtype=np.int64)
+    owner = np.repeat(np.arange(n), lengths + 1)[:total]
+    src = starts[owner] + (idx - out_start[owner])
+    gathered = arr[np.minimum(src, len(arr) - 1)]
+    sep_pos = out_start[1:] - 1
+    gathered[sep_pos] = _SEP
+    text = gathered.tobytes().decode("utf-8", "surrogateescape")
+    parts = text.split("\udcff")
+    if len(parts) != n:  # a raw 0xFF inside a string: fall back to one decode per record
+        mv = memoryview(arr)
+        return [bytes(mv[s:s + ln]).decode("utf-8", "replace")
+                for s, ln in zip(starts.tolist(), lengths.tolist())]
+    return parts
 
 
 def decode_records(buf, start: int = 0, end: int | None = None, *, base_offset: int = 0,
@@ -207,21 +231,16 @@ def decode_records(buf, start: int = 0, end: int | None = None, *, base_offset: 
     props_start = props_len_pos + 2
     mv = memoryview(buf)
     topics: list[str] = []
-    props: list[dict[str, str]] = []
     cache = _topic_cache
-    for tp, tl, pp, pl in zip(topic_pos.tolist(), topic_len.tolist(), props_start.tolist(),
-                              props_len.tolist()):
+    for tp, tl in zip(topic_pos.tolist(), topic_len.tolist()):
         tb = bytes(mv[tp:tp + tl])
         t = cache.get(tb)
         if t is None:
-            try:
-                t = tb.decode("utf-8")
-            except UnicodeDecodeError:
-                t = tb.decode("utf-8", "replace")
+            t = tb.decode("utf-8", "replace")
             if len(cache) < 100_000:
                 cache[tb] = t
         topics.append(t)
-        props.append(string_to_properties(bytes(mv[pp:pp + pl]).decode("utf-8", "replace")) if pl else {})
+    props = [string_to_properties(p) for p in _gather_strings(arr, props_start, props_len)]
     store_ts = _gather(arr, pos + 56 + d_born, 8, ">i8").astype(np.int64)
     tags_code = _tags_codes(topics, props, store_ts, delay_levels_ms)
     return DecodedRecords(

@@ -176,9 +176,9 @@ def string_to_properties(s: str) -> dict[str, str]:
     if not s:
         return out
     for item in s.split("\x02"):
-        i = item.find("\x01")
-        if 0 < i < len(item) - 1:
-            out[item[:i]] = item[i + 1:]
+        k, _, v = item.partition("\x01")
+        if k and v:
+            out[k] = v
     return out
 
 
