@@ -1,0 +1,43 @@
+"""``rocketstore verify --store DIR [--config broker.conf] [--json]``: check a closed store.
+
+Exit 0 when the store is consistent (warnings are printed but allowed), 1 with a report naming
+file and offset for every damaged record, unit or index entry (``store.verify``), 2 when the
+store cannot be checked (open in another process, not a store).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from ..config import StoreConfig
+from ..store.verify import verify_store
+from ._common import emit_json, json_option, store_option
+
+
+@click.command("verify")
+@store_option
+@click.option("--config", type=click.Path(dir_okay=False, exists=True),
+              help="broker.conf with the store's file sizes (default: detected).")
+@json_option
+def command(store_dir: str, config: str | None, as_json: bool) -> None:
+    """Check every record's CRC and layout, every ConsumeQueue unit and every index entry."""
+    if not os.path.isdir(store_dir):
+        raise click.ClickException(f"{store_dir}: no such store directory")
+    from .store_cmds import detect_sizes
+    cfg = (StoreConfig.from_properties(config, store_path_root_dir=store_dir) if config
+           else StoreConfig(store_path_root_dir=store_dir, **detect_sizes(store_dir)))
+    report = verify_store(store_dir, cfg)
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        click.echo(f"{store_dir}: {report.segments} segment(s), {report.records} record(s) "
+                   f"[{report.min_offset}, {report.max_offset}), {report.queues} queue(s) with "
+                   f"{report.cq_units} unit(s), {report.index_files} index file(s) with "
+                   f"{report.index_entries} entr(ies)")
+        for p in report.problems:
+            click.echo(str(p))
+        click.echo(("OK" if report.ok else f"DAMAGED: {report.error_count} error(s)") +
+                   (f", {report.warning_count} warning(s)" if report.warning_count else ""))
+    sys.exit(0 if report.ok else 1)

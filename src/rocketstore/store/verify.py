@@ -1,0 +1,384 @@
+"""``verify_store``: a read-only consistency check of a closed store (``rocketstore verify``).
+
+Theory of operation. Three passes over the files, none through the ``MessageStore`` facade
+(so a store that would not open can still be checked), each finding reported as a
+``Problem(severity, file, offset, what)``:
+
+1. **CommitLog.** Segment names follow each other and every segment has the configured size.
+   Each segment is decoded from its start with the batch decoder, body CRC checked: a blank
+   record must fill the segment's rest; the data of a non-last segment must end in a blank
+   record; the last segment's data must end at zeros. Every record's PHYSICALOFFSET must be its
+   own offset; queue offsets must grow by one per ``(topic, queue)`` (prepared and rollback
+   records carry 0 and are not counted). Non-zero bytes after the end of data are a *warning*:
+   a crash residue that the next open zeroes.
+2. **ConsumeQueues.** File names follow each other; every unit between the queue's first real
+   unit and its end must point at a record of the CommitLog (or below its min offset: cleaned
+   up) with the same size, topic, queue id, queue offset and tags code. Records the queue does
+   not cover yet are a warning (dispatch is behind; the next open rebuilds them).
+3. **Index files.** Header counts within bounds, every slot and ``prevIndex`` in range, and
+   every entry's CommitLog offset the start of a record (or below the min offset) one of whose
+   keys (``topic#key``, ``topic#uniqKey``) hashes to the entry's hash.
+
+Errors are damage (``ok`` is False, the CLI exits 1); warnings are states a store legitimately
+has after a crash and before the next open.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ..config import StoreConfig
+from ..errors import StoreLockedError
+from ..format import batch as fbatch
+from ..format.hashing import index_key_hash_many
+from ..format.index_layout import (ENTRY_DTYPE, INDEX_HEADER, INDEX_HEADER_SIZE, entry_position,
+                                   index_file_size, parse_index_file_name)
+from ..format.layouts import CQ_UNIT_SIZE, name_to_offset
+from ..format.message import TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
+from .consume_queue import FILLER_SIZE, UNIT_DTYPE
+from .index_file import index_keys
+
+ERROR = "error"
+WARNING = "warning"
+SIZES_FILE = os.path.join("config", "store.properties")
+PER_FILE = 10
+
+
+@dataclass
+class Problem:
+    severity: str
+    file: str
+    offset: int
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.severity}: {self.file} @ {self.offset}: {self.what}"
+
+
+@dataclass
+class VerifyReport:
+    root: str
+    records: int = 0
+    segments: int = 0
+    queues: int = 0
+    cq_units: int = 0
+    index_files: int = 0
+    index_entries: int = 0
+    min_offset: int = 0
+    max_offset: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    error_count: int = 0
+    warning_count: int = 0
+    _per_file: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == ERROR]
+
+    @property
+    def ok(self) -> bool:
+        return self.error_count == 0
+
+    def add(self, severity: str, path: str, offset: int, what: str) -> None:
+        """Record a finding; at most ``PER_FILE`` are listed per file (all are counted)."""
+        if severity == ERROR:
+            self.error_count += 1
+        else:
+            self.warning_count += 1
+        rel = os.path.relpath(path, self.root)
+        n = self._per_file.get(rel, 0) + 1
+        self._per_file[rel] = n
+        if n <= PER_FILE:
+            self.problems.append(Problem(severity, rel, offset, what))
+        elif n == PER_FILE + 1:
+            self.problems.append(Problem(severity, rel, offset, "further findings in this file not listed"))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("_per_file", None)
+        d["ok"] = self.ok
+        return d
+
+
+def store_sizes(root: str, cfg: StoreConfig | None = None) -> StoreConfig:
+    """The store's file sizes: ``cfg`` if given, else ``config/store.properties``, else RocketMQ's
+    defaults with the CommitLog segment size taken from the first segment."""
+    if cfg is not None:
+        return cfg
+    path = os.path.join(root, SIZES_FILE)
+    if os.path.exists(path):
+        return StoreConfig.from_properties(path, store_path_root_dir=root)
+    cfg = StoreConfig(store_path_root_dir=root)
+    segs = _listing(cfg.commitlog_dir)
+    if segs:
+        cfg.mapped_file_size_commitlog = os.path.getsize(os.path.join(cfg.commitlog_dir, segs[0][1]))
+    return cfg
+
+
+def verify_store(root: str, cfg: StoreConfig | None = None, *, check_lock: bool = True) -> VerifyReport:
+    root = os.fspath(root)
+    if check_lock:
+        _check_unlocked(root)
+    cfg = store_sizes(root, cfg)
+    report = VerifyReport(root=root)
+    records = _verify_commitlog(cfg, report)
+    _verify_consume_queues(cfg, report, records)
+    _verify_index(cfg, report, records)
+    return report
+
+
+def _check_unlocked(root: str) -> None:
+    path = os.path.join(root, "lock")
+    if not os.path.exists(path):
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        raise StoreLockedError(f"{path}: the store is open; verify checks a closed store") from exc
+    finally:
+        os.close(fd)  # closing drops the probe lock
+
+
+def _listing(directory: str) -> list[tuple[int, str]]:
+    if not os.path.isdir(directory):
+        return []
+    return sorted((off, n) for n in os.listdir(directory) if (off := name_to_offset(n)) is not None)
+
+
+class _Records:
+    """Columns of every CommitLog record, for the ConsumeQueue and index passes."""
+
+    def __init__(self) -> None:
+        self.phy: list[np.ndarray] = []
+        self.size: list[np.ndarray] = []
+        self.qid: list[np.ndarray] = []
+        self.qoff: list[np.ndarray] = []
+        self.tags: list[np.ndarray] = []
+        self.tran: list[np.ndarray] = []
+        self.topics: list[str] = []
+        self.key_pairs: set[tuple[int, int]] = set()
+        self.min_offset = 0
+        self.max_offset = 0
+
+    def add(self, recs) -> None:
+        self.phy.append(recs.commitlog_offset.copy())
+        self.size.append(recs.size.astype(np.int64))
+        self.qid.append(recs.queue_id.astype(np.int64))
+        self.qoff.append(recs.queue_offset.copy())
+        self.tags.append(recs.tags_code.copy())
+        self.tran.append((recs.sys_flag & TRANSACTION_MASK).astype(np.int64))
+        self.topics.extend(recs.topic)
+        keys, owner = index_keys(recs)
+        if keys:
+            hashes = index_key_hash_many(keys).tolist()
+            offs = recs.commitlog_offset[owner].tolist()
+            self.key_pairs.update(zip(offs, hashes))
+
+    def finish(self) -> None:
+        cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, dtype=np.int64))
+        self.phy, self.size, self.qid = cat(self.phy), cat(self.size), cat(self.qid)
+        self.qoff, self.tags, self.tran = cat(self.qoff), cat(self.tags), cat(self.tran)
+        self.topic_arr = np.asarray(self.topics, dtype=object)
+
+    def queue(self, topic: str, qid: int) -> tuple[np.ndarray, np.ndarray]:
+        """(sorted queue offsets, record indices) of the dispatchable records of one queue."""
+        mask = (self.qid == qid) & (self.topic_arr == topic) & \
+            (self.tran != TRANSACTION_PREPARED_TYPE) & (self.tran != TRANSACTION_ROLLBACK_TYPE)
+        idx = np.flatnonzero(mask)
+        order = np.argsort(self.qoff[idx], kind="stable")
+        return self.qoff[idx][order], idx[order]
+
+
+def _verify_commitlog(cfg: StoreConfig, report: VerifyReport) -> _Records:
+    out = _Records()
+    size = cfg.mapped_file_size_commitlog
+    segs = _listing(cfg.commitlog_dir)
+    report.segments = len(segs)
+    next_qo: dict[tuple[str, int], int] = {}
+    prev = None
+    for i, (off, name) in enumerate(segs):
+        path = os.path.join(cfg.commitlog_dir, name)
+        last = i == len(segs) - 1
+        if prev is not None and off != prev + size:
+            report.add(ERROR, path, off, f"segment does not follow the one at {prev}")
+        prev = off
+        actual = os.path.getsize(path)
+        if actual != size:
+            report.add(ERROR, path, 0, f"size {actual}, expected {size}")
+            continue
+        with open(path, "rb") as fh:
+            buf = fh.read()
+        recs = fbatch.decode_records(buf, 0, size, base_offset=off, check_crc=True)
+        if len(recs):
+            out.add(recs)
+            report.records += len(recs)
+            _check_record_fields(recs, path, report, next_qo)
+        end = recs.end
+        if recs.stop == fbatch.STOP_BLANK:
+            blank_size = int.from_bytes(buf[end:end + 4], "big", signed=True)
+            if blank_size != size - end:
+                report.add(ERROR, path, off + end, f"blank record of {blank_size} bytes, {size - end} left")
+            if last:
+                report.max_offset = off + size
+            continue
+        if recs.stop in (fbatch.STOP_CORRUPT, fbatch.STOP_INCOMPLETE):
+            report.add(ERROR, path, off + end, f"damaged record ({recs.stop}: {recs.stop_reason or 'cut short'})")
+        elif not last:
+            report.add(ERROR, path, off + end, "data ends before the segment's end without a blank "
+                                               "record, and later segments exist")
+        else:
+            tail = np.frombuffer(buf, dtype=np.uint8, offset=end)
+            nz = int(np.count_nonzero(tail))
+            if nz:
+                first = end + int(np.argmax(tail != 0))
+                report.add(WARNING, path, off + first, f"{nz} non-zero bytes after the end of data "
+                                                       "(crash residue; zeroed when the store opens)")
+        report.max_offset = off + end
+    out.min_offset = report.min_offset = segs[0][0] if segs else 0
+    out.max_offset = report.max_offset
+    out.finish()
+    return out
+
+
+def _check_record_fields(recs, path: str, report: VerifyReport, next_qo: dict) -> None:
+    phys = recs.commitlog_offset.tolist()
+    expect = (recs.base_offset + recs.pos).tolist()
+    for p, e in zip(phys, expect):
+        if p != e:
+            report.add(ERROR, path, e, f"record says PHYSICALOFFSET {p}")
+    tran = (recs.sys_flag & TRANSACTION_MASK).tolist()
+    for t, topic, q, qo, e in zip(tran, recs.topic, recs.queue_id.tolist(), recs.queue_offset.tolist(), expect):
+        if t in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+            continue
+        key = (topic, q)
+        want = next_qo.get(key)
+        if want is not None and qo != want:
+            report.add(ERROR, path, e, f"{topic}/{q}: queue offset {qo}, expected {want}")
+        next_qo[key] = qo + 1
+
+
+def _verify_consume_queues(cfg: StoreConfig, report: VerifyReport, records: _Records) -> None:
+    root = cfg.consume_queue_dir
+    if not os.path.isdir(root):
+        return
+    fsize = cfg.cq_file_size
+    for topic in sorted(os.listdir(root)):
+        tdir = os.path.join(root, topic)
+        if not os.path.isdir(tdir):
+            continue
+        for qid_s in sorted(os.listdir(tdir)):
+            qdir = os.path.join(tdir, qid_s)
+            if not qid_s.isdigit() or not os.path.isdir(qdir):
+                continue
+            report.queues += 1
+            _verify_queue(topic, int(qid_s), qdir, fsize, report, records)
+
+
+def _verify_queue(topic: str, qid: int, qdir: str, fsize: int, report: VerifyReport,
+                  records: _Records) -> None:
+    files = _listing(qdir)
+    if not files:
+        return
+    parts = []
+    prev = None
+    for off, name in files:
+        path = os.path.join(qdir, name)
+        if prev is not None and off != prev + fsize:
+            report.add(ERROR, path, off, f"ConsumeQueue file does not follow the one at {prev}")
+            return
+        prev = off
+        actual = os.path.getsize(path)
+        if actual != fsize:
+            report.add(ERROR, path, 0, f"size {actual}, expected {fsize}")
+            return
+        with open(path, "rb") as fh:
+            parts.append(np.frombuffer(fh.read(), dtype=UNIT_DTYPE))
+    units = np.concatenate(parts)
+    base = files[0][0] // CQ_UNIT_SIZE
+    valid = (units["offset"] >= 0) & (units["size"] > 0)
+    n = len(units) if valid.all() else int(np.argmin(valid))
+    last_path = os.path.join(qdir, files[-1][1])
+    if n < len(units) and np.count_nonzero(units[n:].view(np.uint8)):
+        report.add(WARNING, last_path, (base + n) * CQ_UNIT_SIZE,
+                   "non-zero bytes after the last unit (crash residue)")
+    units = units[:n]
+    real = units["size"] != FILLER_SIZE
+    first_real = int(np.argmax(real)) if real.any() else n
+    qoffs, idx = records.queue(topic, qid)
+    for i in range(first_real, n):
+        u = units[i]
+        phy, size = int(u["offset"]), int(u["size"])
+        qo = base + i
+        if size == FILLER_SIZE:
+            report.add(ERROR, _cq_path(qdir, files, i, fsize), qo * CQ_UNIT_SIZE, "filler unit after real units")
+            continue
+        if phy < records.min_offset:
+            continue  # the record's segment was cleaned up
+        j = int(np.searchsorted(qoffs, qo))
+        if j >= len(qoffs) or int(qoffs[j]) != qo:
+            report.add(ERROR, _cq_path(qdir, files, i, fsize), qo * CQ_UNIT_SIZE,
+                       f"unit {qo} -> CommitLog {phy}: no record with that queue offset")
+            continue
+        r = int(idx[j])
+        if int(records.phy[r]) != phy or int(records.size[r]) != size or int(records.tags[r]) != int(u["tags_code"]):
+            report.add(ERROR, _cq_path(qdir, files, i, fsize), qo * CQ_UNIT_SIZE,
+                       f"unit {qo} = ({phy}, {size}, {int(u['tags_code'])}) but the record is "
+                       f"({int(records.phy[r])}, {int(records.size[r])}, {int(records.tags[r])})")
+    report.cq_units += n - first_real
+    covered = base + n
+    behind = int(np.count_nonzero(qoffs >= covered)) if len(qoffs) else 0
+    if behind:
+        report.add(WARNING, last_path, covered * CQ_UNIT_SIZE,
+                   f"{topic}/{qid}: {behind} record(s) not yet in the ConsumeQueue (rebuilt on open)")
+
+
+def _cq_path(qdir: str, files, unit_index: int, fsize: int) -> str:
+    k = min(len(files) - 1, unit_index * CQ_UNIT_SIZE // fsize)
+    return os.path.join(qdir, files[k][1])
+
+
+def _verify_index(cfg: StoreConfig, report: VerifyReport, records: _Records) -> None:
+    d = cfg.index_dir
+    if not os.path.isdir(d):
+        return
+    slots, num = cfg.max_hash_slot_num, cfg.max_index_num
+    want = index_file_size(slots, num)
+    starts = set(records.phy.tolist())
+    for name in sorted(os.listdir(d)):
+        if parse_index_file_name(name) is None:
+            continue
+        path = os.path.join(d, name)
+        report.index_files += 1
+        actual = os.path.getsize(path)
+        if actual != want:
+            report.add(ERROR, path, 0, f"size {actual}, expected {want} for {slots} slots, {num} entries")
+            continue
+        with open(path, "rb") as fh:
+            buf = fh.read()
+        (_bt, _et, _bp, _ep, _hsc, count) = INDEX_HEADER.unpack_from(buf, 0)
+        count = max(count, 1)
+        if count > num:
+            report.add(ERROR, path, 36, f"indexCount {count} exceeds {num}")
+            continue
+        slot_vals = np.frombuffer(buf, dtype=">i4", count=slots, offset=INDEX_HEADER_SIZE)
+        bad = np.flatnonzero((slot_vals < 0) | (slot_vals >= count))
+        for s in bad[:10].tolist():
+            report.add(ERROR, path, INDEX_HEADER_SIZE + 4 * s, f"slot {s} = {int(slot_vals[s])}, indexCount {count}")
+        entries = np.frombuffer(buf, dtype=ENTRY_DTYPE, count=num, offset=entry_position(slots, 0))
+        report.index_entries += count - 1
+        for k in range(1, count):
+            e = entries[k]
+            phy, h, prev, td = int(e["phy_offset"]), int(e["key_hash"]), int(e["prev_index"]), int(e["time_diff"])
+            pos = entry_position(slots, k)
+            if prev < 0 or prev >= k or td < 0:
+                report.add(ERROR, path, pos, f"entry {k}: prevIndex {prev}, timeDiff {td}")
+            if phy < records.min_offset:
+                continue
+            if phy not in starts:
+                report.add(ERROR, path, pos, f"entry {k} -> CommitLog {phy}: not the start of a record")
+            elif (phy, h) not in records.key_pairs:
+                report.add(ERROR, path, pos, f"entry {k} -> CommitLog {phy}: no key of that record hashes to {h}")
