@@ -84,3 +84,14 @@ def test_empty_and_zero_ranges():
     r = fb.decode_records(bytes(1024))
     assert len(r) == 0 and r.stop == fb.STOP_END and r.end == 0
     assert isinstance(r.pos, np.ndarray)
+
+
+raw_props = st.lists(st.sampled_from(["TAGS", "KEYS", "a", "\x01", "\x02", "x", "UNIQ_KEY", " "]),
+                     max_size=20).map("".join)
+
+
+@given(st.lists(raw_props, max_size=20))
+def test_extract_property_equals_full_parse(raws):
+    from rocketstore.format.message import string_to_properties
+    for name in ("TAGS", "KEYS", "UNIQ_KEY", "a"):
+        assert fb.extract_property(raws, name) == [string_to_properties(s).get(name) for s in raws]

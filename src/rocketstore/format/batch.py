@@ -75,12 +75,19 @@ class DecodedRecords:
     body_pos: np.ndarray
     body_len: np.ndarray
     topic: list[str]
-    properties: list[dict[str, str]]
+    props_raw: list[str]
     tags_code: np.ndarray
     end: int
     stop: str
     stop_reason: str = ""
-    _born_pos: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
+    _props: list[dict[str, str]] | None = field(default=None, repr=False)
+
+    @property
+    def properties(self) -> list[dict[str, str]]:
+        """Parsed properties per record (parsed on first use)."""
+        if self._props is None:
+            self._props = [string_to_properties(p) for p in self.props_raw]
+        return self._props
 
     def __len__(self) -> int:
         return len(self.pos)
@@ -91,14 +98,14 @@ class DecodedRecords:
         return self.base_offset + self.end
 
     def tags(self) -> list[str | None]:
-        return [p.get(PROPERTY_TAGS) for p in self.properties]
+        return extract_property(self.props_raw, PROPERTY_TAGS)
 
     def keys(self) -> list[str | None]:
         """Raw KEYS property (space-separated) per record."""
-        return [p.get(PROPERTY_KEYS) for p in self.properties]
+        return extract_property(self.props_raw, PROPERTY_KEYS)
 
     def uniq_keys(self) -> list[str | None]:
-        return [p.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) for p in self.properties]
+        return extract_property(self.props_raw, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
 
     def bodies(self, buf) -> list[bytes]:
         mv = memoryview(buf)
@@ -240,7 +247,7 @@ def decode_records(buf, start: int = 0, end: int | None = None, *, base_offset: 
             if len(cache) < 100_000:
                 cache[tb] = t
         topics.append(t)
-    props = [string_to_properties(p) for p in _gather_strings(arr, props_start, props_len)]
+    props = _gather_strings(arr, props_start, props_len)
     store_ts = _gather(arr, pos + 56 + d_born, 8, ">i8").astype(np.int64)
     tags_code = _tags_codes(topics, props, store_ts, delay_levels_ms)
     return DecodedRecords(
@@ -255,7 +262,7 @@ def decode_records(buf, start: int = 0, end: int | None = None, *, base_offset: 
         store_timestamp=store_ts,
         reconsume_times=_gather(arr, tail + 72, 4, ">i4").astype(np.int32),
         prepared_transaction_offset=_gather(arr, tail + 76, 8, ">i8").astype(np.int64),
-        body_pos=body_pos, body_len=body_len.astype(np.int32), topic=topics, properties=props,
+        body_pos=body_pos, body_len=body_len.astype(np.int32), topic=topics, props_raw=props,
         tags_code=tags_code, end=stop_pos, stop=stop)
 
 
@@ -273,20 +280,51 @@ def _truncated(buf, base_offset, positions, start, bad_pos, stop, reason, check_
 _DEFAULT_DELAYS = parse_delay_levels()
 
 
-def _tags_codes(topics: list[str], props: list[dict[str, str]], store_ts: np.ndarray,
+def _tags_codes(topics: list[str], props: list[str], store_ts: np.ndarray,
                 delay_levels_ms: Sequence[int] | None) -> np.ndarray:
     out = np.zeros(len(topics), dtype=np.int64)
     delays = _DEFAULT_DELAYS if delay_levels_ms is None else delay_levels_ms
-    for i, p in enumerate(props):
-        if topics[i] == SCHEDULE_TOPIC and PROPERTY_DELAY_TIME_LEVEL in p:
+    tags = extract_property(props, PROPERTY_TAGS)
+    for i, t in enumerate(tags):
+        if t:
+            out[i] = java_hash(t)
+    sched = [i for i, t in enumerate(topics) if t == SCHEDULE_TOPIC]
+    if sched:
+        levels = extract_property([props[i] for i in sched], PROPERTY_DELAY_TIME_LEVEL)
+        for i, lv in zip(sched, levels):
+            if lv is None:
+                continue
             try:
-                level = min(int(p[PROPERTY_DELAY_TIME_LEVEL]), len(delays))
+                level = min(int(lv), len(delays))
             except ValueError:
                 level = 0
             if level > 0:
                 out[i] = int(store_ts[i]) + delays[level - 1]
-                continue
-        t = p.get(PROPERTY_TAGS)
-        if t:
-            out[i] = java_hash(t)
+    return out
+
+
+def extract_property(raws: Sequence[str], name: str) -> list[str | None]:
+    """The value of one property in each raw properties string, without parsing the rest.
+
+    Same answer as ``string_to_properties(s).get(name)`` (the last entry wins; an empty value
+    counts as absent).
+    """
+    key = name + "\x01"
+    klen = len(key)
+    out: list[str | None] = []
+    append = out.append
+    for s in raws:
+        i = s.rfind(key)
+        while i > 0 and s[i - 1] != "\x02":
+            i = s.rfind(key, 0, i)
+        if i < 0:
+            append(None)
+            continue
+        st = i + klen
+        j = s.find("\x02", st)
+        v = s[st:] if j < 0 else s[st:j]
+        if not v and i > 0:  # an empty last entry: an earlier one may hold the value
+            append(string_to_properties(s).get(name))
+        else:
+            append(v or None)
     return out

@@ -134,18 +134,17 @@ def index_keys(recs, mask: np.ndarray | None = None) -> tuple[list[str], np.ndar
     owner: list[int] = []
     rollback = (recs.sys_flag & TRANSACTION_MASK) == TRANSACTION_ROLLBACK_TYPE
     use = ~rollback if mask is None else (mask & ~rollback)
-    topics, props = recs.topic, recs.properties
-    ukey, kkey, sep = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, PROPERTY_KEYS, KEY_SEPARATOR
+    topics = recs.topic
+    uniq, kprops = recs.uniq_keys(), recs.keys()
+    sep = KEY_SEPARATOR
     for i in np.flatnonzero(use).tolist():
-        p = props[i]
-        if not p:
+        u, ks = uniq[i], kprops[i]
+        if u is None and not ks:
             continue
         prefix = topics[i] + "#"
-        u = p.get(ukey)
         if u is not None:
             keys.append(prefix + u)
             owner.append(i)
-        ks = p.get(kkey)
         if ks:
             for k in ks.split(sep):
                 if k:
