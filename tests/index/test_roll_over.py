@@ -209,3 +209,20 @@ def test_truncate_drops_empty_rolled_file_carrying_a_dirty_end(tmp_path):
     svc.dispatch(log.records(0, cut))
     assert svc.files[-1].entry_count == 2
     svc.shutdown()
+
+
+def test_periodic_flush_leaves_the_writable_file_shutdown_flushes_it(tmp_path):
+    log = MiniLog()
+    for i in range(3):
+        log.append("T", ["a", "b"], ts=T0 + i)  # 6 entries: one full file + 2 in the next
+    svc = make_service(tmp_path, slots=7, num=5)
+    svc.dispatch(log.records())
+    svc.flush()
+    full, last = svc.files
+    assert not full.dirty and last.dirty
+    assert svc.checkpoint.index_msg_timestamp == full.end_timestamp
+    svc.shutdown()
+    assert not last.dirty
+    again = make_service(tmp_path, slots=7, num=5)
+    assert [f.entry_count for f in again.files] == [4, 2]
+    again.shutdown()

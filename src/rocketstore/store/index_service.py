@@ -24,7 +24,8 @@ completes the index and adds nothing twice.
 *Recovery.* ``load(last_exit_ok=False)`` destroys, as RocketMQ does, every file whose end time is
 newer than ``checkpoint.index_msg_timestamp`` (only full, flushed files are trusted after a
 crash); the reput must then restart at ``dispatch_from_offset()`` so nothing is lost (RocketMQ
-may restart later and lose keys). ``shutdown()`` flushes every file (RocketMQ 4.9 did not).
+may restart later and lose keys). ``flush()`` (periodic) flushes full files; ``shutdown()``
+flushes every file, the writable one included (RocketMQ 4.9 did not).
 
 *Queries.* ``query_offsets`` is RocketMQ's raw ``queryOffset``: newest file first, hash matches
 only, collisions and duplicates included, capped at ``min(max_num, max_msgs_num_batch)``.
@@ -107,15 +108,17 @@ class IndexService:
         for f in old:
             f.close()
 
-    def flush(self) -> None:
-        """Flush every changed file; a full one also advances the checkpoint's index time."""
+    def flush(self, all_files: bool = False) -> None:
+        """Flush changed full files, each advancing the checkpoint's index time; with
+        ``all_files`` (shutdown) the writable last file too. The last file is not flushed
+        periodically: after a crash it is rebuilt from the CommitLog whatever its state."""
         self._join_flushers()
         for f in self._snapshot():
-            if f.dirty:
+            if f.dirty and (all_files or f.is_write_full()):
                 self._flush_file(f)
 
     def shutdown(self) -> None:
-        self.flush()
+        self.flush(all_files=True)
         with self._lock:
             for f in self.files:
                 f.close()
@@ -142,13 +145,15 @@ class IndexService:
             except BaseException as exc:  # surfaced by the next flush()/shutdown()
                 self._flush_error = exc
         t = threading.Thread(target=run, name=f"FlushIndexFile-{f.name}", daemon=True)
-        self._flushers = [x for x in self._flushers if x.is_alive()] + [t]
+        with self._lock:
+            self._flushers = [x for x in self._flushers if x.is_alive()] + [t]
         t.start()
 
     def _join_flushers(self) -> None:
-        for t in self._flushers:
+        with self._lock:
+            pending, self._flushers = self._flushers, []
+        for t in pending:
             t.join()
-        self._flushers = []
         if self._flush_error is not None:
             exc, self._flush_error = self._flush_error, None
             raise exc
