@@ -6,8 +6,8 @@ Theory of operation.
   each ConsumeQueue may have been cut short (a copy interrupted, a torn extend). Their missing
   tail is padded with zeros (``posix_fallocate``), which recovery then treats like any
   unwritten tail. Any other file of the wrong size still fails the load, naming the file.
-* **Normal** (no abort file): scan the last three segments (CRC checked) for the first invalid
-  record.
+* **Normal** (no abort file): scan the last three segments (CRC checked, plus the queue-offset
+  and torn-write checks of ``recovery_scan``) for the first invalid record.
 * **Abnormal** (abort file present): walk segments backwards to the first whose first record is
   at or before the checkpoint's min timestamp (``min(physic, logics) - 3 s``), scan forward from
   there, and re-dispatch everything from that segment on (ConsumeQueue writes are idempotent,
@@ -17,7 +17,9 @@ Theory of operation.
   beyond it, and destroy index files holding entries at or beyond it.
 * **ConsumeQueue tails are checked against the CommitLog**: the last ``CQ_TAIL_CHECK`` units
   of each queue must point at a record of that size, queue id, queue offset and physical
-  offset. The queue is cut at the first unit that does not, and dispatch rebuilds it.
+  offset. The queue is cut at the first unit that does not, and dispatch rebuilds it. The
+  last ``INDEX_TAIL_CHECK`` entries of the newest index file must point at a record one of
+  whose keys has the entry's hash; if one does not, that file is dropped and re-indexed.
 * **Reput restart** is the lowest of: the highest ConsumeQueue end (RocketMQ 4.9's rule), the
   start of any ConsumeQueue tail that was cut, the index's own restart point (RocketMQ loses
   index entries here; we do not) and, after a crash, the chosen segment's start. The facade runs
@@ -36,18 +38,19 @@ import numpy as np
 
 from ..config import StoreConfig
 from ..format import batch as fbatch
+from ..format.hashing import index_key_hash
+from ..format.index_layout import build_key
 from ..format.layouts import CQ_UNIT_SIZE, name_to_offset
 from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
 from .consume_queue import FILLER_SIZE, UNIT_DTYPE, ConsumeQueue
 from .dispatch import ConsumeQueueTable
+from .recovery_scan import scan_commitlog
 
 log = logging.getLogger(__name__)
 
 CQ_TAIL_CHECK = 256  # units per queue checked against the CommitLog at every open
-_QID = slice(12, 16)
-_QOFF = slice(20, 28)
-_PHY = slice(28, 36)
+INDEX_TAIL_CHECK = 256  # entries of the newest index file checked likewise
 
 
 @dataclass
@@ -142,9 +145,16 @@ def recover(commitlog: CommitLog, cqs: ConsumeQueueTable, checkpoint: StoreCheck
         if index_service is not None:
             report.index_files_dropped += index_service.truncate_dirty_files(0)
         return report
+    cq_restart = commitlog.max_offset()
+    for cq in cqs:
+        cut = check_cq_tail(cq, commitlog)
+        if cut is not None:
+            cq_restart = min(cq_restart, cut)
     idx = _start_segment(commitlog, checkpoint, last_exit_ok)
     report.start_segment = idx
-    valid_end, stop, reason = commitlog.scan_valid_end(idx, check_crc)
+    cq_next = {(cq.topic, cq.queue_id): cq.max_offset_in_queue() for cq in cqs}
+    cq_end = {(cq.topic, cq.queue_id): cq.max_physic_offset for cq in cqs}
+    valid_end, stop, reason, behind_from = scan_commitlog(commitlog, idx, check_crc, cq_next, cq_end)
     report.valid_end = valid_end
     if stop in (fbatch.STOP_CORRUPT, fbatch.STOP_INCOMPLETE):
         report.truncated_at = valid_end
@@ -156,14 +166,15 @@ def recover(commitlog: CommitLog, cqs: ConsumeQueueTable, checkpoint: StoreCheck
     if cqs.max_physic_offset() >= valid_end:
         for cq in cqs:
             cq.truncate_dirty_logic(valid_end)
-    reput = max(cqs.max_physic_offset(), 0)
-    for cq in cqs:
-        cut = check_cq_tail(cq, commitlog)
-        if cut is not None:
-            reput = min(reput, cut)
+    reput = min(max(cqs.max_physic_offset(), 0), cq_restart)
+    for key, phy in behind_from.items():
+        if phy < valid_end:  # a queue whose units end before records the scan saw
+            reput = min(reput, phy)
+            report.notes.append(f"ConsumeQueue {key[0]}/{key[1]} behind the CommitLog from {phy}: rebuilt")
     _note_cq_drops(report, before, cqs)
     if index_service is not None:
         n = index_service.truncate_dirty_files(valid_end)
+        n += check_index_tail(index_service, commitlog)
         report.index_files_dropped += n
         reput = min(reput, index_service.dispatch_from_offset())
     if not last_exit_ok:
@@ -218,23 +229,22 @@ def _note_cq_drops(report: RecoveryReport, before: dict, cqs: ConsumeQueueTable)
             report.cq_units_dropped[f"{cq.topic}/{cq.queue_id}"] = b - a
 
 
-def unit_matches(commitlog: CommitLog, cq: ConsumeQueue, queue_offset: int, phy: int, size: int) -> str | None:
+def unit_matches(commitlog: CommitLog, cq: ConsumeQueue, queue_offset: int, phy: int, size: int,
+                 tags_code: int | None = None) -> str | None:
     """Why the unit does not describe the record it points at (None: it does)."""
     raw = commitlog.read_record(phy)
     if raw is None:
         return f"no record at CommitLog offset {phy}"
     if len(raw) != size:
         return f"unit size {size}, record size {len(raw)}"
-    magic = int.from_bytes(raw[4:8], "big", signed=True)
-    if magic not in (fbatch.MESSAGE_MAGIC_CODE, fbatch.MESSAGE_MAGIC_CODE_V2):
-        return f"no message magic at CommitLog offset {phy}"
-    if int.from_bytes(raw[_PHY], "big", signed=True) != phy:
-        return f"record at {phy} says it is at {int.from_bytes(raw[_PHY], 'big', signed=True)}"
-    if int.from_bytes(raw[_QID], "big", signed=True) != cq.queue_id:
-        return f"record at {phy} belongs to queue {int.from_bytes(raw[_QID], 'big', signed=True)}"
-    qo = int.from_bytes(raw[_QOFF], "big", signed=True)
-    if qo != queue_offset:
-        return f"record at {phy} has queue offset {qo}, unit is {queue_offset}"
+    recs = fbatch.decode_records(raw, 0, len(raw), base_offset=phy)
+    if len(recs) != 1:
+        return f"no whole record at CommitLog offset {phy}"
+    got = (int(recs.commitlog_offset[0]), recs.topic[0], int(recs.queue_id[0]), int(recs.queue_offset[0]))
+    if got != (phy, cq.topic, cq.queue_id, queue_offset):
+        return f"record at {phy} is {got[1]}/{got[2]} #{got[3]} at {got[0]}, unit is #{queue_offset}"
+    if tags_code is not None and int(recs.tags_code[0]) != tags_code:
+        return f"unit tagsCode {tags_code}, record {int(recs.tags_code[0])}"
     return None
 
 
@@ -254,11 +264,11 @@ def check_cq_tail(cq: ConsumeQueue, commitlog: CommitLog, count: int = CQ_TAIL_C
         units = cq.read_units(i, hi - i)
         if units is None or len(units) == 0:
             break
-        offs, sizes = units["offset"].tolist(), units["size"].tolist()
-        for k, (phy, size) in enumerate(zip(offs, sizes)):
+        offs, sizes, tags = units["offset"].tolist(), units["size"].tolist(), units["tags_code"].tolist()
+        for k, (phy, size, tag) in enumerate(zip(offs, sizes, tags)):
             if size == FILLER_SIZE or phy < min_phy:
                 continue  # filler, or a message whose segment was cleaned up
-            why = unit_matches(commitlog, cq, i + k, phy, size)
+            why = unit_matches(commitlog, cq, i + k, phy, size, tag)
             if why is not None:
                 bad = i + k
                 log.warning("ConsumeQueue %s/%d: unit %d dropped: %s", cq.topic, cq.queue_id, bad, why)
@@ -287,6 +297,40 @@ def _cut_cq(cq: ConsumeQueue, index: int, commitlog: CommitLog) -> int:
         if cq.queue.max_offset() < cq.min_logic_offset:
             cq.min_logic_offset = cq.queue.max_offset()
     return restart
+
+
+def entry_matches(commitlog: CommitLog, k: int, key_hash: int, phy: int, time_diff: int,
+                  prev: int) -> str | None:
+    """Why index entry ``k`` does not describe a key of the record it points at (None: it does)."""
+    if prev < 0 or prev >= k or time_diff < 0:
+        return f"prevIndex {prev}, timeDiff {time_diff}"
+    msg = commitlog.look_message(phy, with_body=False)
+    if msg is None or msg.commitlog_offset != phy:
+        return f"no record at CommitLog offset {phy}"
+    keys = list(msg.keys) + ([msg.uniq_key] if msg.uniq_key else [])
+    if key_hash not in {index_key_hash(build_key(msg.topic, key)) for key in keys}:
+        return f"no key of the record at {phy} hashes to {key_hash}"
+    return None
+
+
+def check_index_tail(index_service, commitlog: CommitLog, count: int = INDEX_TAIL_CHECK) -> int:
+    """Drop the newest index file if one of its last entries does not match the CommitLog
+    (dispatch re-indexes from the previous file's end). Returns the files dropped."""
+    files = list(index_service.files)
+    if not files:
+        return 0
+    f = files[-1]
+    min_phy = commitlog.min_offset()
+    for k in range(max(1, f.index_count - count), f.index_count):
+        key_hash, phy, time_diff, prev = f.entry(k)
+        if phy < min_phy:
+            continue
+        why = entry_matches(commitlog, k, key_hash, phy, time_diff, prev)
+        if why is not None:
+            log.warning("index file %s: entry %d: %s; the file is dropped and rebuilt", f.name, k, why)
+            floor = files[-2].end_phy_offset + 1 if len(files) > 1 else 0
+            return index_service.truncate_dirty_files(floor)
+    return 0
 
 
 def rebuild_queue_table(commitlog: CommitLog, cqs: ConsumeQueueTable) -> None:
