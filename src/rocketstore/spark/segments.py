@@ -276,3 +276,20 @@ def plan_ranges(segs: list[Segment], lo: int | None = None, hi: int | None = Non
                 continue
             out.append(SegmentRange(s.path, s.base, a, b, tail))
     return out
+
+
+def confirmed_offset(segs: list[Segment], cached: tuple[int, int] | None = None
+                     ) -> tuple[int, tuple[int, int] | None]:
+    """(End of the last whole CRC-checked record, scan position to resume from next time).
+
+    ``cached`` is the second value of a previous call: the tail scan resumes there when it is
+    still a record boundary of the same segment.
+    """
+    if not segs:
+        return 0, None
+    seg = segs[tail_index(segs)]
+    start = None
+    if cached and cached[0] == seg.base and cached[1] <= seg.end and record_at(seg, cached[1]):
+        start = cached[1]
+    end = scan_segment_end(seg, start, verify_crc=True)
+    return (seg.end if end.rolled else end.end), (seg.base, end.end)
