@@ -184,10 +184,11 @@ def _powers(base: int, n: int) -> np.ndarray:
     return out
 
 
-def java_hashes(keys: Sequence[str]) -> np.ndarray:
-    """Java ``String.hashCode`` of every key as int32, vectorised (see the module doc)."""
+def _java_hashes_units(keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(Java hash as uint64 < 2**32, length in UTF-16 units) of every key."""
     n = len(keys)
-    out = np.empty(n, dtype=np.int32)
+    hashes = np.empty(n, dtype=np.uint64)
+    units = np.empty(n, dtype=np.int64)
     for start in range(0, n, _CHUNK):
         part = keys[start:start + _CHUNK]
         a = np.array(part, dtype=np.str_)
@@ -201,17 +202,40 @@ def java_hashes(keys: Sequence[str]) -> np.ndarray:
         shift = lengths - width  # > 0 only for keys whose trailing NULs numpy dropped
         fix = np.where(shift >= 0, _powers(31, longest)[np.clip(shift, 0, None)],
                        _powers(_INV31, longest)[np.clip(-shift, 0, None)])
-        h = ((h * fix) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
-        wide = np.flatnonzero((m > 0xFFFF).any(axis=1)) if width and m.max() > 0xFFFF else ()
-        for i in list(wide):
-            h[i] = java_hash(part[i])
-        out[start:start + len(part)] = h
-    return out
+        h = (h * fix) & 0xFFFFFFFF
+        if width and m.max() > 0xFFFF:  # characters outside the BMP: two UTF-16 units
+            for i in np.flatnonzero((m > 0xFFFF).any(axis=1)).tolist():
+                h[i] = java_hash(part[i]) & 0xFFFFFFFF
+                lengths[i] = len(part[i].encode("utf-16-be")) // 2
+        hashes[start:start + len(part)] = h
+        units[start:start + len(part)] = lengths
+    return hashes, units
+
+
+def java_hashes(keys: Sequence[str]) -> np.ndarray:
+    """Java ``String.hashCode`` of every key as int32, vectorised (see the module doc)."""
+    return _java_hashes_units(keys)[0].astype(np.uint32).view(np.int32)
+
+
+def _index_hash(h32: np.ndarray) -> np.ndarray:
+    h = h32.astype(np.uint32).view(np.int32).astype(np.int64)
+    h = np.abs(h)
+    h[h == 0x80000000] = 0
+    return h.astype(np.int32)
 
 
 def index_key_hashes(keys: Sequence[str]) -> np.ndarray:
     """``indexKeyHashMethod`` of every key: ``abs(hashCode)``, MIN_VALUE mapped to 0 (int32)."""
-    h = java_hashes(keys).astype(np.int64)
-    h = np.abs(h)
-    h[h == 0x80000000] = 0
-    return h.astype(np.int32)
+    return _index_hash(_java_hashes_units(keys)[0])
+
+
+def prefixed_index_key_hashes(prefix_hashes: np.ndarray, keys: Sequence[str]) -> np.ndarray:
+    """``index_key_hash(prefix + key)`` per key, given ``java_hash(prefix)`` per key.
+
+    Java's hash of a concatenation is ``hash(prefix) * 31**units(key) + hash(key)``, so the
+    ``topic#`` strings never have to be built: ``build_key`` is only needed for one key.
+    """
+    h, units = _java_hashes_units(keys)
+    longest = int(units.max(initial=0))
+    pre = np.asarray(prefix_hashes, dtype=np.int64).astype(np.uint64) & 0xFFFFFFFF
+    return _index_hash(((pre * _powers(31, longest)[units]) + h) & 0xFFFFFFFF)

@@ -35,7 +35,8 @@ end = the previous file's end offset / end time (the last key put before the rol
 ``IndexFile.create(path, slots, num, plan.carry_end_phy_offset, plan.carry_end_timestamp)``
 and ``put_batch`` its slice: the result equals what the reput of one broker writes.
 ``index_keys(recs)`` turns decoded CommitLog columns into the key stream (``topic#uniqKey``
-first, then ``topic#key`` per non-empty KEYS piece; rollback records skipped).
+first, then ``topic#key`` per non-empty KEYS piece; rollback records skipped), and
+``index_key_hash_columns(recs)`` goes straight to the hashes (what the reput uses).
 """
 from __future__ import annotations
 
@@ -48,12 +49,12 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from ..errors import CorruptFileError
-from ..format.hashing import index_key_hash
+from ..format.hashing import index_key_hash, java_hash
 from ..format.index_layout import (BEGIN_PHY_OFFSET_POS, BEGIN_TIMESTAMP_POS, END_PHY_OFFSET_POS,
                                    END_TIMESTAMP_POS, ENTRY_DTYPE, HASH_SLOT_COUNT_POS, I64,
                                    INDEX_COUNT_POS, INDEX_ENTRY, INDEX_HEADER, INDEX_HEADER_SIZE,
                                    SLOT, build_key, entry_position, index_file_size,
-                                   index_key_hashes,
+                                   index_key_hashes, prefixed_index_key_hashes,
                                    is_time_matched, slot_position, time_diff_seconds,
                                    time_diff_seconds_many)
 from ..format.message import (KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -124,33 +125,60 @@ def plan_index_files(phy_offsets: Sequence[int] | np.ndarray, store_timestamps: 
     return plans
 
 
-def index_keys(recs, mask: np.ndarray | None = None) -> tuple[list[str], np.ndarray]:
-    """Index keys of decoded records, in RocketMQ's put order, and the record of each key.
-
-    ``recs`` is a ``DecodedRecords``; ``mask`` (bool per record) limits the records considered.
-    Rollback records are skipped; prepared ones are indexed, as ``IndexService.buildIndex`` does.
-    """
-    keys: list[str] = []
+def _index_pieces(recs, mask):
+    """(key pieces, owner records, topic of each piece) in RocketMQ's put order."""
+    pieces: list[str] = []
     owner: list[int] = []
     rollback = (recs.sys_flag & TRANSACTION_MASK) == TRANSACTION_ROLLBACK_TYPE
     use = ~rollback if mask is None else (mask & ~rollback)
-    topics = recs.topic
     uniq, kprops = recs.uniq_keys(), recs.keys()
     sep = KEY_SEPARATOR
+    add, own = pieces.append, owner.append
     for i in np.flatnonzero(use).tolist():
         u, ks = uniq[i], kprops[i]
-        if u is None and not ks:
-            continue
-        prefix = topics[i] + "#"
         if u is not None:
-            keys.append(prefix + u)
-            owner.append(i)
+            add(u)
+            own(i)
         if ks:
-            for k in ks.split(sep):
-                if k:
-                    keys.append(prefix + k)
-                    owner.append(i)
-    return keys, np.asarray(owner, dtype=np.int64)
+            parts = ks.split(sep)
+            if "" in parts:
+                parts = [k for k in parts if k]
+            pieces.extend(parts)
+            owner.extend([i] * len(parts))
+    return pieces, np.asarray(owner, dtype=np.int64)
+
+
+def index_keys(recs, mask: np.ndarray | None = None) -> tuple[list[str], np.ndarray]:
+    """Index keys (``topic#key``) of decoded records, in RocketMQ's put order, and the record of
+    each key. ``recs`` is a ``DecodedRecords``; ``mask`` (bool per record) limits the records.
+    Rollback records are skipped; prepared ones are indexed, as ``IndexService.buildIndex`` does.
+    """
+    pieces, owner = _index_pieces(recs, mask)
+    topics = recs.topic
+    return [f"{topics[o]}#{k}" for o, k in zip(owner.tolist(), pieces)], owner
+
+
+_prefix_cache: dict[str, int] = {}
+
+
+def index_key_hash_columns(recs, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Like ``index_keys`` but straight to index hashes (int32) without building the strings:
+    the ``topic#`` prefix hash is computed once per topic and combined per key."""
+    pieces, owner = _index_pieces(recs, mask)
+    if not pieces:
+        return np.zeros(0, dtype=np.int32), owner
+    topics = recs.topic
+    cache = _prefix_cache
+    per_record = np.zeros(len(topics), dtype=np.int64)
+    for i in np.unique(owner).tolist():
+        t = topics[i]
+        h = cache.get(t)
+        if h is None:
+            h = java_hash(t + "#")
+            if len(cache) < 100_000:
+                cache[t] = h
+        per_record[i] = h
+    return prefixed_index_key_hashes(per_record[owner], pieces), owner
 
 
 # ---- the file ---------------------------------------------------------------------------------
@@ -416,4 +444,4 @@ class IndexFile:
 
 
 __all__ = ["IndexFile", "IndexFilePlan", "plan_chains", "plan_index_files", "index_keys",
-           "index_key_hashes", "build_key"]
+           "index_key_hash_columns", "index_key_hashes", "build_key"]

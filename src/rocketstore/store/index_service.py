@@ -54,7 +54,7 @@ from ..format.index_layout import (build_key, index_file_name, index_file_size, 
                                    parse_index_file_name)
 from ..format.message import MessageExt
 from .checkpoint import StoreCheckpoint
-from .index_file import IndexFile, index_keys
+from .index_file import IndexFile, index_key_hash_columns
 
 LONG_MAX = (1 << 63) - 1
 
@@ -212,15 +212,15 @@ class IndexService:
         mask = offsets >= end
         if not mask.any():
             return
-        keys, owner = index_keys(recs, mask)
-        if keys and offsets[owner[0]] == end:
+        hashes, owner = index_key_hash_columns(recs, mask)
+        if len(owner) and offsets[owner[0]] == end:
             # the record at endPhyOffset may be indexed wholly or (cut by a crash right after a
             # roll) in part: put only the keys that are missing, in their original order
             done = min(self._keys_indexed_at(end), int(np.count_nonzero(offsets[owner] == end)))
-            keys, owner = keys[done:], owner[done:]
-        if not keys:
+            hashes, owner = hashes[done:], owner[done:]
+        if not len(owner):
             return
-        self.put_keys(index_key_hashes(keys), offsets[owner], recs.store_timestamp[owner])
+        self.put_keys(hashes, offsets[owner], recs.store_timestamp[owner])
 
     def put_keys(self, key_hashes: np.ndarray, phy_offsets: np.ndarray, store_timestamps: np.ndarray) -> None:
         """Append hashed keys in order, rolling over as files fill up."""
