@@ -20,6 +20,7 @@ import numpy as np
 
 from ..config import StoreConfig
 from ..format import batch as fbatch
+from ..errors import DiskFullError
 from ..format.batch import DecodedRecords
 from ..format.message import TRANSACTION_MASK, TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE
 from .commitlog import CommitLog
@@ -28,6 +29,7 @@ from .consume_queue import ConsumeQueue, queue_dir
 log = logging.getLogger(__name__)
 
 ArrivalListener = Callable[[str, int, int], None]
+DISK_FULL_RETRY_S = 0.2
 
 
 class Dispatcher(Protocol):
@@ -148,8 +150,8 @@ class ReputService:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._progress:
             while self.behind_bytes() > 0:
-                if self.last_error is not None:
-                    return False
+                if self.last_error is not None and not isinstance(self.last_error, DiskFullError):
+                    return False  # stopped for good; a full disk only pauses it
                 self._wake.set()
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
@@ -161,6 +163,19 @@ class ReputService:
         while not self._stop.is_set():
             try:
                 progressed = self.run_once()
+                if self.last_error is not None and isinstance(self.last_error, DiskFullError):
+                    log.info("dispatch resumed at offset %d: disk space is back", self.reput_from)
+                    self.last_error = None
+            except DiskFullError as exc:
+                # no room for a new ConsumeQueue/index file: nothing was lost (dispatch is
+                # idempotent and did not advance); retry until space returns
+                if self.last_error is None:
+                    log.error("dispatch paused at offset %d: %s", self.reput_from, exc)
+                self.last_error = exc
+                with self._progress:
+                    self._progress.notify_all()
+                self._stop.wait(DISK_FULL_RETRY_S)
+                continue
             except Exception as exc:  # noqa: BLE001 - reported through last_error and the log
                 self.last_error = exc
                 log.exception("reput stopped at offset %d", self.reput_from)
