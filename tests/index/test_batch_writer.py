@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from rocketstore.store.index_file import IndexFile, plan_index_files
 
-from index_helpers import index_bytes, make_service
+from .index_helpers import index_bytes, make_service
 
 stream = st.lists(
     st.tuples(st.integers(0, 2**31 - 1) | st.integers(0, 40),  # hash: wide or heavily colliding

@@ -8,7 +8,7 @@ import pytest
 from rocketstore.format.hashing import index_key_hash
 from rocketstore.format.message import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
 
-from index_helpers import LONG_MAX, MiniLog, make_service
+from .index_helpers import LONG_MAX, MiniLog, make_service
 
 
 def _offsets(res):

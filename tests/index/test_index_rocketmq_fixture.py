@@ -11,7 +11,7 @@ from rocketstore.format.message import TRANSACTION_ROLLBACK_TYPE
 from rocketstore.store.checkpoint import StoreCheckpoint
 from rocketstore.store.index_service import IndexService, describe_index_files
 
-from index_helpers import LONG_MAX, SegmentReader, fixture_config
+from .index_helpers import LONG_MAX, SegmentReader, fixture_config
 
 RAW = "indexService.queryOffset(topic,key,32,0,Long.MAX_VALUE).phyOffsets"
 STORE = "queryMessage(topic,key,32,0,Long.MAX_VALUE).phyOffsets"

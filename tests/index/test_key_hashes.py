@@ -44,9 +44,7 @@ def test_prefixed_hashes_equal_hash_of_concatenation(pairs):
 
 
 def test_hash_columns_equal_key_strings():
-    import sys, os
-    sys.path.insert(0, os.path.dirname(__file__))
-    from index_helpers import MiniLog
+    from .index_helpers import MiniLog
     from rocketstore.format.message import TRANSACTION_ROLLBACK_TYPE
     from rocketstore.store.index_file import index_key_hash_columns, index_keys
     log = MiniLog()

@@ -7,7 +7,7 @@ import struct
 
 from rocketstore.format.index_layout import index_file_name, parse_index_file_name
 
-from index_helpers import LONG_MAX, MiniLog, index_bytes, make_service
+from .index_helpers import LONG_MAX, MiniLog, index_bytes, make_service
 
 T0 = 1_700_000_000_000
 

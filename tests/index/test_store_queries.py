@@ -14,7 +14,7 @@ import pytest
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.format.message import TRANSACTION_ROLLBACK_TYPE
 
-from index_helpers import FIXTURE
+from .index_helpers import FIXTURE
 
 
 def _cfg(root, **kw) -> StoreConfig:
@@ -110,9 +110,9 @@ def test_time_window_and_view_by_id(tmp_path):
 
 _CHILD = textwrap.dedent("""
     import json, sys
-    sys.path.insert(0, {tests!r})
+    sys.path.insert(0, {repo!r})
     from rocketstore import Message, MessageStore, StoreConfig
-    from test_store_queries import _cfg, _put_all
+    from tests.index.test_store_queries import _cfg, _put_all
     store = MessageStore(_cfg({root!r}))
     stored = _put_all(store, {n})
     store.wait_dispatched(timeout=10.0)
@@ -123,8 +123,8 @@ _CHILD = textwrap.dedent("""
 
 def test_killed_process_reopen_loses_no_index_entry(tmp_path):
     root = str(tmp_path / "s")
-    here = os.path.dirname(os.path.abspath(__file__))
-    code = _CHILD.format(tests=here, root=root, n=200)
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = _CHILD.format(repo=repo, root=root, n=200)
     p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          text=True)
     try:
