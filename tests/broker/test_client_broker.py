@@ -278,3 +278,32 @@ def test_create_topic_state_files_and_restart(tmp_path):
         assert [m.body for m in drain(c, "Made", range(2))[0]] == [b"x0", b"x2", b"x4"]
     finally:
         assert srv.stop() == 0, srv.log()
+
+
+def test_requests_on_one_connection_run_concurrently_and_answer_by_opaque(server):
+    with Producer("PG", server.namesrv) as p:
+        p.send("TopicConc", b"x", queue_id=0)
+
+    async def scenario():
+        import asyncio
+        c = RemotingClient(server.broker)
+        await c.connect()
+        hold = RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+            "consumerGroup": "G", "topic": "TopicConc", "queueId": 0, "queueOffset": 1,
+            "maxMsgNums": 32, "sysFlag": 2 | 4, "commitOffset": 0,
+            "suspendTimeoutMillis": 3000, "subscription": "*", "subVersion": 0})
+        quick = RemotingCommand.request(RequestCode.GET_MAX_OFFSET,
+                                        {"topic": "TopicConc", "queueId": 0})
+        order = []
+
+        async def run(cmd, name):
+            r = await c.invoke(cmd, 10)
+            order.append(name)
+            return r
+        held, fast = await asyncio.gather(run(hold, "held"), run(quick, "quick"))
+        c.close()
+        return order, held, fast
+    order, held, fast = LoopThread.shared().run(scenario())
+    assert order == ["quick", "held"]  # the answer to the later request overtook the held one
+    assert fast.ext_fields["offset"] == "1" and held.code == ResponseCode.PULL_NOT_FOUND
+    assert held.ext_fields["nextBeginOffset"] == "1" and held.ext_fields["maxOffset"] == "1"

@@ -148,12 +148,13 @@ def handlers(broker: "Broker") -> dict[int, Any]:
 
 async def _send_batch(broker: "Broker", cmd: RemotingCommand, base: dict,
                       props: dict[str, str]) -> RemotingCommand:
+    del props
     entries = decode_batch(cmd.body)
     if not entries:
         raise ValueError("empty message batch")
     msgs = []
     for e in entries:
-        p = {**props, **e.properties}
+        p = dict(e.properties)  # the header's properties describe the batch, not each message
         if PROPERTY_DELAY_TIME_LEVEL in p and p[PROPERTY_DELAY_TIME_LEVEL] not in ("", "0"):
             raise ValueError("a batch cannot carry delayed messages")
         p.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, create_uniq_key())
