@@ -162,3 +162,29 @@ def test_describe_index_files_on_fixture(rmq_fixture):
     assert abs(d[-1]["fill"] - 62 / 127) < 1e-9
     # sizes guessed from the file when only the slot count is known
     assert describe_index_files(str(root / "store" / "index"), 211)[3]["entries"] == 127
+
+
+def test_spark_style_rebuild_with_plan_index_files(rmq_fixture, tmp_path):
+    """The pure split helper + bulk writer, as the Spark rebuild uses them, reproduce RocketMQ's
+    files from the global key stream (each file written independently)."""
+    from rocketstore.format.index_layout import index_key_hashes
+    from rocketstore.store.index_file import IndexFile, index_keys, plan_index_files
+    root, _ = rmq_fixture
+    reader = SegmentReader(root / "store" / "commitlog")
+    hashes, phys, tss = [], [], []
+    for recs in reader.batches():
+        keys, owner = index_keys(recs)
+        hashes.append(index_key_hashes(keys))
+        phys.append(recs.commitlog_offset[owner])
+        tss.append(recs.store_timestamp[owner])
+    h, phy, ts = np.concatenate(hashes), np.concatenate(phys), np.concatenate(tss)
+    plans = plan_index_files(phy, ts, 127)
+    assert len(plans) == 12 and all(p.new_file for p in plans)
+    out_dir = tmp_path / "spark-index"
+    out_dir.mkdir()
+    for i, p in reversed(list(enumerate(plans))):  # any order: files do not depend on each other
+        f = IndexFile.create(str(out_dir / f"{i:017d}"), 211, 128, p.carry_end_phy_offset,
+                             p.carry_end_timestamp)
+        assert f.put_batch(h[p.start:p.stop], phy[p.start:p.stop], ts[p.start:p.stop]) == p.stop - p.start
+        f.close()
+    assert _bytes(out_dir) == _bytes(root / "store" / "index")
