@@ -39,6 +39,11 @@ def _by_msg_id(store, msg_id: str, topic: str | None):
     return found, "uniq_key"
 
 
+def _iso(ms: int) -> str:
+    from datetime import datetime
+    return datetime.fromtimestamp(ms / 1000).isoformat(timespec="milliseconds")
+
+
 @click.command("query")
 @store_option
 @click.option("--topic", default=None, help="Topic (required with --key).")
@@ -46,7 +51,8 @@ def _by_msg_id(store, msg_id: str, topic: str | None):
 @click.option("--msg-id", "msg_id", default=None, help="Offset message id (or a unique key).")
 @click.option("--begin", default=None, help="Earliest store time, ISO-8601 or epoch ms.")
 @click.option("--end", default=None, help="Latest store time, ISO-8601 or epoch ms.")
-@click.option("--max", "max_num", default=32, show_default=True, type=int)
+@click.option("--max", "max_num", default=32, show_default=True, type=int,
+              help="At most N messages (capped by max_msgs_num_batch, 64 by default).")
 @click.option("--body/--no-body", default=True, show_default=True, help="Include bodies.")
 @config_option
 @json_option
@@ -81,7 +87,7 @@ def command(store_dir, topic, key, msg_id, begin, end, max_num, body, config, as
         click.echo(f"{len(msgs)} message(s) for {what}")
         for m in out["messages"]:
             line = (f"  {m['msg_id']} topic={m['topic']} queue={m['queue_id']}:{m['queue_offset']} "
-                    f"offset={m['commitlog_offset']} stored={m['store_timestamp']} "
+                    f"offset={m['commitlog_offset']} stored={_iso(m['store_timestamp'])} "
                     f"keys={','.join(m['keys'])} uniq={m['uniq_key']}")
             if body:
                 line += f" body={m.get('body', m.get('body_hex', ''))[:80]!r}"
