@@ -121,3 +121,25 @@ def test_rebuild_refuses_an_open_store(tmp_path):
     assert out["records"] == 30 and out["engine"] == "local"
     with MessageStore(built["cfg"]) as store:
         assert store.get_max_offset_in_queue("TopicA", 0) > 0
+
+
+def test_demo_step_rebuilds_and_reports(spark, tmp_path):
+    from rocketstore.spark import demo_step
+    root = tmp_path / "demo"
+    built = build_store(root, n=200)
+    lines = []
+    out = demo_step(str(root), spark=spark, echo=lines.append)
+    per_topic = {r["topic"]: r["messages"] for r in out["messages_per_topic"]}
+    want: dict = {}
+    for m in built["expected"].values():
+        want[m.topic] = want.get(m.topic, 0) + 1
+    assert per_topic == want
+    counts: dict = {}
+    for m in built["expected"].values():
+        for k in m.keys:
+            counts[k] = counts.get(k, 0) + 1
+    want_top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+    assert [(r["key"], r["messages"]) for r in out["top_keys"]] == want_top
+    assert out["rebuild"]["records"] == 200
+    assert any("messages per topic" in line for line in lines)
+    json.dumps(out)  # printable / JSON-ready
