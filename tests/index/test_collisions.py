@@ -121,3 +121,34 @@ def test_query_on_empty_service_does_not_throw(tmp_path):
     r = svc.query_message("test", "", 2**31 - 1, 10, 100, lambda off: None)
     assert r.messages == [] and r.index_last_update_timestamp == 0
     svc.shutdown()
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(msgs=st.lists(st.tuples(st.sampled_from(["AaTopic", "BBTopic"]),
+                               st.lists(st.sampled_from(["Aa", "BB", "k"]), max_size=3),
+                               st.integers(0, 2500)), min_size=1, max_size=40),
+       num=st.integers(2, 9), slots=st.sampled_from([1, 2, 211]),
+       windows=st.lists(st.tuples(st.integers(-500, 60_000), st.integers(0, 60_000)), max_size=4),
+       cap=st.integers(1, 70))
+def test_exact_query_model(tmp_path_factory, msgs, num, slots, windows, cap):
+    """Random streams, tiny files, random windows and caps: query_message == brute force."""
+    log = MiniLog()
+    t0, ts, model = 1_700_000_000_000, 1_700_000_000_000, []
+    for topic, keys, gap in msgs:
+        ts += gap  # non-decreasing store times, often several in one second
+        model.append((log.append(topic, keys or None, ts=ts), topic, keys, ts))
+    svc = make_service(tmp_path_factory.mktemp("m"), slots=slots, num=num)
+    svc.dispatch(log.records())
+    for lo, width in windows + [(-10**12, 10**13)]:
+        begin, end = t0 + lo, t0 + lo + width
+        for topic in ("AaTopic", "BBTopic"):
+            for key in ("Aa", "BB", "k"):
+                exp = [o for o, t, ks, s in reversed(model)
+                       if t == topic and key in ks and begin <= s <= end][:min(cap, 64)]
+                got = svc.query_message(topic, key, cap, begin, end, log.read)
+                assert _offsets(got) == exp, (topic, key, begin, end)
+    svc.shutdown()

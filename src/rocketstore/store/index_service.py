@@ -32,7 +32,10 @@ only, collisions and duplicates included, capped at ``min(max_num, max_msgs_num_
 ``query_message`` is exact: it walks the same chains without letting collisions use up the cap,
 reads every candidate back through ``read(offset)`` and keeps a message only when its topic is
 the topic and its KEYS pieces or UNIQ_KEY contain the key, and its store time is in the window;
-each message once, newest first, at most ``min(max_num, max_msgs_num_batch)``.
+each message once, newest first, at most ``min(max_num, max_msgs_num_batch)``. Index times are
+whole seconds after the file's begin time, so the chain test is widened by 999 ms and the real
+store time decides. Limit (as in RocketMQ): a store time earlier than its file's begin time (the
+clock stepped back) is indexed as timeDiff 0, so only windows reaching that file's range find it.
 
 Thread safety: one writer (the reput thread); queries from any thread. The file list is changed
 under a lock and read as a snapshot; files are closed only under the same lock.
