@@ -135,7 +135,12 @@ def test_killed_process_reopen_loses_no_index_entry(tmp_path):
         p.send_signal(signal.SIGKILL)
         p.wait()
     assert os.path.exists(os.path.join(root, "abort"))
+    before = sorted(os.listdir(os.path.join(root, "index")))
     with MessageStore(_cfg(root)) as store:
+        assert not store.last_exit_ok
+        # the unflushed last file was destroyed (RocketMQ's rule) and rebuilt by the reput
+        after = sorted(os.listdir(os.path.join(root, "index")))
+        assert before[-1] not in after
         _check_all(store, stored)
     assert _entries(root) == _keys_total(stored)
 
