@@ -14,7 +14,6 @@ import pytest
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.format.message import TRANSACTION_ROLLBACK_TYPE
 
-from .index_helpers import FIXTURE
 
 
 def _cfg(root, **kw) -> StoreConfig:

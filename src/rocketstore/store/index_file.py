@@ -57,8 +57,7 @@ from ..format.index_layout import (BEGIN_PHY_OFFSET_POS, BEGIN_TIMESTAMP_POS, EN
                                    index_key_hashes, prefixed_index_key_hashes,
                                    is_time_matched, slot_position, time_diff_seconds,
                                    time_diff_seconds_many)
-from ..format.message import (KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-                              TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE)
+from ..format.message import KEY_SEPARATOR, TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
 
 _I32 = SLOT
 

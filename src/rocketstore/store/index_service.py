@@ -51,10 +51,9 @@ from typing import Callable
 import numpy as np
 
 from ..config import StoreConfig
-from ..format.hashing import index_key_hash
 from ..errors import CorruptFileError
-from ..format.index_layout import (build_key, index_file_name, index_file_size, index_key_hashes,
-                                   parse_index_file_name)
+from ..format.hashing import index_key_hash
+from ..format.index_layout import build_key, index_file_name, index_file_size, parse_index_file_name
 from ..format.message import MessageExt
 from .checkpoint import StoreCheckpoint
 from .index_file import IndexFile, index_key_hash_columns
