@@ -271,6 +271,8 @@ def _truncated(buf, base_offset, positions, start, bad_pos, stop, reason, check_
     if positions:
         out = decode_records(buf, start, bad_pos, base_offset=base_offset, check_crc=check_crc,
                              delay_levels_ms=delay)
+        if out.stop == STOP_CORRUPT:
+            return out  # an earlier record failed its CRC: the data ends there, not at bad_pos
     else:
         out = decode_records(buf, start, start, base_offset=base_offset, delay_levels_ms=delay)
     out.end, out.stop, out.stop_reason = bad_pos, stop, reason

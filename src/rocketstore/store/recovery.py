@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 
 CQ_TAIL_CHECK = 256  # units per queue checked against the CommitLog at every open
 INDEX_TAIL_CHECK = 256  # entries of the newest index file checked likewise
+INDEX_CHAIN_WINDOW = 4096  # entries read to judge their hash-chain links
 
 
 @dataclass
@@ -313,24 +314,48 @@ def entry_matches(commitlog: CommitLog, k: int, key_hash: int, phy: int, time_di
     return None
 
 
-def check_index_tail(index_service, commitlog: CommitLog, count: int = INDEX_TAIL_CHECK) -> int:
-    """Drop the newest index file if one of its last entries does not match the CommitLog
-    (dispatch re-indexes from the previous file's end). Returns the files dropped."""
+def check_index_tail(index_service, commitlog: CommitLog, count: int = INDEX_TAIL_CHECK,
+                     window: int = INDEX_CHAIN_WINDOW) -> int:
+    """Drop the newest index file if one of its last entries does not match the CommitLog or
+    breaks its hash chain (dispatch re-indexes from the previous file's end). Returns the
+    number of files dropped.
+
+    Chain rule (``putKey``): an entry's prevIndex is the previous entry of the same slot, or 0
+    when there is none; a slot's head is its newest entry. Checked for the last ``count``
+    entries against the last ``window`` entries (older links cannot be judged and pass).
+    """
     files = list(index_service.files)
     if not files:
         return 0
     f = files[-1]
+    n = f.index_count
+    slots = f.hash_slot_num
+    lo = max(1, n - window)
+    ents = [f.entry(k) for k in range(lo, n)]
+    last_of_slot: dict[int, int] = {}
+    expect_prev: dict[int, int | None] = {}
+    for k, (key_hash, _phy, _td, _prev) in enumerate(ents, start=lo):
+        slot = key_hash % slots
+        expect_prev[k] = last_of_slot.get(slot, 0 if lo == 1 else None)
+        last_of_slot[slot] = k
     min_phy = commitlog.min_offset()
-    for k in range(max(1, f.index_count - count), f.index_count):
-        key_hash, phy, time_diff, prev = f.entry(k)
-        if phy < min_phy:
-            continue
-        why = entry_matches(commitlog, k, key_hash, phy, time_diff, prev)
+    why = None
+    for k in range(max(1, n - count), n):
+        key_hash, phy, time_diff, prev = ents[k - lo]
+        want = expect_prev[k]
+        if want is not None and prev != want and not (want == 0 and prev == 0):
+            why = f"entry {k}: prevIndex {prev}, the slot's previous entry is {want}"
+        elif phy >= min_phy:
+            why = entry_matches(commitlog, k, key_hash, phy, time_diff, prev)
+        if why is None and f.slot_value(key_hash % slots) < k:
+            why = f"entry {k}: slot {key_hash % slots} points at {f.slot_value(key_hash % slots)}"
         if why is not None:
-            log.warning("index file %s: entry %d: %s; the file is dropped and rebuilt", f.name, k, why)
-            floor = files[-2].end_phy_offset + 1 if len(files) > 1 else 0
-            return index_service.truncate_dirty_files(floor)
-    return 0
+            break
+    if why is None:
+        return 0
+    log.warning("index file %s: %s; the file is dropped and rebuilt", f.name, why)
+    floor = files[-2].end_phy_offset + 1 if len(files) > 1 else 0
+    return index_service.truncate_dirty_files(floor)
 
 
 def rebuild_queue_table(commitlog: CommitLog, cqs: ConsumeQueueTable) -> None:

@@ -10,8 +10,9 @@ look like a whole record; two more checks catch what a crash or a bad sector typ
   of a queue that lies after the end of its ConsumeQueue's last unit must carry exactly the
   queue's next offset. A record that breaks this is treated as damaged.
 * **No zeroed bytes in names.** In the last ``TORN_CHECK_RECORDS`` records, a topic or a
-  property containing NUL marks a torn write (a record whose header and body reached the disk
-  but not its tail).
+  properties string containing NUL, or not valid UTF-8, marks a torn write or a damaged sector
+  (a record whose header and body reached the disk but not its tail).
+* **The record is where it says it is**: PHYSICALOFFSET equals the record's offset.
 
 The scan stops at the first damaged record: that is the truncation point. In the same pass it
 notes, per queue, the first record whose queue offset the ConsumeQueue lacks (``behind``), so
@@ -88,14 +89,33 @@ class _QueueState:
         return worst, why
 
 
-def _first_torn(recs, start: int) -> int | None:
+def _first_torn(buf, recs, start: int) -> int | None:
+    """First record from ``start`` whose topic or properties contain NUL or are not UTF-8."""
+    mv = memoryview(buf)
+    ends = (recs.pos + recs.size.astype(np.int64)).tolist()
+    tl_pos = (recs.body_pos + recs.body_len.astype(np.int64)).tolist()
+    v2 = (recs.magic == fbatch.MESSAGE_MAGIC_CODE_V2).tolist()
     for i in range(start, len(recs)):
-        if "\x00" in recs.topic[i]:
+        p = tl_pos[i]
+        if v2[i]:
+            tlen, p = int.from_bytes(mv[p:p + 2], "big"), p + 2
+        else:
+            tlen, p = mv[p], p + 1
+        topic, props = mv[p:p + tlen], mv[p + tlen + 2:ends[i]]
+        if 0 in topic or 0 in props:
             return i
-        for k, v in recs.properties[i].items():
-            if "\x00" in k or "\x00" in v:
-                return i
+        try:
+            str(topic, "utf-8")
+            str(props, "utf-8")
+        except UnicodeDecodeError:
+            return i
     return None
+
+
+def _first_misplaced(recs) -> int | None:
+    """First record whose PHYSICALOFFSET field is not its own offset."""
+    bad = np.flatnonzero(recs.commitlog_offset != recs.base_offset + recs.pos)
+    return int(bad[0]) if len(bad) else None
 
 
 def scan_commitlog(commitlog: CommitLog, start_index: int, check_crc: bool,
@@ -115,10 +135,13 @@ def scan_commitlog(commitlog: CommitLog, start_index: int, check_crc: bool,
             recs = fbatch.decode_records(mf.mm, pos, end, base_offset=mf.file_from_offset,
                                          check_crc=check_crc)
             bad, why = state.first_bad(recs) if len(recs) else (None, "")
+            misplaced = _first_misplaced(recs) if len(recs) else None
+            if misplaced is not None and (bad is None or misplaced <= bad):
+                bad, why = misplaced, "PHYSICALOFFSET is not the record's offset"
             final = (recs.stop != fbatch.STOP_INCOMPLETE or end >= size or not len(recs)) \
                 and (mf is last_file or recs.stop != fbatch.STOP_BLANK)
             if final and len(recs):
-                torn = _first_torn(recs, max(0, len(recs) - TORN_CHECK_RECORDS))
+                torn = _first_torn(mf.mm, recs, max(0, len(recs) - TORN_CHECK_RECORDS))
                 if torn is not None and (bad is None or torn < bad):
                     bad, why = torn, "NUL bytes in the topic or properties (torn write)"
             if bad is not None:
