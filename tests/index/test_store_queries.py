@@ -101,7 +101,7 @@ def test_time_window_and_view_by_id(tmp_path):
         q = store.query_message("T", "k", max_num=32, begin=0, end=None)
         assert [m.commitlog_offset for m in q.messages] == [r2.wrote_offset, r1.wrote_offset]
         q = store.query_message("T", "k", max_num=32, begin=ts2 + 1, end=None)
-        assert q.messages == [] or ts1 == ts2 + 1
+        assert q.messages == []
         q = store.query_message("T", "k", max_num=32, begin=0, end=ts1)
         assert r1.wrote_offset in [m.commitlog_offset for m in q.messages]
         assert store.view_message_by_id(r2.msg_id).commitlog_offset == r2.wrote_offset
