@@ -1,0 +1,84 @@
+"""``rocketstore verify``: clean stores pass, damage is reported with file and offset (exit 1),
+``--json`` is machine-readable, an open store is refused (exit 2)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from rocketstore.store.message_store import MessageStore
+from rocketstore.store.verify import verify_store
+
+from .helpers import damage_topic_length, put_n, small_config
+
+CLI = [sys.executable, "-m", "rocketstore.cli", "verify"]
+
+
+def _cli(*args):
+    r = subprocess.run(CLI + list(args), capture_output=True, text=True, timeout=120)
+    return r.returncode, r.stdout, r.stderr
+
+
+def _store(tmp_path):
+    root = tmp_path / "s"
+    cfg = small_config(root, mapped_file_size_commitlog=8192)
+    with MessageStore(cfg) as store:
+        rs = put_n(store, 120, "V")
+        put_n(store, 30, "W", queue_id=2)
+    return root, cfg, rs
+
+
+def test_clean_store_passes(tmp_path):
+    root, cfg, _ = _store(tmp_path)
+    rep = verify_store(root, cfg)
+    assert rep.ok and not rep.problems
+    assert rep.records == 150 and rep.cq_units == 150 and rep.queues == 2
+    assert rep.index_entries == 300  # KEYS + UNIQ_KEY per message
+    code, out, err = _cli("--store", str(root))
+    assert code == 0, out + err
+    assert out.strip().endswith("OK")
+    code, out, _ = _cli("--store", str(root), "--json")
+    d = json.loads(out)
+    assert code == 0 and d["ok"] and d["records"] == 150 and d["problems"] == []
+
+
+def test_damaged_record_reported_with_file_and_offset(tmp_path):
+    root, cfg, rs = _store(tmp_path)
+    victim = rs[50]
+    damage_topic_length(root, victim.wrote_offset, 8192)
+    code, out, _ = _cli("--store", str(root), "--json")
+    assert code == 1
+    d = json.loads(out)
+    assert not d["ok"] and d["error_count"] >= 1
+    seg = victim.wrote_offset - victim.wrote_offset % 8192
+    first = d["problems"][0]
+    assert first["file"] == os.path.join("commitlog", f"{seg:020d}")
+    assert first["offset"] == victim.wrote_offset and first["severity"] == "error"
+    code, out, _ = _cli("--store", str(root))
+    assert code == 1 and "DAMAGED" in out and f"@ {victim.wrote_offset}" in out
+
+
+def test_bad_cq_unit_and_index_entry_reported(tmp_path):
+    root, cfg, rs = _store(tmp_path)
+    qdir = root / "consumequeue" / "V" / "0"
+    first = sorted(os.listdir(qdir))[0]
+    with open(qdir / first, "r+b") as fh:  # unit 3 points one record further
+        fh.seek(3 * 20)
+        fh.write(rs[4].wrote_offset.to_bytes(8, "big"))
+    idx = sorted(os.listdir(root / "index"))[0]
+    with open(root / "index" / idx, "r+b") as fh:  # entry 1's offset into the middle of a record
+        fh.seek(40 + cfg.max_hash_slot_num * 4 + 20 + 4)
+        fh.write((rs[0].wrote_offset + 3).to_bytes(8, "big"))
+    rep = verify_store(root, cfg)
+    assert not rep.ok
+    whats = [(p.file, p.offset) for p in rep.errors]
+    assert (os.path.join("consumequeue", "V", "0", first), 60) in whats
+    assert any(f.startswith("index") for f, _ in whats)
+
+
+def test_open_store_is_refused(tmp_path):
+    root, cfg, _ = _store(tmp_path)
+    with MessageStore(cfg):
+        code, _, err = _cli("--store", str(root))
+    assert code == 2 and "open" in err
