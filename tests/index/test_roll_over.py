@@ -226,3 +226,26 @@ def test_periodic_flush_leaves_the_writable_file_shutdown_flushes_it(tmp_path):
     again = make_service(tmp_path, slots=7, num=5)
     assert [f.entry_count for f in again.files] == [4, 2]
     again.shutdown()
+
+
+def test_wrong_size_files_on_load(tmp_path):
+    import pytest
+    from rocketstore.errors import CorruptFileError
+    log, _ = _build(n=6)
+    svc = make_service(tmp_path, slots=7, num=5)
+    svc.dispatch(log.records())
+    svc.shutdown()
+    names = sorted(os.listdir(tmp_path / "index"))
+    with open(tmp_path / "index" / names[-1], "r+b") as fh:
+        fh.truncate(100)  # a damaged newest file
+    with pytest.raises(CorruptFileError, match=names[-1]):
+        make_service(tmp_path, slots=7, num=5)  # clean exit: refuse, naming the file
+    again = make_service(tmp_path, slots=7, num=5, last_exit_ok=False)  # crash: drop, rebuild
+    assert [f.name for f in again.files] == names[:-1]
+    again.dispatch(log.records(again.dispatch_from_offset()))
+    assert sum(f.entry_count for f in again.files) == 12
+    again.shutdown()
+    with open(tmp_path / "index" / names[0], "r+b") as fh:
+        fh.truncate(100)  # an older file: never silently dropped
+    with pytest.raises(CorruptFileError, match=names[0]):
+        make_service(tmp_path, slots=7, num=5, last_exit_ok=False)

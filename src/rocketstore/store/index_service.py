@@ -42,6 +42,7 @@ under a lock and read as a snapshot; files are closed only under the same lock.
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -59,6 +60,7 @@ from .checkpoint import StoreCheckpoint
 from .index_file import IndexFile, index_key_hash_columns
 
 LONG_MAX = (1 << 63) - 1
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -89,9 +91,16 @@ class IndexService:
         names = sorted(n for n in os.listdir(self.index_dir) if parse_index_file_name(n) is not None)
         loaded: list[IndexFile] = []
         try:
-            for name in names:
-                loaded.append(IndexFile.open(os.path.join(self.index_dir, name), self.hash_slot_num,
-                                             self.index_num))
+            for i, name in enumerate(names):
+                path = os.path.join(self.index_dir, name)
+                try:
+                    loaded.append(IndexFile.open(path, self.hash_slot_num, self.index_num))
+                except CorruptFileError:
+                    if last_exit_ok or i != len(names) - 1:
+                        raise
+                    # the newest file after a crash is rebuilt from the CommitLog anyway
+                    log.warning("dropping damaged newest index file %s after an unclean exit", path)
+                    os.remove(path)
         except BaseException:
             for f in loaded:
                 f.close()
