@@ -24,8 +24,11 @@ completes the index and adds nothing twice.
 *Recovery.* ``load(last_exit_ok=False)`` destroys, as RocketMQ does, every file whose end time is
 newer than ``checkpoint.index_msg_timestamp`` (only full, flushed files are trusted after a
 crash); the reput must then restart at ``dispatch_from_offset()`` so nothing is lost (RocketMQ
-may restart later and lose keys). ``flush()`` (periodic) flushes full files; ``shutdown()``
-flushes every file, the writable one included (RocketMQ 4.9 did not).
+may restart later and lose keys). A file of the wrong size raises ``CorruptFileError`` naming it,
+except the newest file after a crash, which is dropped (it is rebuilt from the CommitLog).
+``truncate_dirty_files(offset)`` drops files pointing at or past a truncated CommitLog end.
+``flush()`` (periodic) flushes full files; ``shutdown()`` flushes every file, the writable one
+included (RocketMQ 4.9 did not).
 
 *Queries.* ``query_offsets`` is RocketMQ's raw ``queryOffset``: newest file first, hash matches
 only, collisions and duplicates included, capped at ``min(max_num, max_msgs_num_batch)``.
