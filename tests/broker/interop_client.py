@@ -25,7 +25,7 @@ def _msg(m):
 
 
 def produce(namesrv, topic, n):
-    p = Producer("PG_interop")
+    p = Producer("PG_interop", timeout=15000)  # ms; CI machines can be slow
     p.set_namesrv_addr(namesrv)
     p.start()
     out = []
@@ -73,6 +73,32 @@ def push(namesrv, topic, group, n):
     print(json.dumps(got))
 
 
+def push_retry(namesrv, topic, group, n):
+    """Fail the first delivery of every even message; finish once all succeeded."""
+    deliveries, ok, lock, done = [], set(), threading.Lock(), threading.Event()
+
+    def cb(m):
+        d = _msg(m)
+        i = int(d["body"].split("-")[1])
+        with lock:
+            deliveries.append(d)
+        if i % 2 == 0 and m.reconsume_times == 0:
+            raise RuntimeError("fail the first delivery")
+        with lock:
+            ok.add(i)
+            if len(ok) >= n:
+                done.set()
+
+    c = PushConsumer(group)
+    c.set_namesrv_addr(namesrv)
+    c.subscribe(topic, cb)
+    c.start()
+    done.wait(90)
+    time.sleep(6)
+    c.shutdown()
+    print(json.dumps(deliveries))
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "produce":
@@ -81,5 +107,7 @@ if __name__ == "__main__":
         pull(sys.argv[2], sys.argv[3], sys.argv[4])
     elif mode == "push":
         push(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    elif mode == "push-retry":
+        push_retry(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
     else:
         raise SystemExit(f"unknown mode {mode}")

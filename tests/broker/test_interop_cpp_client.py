@@ -83,3 +83,27 @@ def test_cpp_client_produce_pull_push(tmp_path):
         maxes = {str(q): store.get_max_offset_in_queue("InteropTopic", q) for q in range(4)}
     assert sum(maxes.values()) == N
     assert {k: int(v) for k, v in committed.items()} == maxes
+
+
+def test_cpp_push_consumer_failure_comes_back_through_the_retry_topic(tmp_path):
+    py = _interop_python()
+    srv = start_server(str(tmp_path / "store"), "--message-delay-level",
+                       "1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s")
+    try:
+        n = 10
+        sent = _run(py, tmp_path, "produce", srv.namesrv, "InteropRetry", str(n))
+        got = _run(py, tmp_path, "push-retry", srv.namesrv, "InteropRetry", "CG_retry", str(n),
+                   timeout=150)
+    finally:
+        assert srv.stop() == 0, srv.log()
+    ids = {s["i"]: s["msg_id"] for s in sent}
+    # The C++ client stops a consume batch at the first failure and sends the rest of that
+    # batch back unseen, so an even message may show only its retry (reconsume_times 1).
+    for i in range(n):
+        ds = [d for d in got if d["body"] == f"body-{i}"]
+        times = sorted(d["reconsume_times"] for d in ds)
+        assert times and set(times) <= {0, 1}, (i, got)
+        if i % 2 == 0:
+            assert 1 in times, (i, got)  # it failed, came back via %RETRY%CG_retry, succeeded
+        assert all(d["id"] == ids[i] for d in ds)  # the same message id after the retry
+        assert all(d["topic"] == "InteropRetry" for d in ds)  # retry topic hidden from the app
