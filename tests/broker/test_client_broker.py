@@ -307,3 +307,65 @@ def test_requests_on_one_connection_run_concurrently_and_answer_by_opaque(server
     assert order == ["quick", "held"]  # the answer to the later request overtook the held one
     assert fast.ext_fields["offset"] == "1" and held.code == ResponseCode.PULL_NOT_FOUND
     assert held.ext_fields["nextBeginOffset"] == "1" and held.ext_fields["maxOffset"] == "1"
+
+
+def test_v1_send_without_uniq_key_gets_the_brokers_and_oneway_offset_update(server):
+    raw(server.namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicV1"})  # create
+    r = raw(server.broker, RequestCode.SEND_MESSAGE,
+            {"producerGroup": "PG", "topic": "TopicV1", "defaultTopic": "TBW102",
+             "defaultTopicQueueNums": 4, "queueId": 2, "sysFlag": 0, "bornTimestamp": 1,
+             "flag": 0, "properties": "TAGS\x01X\x02", "reconsumeTimes": 0,
+             "unitMode": "false"}, b"v1 body")
+    assert r.code == 0 and set(r.ext_fields) >= {"msgId", "queueId", "queueOffset"}
+    assert all(isinstance(v, str) for v in r.ext_fields.values())
+    assert r.ext_fields["queueId"] == "2" and r.ext_fields["queueOffset"] == "0"
+    c = PullConsumer("CG_v1", server.namesrv)
+    m = c.pull("TopicV1", 2, 0).messages[0]
+    assert m.body == b"v1 body" and m.tags == "X" and m.msg_id == r.ext_fields["msgId"]
+    assert m.uniq_key and len(m.uniq_key) == 32  # the broker made one
+    assert raw(server.broker, RequestCode.UPDATE_CONSUMER_OFFSET,
+               {"consumerGroup": "CG_v1", "topic": "TopicV1", "queueId": 2, "commitOffset": 1},
+               oneway=True) is None
+    deadline = time.monotonic() + 5
+    while c.committed_offset("TopicV1", 2) != 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert c.committed_offset("TopicV1", 2) == 1
+    bad = raw(server.broker, RequestCode.SEND_MESSAGE, {"topic": "TopicV1", "queueId": 9},
+              b"x")
+    assert bad.code == ResponseCode.SYSTEM_ERROR and "queueId" in bad.remark
+
+
+def test_two_push_consumers_of_a_group_split_the_queues(server):
+    with Producer("PG", server.namesrv) as p:
+        for i in range(40):
+            p.send("TopicSplit", b"%d" % i, queue_id=i % 4)
+    seen: dict[str, list] = {"a": [], "b": []}
+    lock = threading.Lock()
+
+    def listener(name):
+        def fn(m):
+            with lock:
+                seen[name].append((m.queue_id, int(m.body)))
+            return True
+        return fn
+    a = PushConsumer("CG_split", server.namesrv, {"TopicSplit": "*"}, listener("a"),
+                     consume_from="first", rebalance_interval_s=1.0)
+    b = PushConsumer("CG_split", server.namesrv, {"TopicSplit": "*"}, listener("b"),
+                     consume_from="first", rebalance_interval_s=1.0)
+    a.start()
+    b.start()
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            with lock:
+                if len(set(seen["a"]) | set(seen["b"])) == 40:
+                    break
+            time.sleep(0.1)
+        time.sleep(1.0)
+        qa = {q.queue_id for q in a.offsets if q.topic == "TopicSplit"}
+        qb = {q.queue_id for q in b.offsets if q.topic == "TopicSplit"}
+    finally:
+        a.shutdown()
+        b.shutdown()
+    assert {x[1] for x in seen["a"] + seen["b"]} == set(range(40))
+    assert qa and qb and not (qa & qb) and qa | qb == {0, 1, 2, 3}  # disjoint halves
