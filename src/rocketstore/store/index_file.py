@@ -125,7 +125,7 @@ def plan_index_files(phy_offsets: Sequence[int] | np.ndarray, store_timestamps: 
 
 
 def _index_pieces(recs, mask):
-    """(key pieces, owner records, topic of each piece) in RocketMQ's put order."""
+    """(key pieces without the topic, record of each piece) in RocketMQ's put order."""
     pieces: list[str] = []
     owner: list[int] = []
     rollback = (recs.sys_flag & TRANSACTION_MASK) == TRANSACTION_ROLLBACK_TYPE
