@@ -10,7 +10,8 @@ fixed-offset field and Python lists for topic and properties. This module only *
   32-char msgId is a hex lookup table over the gathered 16 bytes, handed to Arrow as one
   buffer. IPv6 records fall back to the decoder's per-record helpers;
 * bodies are one ``b"".join`` of memoryview slices plus a cumulative-sum offsets buffer;
-* tags/keys/uniq key/properties come from the already-parsed property dicts.
+* tags/keys/uniq key are pulled from the raw properties strings (``extract_property``);
+  only the ``properties`` map column parses every entry.
 
 Only requested columns are built (the user's ``.schema(...)`` is the column-pruning API of
 PySpark 4.3), rows can be pre-selected with an index array (pushed filters), and one decoded
@@ -24,11 +25,12 @@ from typing import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from ..format.batch import DecodedRecords
+from ..format.batch import DecodedRecords, extract_property
 from ..format.message import (BORNHOST_V6_FLAG, KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS,
                               PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, STOREHOSTADDRESS_V6_FLAG,
-                              format_host)
+                              format_host, string_to_properties)
 
 SCHEMA_DDL = (
     "topic STRING, queue_id INT, queue_offset BIGINT, commitlog_offset BIGINT, store_size INT, "
@@ -118,12 +120,71 @@ def _body_column(buf, body_pos: np.ndarray, body_len: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offs), pa.py_buffer(data)])
 
 
-def _keys_column(props: list[dict[str, str]]) -> pa.Array:
-    lists = []
-    for d in props:
-        k = d.get(PROPERTY_KEYS)
-        lists.append([p for p in k.split(KEY_SEPARATOR) if p] if k else [])
-    return pa.array(lists, ARROW_TYPES["keys"])
+def _keys_column(raw_keys: list[str | None]) -> pa.Array:
+    """KEYS split on spaces (empty pieces dropped, as ``MessageExt.keys``), as list<string>."""
+    flat: list[str] = []
+    counts = np.zeros(len(raw_keys), dtype=np.int32)
+    for i, k in enumerate(raw_keys):
+        if k:
+            parts = k.split(KEY_SEPARATOR)
+            if "" in parts:
+                parts = [p for p in parts if p]
+            flat.extend(parts)
+            counts[i] = len(parts)
+    offs = np.zeros(len(raw_keys) + 1, dtype=np.int32)
+    np.cumsum(counts, out=offs[1:])
+    return pa.ListArray.from_arrays(pa.array(offs), pa.array(flat, pa.string()),
+                                    type=ARROW_TYPES["keys"])
+
+
+class PropertyColumns:
+    """All properties of a batch parsed at once with Arrow compute kernels.
+
+    Same answers as ``string_to_properties`` per record: entries split on ``\x02``, name and
+    value on the first ``\x01``, entries with an empty name or value dropped. A record with a
+    repeated name (``exact`` false) is left to the Python parser, whose dict keeps the last value.
+    """
+
+    def __init__(self, raw: list[str]) -> None:
+        self.n = n = len(raw)
+        items = pc.split_pattern(pa.array(raw, pa.string()), "\x02")
+        parent = pc.list_parent_indices(items)
+        kv = pc.split_pattern(pc.list_flatten(items), "\x01", max_splits=1)
+        two = pc.equal(pc.list_value_length(kv), 2)
+        kv, parent = kv.filter(two), parent.filter(two)
+        pairs = pc.list_flatten(kv)
+        m = len(kv)
+        keys = pairs.take(pa.array(np.arange(0, 2 * m, 2)))
+        vals = pairs.take(pa.array(np.arange(1, 2 * m, 2)))
+        ok = pc.and_(pc.greater(pc.binary_length(keys), 0), pc.greater(pc.binary_length(vals), 0))
+        self.keys, self.vals = keys.filter(ok), vals.filter(ok)
+        self.parent = np.asarray(parent.filter(ok), dtype=np.int64)
+        self.exact = True
+        if len(self.keys):
+            distinct = pa.table({"p": self.parent, "k": self.keys}).group_by(["p", "k"]).aggregate([])
+            self.exact = distinct.num_rows == len(self.keys)
+
+    def get(self, name: str) -> pa.Array:
+        """The value of ``name`` per record (null where absent)."""
+        sel = np.flatnonzero(np.asarray(pc.equal(self.keys, name)))
+        idx = np.full(self.n, -1, dtype=np.int64)
+        idx[self.parent[sel]] = sel
+        return self.vals.take(pa.array(idx, mask=idx < 0))
+
+    def map_column(self) -> pa.Array:
+        offs = np.zeros(self.n + 1, dtype=np.int32)
+        np.cumsum(np.bincount(self.parent, minlength=self.n), out=offs[1:])
+        return pa.MapArray.from_arrays(pa.array(offs), self.keys, self.vals)
+
+    def keys_column(self) -> pa.Array:
+        split = pc.split_pattern(self.get(PROPERTY_KEYS), KEY_SEPARATOR)
+        parent = np.asarray(pc.list_parent_indices(split), dtype=np.int64)
+        pieces = pc.list_flatten(split)
+        keep = pc.greater(pc.binary_length(pieces), 0)
+        parent = parent[np.asarray(keep)]
+        offs = np.zeros(self.n + 1, dtype=np.int32)
+        np.cumsum(np.bincount(parent, minlength=self.n), out=offs[1:])
+        return pa.ListArray.from_arrays(pa.array(offs), pieces.filter(keep), type=ARROW_TYPES["keys"])
 
 
 def _props_column(props: list[dict[str, str]]) -> pa.Array:
@@ -137,9 +198,12 @@ def _props_column(props: list[dict[str, str]]) -> pa.Array:
 def _build(rec: DecodedRecords, buf, idx: np.ndarray, columns: Sequence[str],
            schema: pa.Schema) -> pa.RecordBatch:
     arr = np.frombuffer(buf, dtype=np.uint8)
-    need_props = any(c in ("tags", "keys", "uniq_key", "properties") for c in columns)
-    il = idx.tolist() if (need_props or "topic" in columns) else None
-    props = [rec.properties[i] for i in il] if need_props else None
+    need_raw = any(c in ("tags", "keys", "uniq_key", "properties") for c in columns)
+    il = idx.tolist() if (need_raw or "topic" in columns) else None
+    raw = [rec.props_raw[i] for i in il] if need_raw else None
+    props = PropertyColumns(raw) if need_raw else None
+    if props is not None and not props.exact:
+        props = None  # a repeated property name: the Python parser decides which value wins
     pos = rec.pos[idx]
     sys_flag = rec.sys_flag[idx]
     born6 = (sys_flag & BORNHOST_V6_FLAG) != 0
@@ -161,14 +225,13 @@ def _build(rec: DecodedRecords, buf, idx: np.ndarray, columns: Sequence[str],
             a = _msg_id_column(arr, buf, store_host_pos, store6, rec.commitlog_offset[idx])
         elif c == "body":
             a = _body_column(buf, rec.body_pos[idx], rec.body_len[idx])
-        elif c == "tags":
-            a = pa.array([d.get(PROPERTY_TAGS) for d in props], pa.string())
-        elif c == "uniq_key":
-            a = pa.array([d.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) for d in props], pa.string())
+        elif c in ("tags", "uniq_key"):
+            name = PROPERTY_TAGS if c == "tags" else PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+            a = props.get(name) if props else pa.array(extract_property(raw, name), pa.string())
         elif c == "keys":
-            a = _keys_column(props)
+            a = props.keys_column() if props else _keys_column(extract_property(raw, PROPERTY_KEYS))
         elif c == "properties":
-            a = _props_column(props)
+            a = props.map_column() if props else _props_column([string_to_properties(r) for r in raw])
         else:
             raise ValueError(f"unknown column {c!r}")
         cols.append(a)

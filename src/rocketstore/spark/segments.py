@@ -108,7 +108,10 @@ class MappedSegment:
 
     def close(self) -> None:
         if isinstance(self.buf, mmap.mmap):
-            self.buf.close()
+            try:
+                self.buf.close()
+            except BufferError:  # numpy views still alive: the mmap closes when they go
+                pass
         self._fh.close()
 
     def __enter__(self) -> "MappedSegment":
