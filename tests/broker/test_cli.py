@@ -6,6 +6,9 @@ import json
 from click.testing import CliRunner
 
 from rocketstore.cli import main
+from rocketstore.client import PullConsumer
+
+from .test_client_broker import wait_max
 
 
 def test_send_then_consume_json(server):
@@ -19,6 +22,7 @@ def test_send_then_consume_json(server):
     r = runner.invoke(main, ["send", "--namesrv", server.namesrv, "--topic", "CliTopic",
                              "--batch", "--queue", "1", "--json", "b1", "b2", "b3"])
     assert r.exit_code == 0, r.output
+    wait_max(PullConsumer("G0", server.namesrv), "CliTopic", 1, 5)
     r = runner.invoke(main, ["consume", "--namesrv", server.namesrv, "--topic", "CliTopic",
                              "--queue", "1", "--json", "--commit", "--group", "G1"])
     assert r.exit_code == 0, r.output

@@ -33,6 +33,14 @@ def raw(addr: str, code: int, fields: dict | None = None, body: bytes = b"",
     return LoopThread.shared().run(go())
 
 
+def wait_max(c: PullConsumer, topic: str, queue_id: int, n: int, timeout: float = 10) -> None:
+    """Wait until the broker's reput has dispatched ``n`` messages to the queue."""
+    deadline = time.monotonic() + timeout
+    while c.max_offset(topic, queue_id) < n:
+        assert time.monotonic() < deadline, f"{topic}/{queue_id} never reached {n}"
+        time.sleep(0.02)
+
+
 def drain(c: PullConsumer, topic: str, queues=range(4), sub: str = "*") -> dict[int, list]:
     out = {}
     for q in queues:
@@ -55,6 +63,9 @@ def test_send_pull_batch_offsets_and_tags(server):
     assert all(s.status == "SEND_OK" for s in sent)
     assert len(batch.msg_ids) == 3 and len(batch.offset_msg_id.split(",")) == 3
     c = PullConsumer("CG", server.namesrv)
+    for q in range(4):
+        wait_max(c, "TopicA", q, sum(1 for s in sent if s.message_queue.queue_id == q)
+                 + (3 if q == 2 else 0))
     got = drain(c, "TopicA")
     flat = [m for q in got.values() for m in q]
     assert len(flat) == 23
@@ -92,6 +103,7 @@ def test_query_message_and_view_by_id_return_stored_bytes(server):
         s = p.send("TopicQ", b"findme", keys=["order-42"], queue_id=1)
         p.send("TopicQ", b"other", keys=["order-43"], queue_id=1)
     c = PullConsumer("CG", server.namesrv)
+    wait_max(c, "TopicQ", 1, 2)
     r = c.pull("TopicQ", 1, 0)
     stored = r.messages[0]
     time.sleep(0.3)  # the index is built by the reput thread
@@ -170,6 +182,7 @@ def test_retry_topic_then_dead_letter_queue(server):
     assert all(d[1] == "TopicRetry" and d[4] == sent.msg_id for d in deliveries)
     assert deliveries[1][0] - deliveries[0][0] >= 0.9  # delay level 1 = 1 s
     c = PullConsumer("CG_dlq_reader", server.namesrv)
+    wait_max(c, "%DLQ%CG_retry", 0, 1)
     dlq = c.pull("%DLQ%CG_retry", 0, 0)
     assert dlq.status == "FOUND" and len(dlq.messages) == 1
     d = dlq.messages[0]
@@ -183,6 +196,7 @@ def test_delay_level_arrives_no_earlier_than_its_delay(server):
         p.send("TopicDelay", b"warmup", queue_id=0)
         t0 = time.time()
         s = p.send("TopicDelay", b"later", queue_id=0, delay_level=2)  # 2 s
+    wait_max(c, "TopicDelay", 0, 1)
     first = c.pull("TopicDelay", 0, 0)
     assert [m.body for m in first.messages] == [b"warmup"]
     r = c.pull("TopicDelay", 0, first.next_begin_offset, suspend_ms=10_000)
@@ -199,6 +213,7 @@ def test_long_poll_is_woken_by_arrival(server):
     c = PullConsumer("CG_lp", server.namesrv)
     with Producer("PG", server.namesrv) as p:
         p.send("TopicLP", b"first", queue_id=3)
+        wait_max(c, "TopicLP", 3, 1)
         threading.Timer(0.7, lambda: p.send("TopicLP", b"second", queue_id=3)).start()
         t0 = time.monotonic()
         r = c.pull("TopicLP", 3, 1, suspend_ms=15_000)
@@ -262,6 +277,7 @@ def test_create_topic_state_files_and_restart(tmp_path):
             for i in range(5):
                 p.send("Made", b"x%d" % i, queue_id=i % 2)
         c = PullConsumer("CG_state", srv.namesrv)
+        wait_max(c, "Made", 0, 3)
         c.commit_offset("Made", 0, 2)
         c.commit_offset("Made", 1, 1)
     finally:
@@ -283,6 +299,7 @@ def test_create_topic_state_files_and_restart(tmp_path):
 def test_requests_on_one_connection_run_concurrently_and_answer_by_opaque(server):
     with Producer("PG", server.namesrv) as p:
         p.send("TopicConc", b"x", queue_id=0)
+    wait_max(PullConsumer("CG_conc", server.namesrv), "TopicConc", 0, 1)
 
     async def scenario():
         import asyncio
@@ -320,6 +337,7 @@ def test_v1_send_without_uniq_key_gets_the_brokers_and_oneway_offset_update(serv
     assert all(isinstance(v, str) for v in r.ext_fields.values())
     assert r.ext_fields["queueId"] == "2" and r.ext_fields["queueOffset"] == "0"
     c = PullConsumer("CG_v1", server.namesrv)
+    wait_max(c, "TopicV1", 2, 1)
     m = c.pull("TopicV1", 2, 0).messages[0]
     assert m.body == b"v1 body" and m.tags == "X" and m.msg_id == r.ext_fields["msgId"]
     assert m.uniq_key and len(m.uniq_key) == 32  # the broker made one

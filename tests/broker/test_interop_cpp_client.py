@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
+import time
 import venv
 from pathlib import Path
 
@@ -16,6 +16,7 @@ import pytest
 
 from rocketstore import MessageStore, StoreConfig
 from rocketstore.broker.state import load_json_lenient
+from rocketstore.client import PullConsumer
 
 from .conftest import start_server
 
@@ -55,6 +56,11 @@ def test_cpp_client_produce_pull_push(tmp_path):
         assert len(sent) == N and all(s["status"] == 0 for s in sent), sent[:3]
         ids = {s["msg_id"] for s in sent}
         assert len(ids) == N
+        c = PullConsumer("CG_check", srv.namesrv)
+        deadline = time.monotonic() + 10  # until the reput has dispatched every message
+        while sum(c.max_offset("InteropTopic", q) for q in range(4)) < N:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
 
         pulled = _run(py, tmp_path, "pull", srv.namesrv, "InteropTopic", "CG_pull")
         assert len(pulled) == N
