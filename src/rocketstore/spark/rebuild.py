@@ -10,8 +10,8 @@ The rebuild has three steps:
    finer for big segments) and each range is decoded by the shared vectorised decoder into two
    compact column sets — CQ units of NOT/COMMIT records (topic id, queue id, queue offset,
    physical offset, size, tagsCode) and index keys of every record but ROLLBACK, in put order
-   (``store.index_file.index_keys`` + ``index_key_hash_many``: key hash, physical offset, store
-   time). With Spark each range is one task (``sparkContext.parallelize(ranges)``); with
+   (``store.index_file.index_key_hash_columns``, the reput's own: key hash, physical offset,
+   store time). With Spark each range is one task (``sparkContext.parallelize(ranges)``); with
    ``engine="local"`` the same function runs in a loop. Ranges come back in CommitLog order,
    so concatenating them gives the global key stream: index sequence numbers are assigned
    deterministically across segments by position in that stream.
@@ -48,12 +48,11 @@ import numpy as np
 from ..config import StoreConfig
 from ..errors import StoreLockedError
 from ..format.batch import parse_delay_levels
-from ..format.hashing import index_key_hash_many
 from ..format.index_layout import index_file_name
 from ..format.message import TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE
 from ..store.checkpoint import StoreCheckpoint, fsync_dir
 from ..store.consume_queue import queue_dir, write_cq_units
-from ..store.index_file import IndexFile, index_keys, plan_index_files
+from ..store.index_file import IndexFile, index_key_hash_columns, plan_index_files
 from .segments import SegmentRange, list_segments, plan_ranges, read_range
 
 STAGING = ".rebuild-staging"
@@ -92,18 +91,18 @@ def scan_range(rng: SegmentRange, delay_levels_ms=None, check_crc: bool = False)
         tran = rec.sys_flag & TRANSACTION_MASK
         sel = np.flatnonzero((tran == TRANSACTION_NOT_TYPE) | (tran == TRANSACTION_COMMIT_TYPE))
         if len(sel):
-            topics = rec.topic
-            parts["t"].append(np.fromiter((tid.setdefault(topics[i], len(tid)) for i in sel.tolist()),
-                                          dtype=np.int32, count=len(sel)))
+            ids = np.fromiter(map(lambda t: tid.setdefault(t, len(tid)), rec.topic),
+                              dtype=np.int32, count=len(rec))
+            parts["t"].append(ids[sel])
             parts["q"].append(rec.queue_id[sel])
             parts["qo"].append(rec.queue_offset[sel])
             parts["phy"].append(rec.commitlog_offset[sel])
             parts["size"].append(rec.size[sel].astype(np.int64))
             parts["tags"].append(rec.tags_code[sel])
             last_ts = int(rec.store_timestamp[sel[-1]])
-        keys, owner = index_keys(rec)
-        if keys:
-            parts["kh"].append(index_key_hash_many(keys).astype(np.int32))
+        hashes, owner = index_key_hash_columns(rec)
+        if len(owner):
+            parts["kh"].append(hashes.astype(np.int32, copy=False))
             parts["kp"].append(rec.commitlog_offset[owner])
             parts["kt"].append(rec.store_timestamp[owner])
 
