@@ -7,14 +7,15 @@ Theory of operation.
   GIL, so putters keep appending while the disk works). A segment's flushed position only moves
   to the write position captured *before* the sync, so ``CommitLog.flushed_offset()`` never
   claims a byte that was not on disk when the sync returned.
-* **SYNC_FLUSH: group commit.** A putter appends under the put lock, then calls
-  ``wait_flushed(end_offset)``: it raises the *requested* offset and waits on a condition. The
-  commit thread wakes, flushes *everything written so far* with one sync per dirty segment, and
-  wakes every waiter; each returns once the flushed offset covers its end. Putters that append
-  while a sync is running are covered by the next one, so N concurrent putters share one fsync
-  (``flush_count`` counts the syncs; the tests and the benchmark read it). A putter still
-  waiting after ``sync_flush_timeout`` ms gets ``False`` → ``FLUSH_DISK_TIMEOUT`` (its bytes are
-  written, maybe not yet durable). ``WAIT=false`` puts only ``wakeup()`` the thread.
+* **SYNC_FLUSH: leader/follower group commit.** A putter appends under the put lock, then calls
+  ``wait_flushed(end_offset)``. If no sync is running it becomes the *leader* and syncs
+  *everything written so far* itself (no hand-off to another thread: two context switches
+  saved per put); if one is running it waits on a condition, and when woken either finds its
+  end covered or leads the next sync. Putters that append while a sync runs are covered by the
+  next one, so N concurrent putters share one fsync (``flush_count`` counts the syncs; the tests
+  and the benchmark read it). A putter still waiting after ``sync_flush_timeout`` ms gets
+  ``False`` → ``FLUSH_DISK_TIMEOUT`` (its bytes are written, maybe not yet durable).
+  ``WAIT=false`` puts are synced by the service thread within 10 ms.
 * **ASYNC_FLUSH.** Every ``flush_interval_commitlog`` ms the thread flushes the segments that
   have at least ``flush_commitlog_least_pages`` dirty OS pages (a full segment always
   qualifies, as in RocketMQ's ``isAbleToFlush``), and every ``flush_commitlog_thorough_interval``
@@ -90,7 +91,7 @@ class FlushService:
         self.flush_count = 0  # CommitLog syncs that moved the flushed offset
         self.logics_flush_count = 0
         self._cond = threading.Condition()
-        self._requested = 0  # highest offset a putter waits for
+        self._syncing = False  # a leader is running a sync (SYNC_FLUSH group commit)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._last_thorough = clock()
@@ -124,26 +125,46 @@ class FlushService:
 
     # -- SYNC_FLUSH -----------------------------------------------------------------------------
     def wait_flushed(self, offset: int, timeout_ms: int | None = None) -> bool:
-        """Block until ``offset`` is durable; False on timeout or flush error."""
-        timeout = (self.cfg.sync_flush_timeout if timeout_ms is None else timeout_ms) / 1000.0
+        """Block until ``offset`` is durable; False on timeout or flush error.
+
+        Leader/follower group commit: if no sync is running the caller runs one itself (no
+        thread hand-off), covering every byte appended so far; otherwise it waits for the running
+        one and, if that did not cover it, leads the next.
+        """
         flushed = self.commitlog.flushed_offset
         if flushed() >= offset:
             return True
+        timeout = (self.cfg.sync_flush_timeout if timeout_ms is None else timeout_ms) / 1000.0
         deadline = time.monotonic() + timeout
         with self._cond:
-            if offset > self._requested:
-                self._requested = offset
-                self._cond.notify_all()
-            while flushed() < offset:
+            while True:
+                if flushed() >= offset:
+                    return True
                 if self.last_error is not None:
                     return False
-                if self._stop.is_set() and not self._threads:
-                    return flushed() >= offset
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
+                if not self._syncing:
+                    self._syncing = True
+                    break
                 self._cond.wait(left)
+        return self._lead_sync() and flushed() >= offset
+
+    def _lead_sync(self) -> bool:
+        """Run one sync as the leader (``_syncing`` already claimed); wake every waiter."""
+        try:
+            time.sleep(0)  # yield the GIL once: putters already woken append before the sync
+            self.flush_once()
             return True
+        except BaseException as exc:  # noqa: BLE001 - kept in last_error; waiters fail
+            self.last_error = exc
+            log.exception("CommitLog flush failed; the store stops accepting puts")
+            return False
+        finally:
+            with self._cond:
+                self._syncing = False
+                self._cond.notify_all()
 
     def wakeup(self) -> None:
         with self._cond:
@@ -188,11 +209,16 @@ class FlushService:
         flushed = self.commitlog.flushed_offset
         while not self._stop.is_set():
             if sync:
+                # putters lead their own syncs; this thread covers WAIT=false puts
                 with self._cond:
-                    if self._requested <= flushed() and not self._stop.is_set():
-                        self._cond.wait(interval)
-            else:
-                self._stop.wait(interval)
+                    self._cond.wait(interval)
+                    if self._stop.is_set() or self._syncing or flushed() >= self.commitlog.max_offset():
+                        continue
+                    self._syncing = True
+                if not self._lead_sync():
+                    return
+                continue
+            self._stop.wait(interval)
             if self._stop.is_set():
                 break
             try:
@@ -200,12 +226,7 @@ class FlushService:
             except BaseException as exc:  # noqa: BLE001 - kept in last_error, waiters fail
                 self.last_error = exc
                 log.exception("CommitLog flush failed; the store stops accepting puts")
-                with self._cond:
-                    self._cond.notify_all()
                 return
-            if sync:
-                with self._cond:
-                    self._cond.notify_all()
 
     def _run_logics(self) -> None:
         interval = self.cfg.flush_interval_consume_queue / 1000.0

@@ -108,7 +108,8 @@ class PutPath:
         except (DiskFullError, StoreError, OSError) as exc:
             log.error("cannot append: %s", exc)
             return PutMessageResult(PutStatus.CREATE_MAPPED_FILE_FAILED, error=str(exc))
-        self.reput.wakeup()
+        if not cfg.sync_flush:
+            self.reput.wakeup()  # under SYNC_FLUSH dispatch reads durable bytes: it polls (10 ms)
         status = PutStatus.PUT_OK
         if cfg.sync_flush:
             if wait:
