@@ -40,6 +40,7 @@ first, then ``topic#key`` per non-empty KEYS piece; rollback records skipped), a
 """
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import threading
@@ -48,7 +49,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from ..errors import CorruptFileError
+from ..errors import CorruptFileError, DiskFullError, StoreError
 from ..format.hashing import index_key_hash, java_hash
 from ..format.index_layout import (BEGIN_PHY_OFFSET_POS, BEGIN_TIMESTAMP_POS, END_PHY_OFFSET_POS,
                                    END_TIMESTAMP_POS, ENTRY_DTYPE, HASH_SLOT_COUNT_POS, I64,
@@ -198,7 +199,14 @@ class IndexFile:
         self._mm: mmap.mmap | None = None
         if _create:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-            os.ftruncate(fd, self.file_size)
+            try:  # allocate now: a full disk fails here, never later as a SIGBUS in the mapping
+                os.posix_fallocate(fd, 0, self.file_size)
+            except OSError as exc:
+                os.close(fd)
+                os.unlink(path)
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise DiskFullError(f"{path}: no space for a {self.file_size}-byte index file") from exc
+                raise StoreError(f"{path}: cannot allocate: {exc.strerror}") from exc
         else:
             fd = os.open(path, os.O_RDWR)
             actual = os.fstat(fd).st_size
@@ -232,7 +240,8 @@ class IndexFile:
     @classmethod
     def create(cls, path: str, hash_slot_num: int, index_num: int, end_phy_offset: int = 0,
                end_timestamp: int = 0) -> "IndexFile":
-        """A new zero-filled file; a roll-over passes the previous file's end values."""
+        """A new zero-filled file, allocated on disk (``DiskFullError`` when there is no room);
+        a roll-over passes the previous file's end values."""
         return cls(path, hash_slot_num, index_num, _create=True,
                    carry_end_phy_offset=end_phy_offset, carry_end_timestamp=end_timestamp)
 

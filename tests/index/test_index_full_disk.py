@@ -1,0 +1,69 @@
+"""A full disk when an index file must be created: DiskFullError (no sparse file that would
+SIGBUS later), nothing half-made left behind, and a retried dispatch completes the index exactly.
+Needs root to mount a small tmpfs; skipped otherwise."""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from rocketstore.errors import DiskFullError
+from rocketstore.store.index_file import IndexFile
+
+from .index_helpers import MiniLog, index_bytes, make_service
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip() or r.returncode}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_create_on_full_disk_raises_and_leaves_nothing(tmpfs):
+    path = tmpfs / "20240101000000000"
+    with pytest.raises(DiskFullError, match="no space"):
+        IndexFile.create(str(path), 1000, 100_000)  # 2 MB > 1 MiB
+    assert not path.exists()
+    f = IndexFile.create(str(path), 10, 100)  # allocated up front: st_blocks cover the size
+    assert os.stat(path).st_blocks * 512 >= f.file_size
+    f.close()
+
+
+def test_dispatch_retried_after_disk_full_is_exact(tmpfs, tmp_path):
+    """A roll fails mid-batch (the disk filled): the keys before it stay, the reput retries
+    from ``dispatch_from_offset()`` once space is back, and the files equal an undisturbed
+    build byte for byte (no key lost, none doubled)."""
+    log = MiniLog()
+    offs = [log.append("T", [f"k{i % 5}", "all"], uniq=f"U{i}", ts=1_700_000_000_000 + i)
+            for i in range(60)]
+    ref = make_service(tmp_path / "ref", slots=7, num=5)  # 4 entries per file
+    ref.dispatch(log.records())
+    tiny = make_service(tmpfs / "t", slots=7, num=5)
+    tiny.dispatch(log.records(0, offs[3]))  # 9 entries: 2 full files + 1 entry
+    ballast = tmpfs / "ballast"
+    free = os.statvfs(tmpfs).f_bavail * os.statvfs(tmpfs).f_frsize
+    ballast.write_bytes(b"\0" * max(0, free - 1024))
+    with pytest.raises(DiskFullError):
+        tiny.dispatch(log.records(offs[3]))  # fills the third file, then cannot roll
+    assert tiny.files[-1].is_write_full()
+    ballast.unlink()
+    tiny.dispatch(log.records(tiny.dispatch_from_offset()))  # the reput retries
+    assert index_bytes(tiny) == index_bytes(ref)
+    for key in ("k1", "all", "U7"):
+        exp = [o for i, o in reversed(list(enumerate(offs)))
+               if key in (f"k{i % 5}", "all", f"U{i}")][:64]
+        got = tiny.query_message("T", key, 64, 0, None, log.read).messages
+        assert [m.commitlog_offset for m in got] == exp
+    ref.shutdown()
+    tiny.shutdown()
