@@ -81,6 +81,7 @@ class DecodedRecords:
     stop: str
     stop_reason: str = ""
     _props: list[dict[str, str]] | None = field(default=None, repr=False)
+    _known: dict[str, list[str | None]] | None = field(default=None, repr=False)
 
     @property
     def properties(self) -> list[dict[str, str]]:
@@ -88,6 +89,41 @@ class DecodedRecords:
         if self._props is None:
             self._props = [string_to_properties(p) for p in self.props_raw]
         return self._props
+
+    def _property(self, name: str) -> list[str | None]:
+        if self._known is not None and name in self._known:
+            return self._known[name]
+        return extract_property(self.props_raw, name)
+
+    @classmethod
+    def from_dispatch_columns(cls, commitlog_offset: list[int], size: list[int],
+                              queue_id: list[int], queue_offset: list[int], sys_flag: list[int],
+                              store_timestamp: list[int], tags_code: list[int], topic: list[str],
+                              properties: list[dict[str, str]]) -> "DecodedRecords":
+        """Dispatch columns the writer already holds for records it just appended.
+
+        Carries what the dispatchers read (offsets, sizes, queue, flags, store time, tagsCode,
+        topic, properties); body and host columns are not filled. ``next_offset`` is the end of
+        the last record.
+        """
+        n = len(commitlog_offset)
+        off = np.asarray(commitlog_offset, dtype=np.int64)
+        sz = np.asarray(size, dtype=np.int32)
+        zeros32 = np.zeros(n, dtype=np.int32)
+        zeros64 = np.zeros(n, dtype=np.int64)
+        end = int(off[-1]) + int(sz[-1]) if n else 0
+        rec = cls(base_offset=0, pos=off, size=sz, magic=np.full(n, MESSAGE_MAGIC_CODE, dtype=np.int32),
+                  body_crc=zeros32, queue_id=np.asarray(queue_id, dtype=np.int32), flag=zeros32,
+                  queue_offset=np.asarray(queue_offset, dtype=np.int64), commitlog_offset=off,
+                  sys_flag=np.asarray(sys_flag, dtype=np.int32), born_timestamp=zeros64,
+                  store_timestamp=np.asarray(store_timestamp, dtype=np.int64),
+                  reconsume_times=zeros32, prepared_transaction_offset=zeros64, body_pos=zeros64,
+                  body_len=zeros32, topic=topic, props_raw=[], tags_code=np.asarray(tags_code, dtype=np.int64),
+                  end=end, stop=STOP_END)
+        rec._props = properties
+        rec._known = {name: [p.get(name) for p in properties]
+                      for name in (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)}
+        return rec
 
     def __len__(self) -> int:
         return len(self.pos)
@@ -98,14 +134,14 @@ class DecodedRecords:
         return self.base_offset + self.end
 
     def tags(self) -> list[str | None]:
-        return extract_property(self.props_raw, PROPERTY_TAGS)
+        return self._property(PROPERTY_TAGS)
 
     def keys(self) -> list[str | None]:
         """Raw KEYS property (space-separated) per record."""
-        return extract_property(self.props_raw, PROPERTY_KEYS)
+        return self._property(PROPERTY_KEYS)
 
     def uniq_keys(self) -> list[str | None]:
-        return extract_property(self.props_raw, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        return self._property(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
 
     def bodies(self, buf) -> list[bytes]:
         mv = memoryview(buf)
@@ -303,6 +339,23 @@ def _tags_codes(topics: list[str], props: list[str], store_ts: np.ndarray,
             if level > 0:
                 out[i] = int(store_ts[i]) + delays[level - 1]
     return out
+
+
+def tags_code_of(topic: str, props: dict[str, str], store_timestamp: int,
+                 delay_levels_ms: Sequence[int] | None = None) -> int:
+    """tagsCode of one record from its properties (same rule as the batch decoder)."""
+    if topic == SCHEDULE_TOPIC:
+        lv = props.get(PROPERTY_DELAY_TIME_LEVEL)
+        if lv:
+            delays = _DEFAULT_DELAYS if delay_levels_ms is None else delay_levels_ms
+            try:
+                level = min(int(lv), len(delays))
+            except ValueError:
+                level = 0
+            if level > 0:
+                return store_timestamp + delays[level - 1]
+    t = props.get(PROPERTY_TAGS)
+    return java_hash(t) if t else 0
 
 
 def extract_property(raws: Sequence[str], name: str) -> list[str | None]:

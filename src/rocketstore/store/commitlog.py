@@ -11,6 +11,7 @@ batch decoder (CRC checked) to find where valid data ends, for recovery.
 """
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from typing import Iterator, Sequence
 from ..config import StoreConfig
 from ..errors import CorruptRecordError
 from ..format import batch as fbatch
+from ..format.batch import tags_code_of
 from ..format.message import (BLANK, END_FILE_MIN_BLANK_LENGTH, TRANSACTION_MASK,
                               TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
                               EncodedMessage, MessageExt, decode_message, encode_blank,
@@ -43,6 +45,9 @@ class AppendResult:
         return self.wrote_offset + self.wrote_bytes
 
 
+DISPATCH_FEED_CAP = 100_000  # appends held for the reput; beyond it the reput decodes
+
+
 class RecordTooLarge(ValueError):
     """A record or batch larger than a segment can hold."""
 
@@ -54,6 +59,9 @@ class CommitLog:
         self.queue = MappedFileQueue(cfg.commitlog_dir, self.file_size, readonly=readonly)
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.lock = threading.Lock()
+        # records appended by this process, for the reput (see ``ReputService``); None: off
+        self.dispatch_feed: collections.deque | None = None
+        self.delay_levels_ms = fbatch.parse_delay_levels(cfg.message_delay_level)
         self._last_ts = 0
 
     def load(self) -> None:
@@ -113,7 +121,25 @@ class CommitLog:
             mm[start_pos:start_pos + 8] = head
             mf.store_timestamp = now
             mf.wrote_position = pos
-            return AppendResult(mf.file_from_offset + start_pos, sizes, queue_offsets, now)
+            first = mf.file_from_offset + start_pos
+            feed = self.dispatch_feed
+            if feed is not None and len(feed) < DISPATCH_FEED_CAP:
+                feed.append(self._feed_item(records, first, sizes, queue_offsets, now))
+            return AppendResult(first, sizes, queue_offsets, now)
+
+    def _feed_item(self, records: Sequence[EncodedMessage], first: int, sizes: list[int],
+                   queue_offsets: list[int], now: int) -> tuple:
+        """What the reput needs about records just appended, so it need not decode them."""
+        offsets = []
+        off = first
+        for n in sizes:
+            offsets.append(off)
+            off += n
+        delays = self.delay_levels_ms
+        return (first, off, offsets, sizes, [r.queue_id for r in records], queue_offsets,
+                [r.sys_flag for r in records], [now] * len(records),
+                [tags_code_of(r.topic, r.properties, now, delays) for r in records],
+                [r.topic for r in records], [r.properties for r in records])
 
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
         return self.topic_queue_table.get((topic, queue_id), 0)

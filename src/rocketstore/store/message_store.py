@@ -8,6 +8,7 @@ removes ``abort`` only if dispatch caught up.
 """
 from __future__ import annotations
 
+import collections
 import fcntl
 import logging
 import os
@@ -96,6 +97,7 @@ class MessageStore:
         self.flush_service = FlushService(cfg, self.commitlog, self._on_physic_flushed, self._flush_logics,
                                           self.checkpoint)
         self.put_path = PutPath(cfg, self.commitlog, self.reput, self.flush_service)
+        self.commitlog.dispatch_feed = collections.deque()  # the reput skips decoding our own appends
         self._save_sizes()
         atomic_write(self.abort_path, str(os.getpid()).encode())  # durable before the first put
         self.flush_service.start()
