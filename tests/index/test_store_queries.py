@@ -168,3 +168,17 @@ def test_rocketmq_store_answers_exactly(rmq_fixture, which):
                     exp.append(m["wroteOffset"])
             got = [x.commitlog_offset for x in store.query_message(topic, key, max_num=32).messages]
             assert got == exp[:32], q["indexKey"]
+
+
+def test_index_disabled_then_enabled_catches_up(tmp_path):
+    root = tmp_path / "s"
+    with MessageStore(_cfg(root)) as store:
+        first = _put_all(store, 40)
+    with MessageStore(_cfg(root, message_index_enable=False)) as store:
+        more = _put_all(store, 40)  # not indexed now
+        with pytest.raises(Exception, match="disabled"):
+            store.query_message("Orders", "order-1")
+    with MessageStore(_cfg(root)) as store:  # the reput restarts at the index's end
+        assert store.wait_dispatched(timeout=10.0)
+        _check_all(store, first + more)
+    assert _entries(root) == _keys_total(first + more)
