@@ -28,6 +28,7 @@ from .consumers import ConsumerManager
 from .longpoll import PullHoldService
 from ..format.batch import parse_delay_levels
 from .schedule import ScheduleMessageService
+from .writer import PutWriter
 from .state import ConsumerOffsetManager, DelayOffsetStore, TopicConfigManager
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ class Broker:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.hold: PullHoldService | None = None
         self.schedule: ScheduleMessageService | None = None
+        self.writer: PutWriter | None = None
         self.servers: list[Any] = []
         self._tasks: list[asyncio.Task] = []
 
@@ -61,6 +63,12 @@ class Broker:
         """Run a blocking store call on the executor."""
         assert self.loop is not None
         return await self.loop.run_in_executor(self.executor, fn, *args)
+
+    async def put(self, fn: Callable, *args: Any) -> Any:
+        """Run a put: on the single put thread (ASYNC_FLUSH) or the executor (SYNC_FLUSH)."""
+        if self.writer is not None:
+            return await self.writer.submit(fn, *args)
+        return await self.run(fn, *args)
 
     def put_blocking(self, msg: Message) -> Any:
         """Put one message (blocking). The store itself reroutes a ``DELAY`` level through
@@ -93,6 +101,8 @@ class Broker:
         self.hold = PullHoldService(self.loop)
         self.store = await self.run(_open_store, MessageStore, self.store_config)
         self.store.add_arrival_listener(self.hold.arrival)
+        if not getattr(self.store_config, "sync_flush", False):
+            self.writer = PutWriter(self.loop)
         self.topics.persist()
         handlers: dict[int, Any] = {}
         for mod in (send, pull, admin):
@@ -140,6 +150,8 @@ class Broker:
             t.cancel()
         if self.schedule is not None:
             await self.schedule.stop()
+        if self.writer is not None:
+            await self.run(self.writer.stop)
         await self.run(self.offsets.persist, True)
         await self.run(self.topics.persist)
         await self.run(self.delay_offsets.persist)

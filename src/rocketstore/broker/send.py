@@ -96,7 +96,7 @@ def handlers(broker: "Broker") -> dict[int, Any]:
                 return await _send_batch(broker, cmd, base, props)
             props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, create_uniq_key())
             msg = Message(body=cmd.body, properties=props, **base)
-            r = await broker.run(broker.put_blocking, msg)
+            r = await broker.put(broker.put_blocking, msg)
         except ValueError as exc:  # oversize body, bad property...
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark=str(exc))
         code = put_code(r.status)
@@ -136,7 +136,7 @@ def handlers(broker: "Broker") -> dict[int, Any]:
                       sys_flag=old.sys_flag, born_timestamp=old.born_timestamp,
                       born_host=old.born_host, store_host=broker.store_host,
                       reconsume_times=times)
-        r = await broker.run(broker.put_blocking, msg)
+        r = await broker.put(broker.put_blocking, msg)
         code = put_code(r.status)
         if not _status_ok(code):
             return cmd.response(code, remark=f"send back failed: {r.status.name}")
@@ -159,7 +159,7 @@ async def _send_batch(broker: "Broker", cmd: RemotingCommand, base: dict,
             raise ValueError("a batch cannot carry delayed messages")
         p.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, create_uniq_key())
         msgs.append(Message(body=e.body, properties=p, **{**base, "flag": e.flag}))
-    r = await broker.run(broker.store.put_messages, msgs)
+    r = await broker.put(broker.store.put_messages, msgs)
     code = put_code(r.status)
     if not _status_ok(code):
         return cmd.response(code, remark=f"put messages failed: {r.status.name}")

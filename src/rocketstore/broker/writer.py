@@ -1,0 +1,71 @@
+"""``PutWriter``: one thread that runs every put, draining all queued puts per wake-up.
+
+Theory of operation: with ASYNC_FLUSH a put only copies bytes into the mapped CommitLog, so
+concurrency buys nothing but contention (the store serialises appends under its lock, and every
+thread hop costs a GIL hand-off). Requests from all connections are queued here; the thread takes
+everything queued at once, puts it back to back (the store's reput then dispatches the lot in one
+pass instead of one pass per message) and hands all results to the event loop with a single
+``call_soon_threadsafe``. With SYNC_FLUSH the broker does not use this writer: each put waits for
+its group commit, and those waits must overlap, so they run on the executor pool.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from typing import Any, Callable
+
+
+class PutWriter:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queue: deque[tuple[asyncio.Future, Callable, tuple]] = deque()
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="broker-put", daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable, *args: Any) -> asyncio.Future:
+        fut = self._loop.create_future()
+        with self._cond:
+            if self._stopped:
+                raise RuntimeError("the put writer is stopped")
+            self._queue.append((fut, fn, args))
+            self._cond.notify()
+        return fut
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._stopped:
+                    self._cond.wait()
+                if not self._queue and self._stopped:
+                    return
+                batch = list(self._queue)
+                self._queue.clear()
+            done = []
+            for fut, fn, args in batch:
+                try:
+                    done.append((fut, fn(*args), None))
+                except BaseException as exc:  # handed to the awaiting handler
+                    done.append((fut, None, exc))
+            try:
+                self._loop.call_soon_threadsafe(_deliver, done)
+            except RuntimeError:  # loop closed at shutdown
+                return
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+        self._thread.join(10)
+
+
+def _deliver(done: list) -> None:
+    for fut, result, exc in done:
+        if fut.done():
+            continue
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(result)
