@@ -108,6 +108,7 @@ def dispatch_scenario(mnt: str) -> None:
     for seq in range(20):
         r = _put(store, seq)
         acked.append((seq, r.wrote_offset))
+    store.wait_dispatched(10)  # the first ConsumeQueue file exists before the disk fills
     _fill(os.path.join(mnt, "ballast"))
     for seq in range(20, 300):
         r = _put(store, seq)

@@ -38,9 +38,11 @@ import numpy as np
 
 from ..config import StoreConfig
 from ..format import batch as fbatch
+from ..errors import CorruptRecordError
 from ..format.hashing import index_key_hash
 from ..format.index_layout import build_key
 from ..format.layouts import CQ_UNIT_SIZE, name_to_offset
+from ..format.message import BLANK, SCHEDULE_TOPIC, decode_message
 from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
 from .consume_queue import FILLER_SIZE, UNIT_DTYPE, ConsumeQueue
@@ -238,14 +240,17 @@ def unit_matches(commitlog: CommitLog, cq: ConsumeQueue, queue_offset: int, phy:
         return f"no record at CommitLog offset {phy}"
     if len(raw) != size:
         return f"unit size {size}, record size {len(raw)}"
-    recs = fbatch.decode_records(raw, 0, len(raw), base_offset=phy)
-    if len(recs) != 1:
-        return f"no whole record at CommitLog offset {phy}"
-    got = (int(recs.commitlog_offset[0]), recs.topic[0], int(recs.queue_id[0]), int(recs.queue_offset[0]))
+    try:
+        msg = decode_message(raw, 0, with_body=False)
+    except CorruptRecordError as exc:
+        return f"no whole record at CommitLog offset {phy}: {exc}"
+    if msg is BLANK:
+        return f"blank record at CommitLog offset {phy}"
+    got = (msg.commitlog_offset, msg.topic, msg.queue_id, msg.queue_offset)
     if got != (phy, cq.topic, cq.queue_id, queue_offset):
         return f"record at {phy} is {got[1]}/{got[2]} #{got[3]} at {got[0]}, unit is #{queue_offset}"
-    if tags_code is not None and int(recs.tags_code[0]) != tags_code:
-        return f"unit tagsCode {tags_code}, record {int(recs.tags_code[0])}"
+    if tags_code is not None and msg.topic != SCHEDULE_TOPIC and msg.tags_code != tags_code:
+        return f"unit tagsCode {tags_code}, record {msg.tags_code}"  # (delay units carry a time)
     return None
 
 
