@@ -114,5 +114,5 @@ class IndexMachine(RuleBasedStateMachine):
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-IndexMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
+IndexMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=20, deadline=None)
 TestIndexMachine = IndexMachine.TestCase
