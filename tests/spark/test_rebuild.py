@@ -143,3 +143,22 @@ def test_demo_step_rebuilds_and_reports(spark, tmp_path):
     assert out["rebuild"]["records"] == 200
     assert any("messages per topic" in line for line in lines)
     json.dumps(out)  # printable / JSON-ready
+
+
+def test_rebuild_stops_on_corruption_and_keeps_the_old_files(spark, tmp_path):
+    import struct
+    from rocketstore.spark.rebuild import RebuildError
+    root = tmp_path / "s"
+    built = build_store(root, n=300)
+    before = derived_snapshot(root)
+    victim = sorted(built["offsets"])[20]
+    with open(segment_paths(root)[0], "r+b") as fh:
+        fh.seek(victim + 4)
+        fh.write(struct.pack(">i", 0x0BADBEEF))
+    with pytest.raises(RebuildError, match=f"CorruptRecordError: record at offset {victim}"):
+        rebuild(str(root), engine="spark", cfg=built["cfg"], spark=spark)
+    r = CliRunner().invoke(main, ["rebuild", "--store", str(root), "--engine", "local"])
+    assert r.exit_code != 0 and f"record at offset {victim}" in r.output
+    assert len(r.output.strip().splitlines()) == 1
+    assert derived_snapshot(root) == before
+    assert not os.path.exists(root / ".rebuild-staging")

@@ -174,9 +174,5 @@ def export(root: str, out: str, *, follow: bool = False, spark=None, master: str
 
 
 def _short(exc) -> str:
-    text = str(exc)
-    for marker in ("DataLossError: ", "CorruptRecordError: ", "CorruptFileError: "):
-        i = text.find(marker)
-        if i >= 0:
-            return text[i:].splitlines()[0]
-    return text.splitlines()[0] if text else type(exc).__name__
+    from .session import short_error
+    return short_error(exc)

@@ -46,7 +46,7 @@ from typing import Callable
 import numpy as np
 
 from ..config import StoreConfig
-from ..errors import StoreLockedError
+from ..errors import RocketStoreError, StoreLockedError
 from ..format.batch import parse_delay_levels
 from ..format.index_layout import index_file_name
 from ..format.message import TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE
@@ -59,6 +59,10 @@ STAGING = ".rebuild-staging"
 OLD = ".rebuild-old"
 DERIVED = ("consumequeue", "index")
 DEFAULT_SPLIT = 256 << 20
+
+
+class RebuildError(RocketStoreError):
+    """The rebuild could not read the CommitLog (the message says where and why)."""
 
 
 @dataclass
@@ -196,7 +200,8 @@ def _scan_spark(spark, ranges: list[SegmentRange], delay, check_crc: bool,
                 on_task(n - done)
                 done = n
     if "error" in out:
-        raise out["error"]
+        from .session import short_error
+        raise RebuildError(f"rebuild failed: {short_error(out['error'])}") from out["error"]
     if on_task and len(ranges) > done:
         on_task(len(ranges) - done)
     return out["scans"]

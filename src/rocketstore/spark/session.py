@@ -130,3 +130,17 @@ def get_session(master: str | None = None, app_name: str = "rocketstore",
     from .commitlog_source import register
     register(spark)
     return spark
+
+
+_MARKERS = ("DataLossError: ", "CorruptRecordError: ", "CorruptFileError: ", "StoreLockedError: ",
+            "FileNotFoundError: ", "ValueError: ")
+
+
+def short_error(exc: BaseException) -> str:
+    """The one line that matters of a Spark/Py4J error raised by our Python code in a task."""
+    text = str(exc)
+    for marker in _MARKERS:
+        i = text.rfind(marker)
+        if i >= 0:
+            return text[i:].splitlines()[0]
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
