@@ -87,7 +87,7 @@ def handlers(broker: "Broker") -> dict[int, Any]:
         props = string_to_properties(h.get("properties") or "")
         if topic.startswith(RETRY_PREFIX):
             max_times = _int(h, "maxReconsumeTimes", broker.config.max_reconsume_times)
-            if base["reconsume_times"] > max_times:  # a client-side retry past the limit → DLQ
+            if base["reconsume_times"] >= max_times:  # a client-side retry at the limit → DLQ
                 dlq = DLQ_PREFIX + topic[len(RETRY_PREFIX):]
                 ensure_topic(broker, dlq, 1)
                 base["topic"], base["queue_id"] = dlq, 0
