@@ -188,3 +188,13 @@ def test_spark_style_rebuild_with_plan_index_files(rmq_fixture, tmp_path):
         assert f.put_batch(h[p.start:p.stop], phy[p.start:p.stop], ts[p.start:p.stop]) == p.stop - p.start
         f.close()
     assert _bytes(out_dir) == _bytes(root / "store" / "index")
+
+
+def test_summarize_index_file(rmq_fixture):
+    from rocketstore.store.index_service import summarize_index_file
+    root, _ = rmq_fixture
+    d = describe_index_files(str(root / "store" / "index"), 211, 128)
+    line = summarize_index_file(d[-1])
+    assert line.startswith("20261122020924913: 62/127 entries (48.8%), slots 51/211 (24.2%), ")
+    assert line.endswith("phy 492634..518574")
+    assert " full" in summarize_index_file(d[0])

@@ -406,3 +406,15 @@ def _file_sizes(path: str, slots: int | None, num: int | None) -> tuple[int, int
             return (size - 40) // 84, 4 * ((size - 40) // 84)
     raise CorruptFileError(path, f"index file of {size} bytes matches no known slot/entry counts; "
                                  "pass hash_slot_num and index_num")
+
+
+def summarize_index_file(d: dict) -> str:
+    """One line for ``inspect``: fill, slot use, time and offset range of a ``describe`` dict."""
+    from datetime import datetime
+
+    def iso(ms: int) -> str:
+        return datetime.fromtimestamp(ms / 1000).isoformat(timespec="milliseconds") if ms > 0 else "-"
+    return (f"{d['name']}: {d['entries']:,}/{d['capacity']:,} entries ({d['fill']:.1%})"
+            f"{' full' if d['full'] else ''}, slots {d['used_slots']:,}/{d['hash_slot_num']:,} "
+            f"({d['slot_use']:.1%}), {iso(d['begin_timestamp'])} .. {iso(d['end_timestamp'])}, "
+            f"phy {d['begin_phy_offset']}..{d['end_phy_offset']}")
