@@ -58,3 +58,27 @@ def test_rocketmq_serialised_request_gets_rocketmq_serialised_answer(server):
     resp = codec.next_command()
     assert resp.serialize_type == SERIALIZE_ROCKETMQ and resp.opaque == req.opaque
     assert resp.is_response and resp.ext_fields == {"offset": "0"}
+
+
+def test_broker_conf_sets_broker_and_store_settings(tmp_path):
+    import json
+
+    from .test_client_broker import raw
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerClusterName=ClusterX\nbrokerName=broker-x\n"
+                    "defaultTopicQueueNums=2\nmappedFileSizeCommitLog=1048576\n")
+    srv = start_server(str(tmp_path / "store"), "--config", str(conf))
+    try:
+        route = json.loads(raw(srv.namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                               {"topic": "ConfTopic"}).body)
+        assert route["brokerDatas"] == [{"brokerAddrs": {"0": srv.broker},
+                                         "brokerName": "broker-x", "cluster": "ClusterX"}]
+        assert route["queueDatas"][0]["writeQueueNums"] == 2
+        with Producer("PG", srv.namesrv) as p:
+            r = p.send("ConfTopic", b"x")
+        assert r.offset_msg_id.startswith("7F000001")  # store host 127.0.0.1:<port>
+        port = int(srv.broker.rsplit(":", 1)[1])
+        assert int(r.offset_msg_id[8:16], 16) == port
+    finally:
+        assert srv.stop() == 0, srv.log()
+    assert os.path.getsize(next((tmp_path / "store" / "commitlog").iterdir())) == 1048576

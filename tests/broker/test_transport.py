@@ -49,3 +49,13 @@ def test_send_to_retry_topic_at_max_reconsume_times_goes_to_dlq(server):
     wait_max(c, "%RETRY%G9", 0, 1)
     assert [m.body for m in c.pull("%DLQ%G9", 0, 0).messages] == [b"dead"]
     assert [m.body for m in c.pull("%RETRY%G9", 0, 0).messages] == [b"alive"]
+
+
+def test_oversize_body_is_message_illegal_and_nothing_is_stored(server):
+    raw(server.namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicBig"})
+    r = raw(server.broker, RequestCode.SEND_MESSAGE,
+            {"producerGroup": "PG", "topic": "TopicBig", "queueId": 0, "properties": ""},
+            b"x" * (4 * 1024 * 1024 + 1))
+    assert r.code == ResponseCode.MESSAGE_ILLEGAL and "max_message_size" in (r.remark or "")
+    c = PullConsumer("reader", server.namesrv)
+    assert c.max_offset("TopicBig", 0) == 0

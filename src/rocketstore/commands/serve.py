@@ -13,8 +13,8 @@ import click
 from ._common import store_option
 
 
-def _store_config(store_dir: str, conf: str | None, options: tuple[str, ...], host: str,
-                  port: int, delay_levels: str | None, flush: str | None):
+def _store_config(store_dir: str, conf: str | None, options: tuple[str, ...],
+                  delay_levels: str | None, flush: str | None):
     from ..config import StoreConfig
 
     fields = {f.name: f for f in dataclasses.fields(StoreConfig)}
@@ -36,10 +36,19 @@ def _store_config(store_dir: str, conf: str | None, options: tuple[str, ...], ho
         overrides["message_delay_level"] = delay_levels
     if flush:
         overrides["flush_disk_type"] = flush
-    overrides.setdefault("store_host", f"{host}:{port}")
     if conf:
-        return StoreConfig.from_properties(conf, **overrides)
-    return StoreConfig(**overrides)
+        return StoreConfig.from_properties(conf, **overrides), "store_host" in overrides
+    return StoreConfig(**overrides), "store_host" in overrides
+
+
+# broker.conf keys the broker itself reads (the store's keys go to StoreConfig)
+_CONF_KEYS = {"listenPort": ("port", int), "brokerName": ("broker_name", str),
+              "brokerClusterName": ("cluster_name", str),
+              "autoCreateTopicEnable": ("auto_create_topic_enable", lambda v: v.lower() == "true"),
+              "defaultTopicQueueNums": ("default_topic_queue_nums", int),
+              "longPollingEnable": ("long_polling_enable", lambda v: v.lower() == "true"),
+              "shortPollingTimeMills": ("short_polling_time_ms", int),
+              "channelExpiredTimeout": ("channel_expired_timeout_ms", int)}
 
 
 async def _serve(store_cfg, broker_cfg, as_json: bool) -> None:
@@ -74,18 +83,22 @@ async def _serve(store_cfg, broker_cfg, as_json: bool) -> None:
 @store_option
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address both servers bind to and the broker advertises.")
-@click.option("--port", default=10911, show_default=True, type=int, help="Broker port (0 = any).")
+@click.option("--port", type=int, default=None,
+              help="Broker port; 0 = any free port. [default: listenPort of --config, or 10911]")
 @click.option("--namesrv-port", default=9876, show_default=True, type=int,
               help="Name server port (0 = any).")
-@click.option("--broker-name", default="broker-a", show_default=True)
+@click.option("--broker-name", default=None, help="[default: brokerName of --config, or broker-a]")
 @click.option("--config", "conf", type=click.Path(exists=True, dir_okay=False),
-              help="A RocketMQ broker.conf (camelCase keys) for the store settings.")
+              help="A RocketMQ broker.conf (camelCase keys): store settings and listenPort, "
+                   "brokerName, brokerClusterName, autoCreateTopicEnable, defaultTopicQueueNums.")
 @click.option("--store-option", "-o", "options", multiple=True, metavar="NAME=VALUE",
               help="A StoreConfig field, e.g. -o mapped_file_size_commitlog=1048576.")
 @click.option("--flush-disk-type", type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]))
 @click.option("--message-delay-level", help='Delay levels, e.g. "1s 5s 10s 30s 1m".')
-@click.option("--auto-create-topic/--no-auto-create-topic", default=True, show_default=True)
-@click.option("--default-topic-queue-nums", default=4, show_default=True, type=int)
+@click.option("--auto-create-topic/--no-auto-create-topic", default=None,
+              help="Create unknown topics on route lookup and send. [default: on]")
+@click.option("--default-topic-queue-nums", type=int, default=None,
+              help="Queues of an auto-created topic. [default: 4]")
 @click.option("--max-reconsume-times", default=16, show_default=True, type=int)
 @click.option("--log-level", default="WARNING", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable status lines.")
@@ -97,11 +110,22 @@ def command(store_dir, host, port, namesrv_port, broker_name, conf, options, flu
 
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.WARNING),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    store_cfg = _store_config(store_dir, conf, options, host, port, message_delay_level,
-                              flush_disk_type)
-    broker_cfg = BrokerConfig(host=host, port=port, namesrv_port=namesrv_port,
-                              broker_name=broker_name,
-                              auto_create_topic_enable=auto_create_topic,
-                              default_topic_queue_nums=default_topic_queue_nums,
+    store_cfg, host_given = _store_config(store_dir, conf, options, message_delay_level,
+                                          flush_disk_type)
+    broker_cfg = BrokerConfig(host=host, namesrv_port=namesrv_port,
                               max_reconsume_times=max_reconsume_times)
+    for key, (name, conv) in _CONF_KEYS.items():  # broker.conf first, the command line wins
+        if key in store_cfg.extra:
+            try:
+                setattr(broker_cfg, name, conv(store_cfg.extra[key]))
+            except ValueError as exc:
+                raise click.BadParameter(f"{key}={store_cfg.extra[key]!r}: {exc}",
+                                         param_hint="--config") from exc
+    for name, value in (("port", port), ("broker_name", broker_name),
+                        ("auto_create_topic_enable", auto_create_topic),
+                        ("default_topic_queue_nums", default_topic_queue_nums)):
+        if value is not None:
+            setattr(broker_cfg, name, value)
+    if not host_given:
+        store_cfg.store_host = f"{host}:{broker_cfg.port}"
     asyncio.run(_serve(store_cfg, broker_cfg, as_json))
