@@ -99,6 +99,43 @@ def push_retry(namesrv, topic, group, n):
     print(json.dumps(deliveries))
 
 
+def produce_orderly(namesrv, topic, n):
+    p = Producer("PG_interop_order", timeout=15000)
+    p.set_namesrv_addr(namesrv)
+    p.start()
+    out = []
+    try:
+        for i in range(n):
+            key = i % 5  # five "orders", each sent to one queue by the hashing selector
+            m = Message(topic)
+            m.set_keys(f"order-{key}")
+            m.set_body(f"{key}:{i // 5}")
+            r = p.send_orderly(m, key)
+            out.append({"status": int(r.status), "msg_id": r.msg_id, "i": i})
+    finally:
+        p.shutdown()
+    print(json.dumps(out))
+
+
+def push_orderly(namesrv, topic, group, n):
+    got, lock, done = [], threading.Lock(), threading.Event()
+
+    def cb(m):
+        with lock:
+            got.append(_msg(m))
+            if len(got) >= n:
+                done.set()
+
+    c = PushConsumer(group, orderly=True)
+    c.set_namesrv_addr(namesrv)
+    c.subscribe(topic, cb)
+    c.start()
+    done.wait(60)
+    time.sleep(1)
+    c.shutdown()
+    print(json.dumps(got))
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "produce":
@@ -107,6 +144,10 @@ if __name__ == "__main__":
         pull(sys.argv[2], sys.argv[3], sys.argv[4])
     elif mode == "push":
         push(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    elif mode == "produce-orderly":
+        produce_orderly(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif mode == "push-orderly":
+        push_orderly(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
     elif mode == "push-retry":
         push_retry(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
     else:

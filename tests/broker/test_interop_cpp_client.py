@@ -113,3 +113,24 @@ def test_cpp_push_consumer_failure_comes_back_through_the_retry_topic(tmp_path):
             assert 1 in times, (i, got)  # it failed, came back via %RETRY%CG_retry, succeeded
         assert all(d["id"] == ids[i] for d in ds)  # the same message id after the retry
         assert all(d["topic"] == "InteropRetry" for d in ds)  # retry topic hidden from the app
+
+
+def test_cpp_orderly_producer_and_orderly_push_consumer_keep_order(tmp_path):
+    py = _interop_python()
+    srv = start_server(str(tmp_path / "store"))
+    try:
+        n = 100
+        sent = _run(py, tmp_path, "produce-orderly", srv.namesrv, "InteropOrder", str(n))
+        assert all(s["status"] == 0 for s in sent)
+        got = _run(py, tmp_path, "push-orderly", srv.namesrv, "InteropOrder", "CG_order", str(n),
+                   timeout=150)
+    finally:
+        assert srv.stop() == 0, srv.log()
+    per_key: dict[str, list[int]] = {}
+    queues: dict[str, set[int]] = {}
+    for m in got:
+        key, seq = m["body"].split(":")
+        per_key.setdefault(key, []).append(int(seq))
+        queues.setdefault(key, set()).add(m["queue_id"])
+    assert per_key == {str(k): list(range(20)) for k in range(5)}  # every order, in order
+    assert all(len(q) == 1 for q in queues.values())

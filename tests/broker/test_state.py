@@ -71,3 +71,18 @@ def test_allocate_average_and_select_by_key_match_rocketmq():
     # JDK 17 jshell: "order-a".hashCode() == -1207111262, Math.abs(h % 4) == 2
     assert select_by_key(qs[:4], "order-a").queue_id == 2
     assert select_by_key(qs[:3], "order-a").queue_id == abs(-(1207111262 % 3))
+
+
+def test_rebalance_locks_exclusive_renewable_and_expiring():
+    from rocketstore.broker.locks import RebalanceLockManager
+    m = RebalanceLockManager(max_live_ms=60_000)
+    q0, q1 = ("T", "b", 0), ("T", "b", 1)
+    assert m.try_lock("G", "c1", [q0, q1], now_ms=0) == [q0, q1]
+    assert m.try_lock("G", "c2", [q0, q1], now_ms=1000) == []  # held by c1
+    assert m.try_lock("G2", "c2", [q0], now_ms=1000) == [q0]  # other group, own locks
+    assert m.try_lock("G", "c1", [q0], now_ms=30_000) == [q0]  # renewal
+    assert m.try_lock("G", "c2", [q0, q1], now_ms=61_000) == [q1]  # q1 lapsed, q0 renewed
+    m.unlock("G", "c2", [q0])  # not c2's: no effect
+    assert m.try_lock("G", "c3", [q0], now_ms=62_000) == []
+    m.unlock("G", "c1", [q0])
+    assert m.try_lock("G", "c3", [q0], now_ms=62_000) == [q0]

@@ -95,7 +95,7 @@ class Broker:
     async def start(self) -> None:
         from .. import MessageStore  # the facade; imported late so the codec stays importable
         from .server import RemotingServer
-        from . import admin, namesrv, pull, send
+        from . import admin, locks, namesrv, pull, send
 
         self.loop = asyncio.get_running_loop()
         self.hold = PullHoldService(self.loop)
@@ -105,7 +105,7 @@ class Broker:
             self.writer = PutWriter(self.loop)
         self.topics.persist()
         handlers: dict[int, Any] = {}
-        for mod in (send, pull, admin):
+        for mod in (send, pull, admin, locks):
             handlers.update(mod.handlers(self))
         broker_srv = RemotingServer(self, handlers, "broker")
         await broker_srv.start(self.config.host, self.config.port)
