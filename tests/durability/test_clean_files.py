@@ -196,3 +196,27 @@ def test_shutdown_while_disk_full_keeps_abort(tmp_path):
 def test_is_time_to_delete(spec, hour, expect):
     t = time.mktime((2026, 1, 2, hour, 30, 0, 0, 0, -1))
     assert is_time_to_delete(spec, t) is expect
+
+
+def test_reopen_after_cleanup_keeps_min_offsets_and_verifies(tmp_path):
+    from rocketstore.store.verify import verify_store
+    now = time.time()
+    store, root = _open(tmp_path, now, usage=0.0)
+    cfg = store.cfg
+    try:
+        assert store.clean_service.run_once(manual=True) == 10
+    finally:
+        store.shutdown()
+    for abnormal in (False, True):
+        if abnormal:
+            (root / "abort").write_text("1")
+        with MessageStore(cfg) as again:
+            assert again.recovery_report.normal is (not abnormal)
+            assert again.get_min_phy_offset() == 128 * 10
+            assert again.get_min_offset_in_queue(TOPIC, 0) == 10
+            assert again.get_max_offset_in_queue(TOPIC, 0) == MSG_COUNT
+            assert again.get_message("g", TOPIC, 0, 0).status is GetStatus.OFFSET_TOO_SMALL
+            g = again.get_message("g", TOPIC, 0, 10)
+            assert g.status is GetStatus.FOUND and g.messages[0].commitlog_offset == 1280
+        report = verify_store(root, cfg)
+        assert report.ok and not report.problems, [str(p) for p in report.problems]
