@@ -160,7 +160,12 @@ def parse_host(host: str) -> tuple[bytes, int, bool]:
 
 
 def format_host(addr: bytes, port: int) -> str:
-    ip = ipaddress.ip_address(bytes(addr))
+    return _format_host(bytes(addr), port)
+
+
+@lru_cache(maxsize=4096)
+def _format_host(addr: bytes, port: int) -> str:
+    ip = ipaddress.ip_address(addr)
     return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
 
 
