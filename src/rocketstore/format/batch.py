@@ -221,8 +221,13 @@ def _gather_strings(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) ->
 
 def decode_records(buf, start: int = 0, end: int | None = None, *, base_offset: int = 0,
                    check_crc: bool = False, max_records: int | None = None,
-                   delay_levels_ms: Sequence[int] | None = None) -> DecodedRecords:
-    """Decode every whole record of ``buf[start:end]`` into columns (see module doc)."""
+                   delay_levels_ms: Sequence[int] | None = None,
+                   properties: bool = True) -> DecodedRecords:
+    """Decode every whole record of ``buf[start:end]`` into columns (see module doc).
+
+    ``properties=False`` (recovery scans) skips the properties strings and tags codes: the
+    columns hold ``""`` and 0 there; layout and CRC checks are the same.
+    """
     if end is None:
         end = len(buf)
     positions, stop_pos, stop = scan_boundaries(buf, start, end)
@@ -283,9 +288,13 @@ def decode_records(buf, start: int = 0, end: int | None = None, *, base_offset: 
             if len(cache) < 100_000:
                 cache[tb] = t
         topics.append(t)
-    props = _gather_strings(arr, props_start, props_len)
     store_ts = _gather(arr, pos + 56 + d_born, 8, ">i8").astype(np.int64)
-    tags_code = _tags_codes(topics, props, store_ts, delay_levels_ms)
+    if properties:
+        props = _gather_strings(arr, props_start, props_len)
+        tags_code = _tags_codes(topics, props, store_ts, delay_levels_ms)
+    else:
+        props = [""] * len(topics)
+        tags_code = np.zeros(len(topics), dtype=np.int64)
     return DecodedRecords(
         base_offset=base_offset, pos=pos, size=size, magic=magic,
         body_crc=_gather(arr, pos + 8, 4, ">i4").astype(np.int32),

@@ -133,7 +133,7 @@ def scan_commitlog(commitlog: CommitLog, start_index: int, check_crc: bool,
         while True:
             end = min(size, pos + SCAN_CHUNK)
             recs = fbatch.decode_records(mf.mm, pos, end, base_offset=mf.file_from_offset,
-                                         check_crc=check_crc)
+                                         check_crc=check_crc, properties=False)
             bad, why = state.first_bad(recs) if len(recs) else (None, "")
             misplaced = _first_misplaced(recs) if len(recs) else None
             if misplaced is not None and (bad is None or misplaced <= bad):
