@@ -22,8 +22,8 @@ Theory of operation.
   ms it flushes everything. A process crash loses nothing (the page cache survives); a power
   loss can lose the last interval.
 * **Checkpoint: payload first, checkpoint second.** After a sync the checkpoint's physic time is
-  set to the store time of the last message of the last segment flushed *in full up to the
-  position captured after that time was read*, so it never runs ahead of the disk. The logics
+  set to the store time of the last message below the synced position (time and position are
+  read together under the put lock), so it never runs ahead of the disk. The logics
   thread (its own schedule, ``flush_interval_consume_queue`` ms; all queues thoroughly every
   ``flush_consume_queue_thorough_interval``) reads the live logics time *first*, then flushes
   the ConsumeQueues and the index, then marks that time durable and writes the checkpoint
@@ -65,8 +65,8 @@ def flush_segments(commitlog: CommitLog, least_pages: int = 0) -> tuple[int, int
             dirty = wrote // OS_PAGE_SIZE - mf.flushed_position // OS_PAGE_SIZE
             if dirty < least_pages:
                 break
-        seg_ts = mf.store_timestamp  # read before the position: never ahead of the synced bytes
-        upto = mf.wrote_position
+        with commitlog.lock:  # a consistent pair: the time of the last record below ``upto``
+            seg_ts, upto = mf.store_timestamp, mf.wrote_position
         mf.flush(0, upto=upto)
         if seg_ts:
             ts = seg_ts
