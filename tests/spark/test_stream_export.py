@@ -141,3 +141,39 @@ def test_stream_limits_and_starting_offset(spark, tmp_path):
             .load(str(root)).writeStream.format("noop") \
             .option("checkpointLocation", str(tmp_path / "ck2")).trigger(availableNow=True) \
             .start().awaitTermination(60)
+
+
+def test_follow_exports_messages_written_while_running(spark, tmp_path):
+    import threading
+    root, out = tmp_path / "s", tmp_path / "out"
+    built = build_store(root, n=40)
+    stop = threading.Event()
+    box: dict = {}
+
+    def run():
+        try:
+            box["res"] = export(str(root), str(out), spark=spark, follow=True,
+                                interval="200 milliseconds", should_stop=stop.is_set)
+        except BaseException as exc:  # surfaced below
+            box["err"] = exc
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    offsets = list(built["offsets"])
+    with MessageStore(built["cfg"]) as store:  # the store stays open and keeps growing
+        for i in range(60):
+            offsets.append(store.put_message(Message("Live", b"x" * (i % 300), keys=[f"l{i}"])).wrote_offset)
+            if i % 20 == 19:
+                time.sleep(0.5)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if len(exported(spark, out)) >= 100:
+                    break
+            except Exception:  # no committed batch yet: nothing to infer a schema from
+                pass
+            time.sleep(0.5)
+    stop.set()
+    t.join(120)
+    assert "err" not in box, box.get("err")
+    assert [o for o, _, _ in exported(spark, out)] == sorted(offsets)

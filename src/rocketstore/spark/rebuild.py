@@ -30,6 +30,8 @@ The rebuild has three steps:
 The whole run holds ``<root>/lock`` exclusively (``flock``, as ``MessageStore`` takes it, plus a
 POSIX ``lockf`` as RocketMQ's Java store takes it): a store open in any process is refused with
 ``StoreLockedError``. Memory: the driver holds ~40 bytes per message and ~20 per index key.
+On a cluster (``--master spark://…``) executors read the CommitLog at the same path, so the
+store must be on a filesystem they all mount; every write happens on the driver.
 """
 from __future__ import annotations
 
