@@ -82,3 +82,34 @@ def test_open_store_is_refused(tmp_path):
     with MessageStore(cfg):
         code, _, err = _cli("--store", str(root))
     assert code == 2 and "open" in err
+
+
+def test_rocketmq_written_stores_verify(tmp_path):
+    """The RocketMQ 4.9.7 fixture verifies clean; the copy taken while it ran (abort file, an
+    empty preallocated segment) verifies with a warning, and clean once opened and closed."""
+    import shutil
+    import stat
+
+    import pytest
+
+    from rocketstore.config import StoreConfig
+    fixture = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "fixtures", "rocketmq-4.9.7")
+    if not os.path.isdir(fixture):
+        pytest.skip("RocketMQ fixture not found")
+    shutil.copytree(fixture, tmp_path / "fx")
+    for dirpath, dirs, files in os.walk(tmp_path / "fx"):
+        for n in dirs + files:
+            p = os.path.join(dirpath, n)
+            os.chmod(p, os.stat(p).st_mode | stat.S_IWUSR)
+    sizes = dict(mapped_file_size_commitlog=131072, mapped_file_size_consume_queue=1600,
+                 max_hash_slot_num=211, max_index_num=128)
+    clean = verify_store(tmp_path / "fx" / "store", StoreConfig(store_path_root_dir=str(tmp_path / "fx" / "store"), **sizes))
+    assert clean.ok and not clean.problems and clean.records == 600
+    root = tmp_path / "fx" / "store-unclean"
+    cfg = StoreConfig(store_path_root_dir=str(root), **sizes)
+    rep = verify_store(root, cfg)
+    assert rep.ok and rep.warning_count == 1 and rep.records == 600
+    with MessageStore(cfg) as store:
+        assert not store.recovery_report.normal
+    rep = verify_store(root, cfg)
+    assert rep.ok and not rep.problems, [str(p) for p in rep.problems]

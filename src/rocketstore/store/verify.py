@@ -7,7 +7,8 @@ Theory of operation. Three passes over the files, none through the ``MessageStor
 1. **CommitLog.** Segment names follow each other and every segment has the configured size.
    Each segment is decoded from its start with the batch decoder, body CRC checked: a blank
    record must fill the segment's rest; the data of a non-last segment must end in a blank
-   record; the last segment's data must end at zeros. Every record's PHYSICALOFFSET must be its
+   record (unless every later segment is an empty preallocated one: a warning, as RocketMQ's
+   allocate-ahead leaves); the last segment's data must end at zeros. Every record's PHYSICALOFFSET must be its
    own offset; queue offsets must grow by one per ``(topic, queue)`` (prepared and rollback
    records carry 0 and are not counted). Non-zero bytes after the end of data are a *warning*:
    a crash residue that the next open zeroes.
@@ -228,8 +229,14 @@ def _verify_commitlog(cfg: StoreConfig, report: VerifyReport) -> _Records:
         if recs.stop in (fbatch.STOP_CORRUPT, fbatch.STOP_INCOMPLETE):
             report.add(ERROR, path, off + end, f"damaged record ({recs.stop}: {recs.stop_reason or 'cut short'})")
         elif not last:
+            later = segs[i + 1:]
+            if all(_starts_empty(os.path.join(cfg.commitlog_dir, n)) for _, n in later):
+                report.add(WARNING, path, off + end, f"data ends here; {len(later)} later segment(s) "
+                                                     "preallocated but empty (dropped when the store opens)")
+                report.max_offset = off + end
+                break
             report.add(ERROR, path, off + end, "data ends before the segment's end without a blank "
-                                               "record, and later segments exist")
+                                               "record, and later segments hold data")
         else:
             tail = np.frombuffer(buf, dtype=np.uint8, offset=end)
             nz = int(np.count_nonzero(tail))
@@ -242,6 +249,11 @@ def _verify_commitlog(cfg: StoreConfig, report: VerifyReport) -> _Records:
     out.max_offset = report.max_offset
     out.finish()
     return out
+
+
+def _starts_empty(path: str) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(8) == bytes(8)
 
 
 def _check_record_fields(recs, path: str, report: VerifyReport, next_qo: dict) -> None:
