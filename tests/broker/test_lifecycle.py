@@ -82,3 +82,23 @@ def test_broker_conf_sets_broker_and_store_settings(tmp_path):
     finally:
         assert srv.stop() == 0, srv.log()
     assert os.path.getsize(next((tmp_path / "store" / "commitlog").iterdir())) == 1048576
+
+
+def test_sync_flush_broker_sends_concurrently_and_reads_back(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .test_client_broker import drain, wait_max
+    srv = start_server(str(tmp_path / "store"), "--flush-disk-type", "SYNC_FLUSH")
+    try:
+        with Producer("PG", srv.namesrv) as p:
+            with ThreadPoolExecutor(8) as ex:
+                results = list(ex.map(lambda i: p.send("SyncTopic", b"s%d" % i), range(40)))
+            assert {r.status for r in results} == {"SEND_OK"}
+        c = PullConsumer("CG", srv.namesrv)
+        for q in range(4):
+            wait_max(c, "SyncTopic", q, sum(r.message_queue.queue_id == q for r in results))
+        got = drain(c, "SyncTopic")
+        assert sorted(m.body for ms in got.values() for m in ms) == \
+            sorted(b"s%d" % i for i in range(40))
+    finally:
+        assert srv.stop() == 0, srv.log()
