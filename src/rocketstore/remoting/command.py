@@ -69,7 +69,8 @@ class RemotingCommand:
     def request(cls, code: int, fields: Mapping[str, object] | None = None, body: bytes = b"",
                 *, oneway: bool = False, language: str = "PYTHON",
                 serialize_type: int = SERIALIZE_JSON) -> "RemotingCommand":
-        ext = {k: to_ext_str(v) for k, v in (fields or {}).items() if v is not None}
+        ext = {k: v if type(v) is str else to_ext_str(v)
+               for k, v in (fields or {}).items() if v is not None}
         return cls(code=int(code), language=language, opaque=next_opaque(),
                    flag=RPC_ONEWAY if oneway else 0, ext_fields=ext, body=body,
                    serialize_type=serialize_type)
@@ -77,7 +78,8 @@ class RemotingCommand:
     def response(self, code: int, fields: Mapping[str, object] | None = None, *,
                  remark: str | None = None, body: bytes = b"") -> "RemotingCommand":
         """The answer to this request: same opaque and serialisation, response flag set."""
-        ext = {k: to_ext_str(v) for k, v in (fields or {}).items() if v is not None}
+        ext = {k: v if type(v) is str else to_ext_str(v)
+               for k, v in (fields or {}).items() if v is not None}
         return RemotingCommand(code=int(code), language="JAVA", version=BROKER_VERSION,
                                opaque=self.opaque, flag=RPC_TYPE_RESPONSE, remark=remark,
                                ext_fields=ext, body=body, serialize_type=self.serialize_type)

@@ -99,7 +99,8 @@ def _decode_json(data: bytes, body: bytes) -> RemotingCommand:
     ext_raw = obj.get("extFields") or {}
     if not isinstance(ext_raw, dict):
         raise RemoteProtocolError("header extFields is not an object")
-    ext = {str(k): to_ext_str(v) for k, v in ext_raw.items() if v is not None}
+    ext = {k: v if type(v) is str else to_ext_str(v)  # JSON keys are always str
+           for k, v in ext_raw.items() if v is not None}
     lang = obj.get("language", "JAVA")
     if isinstance(lang, int):
         lang = _LANG_BY_CODE.get(lang, "OTHER")
