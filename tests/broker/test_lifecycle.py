@@ -102,3 +102,20 @@ def test_sync_flush_broker_sends_concurrently_and_reads_back(tmp_path):
             sorted(b"s%d" % i for i in range(40))
     finally:
         assert srv.stop() == 0, srv.log()
+
+
+def test_port_in_use_fails_with_one_line_and_leaves_the_store_clean(tmp_path, server):
+    import subprocess
+    import sys
+    port = server.broker.rsplit(":", 1)[1]
+    store = tmp_path / "other"
+    r = subprocess.run([sys.executable, "-m", "rocketstore.cli", "serve", "--store", str(store),
+                        "--port", port, "--namesrv-port", "0"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode != 0
+    assert "cannot listen" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (store / "abort").exists()
+    r = subprocess.run([sys.executable, "-m", "rocketstore.cli", "serve", "--store", server.store,
+                        "--port", "0", "--namesrv-port", "0"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode != 0 and "lock" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -94,8 +94,6 @@ class Broker:
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
         from .. import MessageStore  # the facade; imported late so the codec stays importable
-        from .server import RemotingServer
-        from . import admin, locks, namesrv, pull, send
 
         self.loop = asyncio.get_running_loop()
         self.hold = PullHoldService(self.loop)
@@ -103,6 +101,16 @@ class Broker:
         self.store.add_arrival_listener(self.hold.arrival)
         if not getattr(self.store_config, "sync_flush", False):
             self.writer = PutWriter(self.loop)
+        try:
+            await self._start_servers()
+        except BaseException:
+            await self.stop()  # close the store cleanly: no abort file, lock released
+            raise
+
+    async def _start_servers(self) -> None:
+        from .server import RemotingServer
+        from . import admin, locks, namesrv, pull, send
+
         self.topics.persist()
         handlers: dict[int, Any] = {}
         for mod in (send, pull, admin, locks):

@@ -49,12 +49,12 @@ class ScheduleMessageService:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="schedule")
 
     async def stop(self) -> None:
+        """Let the current pass finish (it may be putting on an executor thread), then stop."""
         self._stopping = True
         if self._task is not None:
-            self._task.cancel()
             try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
+                await asyncio.wait_for(self._task, 10)
+            except (asyncio.CancelledError, asyncio.TimeoutError, Exception):
                 pass
         self.broker.delay_offsets.persist()
 
@@ -66,7 +66,8 @@ class ScheduleMessageService:
             except asyncio.CancelledError:
                 raise
             except Exception:  # keep delivering other levels; the error is logged
-                log.exception("schedule service tick failed")
+                if not self._stopping:
+                    log.exception("schedule service tick failed")
             await asyncio.sleep(interval)
 
     def run_once(self, now_ms: int | None = None) -> int:
@@ -76,6 +77,8 @@ class ScheduleMessageService:
         offsets = self.broker.delay_offsets
         delivered = 0
         for level, delay in enumerate(self.levels, start=1):
+            if self._stopping:
+                break
             qid = level - 1
             offset = offsets.get(level)
             max_off = store.get_max_offset_in_queue(SCHEDULE_TOPIC, qid)
@@ -94,7 +97,7 @@ class ScheduleMessageService:
                 now = int(time.time() * 1000) if now_ms is None else now_ms
                 due_stop = False
                 for m in msgs:
-                    if m.store_timestamp + delay > now:
+                    if self._stopping or m.store_timestamp + delay > now:
                         due_stop = True
                         break
                     self.broker.put_blocking(restore_from_schedule(m))

@@ -55,7 +55,12 @@ async def _serve(store_cfg, broker_cfg, as_json: bool) -> None:
     from ..broker.controller import Broker
 
     broker = Broker(store_cfg, broker_cfg)
-    await broker.start()
+    try:
+        await broker.start()
+    except OSError as exc:  # port in use, address not available...
+        raise click.ClickException(
+            f"cannot listen on {broker_cfg.host} (broker port {broker_cfg.port}, name server "
+            f"port {broker_cfg.namesrv_port}): {exc.strerror or exc}") from exc
     ready = {"event": "ready", "broker": f"{broker_cfg.host}:{broker_cfg.port}",
              "namesrv": f"{broker_cfg.host}:{broker_cfg.namesrv_port}",
              "store": store_cfg.store_path_root_dir}
