@@ -56,6 +56,7 @@ def test_available_now_in_limited_batches_then_incremental(spark, tmp_path):
     assert [o for o, _, _ in exported(spark, out)] == sorted(built["offsets"] + more)
 
 
+@pytest.mark.crash
 def test_crash_between_batches_exports_every_message_once(spark, tmp_path):
     root, out = tmp_path / "s", tmp_path / "out"
     built = build_store(root, n=400)
