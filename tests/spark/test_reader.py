@@ -221,3 +221,30 @@ def test_schema_ddl_is_the_contract():
                      "store_timestamp", "store_host", "reconsume_times",
                      "prepared_transaction_offset", "tags", "tags_code", "keys", "uniq_key",
                      "properties", "body", "msg_id"]
+
+
+def test_store_time_pruning(spark, tmp_path):
+    import datetime as dt
+    import time as _time
+    from pyspark.sql.datasource import GreaterThanOrEqual, LessThan
+    root = tmp_path / "t"
+    built = build_store(root, n=400)
+    _time.sleep(1.2)
+    cut_ms = int(_time.time() * 1000)
+    with MessageStore(built["cfg"]) as store:
+        late = [store.put_message(Message("Late", b"z" * 100, keys=["late"])).wrote_offset for _ in range(150)]
+    segs = segment_paths(root)
+    df = spark.read.format("rocketmq").load(str(root))
+    assert df.where(f"store_timestamp >= timestamp_millis({cut_ms})").count() == 150
+    assert df.where(f"store_timestamp < timestamp_millis({cut_ms})").count() == 400
+    schema = df.schema
+    cut = dt.datetime.fromtimestamp(cut_ms / 1000, tz=dt.timezone.utc)
+    reader = CommitLogReader({"path": str(root)}, schema)
+    list(reader.pushFilters([GreaterThanOrEqual(("store_timestamp",), cut)]))
+    parts = reader.partitions()
+    first_late_seg = max(s for s in (int(os.path.basename(p)) for p in segs) if s <= min(late))
+    assert parts and min(p.base for p in parts) == first_late_seg
+    assert len(parts) < len(segs)
+    reader = CommitLogReader({"path": str(root)}, schema)
+    list(reader.pushFilters([LessThan(("store_timestamp",), cut)]))
+    assert max(p.base for p in reader.partitions()) == first_late_seg
