@@ -119,3 +119,42 @@ def test_port_in_use_fails_with_one_line_and_leaves_the_store_clean(tmp_path, se
                         "--port", "0", "--namesrv-port", "0"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode != 0 and "lock" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_closing_a_connection_releases_its_held_pulls(tmp_path):
+    """In process, to see the broker's own counters: closed connections leave nothing held."""
+    import asyncio
+
+    from rocketstore import StoreConfig
+    from rocketstore.broker.config import BrokerConfig
+    from rocketstore.broker.controller import Broker
+
+    async def scenario():
+        cfg = StoreConfig(store_path_root_dir=str(tmp_path / "store"),
+                          mapped_file_size_commitlog=1 << 20,
+                          mapped_file_size_consume_queue=20 * 1000, max_hash_slot_num=1000,
+                          max_index_num=4000, store_host="127.0.0.1:0")
+        broker = Broker(cfg, BrokerConfig(port=0, namesrv_port=None))
+        await broker.start()
+        broker.topics.create("HeldTopic", 4)
+        codec = RemotingConnection()
+        writers = []
+        for _ in range(20):
+            _, w = await asyncio.open_connection("127.0.0.1", broker.config.port)
+            w.write(codec.send(RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+                "consumerGroup": "G", "topic": "HeldTopic", "queueId": 0, "queueOffset": 0,
+                "maxMsgNums": 32, "sysFlag": 6, "commitOffset": 0,
+                "suspendTimeoutMillis": 30000, "subscription": "*"})))
+            writers.append(w)
+        await asyncio.sleep(0.5)
+        held_before = broker.hold.waiting
+        inflight_before = len(broker.servers[0].inflight)
+        for w in writers:
+            w.close()
+        await asyncio.sleep(0.5)
+        after = broker.hold.waiting, len(broker.servers[0].inflight)
+        await broker.stop()
+        return held_before, inflight_before, after
+    held_before, inflight_before, after = asyncio.run(scenario())
+    assert held_before == 20 and inflight_before == 20
+    assert after == (0, 0)

@@ -64,6 +64,8 @@ class _Channel(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.server.channels.discard(self)
+        for task in list(self.inflight):  # nobody is left to answer (a held pull, say)
+            task.cancel()
         self.server.broker.connection_closed(self)
 
     # -- commands -------------------------------------------------------------------------------
