@@ -3,7 +3,7 @@
     python crash_writer.py ROOT FLUSH_TYPE THREADS SEQ_START
 
 Prints ``READY`` once the store is open, then ``ACK <seq> <offset> <size>`` after every put
-that returned PUT_OK (under SYNC_FLUSH: durable; under ASYNC_FLUSH: in the page cache), and
+that returned PUT_OK (one thread puts batches of 3 with ``put_messages``: one line per message) (under SYNC_FLUSH: durable; under ASYNC_FLUSH: in the page cache), and
 ``ERR <seq> <status>`` otherwise. Each message's topic, queue, key and body are functions of its
 sequence number (``expected``), so the parent can check every byte it reads back.
 """
@@ -15,7 +15,7 @@ import sys
 import threading
 
 from rocketstore.config import StoreConfig
-from rocketstore.format.message import Message
+from rocketstore.format.message import Message, parse_message_id
 from rocketstore.store.message_store import MessageStore
 
 
@@ -27,10 +27,21 @@ def crash_config(root: str, flush_type: str) -> StoreConfig:
                        clean_resource_interval=3_600_000)
 
 
+BATCH_BASE = 500_000  # seq % 1_000_000 at or above this: put in batches of 3 (one queue each)
+
+
+def batch_first(seq: int) -> int:
+    """First seq of the batch holding ``seq`` (batches start at cycle base + BATCH_BASE)."""
+    base = seq - seq % 1_000_000 + BATCH_BASE
+    return base + (seq - base) // 3 * 3
+
+
 def expected(seq: int) -> tuple[str, int, str, bytes]:
     """(topic, queue id, key, body) of message ``seq``."""
-    topic = f"Crash{seq % 2}"
-    qid = seq % 3
+    if seq % 1_000_000 >= BATCH_BASE:
+        topic, qid = "CrashBatch", ((seq - batch_first(seq)) // 3 + batch_first(seq)) % 2
+    else:
+        topic, qid = f"Crash{seq % 2}", seq % 3
     body = (f"{seq}:".encode() + bytes((seq * 7 + i) % 251 for i in range(seq % 300 + 20)))
     return topic, qid, f"seq{seq}", body
 
@@ -58,7 +69,30 @@ def main() -> None:
                 out.write(line)
                 out.flush()
 
-    ts = [threading.Thread(target=putter, daemon=True) for _ in range(threads)]
+    batch_counter = itertools.count(seq_start + BATCH_BASE, 3)
+
+    def batch_putter() -> None:
+        """Batches of 3 (put_messages): all or nothing, consecutive offsets."""
+        while True:
+            with next_lock:
+                first = next(batch_counter)
+            msgs = []
+            for seq in range(first, first + 3):
+                topic, qid, key, body = expected(seq)
+                msgs.append(Message(topic=topic, body=body, keys=[key], queue_id=qid))
+            r = store.put_messages(msgs)
+            if r.status.name == "PUT_OK":
+                offs = [parse_message_id(m)[1] for m in r.msg_ids]
+                ends = offs[1:] + [r.wrote_offset + r.wrote_bytes]
+                lines = "".join(f"ACK {first + i} {o} {e - o}\n" for i, (o, e) in enumerate(zip(offs, ends)))
+            else:
+                lines = f"ERR {first} {r.status.name}\n"
+            with out_lock:
+                out.write(lines)
+                out.flush()
+
+    ts = [threading.Thread(target=putter, daemon=True) for _ in range(threads - 1)]
+    ts.append(threading.Thread(target=batch_putter, daemon=True))
     for t in ts:
         t.start()
     for t in ts:

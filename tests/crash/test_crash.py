@@ -7,7 +7,8 @@ still opening and recovering the store), reopens the store and checks:
 * the abort path ran (the child never shut down cleanly) and the store opens;
 * every acknowledged message is at its acked offset with its size, topic, queue, key and body,
   readable by ``get_message`` and by ``query_message``;
-* no message is stored twice, every queue's offsets are dense from 0, no record is torn;
+* no message is stored twice, every queue's offsets are dense from 0, no record is torn, a
+  batch (one writer thread uses ``put_messages``) is stored whole or not at all;
 * after a clean close ``verify`` finds nothing wrong.
 
 ``ROCKETSTORE_CRASH_CYCLES`` sets the SYNC_FLUSH cycle count (default 8; the full run uses 50
@@ -31,7 +32,7 @@ from rocketstore.store.results import GetStatus
 from rocketstore.store.verify import verify_store
 
 sys.path.insert(0, os.path.dirname(__file__))
-from crash_writer import crash_config, expected  # noqa: E402
+from crash_writer import BATCH_BASE, batch_first, crash_config, expected  # noqa: E402
 
 pytestmark = pytest.mark.crash
 
@@ -101,6 +102,10 @@ def _check_store(root: str, flush_type: str, all_acks: dict, new_acks: dict, rng
                         seen[seq] = (m.commitlog_offset, m.store_size)
                         off += 1
                     assert g.next_begin_offset == off
+        for seq in seen:  # a batch is all or nothing
+            if seq % SEQ_STRIDE >= BATCH_BASE:
+                first = batch_first(seq)
+                assert all(first + i in seen for i in range(3)), f"batch {first} partly stored"
         missing = [s for s in all_acks if s not in seen]
         assert not missing, f"{len(missing)} acknowledged message(s) lost, e.g. {missing[:5]}"
         for seq, (offset, size) in all_acks.items():

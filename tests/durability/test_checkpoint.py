@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 
 from rocketstore.store.checkpoint import StoreCheckpoint
 from rocketstore.store.message_store import MessageStore
@@ -43,13 +44,17 @@ def test_index_files_newer_than_index_checkpoint_are_rebuilt_after_crash(tmp_pat
     root = tmp_path / "s"
     cfg = small_config(root, max_index_num=40)  # ~20 messages per index file (KEYS + UNIQ_KEY)
     with MessageStore(cfg) as store:
-        put_n(store, 100, "I")
+        for k in range(10):
+            put_n(store, 10, "I", start=10 * k)
+            time.sleep(0.005)  # distinct end times per index file
         assert store.wait_dispatched(10)
-        names_before = [f.name for f in store.index_service.files]
+        ends = [(f.name, f.end_timestamp) for f in store.index_service.files]
+    names_before = [n for n, _ in ends]
     assert len(names_before) >= 5
     # pretend only the first two files were known flushed when the process died
-    with MessageStore(cfg) as store:
-        keep_ts = store.index_service.files[1].end_timestamp
+    keep_ts = ends[1][1]
+    kept = [n for n, ts in ends if ts <= keep_ts]
+    assert len(kept) < len(ends)
     cp = StoreCheckpoint(str(root / "checkpoint"))
     cp.index_msg_timestamp = keep_ts
     cp.physic_msg_timestamp = cp.logics_msg_timestamp = 1  # walk back to the first segment
@@ -59,8 +64,8 @@ def test_index_files_newer_than_index_checkpoint_are_rebuilt_after_crash(tmp_pat
         assert not store.recovery_report.normal
         assert store.wait_dispatched(10)
         names_after = [f.name for f in store.index_service.files]
-        assert names_after[:2] == names_before[:2]
-        assert set(names_after[2:]).isdisjoint(names_before[2:])  # destroyed and rebuilt
+        assert names_after[:len(kept)] == kept
+        assert set(names_after[len(kept):]).isdisjoint(names_before)  # destroyed and rebuilt
         for i in (0, 30, 55, 99):
             got = store.query_message("I", f"k{i}").messages
             assert [m.queue_offset for m in got] == [i]
