@@ -16,9 +16,10 @@ Theory of operation. Three passes over the files, none through the ``MessageStor
    unit and its end must point at a record of the CommitLog (or below its min offset: cleaned
    up) with the same size, topic, queue id, queue offset and tags code. Records the queue does
    not cover yet are a warning (dispatch is behind; the next open rebuilds them).
-3. **Index files.** Header counts within bounds, every slot and ``prevIndex`` in range, and
-   every entry's CommitLog offset the start of a record (or below the min offset) one of whose
-   keys (``topic#key``, ``topic#uniqKey``) hashes to the entry's hash.
+3. **Index files.** indexCount within bounds; every slot holds its newest entry and every
+   ``prevIndex`` the previous entry of the same slot (``putKey``'s chain rule); every entry's
+   CommitLog offset is the start of a record (or below the min offset) one of whose keys
+   (``topic#key``, ``topic#uniqKey``) hashes to the entry's hash.
 
 Errors are damage (``ok`` is False, the CLI exits 1); warnings are states a store legitimately
 has after a crash and before the next open.
@@ -161,7 +162,7 @@ class _Records:
         self.tags: list[np.ndarray] = []
         self.tran: list[np.ndarray] = []
         self.topics: list[str] = []
-        self.key_pairs: set[tuple[int, int]] = set()
+        self._pairs: list[np.ndarray] = []
         self.min_offset = 0
         self.max_offset = 0
 
@@ -175,15 +176,16 @@ class _Records:
         self.topics.extend(recs.topic)
         keys, owner = index_keys(recs)
         if keys:
-            hashes = index_key_hash_many(keys).tolist()
-            offs = recs.commitlog_offset[owner].tolist()
-            self.key_pairs.update(zip(offs, hashes))
+            hashes = index_key_hash_many(keys).astype(np.float64)
+            offs = recs.commitlog_offset[owner].astype(np.float64)
+            self._pairs.append(offs + 1j * hashes)  # exact: offsets < 2**53, hashes < 2**31
 
     def finish(self) -> None:
         cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, dtype=np.int64))
         self.phy, self.size, self.qid = cat(self.phy), cat(self.size), cat(self.qid)
         self.qoff, self.tags, self.tran = cat(self.qoff), cat(self.tags), cat(self.tran)
         self.topic_arr = np.asarray(self.topics, dtype=object)
+        self.key_pairs = np.concatenate(self._pairs) if self._pairs else np.zeros(0, dtype=np.complex128)
 
     def queue(self, topic: str, qid: int) -> tuple[np.ndarray, np.ndarray]:
         """(sorted queue offsets, record indices) of the dispatchable records of one queue."""
@@ -321,31 +323,44 @@ def _verify_queue(topic: str, qid: int, qdir: str, fsize: int, report: VerifyRep
     real = units["size"] != FILLER_SIZE
     first_real = int(np.argmax(real)) if real.any() else n
     qoffs, idx = records.queue(topic, qid)
-    for i in range(first_real, n):
-        u = units[i]
-        phy, size = int(u["offset"]), int(u["size"])
-        qo = base + i
-        if size == FILLER_SIZE:
-            report.add(ERROR, _cq_path(qdir, files, i, fsize), qo * CQ_UNIT_SIZE, "filler unit after real units")
-            continue
-        if phy < records.min_offset:
-            continue  # the record's segment was cleaned up
-        j = int(np.searchsorted(qoffs, qo))
-        if j >= len(qoffs) or int(qoffs[j]) != qo:
-            report.add(ERROR, _cq_path(qdir, files, i, fsize), qo * CQ_UNIT_SIZE,
-                       f"unit {qo} -> CommitLog {phy}: no record with that queue offset")
-            continue
-        r = int(idx[j])
-        if int(records.phy[r]) != phy or int(records.size[r]) != size or int(records.tags[r]) != int(u["tags_code"]):
-            report.add(ERROR, _cq_path(qdir, files, i, fsize), qo * CQ_UNIT_SIZE,
-                       f"unit {qo} = ({phy}, {size}, {int(u['tags_code'])}) but the record is "
-                       f"({int(records.phy[r])}, {int(records.size[r])}, {int(records.tags[r])})")
+    _check_units(units, first_real, base, qoffs, idx, records, qdir, files, fsize, report)
     report.cq_units += n - first_real
     covered = base + n
     behind = int(np.count_nonzero(qoffs >= covered)) if len(qoffs) else 0
     if behind:
         report.add(WARNING, last_path, covered * CQ_UNIT_SIZE,
                    f"{topic}/{qid}: {behind} record(s) not yet in the ConsumeQueue (rebuilt on open)")
+
+
+def _check_units(units, first_real, base, qoffs, idx, records, qdir, files, fsize, report) -> None:
+    """Every unit from ``first_real`` against the record with its queue offset (vectorised;
+    only the findings are walked in Python)."""
+    u = units[first_real:]
+    if not len(u):
+        return
+    qo = base + first_real + np.arange(len(u), dtype=np.int64)
+    phy, size, tags = u["offset"].astype(np.int64), u["size"].astype(np.int64), u["tags_code"].astype(np.int64)
+    filler = size == FILLER_SIZE
+    cleaned = phy < records.min_offset
+    j = np.minimum(np.searchsorted(qoffs, qo), max(len(qoffs) - 1, 0))
+    found = (qoffs[j] == qo) if len(qoffs) else np.zeros(len(u), dtype=bool)
+    r = idx[j] if len(qoffs) else j
+    same = found & (records.phy[r] == phy) & (records.size[r] == size) & (records.tags[r] == tags) \
+        if len(qoffs) else found
+    bad = np.flatnonzero(filler | (~cleaned & ~same))
+    for k in bad.tolist():
+        i = first_real + k
+        q, p, sz, tg = int(qo[k]), int(phy[k]), int(size[k]), int(tags[k])
+        where = _cq_path(qdir, files, i, fsize)
+        if filler[k]:
+            report.add(ERROR, where, q * CQ_UNIT_SIZE, "filler unit after real units")
+        elif not found[k]:
+            report.add(ERROR, where, q * CQ_UNIT_SIZE, f"unit {q} -> CommitLog {p}: no record with that queue offset")
+        else:
+            rr = int(r[k])
+            report.add(ERROR, where, q * CQ_UNIT_SIZE,
+                       f"unit {q} = ({p}, {sz}, {tg}) but the record is "
+                       f"({int(records.phy[rr])}, {int(records.size[rr])}, {int(records.tags[rr])})")
 
 
 def _cq_path(qdir: str, files, unit_index: int, fsize: int) -> str:
@@ -359,7 +374,6 @@ def _verify_index(cfg: StoreConfig, report: VerifyReport, records: _Records) -> 
         return
     slots, num = cfg.max_hash_slot_num, cfg.max_index_num
     want = index_file_size(slots, num)
-    starts = set(records.phy.tolist())
     for name in sorted(os.listdir(d)):
         if parse_index_file_name(name) is None:
             continue
@@ -376,21 +390,43 @@ def _verify_index(cfg: StoreConfig, report: VerifyReport, records: _Records) -> 
         if count > num:
             report.add(ERROR, path, 36, f"indexCount {count} exceeds {num}")
             continue
-        slot_vals = np.frombuffer(buf, dtype=">i4", count=slots, offset=INDEX_HEADER_SIZE)
-        bad = np.flatnonzero((slot_vals < 0) | (slot_vals >= count))
-        for s in bad[:10].tolist():
-            report.add(ERROR, path, INDEX_HEADER_SIZE + 4 * s, f"slot {s} = {int(slot_vals[s])}, indexCount {count}")
-        entries = np.frombuffer(buf, dtype=ENTRY_DTYPE, count=num, offset=entry_position(slots, 0))
+        slot_vals = np.frombuffer(buf, dtype=">i4", count=slots, offset=INDEX_HEADER_SIZE).astype(np.int64)
+        entries = np.frombuffer(buf, dtype=ENTRY_DTYPE, count=count, offset=entry_position(slots, 0))[1:]
+        heads = np.zeros(slots, dtype=np.int64)  # a slot holds its newest entry (or 0)
+        np.maximum.at(heads, entries["key_hash"].astype(np.int64) % slots, np.arange(1, count, dtype=np.int64))
+        for s in np.flatnonzero(slot_vals != heads).tolist():
+            report.add(ERROR, path, INDEX_HEADER_SIZE + 4 * s,
+                       f"slot {s} = {int(slot_vals[s])}, its newest entry is {int(heads[s])}")
         report.index_entries += count - 1
-        for k in range(1, count):
-            e = entries[k]
-            phy, h, prev, td = int(e["phy_offset"]), int(e["key_hash"]), int(e["prev_index"]), int(e["time_diff"])
-            pos = entry_position(slots, k)
-            if prev < 0 or prev >= k or td < 0:
-                report.add(ERROR, path, pos, f"entry {k}: prevIndex {prev}, timeDiff {td}")
-            if phy < records.min_offset:
-                continue
-            if phy not in starts:
-                report.add(ERROR, path, pos, f"entry {k} -> CommitLog {phy}: not the start of a record")
-            elif (phy, h) not in records.key_pairs:
-                report.add(ERROR, path, pos, f"entry {k} -> CommitLog {phy}: no key of that record hashes to {h}")
+        _check_entries(entries, slots, path, records, report)
+
+
+def _check_entries(entries, slots: int, path: str, records: _Records, report: VerifyReport) -> None:
+    """Links, offsets and key hashes of entries 1..count-1 (vectorised)."""
+    k = np.arange(1, len(entries) + 1, dtype=np.int64)
+    phy = entries["phy_offset"].astype(np.int64)
+    h = entries["key_hash"].astype(np.int64)
+    prev = entries["prev_index"].astype(np.int64)
+    td = entries["time_diff"].astype(np.int64)
+    # the chain rule: prevIndex is the previous entry of the same slot, or 0
+    slot = h % slots
+    order = np.lexsort((k, slot))
+    expect = np.zeros(len(k), dtype=np.int64)
+    same_slot = np.zeros(len(k), dtype=bool)
+    same_slot[1:] = slot[order][1:] == slot[order][:-1]
+    expect[order[1:][same_slot[1:]]] = k[order][:-1][same_slot[1:]]
+    link_bad = (prev != expect) | (td < 0)
+    live = phy >= records.min_offset
+    starts = np.isin(phy, records.phy)
+    pairs = phy.astype(np.float64) + 1j * h.astype(np.float64)
+    key_ok = np.isin(pairs, records.key_pairs)
+    for i in np.flatnonzero(link_bad | (live & ~(starts & key_ok))).tolist():
+        pos = entry_position(slots, int(k[i]))
+        if link_bad[i]:
+            report.add(ERROR, path, pos, f"entry {int(k[i])}: prevIndex {int(prev[i])} (expected "
+                                         f"{int(expect[i])}), timeDiff {int(td[i])}")
+        elif not starts[i]:
+            report.add(ERROR, path, pos, f"entry {int(k[i])} -> CommitLog {int(phy[i])}: not the start of a record")
+        else:
+            report.add(ERROR, path, pos, f"entry {int(k[i])} -> CommitLog {int(phy[i])}: no key of that "
+                                         f"record hashes to {int(h[i])}")
