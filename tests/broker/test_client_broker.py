@@ -387,3 +387,58 @@ def test_two_push_consumers_of_a_group_split_the_queues(server):
         b.shutdown()
     assert {x[1] for x in seen["a"] + seen["b"]} == set(range(40))
     assert qa and qb and not (qa & qb) and qa | qb == {0, 1, 2, 3}  # disjoint halves
+
+
+def test_orderly_push_consumer_retries_in_place_and_locks_its_queues(server):
+    keys = ["ka", "kb"]
+    with Producer("PG", server.namesrv) as p:
+        for seq in range(20):
+            for k in keys:
+                p.send("TopicOrderly", f"{k}:{seq}".encode(), sharding_key=k)
+    attempts: dict[str, list[tuple[int, bool]]] = {}
+    failed_once: set[str] = set()
+    lock = threading.Lock()
+
+    def listener(m):
+        k, seq = m.body.decode().split(":")
+        ok = True
+        with lock:
+            if (k, seq) in (("ka", "5"), ("kb", "12")) and k not in failed_once:
+                failed_once.add(k)
+                ok = False
+            attempts.setdefault(k, []).append((int(seq), ok))
+        return ok
+
+    pc = PushConsumer("CG_orderly", server.namesrv, {"TopicOrderly": "*"}, listener,
+                      consume_from="first", orderly=True, orderly_retry_s=0.2)
+    pc.start()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with lock:
+                if all(sum(ok for _, ok in attempts.get(k, [])) == 20 for k in keys):
+                    break
+            time.sleep(0.1)
+        # a second orderly client takes over only queues the first released (committed first)
+        other = []
+        pc2 = PushConsumer("CG_orderly", server.namesrv, {"TopicOrderly": "*"},
+                           lambda m: other.append(m) or True, consume_from="first",
+                           orderly=True)
+        pc2.start()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            held1 = {q.queue_id for q in pc.offsets if q.topic == "TopicOrderly"}
+            held2 = {q.queue_id for q in pc2.offsets if q.topic == "TopicOrderly"}
+            if held2 and len(held1) == 2:
+                break
+            time.sleep(0.1)
+        pc2.shutdown()
+    finally:
+        pc.shutdown()
+    assert [s for s, ok in attempts["ka"]] == list(range(6)) + list(range(5, 20))
+    assert [s for s, ok in attempts["kb"]] == list(range(13)) + list(range(12, 20))
+    assert [ok for s, ok in attempts["ka"]].count(False) == 1
+    assert held1 and held2 and not (held1 & held2)  # never one queue in two clients
+    assert other == []  # the hand-over re-delivered nothing
+    c = PullConsumer("reader", server.namesrv)
+    assert c.max_offset("%RETRY%CG_orderly", 0) == 0  # nothing went through the retry topic

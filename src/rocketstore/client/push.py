@@ -2,7 +2,10 @@
 
 See ``consumer`` for the theory of operation. The listener is a plain function
 ``listener(msg: MessageExt) -> bool | None`` run on a worker thread; ``False`` or an exception
-means "consume later" (the message is sent back to the broker's retry topic).
+means "consume later": the message is sent back to the broker's retry topic — or, with
+``orderly=True``, retried in place after ``orderly_retry_s`` so nothing behind it in the queue
+overtakes it. An orderly consumer also holds the broker's lock (LOCK_BATCH_MQ) on every queue
+it consumes, renewed at each rebalance, so no two clients of the group consume one queue.
 """
 from __future__ import annotations
 
@@ -30,7 +33,8 @@ class AsyncPushConsumer:
                  retry_delay_level: int = 0, pull_batch_size: int = 32,
                  long_poll_ms: int = 15_000, heartbeat_interval_s: float = 10.0,
                  rebalance_interval_s: float = 5.0, commit_interval_s: float = 1.0,
-                 consume_threads: int = 4, timeout_s: float = 5.0) -> None:
+                 consume_threads: int = 4, timeout_s: float = 5.0, orderly: bool = False,
+                 orderly_retry_s: float = 1.0) -> None:
         if consume_from not in ("last", "first"):
             raise ValueError("consume_from must be 'last' or 'first'")
         self.pc = AsyncPullConsumer(group, namesrv, timeout_s=timeout_s)
@@ -46,6 +50,8 @@ class AsyncPushConsumer:
         self.heartbeat_interval_s = heartbeat_interval_s
         self.rebalance_interval_s = rebalance_interval_s
         self.commit_interval_s = commit_interval_s
+        self.orderly = orderly
+        self.orderly_retry_s = orderly_retry_s
         self.executor = ThreadPoolExecutor(consume_threads, thread_name_prefix=f"consume-{group}")
         self.offsets: dict[MessageQueue, int] = {}
         self._committed: dict[MessageQueue, int] = {}
@@ -122,14 +128,50 @@ class AsyncPushConsumer:
             if self.client_id not in ids:
                 ids = sorted(ids + [self.client_id])
             mine.update(allocate_average(queues, ids, self.client_id))
+        if self.orderly:  # consume only the queues whose broker lock we hold (or renewed)
+            mine = await self._lock(mine)
         for mq in list(self._tasks):
             if mq not in mine:
-                self._tasks.pop(mq).cancel()
+                task = self._tasks.pop(mq)
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
                 await self._commit_one(mq)
                 self.offsets.pop(mq, None)
+                if self.orderly:
+                    await self._unlock([mq])
         for mq in sorted(mine):
             if mq not in self._tasks:
                 self._tasks[mq] = asyncio.get_running_loop().create_task(self._pull_loop(mq))
+
+    async def _lock_call(self, code: int, mqs: list[MessageQueue]) -> list[MessageQueue]:
+        if not mqs:
+            return []
+        addr = await self.pc.instance.broker_addr(mqs[0])
+        body = json.dumps({"consumerGroup": self.group, "clientId": self.client_id,
+                           "onlyThisBroker": False,
+                           "mqSet": [{"topic": q.topic, "brokerName": q.broker_name,
+                                      "queueId": q.queue_id} for q in mqs]}).encode()
+        resp = await self.pc.instance.invoke(addr, code, None, body)
+        if code != RequestCode.LOCK_BATCH_MQ:
+            return []
+        ok = {(d["topic"], d["brokerName"], int(d["queueId"]))
+              for d in json.loads(resp.body or b"{}").get("lockOKMQSet", [])}
+        return [q for q in mqs if (q.topic, q.broker_name, q.queue_id) in ok]
+
+    async def _lock(self, mqs: set[MessageQueue]) -> set[MessageQueue]:
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for q in sorted(mqs):
+            by_broker.setdefault(q.broker_name, []).append(q)
+        locked: set[MessageQueue] = set()
+        for qs in by_broker.values():
+            locked.update(await self._lock_call(RequestCode.LOCK_BATCH_MQ, qs))
+        return locked
+
+    async def _unlock(self, mqs: list[MessageQueue]) -> None:
+        try:
+            await self._lock_call(RequestCode.UNLOCK_BATCH_MQ, mqs)
+        except (ConnectionError, TimeoutError, BrokerError) as exc:
+            log.warning("unlock failed: %s", exc)
 
     async def _start_offset(self, mq: MessageQueue) -> int:
         off = await self.pc.committed_offset(mq.topic, mq.queue_id)
@@ -172,7 +214,16 @@ class AsyncPushConsumer:
         except Exception as exc:
             log.info("listener failed on %s: %s", m.msg_id, exc)
             ok = False
-        if ok is False:
+        while ok is False and self.orderly and not self._stop.is_set():
+            # orderly: never skip ahead; retry the same message in place after a pause
+            if await sleep_or(self._stop, self.orderly_retry_s):
+                raise asyncio.CancelledError  # shutting down: leave the offset before it
+            try:
+                ok = await loop.run_in_executor(self.executor, self.listener, view)
+            except Exception as exc:
+                log.info("listener failed on %s again: %s", m.msg_id, exc)
+                ok = False
+        if ok is False and not self.orderly:
             while not self._stop.is_set():
                 try:
                     await self.pc.send_back(phys_topic_msg, self.retry_delay_level,
@@ -201,8 +252,11 @@ class AsyncPushConsumer:
         for t in self._loops + list(self._tasks.values()):
             t.cancel()
         await asyncio.gather(*self._loops, *self._tasks.values(), return_exceptions=True)
+        locked = list(self._tasks)
         self._tasks.clear()
         await self.commit()
+        if self.orderly:
+            await self._unlock(locked)
         for addr in await self.pc.instance.all_brokers(list(self.subscription)):
             try:
                 await self.pc.instance.invoke(addr, RequestCode.UNREGISTER_CLIENT,
