@@ -4,3 +4,8 @@
 ``pull`` and ``admin`` hold the request handlers; ``longpoll`` and ``schedule`` are the
 long-polling and delay-level services; ``state`` and ``consumers`` keep broker state.
 """
+
+from .config import BrokerConfig
+from .controller import Broker
+
+__all__ = ["Broker", "BrokerConfig"]
