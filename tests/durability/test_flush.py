@@ -123,3 +123,32 @@ def test_abort_file_lifecycle_and_kept_when_dispatch_behind(tmp_path):
         assert store.get_max_offset_in_queue("A", 0) == 4
         assert store.get_message("g", "A", 0, 3).messages[0].commitlog_offset == r.wrote_offset
     assert not os.path.exists(root / "abort")
+
+
+def test_sync_error_propagates_and_stops_puts(tmp_path):
+    """A failing sync (here: fdatasync on a pipe -> EINVAL, a real OS error) is not swallowed:
+    the put that needed it gets FLUSH_DISK_TIMEOUT, later puts SERVICE_NOT_AVAILABLE, the error
+    is kept, the abort file stays, and the next open recovers every message."""
+    root = tmp_path / "s"
+    cfg = small_config(root, flush_disk_type="SYNC_FLUSH")
+    with MessageStore(cfg) as store:
+        put_n(store, 5, "E")
+        seg = store.commitlog.queue.last()
+        r_fd, w_fd = os.pipe()
+        real_fd, seg._fd = seg._fd, r_fd
+        try:
+            r = store.put_message(Message(topic="E", body=b"unsynced", keys=["u"]))
+            assert r.status is PutStatus.FLUSH_DISK_TIMEOUT
+            assert isinstance(store.flush_service.last_error, OSError)
+            r2 = store.put_message(Message(topic="E", body=b"refused"))
+            assert r2.status is PutStatus.SERVICE_NOT_AVAILABLE and "flush failed" in r2.error
+        finally:
+            seg._fd = real_fd
+            os.close(r_fd)
+            os.close(w_fd)
+    assert os.path.exists(root / "abort")
+    with MessageStore(cfg) as store:
+        assert not store.recovery_report.normal
+        assert store.wait_dispatched(5)
+        assert store.get_max_offset_in_queue("E", 0) == 6  # the unsynced one survived the process
+        assert store.query_message("E", "u").messages[0].body == b"unsynced"

@@ -2,7 +2,8 @@
 
 | input                                                   | status                     |
 |---------------------------------------------------------|----------------------------|
-| store shut down / not writeable (disk full)             | SERVICE_NOT_AVAILABLE      |
+| store shut down / not writeable (disk full) / a failed  | SERVICE_NOT_AVAILABLE      |
+| CommitLog sync (``FlushService.last_error``)            |                            |
 | not a Message, empty/illegal topic, topic > 127 chars,  | MESSAGE_ILLEGAL            |
 | negative queue id, body > max_message_size, bad types   |                            |
 | properties string > 32767 bytes                         | PROPERTIES_SIZE_EXCEEDED   |
@@ -67,6 +68,9 @@ class PutPath:
         if not self.running or not self.writeable:
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE,
                                     error="store is shut down" if not self.running else "store not writeable")
+        if self.flush.last_error is not None:  # a failed sync: nothing more can be promised
+            return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE,
+                                    error=f"CommitLog flush failed: {self.flush.last_error}")
         why = self._check(msgs, batch)
         if why is not None:
             return PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error=why)
