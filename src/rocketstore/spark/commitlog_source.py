@@ -86,14 +86,9 @@ def _columns(schema) -> list[str]:
 
 
 def _ts_ms(v) -> int | None:
-    if isinstance(v, _dt.datetime):
-        if v.tzinfo is None:
-            v = v.astimezone()
+    """An instant as epoch ms; None when the literal carries no time zone (not pushed)."""
+    if isinstance(v, _dt.datetime) and v.tzinfo is not None:
         return int(v.timestamp() * 1000)
-    if isinstance(v, _dt.date):
-        return int(_dt.datetime(v.year, v.month, v.day, tzinfo=_dt.timezone.utc).timestamp() * 1000)
-    if isinstance(v, (int, float)):
-        return int(v)
     return None
 
 
