@@ -27,6 +27,8 @@ def demo_step(store_dir: str, master: str | None = None, echo: Callable[[str], N
     from .rebuild import rebuild, store_config
     from .session import get_session
     spark = spark or get_session(master, app_name="rocketstore-demo")
+    from .commitlog_source import register
+    register(spark)
     res = rebuild(store_dir, engine="spark", cfg=store_config(store_dir), spark=spark)
     echo(f"  rebuilt {res.queues} ConsumeQueue(s) ({res.cq_units} units) and {res.index_files} "
          f"IndexFile(s) ({res.index_keys} keys) from {res.records} records in "

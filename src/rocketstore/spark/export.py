@@ -98,6 +98,9 @@ def export_query(spark, root: str, out: str, *, checkpoint: str | None = None,
                  options: dict | None = None):
     """Start the export streaming query; returns (query, checkpoint dir)."""
     from pyspark.sql import functions as F
+
+    from .commitlog_source import register
+    register(spark)
     checkpoint = checkpoint or os.path.join(out, CHECKPOINT_DIR)
     reader = spark.readStream.format("rocketmq")
     for k, v in (options or {}).items():

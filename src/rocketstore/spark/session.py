@@ -104,9 +104,9 @@ def get_session(master: str | None = None, app_name: str = "rocketstore",
         raise SparkSetupError("pyspark is not installed: pip install 'rocketstore[spark]'") from exc
     active = SparkSession.getActiveSession()
     if active is not None:
-        for k, v in DEFAULT_CONF.items():
-            if k == "spark.sql.python.filterPushdown.enabled":
-                active.conf.set(k, v)
+        active.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+        from .commitlog_source import register
+        register(active)
         return active
     check_java()
     prepare_environment()
