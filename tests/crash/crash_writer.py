@@ -1,6 +1,6 @@
 """Child process of the crash tests: puts from several threads until it is killed.
 
-    python crash_writer.py ROOT FLUSH_TYPE THREADS SEQ_START
+    python crash_writer.py ROOT FLUSH_TYPE THREADS SEQ_START [clean]
 
 Prints ``READY`` once the store is open, then ``ACK <seq> <offset> <size>`` after every put
 that returned PUT_OK (one thread puts batches of 3 with ``put_messages``: one line per message) (under SYNC_FLUSH: durable; under ASYNC_FLUSH: in the page cache), and
@@ -19,12 +19,15 @@ from rocketstore.format.message import Message, parse_message_id
 from rocketstore.store.message_store import MessageStore
 
 
-def crash_config(root: str, flush_type: str) -> StoreConfig:
+def crash_config(root: str, flush_type: str, cleaning: bool = False) -> StoreConfig:
+    """``cleaning``: every segment is expired at once and the clean service runs every 50 ms,
+    so kills also land in the middle of deletions."""
+    extra = dict(file_reserved_time=0, delete_when=";".join(f"{h:02d}" for h in range(24)),
+                 clean_resource_interval=50) if cleaning else dict(clean_resource_interval=3_600_000)
     return StoreConfig(store_path_root_dir=root, mapped_file_size_commitlog=32 * 1024,
                        mapped_file_size_consume_queue=20 * 50, max_hash_slot_num=97,
                        max_index_num=400, flush_disk_type=flush_type,
-                       flush_interval_commitlog=20, flush_interval_consume_queue=50,
-                       clean_resource_interval=3_600_000)
+                       flush_interval_commitlog=20, flush_interval_consume_queue=50, **extra)
 
 
 BATCH_BASE = 500_000  # seq % 1_000_000 at or above this: put in batches of 3 (one queue each)
@@ -48,7 +51,8 @@ def expected(seq: int) -> tuple[str, int, str, bytes]:
 
 def main() -> None:
     root, flush_type, threads, seq_start = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    store = MessageStore(crash_config(root, flush_type))
+    cleaning = len(sys.argv) > 5 and sys.argv[5] == "clean"
+    store = MessageStore(crash_config(root, flush_type, cleaning))
     out = sys.stdout
     out_lock = threading.Lock()
     counter = itertools.count(seq_start)
