@@ -178,3 +178,20 @@ def test_follow_exports_messages_written_while_running(spark, tmp_path):
     t.join(120)
     assert "err" not in box, box.get("err")
     assert [o for o, _, _ in exported(spark, out)] == sorted(offsets)
+
+
+def test_segments_deleted_before_being_read_fail_loudly(spark, tmp_path):
+    root, out = tmp_path / "s", tmp_path / "out"
+    built = build_store(root, n=60)
+    export(str(root), str(out), spark=spark)
+    done = checkpointed_offset(str(out / "_checkpoint"))
+    with MessageStore(built["cfg"]) as store:
+        for i in range(300):
+            store.put_message(Message("More", b"m" * 200, keys=[f"m{i}"]))
+    segs = list_segments(str(root / "commitlog"))
+    doomed = [s for s in segs if s.base <= done]
+    assert doomed and len(doomed) < len(segs)
+    for s in doomed:  # retention deleted segments the export had not finished
+        os.unlink(s.path)
+    with pytest.raises(ExportError, match="deleted before this query read them"):
+        export(str(root), str(out), spark=spark)
