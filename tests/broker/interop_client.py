@@ -68,7 +68,7 @@ def push(namesrv, topic, group, n):
     c.subscribe(topic, cb)
     c.start()
     done.wait(60)
-    time.sleep(6)  # let the consumer commit its offsets (every ~5 s) before shutting down
+    time.sleep(11)  # let the consumer commit its offsets (every ~5 s) at least twice
     c.shutdown()
     print(json.dumps(got))
 
