@@ -95,7 +95,7 @@ def test_send_pull_batch_offsets_and_tags(server):
     resp = raw(server.broker, RequestCode.GET_EARLIEST_MSG_STORETIME,
                {"topic": "TopicA", "queueId": 0})
     assert resp.code == 0 and int(resp.ext_fields["timestamp"]) == got[0][0].store_timestamp
-    c._lt.run(c._impl.shutdown())
+    c.shutdown()
 
 
 def test_query_message_and_view_by_id_return_stored_bytes(server):

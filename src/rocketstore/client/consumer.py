@@ -1,4 +1,5 @@
-"""Consumers: ``PullConsumer`` (you drive offsets) and ``PushConsumer`` (a group-managed loop).
+"""Consumers: ``PullConsumer`` (you drive offsets) and ``PushConsumer`` (a group-managed loop,
+in ``push``).
 
 Theory of operation. ``AsyncPullConsumer.pull`` is one PULL_MESSAGE: it returns the decoded
 messages and the broker's next/min/max offsets; offsets are the caller's to keep and commit
@@ -155,11 +156,14 @@ class PullConsumer:
     def start(self) -> "PullConsumer":
         return self
 
+    def shutdown(self) -> None:
+        self._lt.run(self._impl.shutdown())
+
     def __enter__(self) -> "PullConsumer":
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._lt.run(self._impl.shutdown())
+        self.shutdown()
 
 
 async def _make(cls, *args, **kwargs):
@@ -174,7 +178,4 @@ def original_view(m: MessageExt) -> MessageExt:
     return m
 
 
-from .push import PushConsumer  # noqa: E402  (re-export)
-
-__all__ = ["PullResult", "AsyncPullConsumer", "PullConsumer", "PushConsumer", "decode_messages",
-           "original_view"]
+__all__ = ["PullResult", "AsyncPullConsumer", "PullConsumer", "decode_messages", "original_view"]

@@ -81,4 +81,4 @@ def command(namesrv, topic, group, queue_id, offset, subscription, max_count, fo
     except (ConnectionError, TimeoutError) as exc:
         raise click.ClickException(str(exc)) from exc
     finally:
-        c._lt.run(c._impl.shutdown())
+        c.shutdown()
