@@ -152,3 +152,22 @@ def test_sync_error_propagates_and_stops_puts(tmp_path):
         assert store.wait_dispatched(5)
         assert store.get_max_offset_in_queue("E", 0) == 6  # the unsynced one survived the process
         assert store.query_message("E", "u").messages[0].body == b"unsynced"
+
+
+def test_consume_queue_least_pages_and_thorough_logics_flush(tmp_path):
+    cfg = small_config(tmp_path / "s", flush_interval_commitlog=3_600_000, flush_interval_consume_queue=3_600_000,
+                       mapped_file_size_consume_queue=20 * 2000)
+    with MessageStore(cfg) as store:
+        rs = put_n(store, 10, "Q")  # 200 bytes of units: under 2 dirty pages
+        assert store.wait_dispatched(5)
+        fs = store.flush_service
+        fs.flush_once(thorough=True)
+        cq_file = store.cq_table.find("Q", 0).queue.last()
+        fs.flush_logics_once(thorough=False)
+        assert cq_file.flushed_position == 0  # least-pages rule: left for later
+        on_disk = CHECKPOINT.unpack((tmp_path / "s" / "checkpoint").read_bytes()[:CHECKPOINT.size])
+        assert on_disk[0] == rs[-1].store_timestamp and on_disk[1] < rs[-1].store_timestamp
+        fs.flush_logics_once(thorough=True)
+        assert cq_file.flushed_position == 10 * 20
+        on_disk = CHECKPOINT.unpack((tmp_path / "s" / "checkpoint").read_bytes()[:CHECKPOINT.size])
+        assert on_disk[1] == rs[-1].store_timestamp

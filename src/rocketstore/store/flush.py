@@ -24,9 +24,11 @@ Theory of operation.
 * **Checkpoint: payload first, checkpoint second.** After a sync the checkpoint's physic time is
   set to the store time of the last message below the synced position (time and position are
   read together under the put lock), so it never runs ahead of the disk. The logics
-  thread (its own schedule, ``flush_interval_consume_queue`` ms; all queues thoroughly every
-  ``flush_consume_queue_thorough_interval``) reads the live logics time *first*, then flushes
-  the ConsumeQueues and the index, then marks that time durable and writes the checkpoint
+  thread (its own schedule: every ``flush_interval_consume_queue`` ms the queues with at least
+  ``flush_consume_queue_least_pages`` dirty pages, all of them every
+  ``flush_consume_queue_thorough_interval`` ms) reads the live logics time *first*, then
+  flushes the ConsumeQueues and the index, then — after a thorough round only, as RocketMQ's
+  ``FlushConsumeQueueService`` — marks that time durable, and writes the checkpoint
   (``StoreCheckpoint.mark_logics_durable``).
 * **Errors.** A failed CommitLog sync is fatal for durability: ``last_error`` is set, every
   waiter is woken and fails, the put path refuses new puts (SERVICE_NOT_AVAILABLE) and
@@ -192,10 +194,12 @@ class FlushService:
         """ConsumeQueues and index first, then the checkpoint. Errors are kept and re-raised."""
         try:
             live_logics = self.checkpoint.logics_msg_timestamp if self.checkpoint is not None else 0
-            self.flush_logics()
+            least = 0 if thorough else self.cfg.flush_consume_queue_least_pages
+            self.flush_logics(least)
             self.logics_flush_count += 1
             if self.checkpoint is not None:
-                self.checkpoint.mark_logics_durable(live_logics)
+                if least == 0:  # every queue is on disk up to the time read before the flush
+                    self.checkpoint.mark_logics_durable(live_logics)
                 self.checkpoint.flush()
             self.last_logics_error = None
         except BaseException as exc:

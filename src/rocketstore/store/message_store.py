@@ -186,10 +186,10 @@ class MessageStore:
     def _on_physic_flushed(self, ts: int) -> None:
         self.checkpoint.physic_msg_timestamp = ts
 
-    def _flush_logics(self) -> None:
+    def _flush_logics(self, least_pages: int = 0) -> None:
         """Payload only: the flush service writes the checkpoint after this returns."""
         for cq in self.cq_table:
-            cq.flush()
+            cq.flush(least_pages)
         if self.index_service is not None:
             self.index_service.flush()
 
