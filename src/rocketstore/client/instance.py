@@ -92,6 +92,9 @@ class ClientInstance:
             r = _parse_route(topic, resp.body)
             self._routes[topic] = r
             return r
+        stale = self._routes.get(topic)
+        if stale is not None:  # name server down: keep using the last route we had
+            return stale
         raise ConnectionError(f"no name server answered: {last}")
 
     async def broker_addr(self, mq: MessageQueue) -> str:
