@@ -59,3 +59,24 @@ def test_oversize_body_is_message_illegal_and_nothing_is_stored(server):
     assert r.code == ResponseCode.MESSAGE_ILLEGAL and "max_message_size" in (r.remark or "")
     c = PullConsumer("reader", server.namesrv)
     assert c.max_offset("TopicBig", 0) == 0
+
+
+def test_stale_route_is_used_while_no_name_server_answers(server):
+    from rocketstore.client import ClientInstance
+
+    async def go():
+        inst = ClientInstance(server.namesrv, route_ttl_s=0.0)
+        first = await inst.route("TopicStale")
+        inst.namesrv_addrs = ["127.0.0.1:1"]  # the name server is gone
+        again = await inst.route("TopicStale")
+        fresh = ClientInstance("127.0.0.1:1")
+        try:
+            await fresh.route("TopicStale")
+        except ConnectionError as exc:
+            err = str(exc)
+        inst.close()
+        fresh.close()
+        return first, again, err
+    first, again, err = LoopThread.shared().run(go())
+    assert again is first and first.write_queues
+    assert "no name server answered" in err
