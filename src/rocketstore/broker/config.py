@@ -1,4 +1,8 @@
-"""``BrokerConfig``: the broker's own settings (RocketMQ ``BrokerConfig`` names, snake_cased)."""
+"""``BrokerConfig``: the broker's own settings (RocketMQ ``BrokerConfig`` names, snake_cased).
+
+The store's settings live in ``StoreConfig``; ``rocketstore serve --config broker.conf`` fills
+both from one RocketMQ file (see ``commands.serve``).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass

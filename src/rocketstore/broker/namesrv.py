@@ -1,6 +1,7 @@
 """Name-server requests: GET_ROUTEINFO_BY_TOPIC (105) and GET_BROKER_CLUSTER_INFO (106).
 
-The name server runs in the broker's process and answers from the broker's own topic table:
+Theory of operation: the name server runs in the broker's process (its own port) and answers
+from the broker's own topic table:
 one broker (id 0, master) holds every queue. An unknown topic is created with
 ``default_topic_queue_nums`` queues when ``auto_create_topic_enable`` is on (``%RETRY%`` and
 ``%DLQ%`` topics get one queue), as a broker with ``autoCreateTopicEnable`` would after the

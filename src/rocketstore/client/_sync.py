@@ -1,4 +1,11 @@
-"""A background event loop that the blocking client facades run their coroutines on."""
+"""A background event loop that the blocking client facades run their coroutines on.
+
+Theory of operation: the ``Async*`` classes are the implementation; ``Producer``,
+``PullConsumer`` and ``PushConsumer`` hand each call to one shared daemon thread running an event
+loop (``run_coroutine_threadsafe``) and block on the result, so blocking code gets the same
+concurrent, opaque-matched connections. Calling a facade from that loop's own thread would
+deadlock and raises instead.
+"""
 from __future__ import annotations
 
 import asyncio

@@ -1,4 +1,10 @@
-"""``rocketstore serve``: a name server and a broker speaking RocketMQ 4.x remoting."""
+"""``rocketstore serve``: a name server and a broker speaking RocketMQ 4.x remoting.
+
+Theory of operation: settings come from defaults, then a RocketMQ ``broker.conf`` (store keys to
+``StoreConfig``, broker keys such as ``listenPort`` / ``brokerName`` to ``BrokerConfig``), then
+the command line. The process prints one ready line (JSON with ``--json``) once both ports
+listen, runs until SIGTERM or SIGINT, then shuts down gracefully (``Broker.stop``) and exits 0.
+"""
 from __future__ import annotations
 
 import asyncio

@@ -2,6 +2,10 @@
 
 Values are RocketMQ 4.9's (``RequestCode``, ``ResponseCode``, ``RemotingSysResponseCode``,
 ``LanguageCode``, ``RemotingCommand`` flag bits); names are kept so operators find what they know.
+
+Theory of operation: codes are data, in one place. The codec never interprets them (a frame
+with an unknown code still decodes); the broker's handler table is keyed by ``RequestCode`` and
+answers everything else with REQUEST_CODE_NOT_SUPPORTED.
 """
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ A command is plain data: ``code`` (request code, or response code in a response)
 ``str -> str`` once decoded) and ``body`` bytes. ``serialize_type`` records how the header was (or
 will be) written, because a broker answers in the serialisation of the request.
 
-Requests are built with ``RemotingCommand.request(code, fields, body)``; the receiving side
+Theory of operation: requests are built with ``RemotingCommand.request(code, fields, body)``
+(a process-wide counter gives the opaque); the receiving side
 answers with ``cmd.response(code, fields=..., remark=..., body=...)``, which copies the opaque and
 the serialisation and sets the response flag, as ``NettyRemotingAbstract`` does.
 """

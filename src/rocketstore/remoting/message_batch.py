@@ -10,8 +10,11 @@ Each entry, big-endian (``MessageDecoder.encodeMessage``)::
      16   4+B  BODY length, BODY
    20+B   2+P  PROPERTIES length, PROPERTIES (name\\x01value\\x02 ...)
 
-The topic and queue come from the request header; each entry carries only flag, body and
-properties. ``decode_batch`` raises ``ValueError`` naming the entry for anything malformed.
+Theory of operation: the topic and queue come from the request header; each entry carries
+only flag, body and properties. ``encode_batch`` is what a producer sends; ``decode_batch`` walks
+the sizes, checks every length against the entry and the buffer before slicing, and raises
+``ValueError`` naming the entry for anything malformed (the broker answers it, the store never
+sees it).
 """
 from __future__ import annotations
 
