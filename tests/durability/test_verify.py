@@ -93,7 +93,7 @@ def test_rocketmq_written_stores_verify(tmp_path):
     import pytest
 
     from rocketstore.config import StoreConfig
-    fixture = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "fixtures", "rocketmq-4.9.7")
+    fixture = os.path.join(os.path.dirname(__file__), "..", "fixtures", "rocketmq-4.9.7")
     if not os.path.isdir(fixture):
         pytest.skip("RocketMQ fixture not found")
     shutil.copytree(fixture, tmp_path / "fx")
