@@ -30,10 +30,9 @@ def command(store_dir, engine, master, config, check_crc, as_json):
     cfg = (StoreConfig.from_properties(config, store_path_root_dir=store_dir) if config
            else StoreConfig(store_path_root_dir=store_dir, **detect_sizes(store_dir)))
     from ..spark.rebuild import rebuild
-    from ..spark.segments import list_segments, plan_ranges
-    from ..spark.rebuild import DEFAULT_SPLIT
-    ranges = plan_ranges(list_segments(cfg.commitlog_dir), split_size=DEFAULT_SPLIT)
-    total = sum(r.nbytes for r in ranges)
+    from ..spark.segments import list_segments, tail_index
+    segs = list_segments(cfg.commitlog_dir)
+    total = sum(s.size for s in segs[:tail_index(segs) + 1]) if segs else 0
     spark = None
     if engine == "spark":
         from ..spark.session import get_session

@@ -21,12 +21,13 @@ are applied exactly and not re-checked by Spark; ``store_timestamp`` ranges prun
 and rows but are also handed back to Spark (timestamp literal conversion is Spark's business).
 
 Options: ``path`` (store root), ``commitlogDir`` (if not ``<root>/commitlog``), ``checkCRC``
-(verify body CRCs; a mismatch is corruption), ``splitSize`` (bytes, default 128 MiB; 0 = one
-partition per segment), ``batchRecords`` (decoder chunk), ``messageDelayLevel``.
+(verify body CRCs; a mismatch is corruption), ``splitSize`` (bytes; ``auto``, the default,
+splits only when fewer segments hold data than the driver has cores; 0 = one per segment), ``batchRecords`` (decoder chunk), ``messageDelayLevel``.
 """
 from __future__ import annotations
 
 import datetime as _dt
+import os
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -37,11 +38,10 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, EqualTo, Great
 
 from ..format.batch import parse_delay_levels
 from .arrow_columns import ARROW_TYPES, SCHEMA_DDL, arrow_schema, to_batches
-from .segments import (DEFAULT_BATCH_RECORDS, SegmentRange, commitlog_dir, first_store_timestamp,
-                       list_segments, plan_ranges, read_range, tail_index)
+from .segments import (DEFAULT_BATCH_RECORDS, SegmentRange, auto_split_size, commitlog_dir,
+                       first_store_timestamp, list_segments, plan_ranges, read_range, tail_index)
 
 NAME = "rocketmq"
-DEFAULT_SPLIT = 128 << 20
 
 
 def _bool(v: str | None, default: bool = False) -> bool:
@@ -65,7 +65,8 @@ class ReadOptions:
             raise ValueError("rocketmq source: give the store directory, e.g. .load('/path/to/store')")
         self.cl_dir = commitlog_dir(self.root, opts.get("commitlogdir"))
         self.check_crc = _bool(opts.get("checkcrc"))
-        self.split_size = int(opts.get("splitsize", DEFAULT_SPLIT))
+        split = str(opts.get("splitsize", "auto")).strip().lower()
+        self.split_size: int | None = None if split == "auto" else int(split)
         self.batch_records = int(opts.get("batchrecords", DEFAULT_BATCH_RECORDS))
         spec = opts.get("messagedelaylevel")
         self.delay_levels = parse_delay_levels(spec) if spec else None
@@ -242,7 +243,10 @@ class CommitLogReader(DataSourceReader):
     def partitions(self) -> list[SegmentRange]:
         segs = list_segments(self.o.cl_dir)
         lo, hi = self.filter.offset_bounds()
-        ranges = plan_ranges(segs, lo, hi, self.o.split_size or None)
+        split = self.o.split_size
+        if split is None:  # auto: the driver's cores stand in for the cluster's parallelism
+            split = auto_split_size(segs, os.cpu_count() or 2)
+        ranges = plan_ranges(segs, lo, hi, split or None)
         ranges = prune_by_time(segs, ranges, self.filter.ts_lo, self.filter.ts_hi)
         # Spark needs at least one partition; an empty range reads nothing
         return ranges or [SegmentRange("", 0, 0, 0)]

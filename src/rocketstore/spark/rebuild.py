@@ -55,12 +55,11 @@ from ..format.message import TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACT
 from ..store.checkpoint import StoreCheckpoint, fsync_dir
 from ..store.consume_queue import queue_dir, write_cq_units
 from ..store.index_file import IndexFile, index_key_hash_columns, plan_index_files
-from .segments import SegmentRange, list_segments, plan_ranges, read_range
+from .segments import SegmentRange, auto_split_size, list_segments, plan_ranges, read_range
 
 STAGING = ".rebuild-staging"
 OLD = ".rebuild-old"
 DERIVED = ("consumequeue", "index")
-DEFAULT_SPLIT = 256 << 20
 
 
 class RebuildError(RocketStoreError):
@@ -327,7 +326,7 @@ def swap_in(root: str, staging: str) -> None:
 
 
 def rebuild(root: str, *, engine: str = "spark", cfg: StoreConfig | None = None, spark=None,
-            master: str | None = None, split_size: int | None = DEFAULT_SPLIT,
+            master: str | None = None, split_size: int | str | None = "auto",
             check_crc: bool = False,
             on_progress: Callable[[str, int, int], None] | None = None) -> RebuildResult:
     """Recreate every ConsumeQueue and IndexFile of the store at ``root`` (see module doc).
@@ -344,6 +343,12 @@ def rebuild(root: str, *, engine: str = "spark", cfg: StoreConfig | None = None,
     t0 = time.monotonic()
     with StoreLock(root):
         segs = list_segments(cfg.commitlog_dir)
+        if engine == "spark":
+            from .session import get_session
+            spark = spark or get_session(master, app_name="rocketstore-rebuild")
+        if split_size == "auto":  # splitting only pays when tasks run in parallel
+            split_size = (auto_split_size(segs, spark.sparkContext.defaultParallelism)
+                          if engine == "spark" else None)
         ranges = plan_ranges(segs, split_size=split_size)
         res.segments, res.ranges = len(segs), len(ranges)
         delay = parse_delay_levels(cfg.message_delay_level)
@@ -355,8 +360,6 @@ def rebuild(root: str, *, engine: str = "spark", cfg: StoreConfig | None = None,
                 on_progress("scan", done[0], len(ranges))
 
         if engine == "spark":
-            from .session import get_session
-            spark = spark or get_session(master, app_name="rocketstore-rebuild")
             scans = _scan_spark(spark, ranges, delay, check_crc, tick)
         else:
             scans = []

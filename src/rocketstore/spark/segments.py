@@ -257,6 +257,24 @@ def tail_index(segs: list[Segment]) -> int:
     return max(i, 0)
 
 
+MIN_SPLIT = 32 << 20
+
+
+def auto_split_size(segs: list[Segment], parallelism: int) -> int | None:
+    """A split size that keeps ``parallelism`` workers busy without needless walking.
+
+    None (whole segments, no boundary walk) when at least as many segments hold data as
+    there are workers; otherwise about two pieces per worker, at least ``MIN_SPLIT`` bytes.
+    """
+    if not segs:
+        return None
+    data = segs[:tail_index(segs) + 1]
+    if len(data) >= max(1, parallelism):
+        return None
+    total = sum(s.size for s in data)
+    return max(MIN_SPLIT, total // (2 * max(1, parallelism)))
+
+
 def plan_ranges(segs: list[Segment], lo: int | None = None, hi: int | None = None,
                 split_size: int | None = None) -> list[SegmentRange]:
     """Ranges covering ``[lo, hi)`` (whole segments unless split); see ``tail_index``."""
