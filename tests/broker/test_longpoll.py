@@ -28,3 +28,27 @@ def test_arrival_from_another_thread_wakes_only_matching_waiters():
         assert await w is False and hold.closed
         assert await hold.wait("T", 2, 0, 5.0) is False  # closed: returns at once
     asyncio.run(scenario())
+
+
+def test_the_reput_thread_reads_for_woken_waiters():
+    async def scenario():
+        hold = PullHoldService(asyncio.get_running_loop(), recheck_s=5.0, inline_reads=1)
+        readers_ran_on = []
+
+        def reader(tag):
+            def read():
+                readers_ran_on.append(threading.current_thread().name)
+                return type("Result", (), {"status": tag})()
+            return read
+        a = asyncio.ensure_future(hold.wait("T", 0, 0, 5.0, reader("A")))
+        b = asyncio.ensure_future(hold.wait("T", 0, 0, 5.0, reader("B")))
+        await asyncio.sleep(0.05)
+        th = threading.Thread(target=hold.arrival, args=("T", 0, 1), name="reput")
+        th.start()
+        ra, rb = await a, await b
+        th.join()
+        return ra, rb, readers_ran_on
+    ra, rb, ran_on = asyncio.run(scenario())
+    assert ra.status == "A"  # read on the reput thread and handed over
+    assert rb is True  # over the inline-read budget: just woken
+    assert ran_on == ["reput"]

@@ -4,8 +4,8 @@ Theory of operation: the handler reads the queue through ``store.get_message`` o
 and maps the store's ``GetStatus`` to RocketMQ's pull response codes (as 4.9's
 ``PullMessageProcessor``). When nothing is there and the request carries the SUSPEND flag, the
 coroutine parks in the ``PullHoldService`` until the reput reports an arrival on that queue or
-``suspendTimeoutMillis`` passes (capped by the client's own timeout), then reads again; a
-timeout answers PULL_NOT_FOUND. The COMMIT_OFFSET flag commits ``commitOffset`` for the group on
+``suspendTimeoutMillis`` passes, then answers with what the reput thread read for it (or reads
+again); a timeout answers PULL_NOT_FOUND. The COMMIT_OFFSET flag commits ``commitOffset`` for the group on
 the first pass, before any hold. Every response carries ``suggestWhichBrokerId``,
 ``nextBeginOffset``, ``minOffset`` and ``maxOffset`` as strings; a FOUND body is the stored
 records byte for byte, one after another.
@@ -92,14 +92,19 @@ def handlers(broker: "Broker") -> dict[int, Any]:
             else:
                 hold_s = broker.config.short_polling_time_ms / 1000.0
         deadline = started + hold_s
+        store = broker.store
+
+        def read() -> Any:
+            return store.get_message(group, topic, queue_id, offset, max_nums, expr)
+        g = await broker.run(read)
         while True:
-            g = await broker.run(broker.store.get_message, group, topic, queue_id, offset,
-                                 max_nums, expr)
             code = pull_code(g.status.name, offset)
             remaining = deadline - time.monotonic()
             if code != ResponseCode.PULL_NOT_FOUND or remaining <= 0 or broker.hold.closed:
                 break
-            await broker.hold.wait(topic, queue_id, offset, remaining)
+            woken = await broker.hold.wait(topic, queue_id, offset, remaining, read)
+            # the reput thread may have read for us; otherwise read again on the executor
+            g = woken if hasattr(woken, "status") else await broker.run(read)
         fields = {"suggestWhichBrokerId": 0, "nextBeginOffset": g.next_begin_offset,
                   "minOffset": g.min_offset, "maxOffset": g.max_offset}
         if code == ResponseCode.SUCCESS:
