@@ -158,15 +158,21 @@ class CommitLog:
     def segment_at(self, offset: int) -> MappedFile | None:
         return self.queue.find(offset)
 
-    def read_record(self, offset: int) -> bytes | None:
-        """The raw record at ``offset``, or None if no whole record is there."""
+    def _locate(self, offset: int) -> tuple[MappedFile, int, int] | None:
+        """(segment, position, write position) when at least a record header lies at ``offset``."""
         mf = self.queue.find(offset)
         if mf is None:
             return None
         pos = offset - mf.file_from_offset
         wrote = mf.wrote_position
-        if pos + 8 > wrote:
+        return None if pos + 8 > wrote else (mf, pos, wrote)
+
+    def read_record(self, offset: int) -> bytes | None:
+        """The raw record at ``offset``, or None if no whole record is there."""
+        loc = self._locate(offset)
+        if loc is None:
             return None
+        mf, pos, wrote = loc
         size, magic = read_header(mf.mm, pos)
         if size <= 8 or pos + size > wrote or magic == fbatch.BLANK_MAGIC_CODE:
             return None
@@ -174,13 +180,10 @@ class CommitLog:
 
     def look_message(self, offset: int, *, with_body: bool = True) -> MessageExt | None:
         """Decode the record at ``offset``; None if out of range, blank or not a record."""
-        mf = self.queue.find(offset)
-        if mf is None:
+        loc = self._locate(offset)
+        if loc is None:
             return None
-        pos = offset - mf.file_from_offset
-        wrote = mf.wrote_position
-        if pos + 8 > wrote:
-            return None
+        mf, pos, wrote = loc
         try:
             msg = decode_message(mf.view(0, wrote), pos, with_body=with_body)
         except CorruptRecordError:
