@@ -22,7 +22,8 @@ and rows but are also handed back to Spark (timestamp literal conversion is Spar
 
 Options: ``path`` (store root), ``commitlogDir`` (if not ``<root>/commitlog``), ``checkCRC``
 (verify body CRCs; a mismatch is corruption), ``splitSize`` (bytes; ``auto``, the default,
-splits only when fewer segments hold data than the driver has cores; 0 = one per segment), ``batchRecords`` (decoder chunk), ``messageDelayLevel``.
+aims at three ranges per driver core and walks no boundaries when there are that many segments
+already; 0 = one partition per segment), ``batchRecords`` (decoder chunk), ``messageDelayLevel``.
 """
 from __future__ import annotations
 

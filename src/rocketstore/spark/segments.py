@@ -261,18 +261,19 @@ MIN_SPLIT = 32 << 20
 
 
 def auto_split_size(segs: list[Segment], parallelism: int) -> int | None:
-    """A split size that keeps ``parallelism`` workers busy without needless walking.
+    """A split size giving each of ``parallelism`` workers about three ranges.
 
-    None (whole segments, no boundary walk) when at least as many segments hold data as
-    there are workers; otherwise about two pieces per worker, at least ``MIN_SPLIT`` bytes.
+    Several ranges per worker keep every core busy when one task runs slow (a shared machine,
+    a straggler). None (whole segments, no boundary walk) when the segments holding data are
+    already that many; otherwise at least ``MIN_SPLIT`` bytes per range.
     """
     if not segs:
         return None
+    want = 3 * max(1, parallelism)
     data = segs[:tail_index(segs) + 1]
-    if len(data) >= max(1, parallelism):
+    if len(data) >= want:
         return None
-    total = sum(s.size for s in data)
-    return max(MIN_SPLIT, total // (2 * max(1, parallelism)))
+    return max(MIN_SPLIT, sum(s.size for s in data) // want)
 
 
 def plan_ranges(segs: list[Segment], lo: int | None = None, hi: int | None = None,
