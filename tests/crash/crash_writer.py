@@ -30,6 +30,7 @@ def crash_config(root: str, flush_type: str, cleaning: bool = False) -> StoreCon
                        flush_interval_commitlog=20, flush_interval_consume_queue=50, **extra)
 
 
+_PATTERN = bytes(range(251)) * 3  # bodies are slices of it: cheap to build on both sides
 BATCH_BASE = 500_000  # seq % 1_000_000 at or above this: put in batches of 3 (one queue each)
 
 
@@ -45,7 +46,8 @@ def expected(seq: int) -> tuple[str, int, str, bytes]:
         topic, qid = "CrashBatch", ((seq - batch_first(seq)) // 3 + batch_first(seq)) % 2
     else:
         topic, qid = f"Crash{seq % 2}", seq % 3
-    body = (f"{seq}:".encode() + bytes((seq * 7 + i) % 251 for i in range(seq % 300 + 20)))
+    start = seq * 7 % 251
+    body = f"{seq}:".encode() + _PATTERN[start:start + seq % 300 + 20]
     return topic, qid, f"seq{seq}", body
 
 

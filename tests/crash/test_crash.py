@@ -118,7 +118,8 @@ def _check_store(root: str, flush_type: str, all_acks: dict, new_acks: dict, rng
         assert not missing, f"{len(missing)} acknowledged message(s) lost, e.g. {missing[:5]}"
         for seq, (offset, size) in all_acks.items():
             assert seen[seq] == (offset, size), f"message {seq} moved"
-        sample = list(new_acks) + rng.sample(sorted(all_acks), min(50, len(all_acks)))
+        fresh = sorted(new_acks)
+        sample = rng.sample(fresh, min(300, len(fresh))) + rng.sample(sorted(all_acks), min(50, len(all_acks)))
         for seq in sample:
             topic, _, key, _ = expected(seq)
             got = store.query_message(topic, key).messages
@@ -144,14 +145,17 @@ def _crash_cycles(tmp_path, flush_type: str, cycles: int, threads: int, seed: in
     assert cleaning or total_written >= len(all_acks)
 
 
+@pytest.mark.timeout(max(600, CYCLES * 30))
 def test_crash_sync_flush(tmp_path):
     _crash_cycles(tmp_path, "SYNC_FLUSH", CYCLES, threads=4, seed=CYCLES)
 
 
+@pytest.mark.timeout(max(600, CYCLES * 30))
 def test_crash_async_flush(tmp_path):
     _crash_cycles(tmp_path, "ASYNC_FLUSH", max(3, CYCLES // 4), threads=4, seed=CYCLES + 1)
 
 
+@pytest.mark.timeout(max(600, CYCLES * 30))
 def test_crash_while_cleaning(tmp_path):
     """Every segment but the last is expired at once and the clean service runs every 50 ms in
     the child, so kills also land between a CommitLog deletion and the ConsumeQueue/index

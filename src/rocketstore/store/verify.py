@@ -185,7 +185,7 @@ class _Records:
         self.phy, self.size, self.qid = cat(self.phy), cat(self.size), cat(self.qid)
         self.qoff, self.tags, self.tran = cat(self.qoff), cat(self.tags), cat(self.tran)
         self.topic_arr = np.asarray(self.topics, dtype=object)
-        self.key_pairs = np.concatenate(self._pairs) if self._pairs else np.zeros(0, dtype=np.complex128)
+        self.key_pairs = np.sort(np.concatenate(self._pairs)) if self._pairs else np.zeros(0, dtype=np.complex128)
 
     def queue(self, topic: str, qid: int) -> tuple[np.ndarray, np.ndarray]:
         """(sorted queue offsets, record indices) of the dispatchable records of one queue."""
@@ -401,6 +401,14 @@ def _verify_index(cfg: StoreConfig, report: VerifyReport, records: _Records) -> 
         _check_entries(entries, slots, path, records, report)
 
 
+def _member(sorted_values: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``np.isin(x, sorted_values)`` for an already sorted array (binary search, no re-sort)."""
+    if not len(sorted_values):
+        return np.zeros(len(x), dtype=bool)
+    j = np.minimum(np.searchsorted(sorted_values, x), len(sorted_values) - 1)
+    return sorted_values[j] == x
+
+
 def _check_entries(entries, slots: int, path: str, records: _Records, report: VerifyReport) -> None:
     """Links, offsets and key hashes of entries 1..count-1 (vectorised)."""
     k = np.arange(1, len(entries) + 1, dtype=np.int64)
@@ -417,9 +425,8 @@ def _check_entries(entries, slots: int, path: str, records: _Records, report: Ve
     expect[order[1:][same_slot[1:]]] = k[order][:-1][same_slot[1:]]
     link_bad = (prev != expect) | (td < 0)
     live = phy >= records.min_offset
-    starts = np.isin(phy, records.phy)
-    pairs = phy.astype(np.float64) + 1j * h.astype(np.float64)
-    key_ok = np.isin(pairs, records.key_pairs)
+    starts = _member(records.phy, phy)  # record offsets are ascending
+    key_ok = _member(records.key_pairs, phy.astype(np.float64) + 1j * h.astype(np.float64))
     for i in np.flatnonzero(link_bad | (live & ~(starts & key_ok))).tolist():
         pos = entry_position(slots, int(k[i]))
         if link_bad[i]:
