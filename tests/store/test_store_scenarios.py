@@ -254,3 +254,20 @@ def test_delay_level_goes_to_schedule_topic(tmp_path):
         store.wait_dispatched(5)
         unit = store.cq_table.find("SCHEDULE_TOPIC_XXXX", 2).unit(0)
         assert unit[2] == m.store_timestamp + 10_000
+
+
+def test_damaged_record_mid_log_is_reported_not_raised(tmp_path):
+    with MessageStore(small_config(tmp_path)) as store:
+        rs = [store.put_message(Message("D", b"body-%d" % i, tags="t")) for i in range(5)]
+        store.wait_dispatched(5)
+        mf = store.commitlog.segment_at(rs[2].wrote_offset)
+        # break record 2's topic with invalid UTF-8 (the body CRC does not cover it):
+        # IPv4 hosts put the topic length byte at 88 + body length, the topic after it
+        m = store.look_message_by_offset(rs[2].wrote_offset)
+        tpos = rs[2].wrote_offset - mf.file_from_offset + 88 + len(m.body) + 1
+        mf.mm[tpos] = 0xFF
+        assert store.look_message_by_offset(rs[2].wrote_offset) is None
+        g = store.get_message("g", "D", 0, 0, 32)
+        assert g.status is GetStatus.FOUND
+        assert [x.body for x in g.messages] == [b"body-0", b"body-1", b"body-3", b"body-4"]
+        assert g.next_begin_offset == 5

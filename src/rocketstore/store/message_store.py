@@ -48,11 +48,22 @@ class MessageStore:
         try:
             self._open()
         except BaseException:
+            self._stop_started_services()
             self._release_lock()
             raise
         self._closed = False
 
     # -- lifecycle ------------------------------------------------------------------------------
+    def _stop_started_services(self) -> None:
+        """After a failed open: stop whatever threads were already started."""
+        for name in ("clean_service", "reput", "flush_service"):
+            svc = getattr(self, name, None)
+            if svc is not None:
+                try:
+                    svc.stop()
+                except Exception:  # noqa: BLE001 - the open's own error is what the caller sees
+                    log.exception("stopping %s after a failed open", name)
+
     def _take_lock(self) -> None:
         path = os.path.join(self.root, "lock")
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -16,16 +16,20 @@ the record's exact TAGS must be one of the subscribed tags (hash collisions neve
 """
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 
 from ..config import StoreConfig
+from ..errors import CorruptRecordError
 from ..format.hashing import java_hash
 from ..format.layouts import CQ_UNIT_SIZE
 from ..format.message import decode_message
 from .commitlog import CommitLog
 from .consume_queue import ConsumeQueue
 from .results import GetMessageResult, GetStatus
+
+log = logging.getLogger(__name__)
 
 MAX_FILTER_MESSAGE_COUNT = 16000 // CQ_UNIT_SIZE
 
@@ -113,7 +117,13 @@ def get_message(cfg: StoreConfig, commitlog: CommitLog, cq: ConsumeQueue | None,
                 result.status = GetStatus.MESSAGE_WAS_REMOVING
             next_phy_file_start = commitlog.roll_next_file(off_py)
             continue
-        msg = decode_message(raw, 0)
+        try:
+            msg = decode_message(raw, 0)
+        except CorruptRecordError:  # damage inside the log: report it unreadable, never raise
+            log.error("unreadable record at CommitLog offset %d (queue unit %d)", off_py, offset + i)
+            if not buffers:
+                result.status = GetStatus.MESSAGE_WAS_REMOVING
+            continue
         if sub.tags is not None and msg.tags not in sub.tags:  # type: ignore[union-attr]
             if not buffers:
                 result.status = GetStatus.NO_MATCHED_MESSAGE
