@@ -23,7 +23,8 @@ and rows but are also handed back to Spark (timestamp literal conversion is Spar
 Options: ``path`` (store root), ``commitlogDir`` (if not ``<root>/commitlog``), ``checkCRC``
 (verify body CRCs; a mismatch is corruption), ``splitSize`` (bytes; ``auto``, the default,
 aims at three ranges per driver core and walks no boundaries when there are that many segments
-already; 0 = one partition per segment), ``batchRecords`` (decoder chunk), ``messageDelayLevel``.
+already; 0 = one partition per segment), ``windowBytes`` (bytes per decoder call, default
+16 MiB), ``messageDelayLevel``.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, EqualTo, Great
 
 from ..format.batch import parse_delay_levels
 from .arrow_columns import ARROW_TYPES, SCHEMA_DDL, arrow_schema, to_batches
-from .segments import (DEFAULT_BATCH_RECORDS, SegmentRange, auto_split_size, commitlog_dir,
+from .segments import (DEFAULT_WINDOW_BYTES, SegmentRange, auto_split_size, commitlog_dir,
                        first_store_timestamp, list_segments, plan_ranges, read_range, tail_index)
 
 NAME = "rocketmq"
@@ -68,7 +69,7 @@ class ReadOptions:
         self.check_crc = _bool(opts.get("checkcrc"))
         split = str(opts.get("splitsize", "auto")).strip().lower()
         self.split_size: int | None = None if split == "auto" else int(split)
-        self.batch_records = int(opts.get("batchrecords", DEFAULT_BATCH_RECORDS))
+        self.window_bytes = int(opts.get("windowbytes", DEFAULT_WINDOW_BYTES))
         spec = opts.get("messagedelaylevel")
         self.delay_levels = parse_delay_levels(spec) if spec else None
         self.opts = opts
@@ -256,7 +257,7 @@ class CommitLogReader(DataSourceReader):
         if partition.end <= partition.start:
             return
         for buf, rec in read_range(partition, check_crc=self.o.check_crc,
-                                   batch_records=self.o.batch_records,
+                                   window_bytes=self.o.window_bytes,
                                    delay_levels_ms=self.o.delay_levels):
             yield from to_batches(rec, buf, self.columns, self.schema, self.filter.mask(rec))
 

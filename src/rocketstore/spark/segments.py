@@ -5,7 +5,7 @@ start offset. Records never span files; a file that has been rolled over ends wi
 blank record, and the file being written ends in zeros. So a *range* of the log is fully
 described by plain data — ``(path, base, start, end)`` in absolute offsets — which pickles to
 Spark executors, where ``read_range`` mmaps the file read-only and walks it with the shared
-vectorised decoder (``format.batch.decode_records``) in chunks of ``batch_records``.
+vectorised decoder (``format.batch.decode_records``) in windows of ``window_bytes``.
 
 Ranges start on record boundaries: a segment start, an offset we produced ourselves (stream
 offsets), or a split point found by walking the TOTALSIZE fields (``scan_boundaries``) — only
@@ -42,7 +42,7 @@ try:  # InputPartition is a plain base class; keep this module importable withou
 except ImportError:  # pragma: no cover
     _PartitionBase = object  # type: ignore[misc,assignment]
 
-DEFAULT_BATCH_RECORDS = 32_768
+DEFAULT_WINDOW_BYTES = 16 << 20
 _HDR = struct.Struct(">ii")
 _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
@@ -149,25 +149,36 @@ def _check_stop(out: DecodedRecords, buf, rng: SegmentRange, rel_end: int) -> No
 
 
 def read_range(rng: SegmentRange, *, check_crc: bool = False,
-               batch_records: int = DEFAULT_BATCH_RECORDS,
+               window_bytes: int = DEFAULT_WINDOW_BYTES,
                delay_levels_ms=None) -> Iterator[tuple[object, DecodedRecords]]:
-    """Decode the whole records of ``rng`` in chunks: yields ``(buffer, DecodedRecords)``.
+    """Decode the whole records of ``rng`` window by window: yields ``(buffer, DecodedRecords)``.
 
-    The buffer is only valid until the next item is requested.
+    Each decoder call sees at most ``window_bytes`` (grown to hold one record when a record is
+    bigger), so the TOTALSIZE walk touches every record once. The buffer is only valid until
+    the next item is requested.
     """
     with MappedSegment(rng.path) as seg:
         buf = seg.buf
         pos = rng.start - rng.base
         rel_end = min(rng.end - rng.base, len(buf))
+        window = window_bytes
         while pos < rel_end:
-            out = decode_records(buf, pos, rel_end, base_offset=rng.base, check_crc=check_crc,
-                                 max_records=batch_records, delay_levels_ms=delay_levels_ms)
+            win_end = min(rel_end, pos + window)
+            out = decode_records(buf, pos, win_end, base_offset=rng.base, check_crc=check_crc,
+                                 delay_levels_ms=delay_levels_ms)
             if len(out):
                 yield buf, out
-            if out.stop != STOP_END or out.end >= rel_end or not len(out):
-                _check_stop(out, buf, rng, rel_end)
-                return
-            pos = out.end
+            if win_end < rel_end and (out.stop == STOP_INCOMPLETE or
+                                      (out.stop == STOP_END and out.end == win_end)):
+                if out.end == pos:  # one record larger than the window: widen it to hold it
+                    size = _HDR.unpack_from(buf, pos)[0] if pos + 8 <= len(buf) else 0
+                    window = max(window * 2, size + 8)
+                else:
+                    window = window_bytes
+                pos = out.end
+                continue
+            _check_stop(out, buf, rng, rel_end)
+            return
         del buf
 
 

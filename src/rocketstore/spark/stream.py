@@ -167,7 +167,7 @@ class CommitLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def read(self, partition: SegmentRange) -> Iterator:
         for buf, rec in read_range(partition, check_crc=self.o.check_crc,
-                                   batch_records=self.o.batch_records,
+                                   window_bytes=self.o.window_bytes,
                                    delay_levels_ms=self.o.delay_levels):
             yield from to_batches(rec, buf, self.columns, self.schema)
 
