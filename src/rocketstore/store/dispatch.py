@@ -28,6 +28,9 @@ from .consume_queue import ConsumeQueue, queue_dir
 
 log = logging.getLogger(__name__)
 
+COALESCE_RECORDS = 16
+COALESCE_WAIT_S = 0.001
+
 ArrivalListener = Callable[[str, int, int], None]
 DISK_FULL_RETRY_S = 0.2
 
@@ -120,6 +123,8 @@ class ReputService:
         self.listeners: list[ArrivalListener] = []
         self.last_error: Exception | None = None
         self._wake = threading.Event()
+        self._idle = False
+        self._last_batch = 0
         self._progress = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -140,7 +145,8 @@ class ReputService:
             self._thread = None
 
     def wakeup(self) -> None:
-        self._wake.set()
+        if self._idle:
+            self._wake.set()
 
     def behind_bytes(self) -> int:
         return max(0, self.confirmed_offset() - self.reput_from)
@@ -183,8 +189,15 @@ class ReputService:
                     self._progress.notify_all()
                 return
             if not progressed:
-                self._wake.wait(0.01)
+                self._idle = True
+                if self.behind_bytes() == 0:  # re-check: a put may have skipped the wake-up
+                    self._wake.wait(0.01)
                 self._wake.clear()
+                self._idle = False
+            elif self._last_batch < COALESCE_RECORDS:
+                # a trickle of single puts: let a few accumulate so the dispatchers work on
+                # batches (RocketMQ's reput also rests 1 ms between rounds)
+                self._stop.wait(COALESCE_WAIT_S)
 
     # -- one step -----------------------------------------------------------------------------
     def run_once(self, limit: int | None = None) -> bool:
@@ -254,6 +267,7 @@ class ReputService:
             pass
 
     def _dispatch(self, recs: DecodedRecords) -> None:
+        self._last_batch = len(recs)
         for d in self.dispatchers:
             d.dispatch(recs)
         cqd = self._cq_dispatcher
