@@ -20,6 +20,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[spark,dev,bench]'
 	$(PY) benchmarks/run_all.py
 
 clean:

@@ -271,3 +271,15 @@ def test_damaged_record_mid_log_is_reported_not_raised(tmp_path):
         assert g.status is GetStatus.FOUND
         assert [x.body for x in g.messages] == [b"body-0", b"body-1", b"body-3", b"body-4"]
         assert g.next_begin_offset == 5
+
+
+def test_get_message_raw_only(tmp_path):
+    with MessageStore(small_config(tmp_path)) as store:
+        for i in range(6):
+            store.put_message(Message("R", b"r%d" % i, tags="A" if i % 2 else "B"))
+        store.wait_dispatched(5)
+        full = store.get_message("g", "R", 0, 0, 32)
+        raw = store.get_message("g", "R", 0, 0, 32, decode=False)
+        assert raw.buffers == full.buffers and raw.messages == [] and raw.next_begin_offset == 6
+        tagged = store.get_message("g", "R", 0, 0, 32, "A", decode=False)
+        assert len(tagged.buffers) == 3 and tagged.status is GetStatus.FOUND

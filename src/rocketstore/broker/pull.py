@@ -95,7 +95,7 @@ def handlers(broker: "Broker") -> dict[int, Any]:
         store = broker.store
 
         def read() -> Any:
-            return store.get_message(group, topic, queue_id, offset, max_nums, expr)
+            return store.get_message(group, topic, queue_id, offset, max_nums, expr, decode=False)
         g = await broker.run(read)
         while True:
             code = pull_code(g.status.name, offset)

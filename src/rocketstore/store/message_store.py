@@ -213,12 +213,12 @@ class MessageStore:
 
     # -- read -----------------------------------------------------------------------------------
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int = 32,
-                    subscription: str | None = None) -> GetMessageResult:
+                    subscription: str | None = None, *, decode: bool = True) -> GetMessageResult:
         self._check_open()
         if not isinstance(queue_id, int) or queue_id < 0 or not isinstance(offset, int) or offset < 0:
             return GetMessageResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
         return read_path.get_message(self.cfg, self.commitlog, self.cq_table.find(topic, queue_id),
-                                     offset, max_msgs, subscription)
+                                     offset, max_msgs, subscription, decode)
 
     def look_message_by_offset(self, offset: int) -> MessageExt | None:
         return self.commitlog.look_message(offset)

@@ -63,7 +63,9 @@ _TOTAL_MEMORY = _total_memory()
 
 
 def get_message(cfg: StoreConfig, commitlog: CommitLog, cq: ConsumeQueue | None, offset: int,
-                max_msgs: int, subscription: str | None) -> GetMessageResult:
+                max_msgs: int, subscription: str | None, decode: bool = True) -> GetMessageResult:
+    """See the module table. ``decode=False`` fills only ``buffers`` (the raw records, what a
+    PULL response carries); records are then decoded only when a tag check needs them."""
     if cq is None:  # RocketMQ creates the queue in memory here, so the answer is "empty"
         return GetMessageResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
     min_off, max_off = cq.min_offset_in_queue(), cq.max_offset_in_queue()
@@ -117,6 +119,11 @@ def get_message(cfg: StoreConfig, commitlog: CommitLog, cq: ConsumeQueue | None,
                 result.status = GetStatus.MESSAGE_WAS_REMOVING
             next_phy_file_start = commitlog.roll_next_file(off_py)
             continue
+        if not decode and sub.tags is None:
+            buffers.append(raw)
+            total += size_py
+            result.status = GetStatus.FOUND
+            continue
         try:
             msg = decode_message(raw, 0)
         except CorruptRecordError:  # damage inside the log: report it unreadable, never raise
@@ -129,7 +136,8 @@ def get_message(cfg: StoreConfig, commitlog: CommitLog, cq: ConsumeQueue | None,
                 result.status = GetStatus.NO_MATCHED_MESSAGE
             continue
         buffers.append(raw)
-        messages.append(msg)  # type: ignore[arg-type]
+        if decode:
+            messages.append(msg)  # type: ignore[arg-type]
         total += size_py
         result.status = GetStatus.FOUND
     else:
