@@ -171,12 +171,17 @@ class DecodedRecords:
         return out
 
 
-def scan_boundaries(buf, start: int, end: int) -> tuple[list[int], int, str]:
-    """Walk TOTALSIZE fields from ``start``: (record positions, stop position, stop kind)."""
+def scan_boundaries(buf, start: int, end: int, limit: int | None = None) -> tuple[list[int], int, str]:
+    """Walk TOTALSIZE fields from ``start``: (record positions, stop position, stop kind).
+
+    With ``limit`` the walk stops after that many records (kind ``end``).
+    """
     positions: list[int] = []
     pos = start
     unpack = _HDR.unpack_from
     while True:
+        if limit is not None and len(positions) >= limit:
+            return positions, pos, STOP_END
         if pos + 8 > end:
             return positions, pos, (STOP_END if pos == end else STOP_INCOMPLETE)
         size, magic = unpack(buf, pos)
@@ -230,10 +235,7 @@ def decode_records(buf, start: int = 0, end: int | None = None, *, base_offset: 
     """
     if end is None:
         end = len(buf)
-    positions, stop_pos, stop = scan_boundaries(buf, start, end)
-    if max_records is not None and len(positions) > max_records:
-        stop_pos, stop = positions[max_records], STOP_END
-        positions = positions[:max_records]
+    positions, stop_pos, stop = scan_boundaries(buf, start, end, max_records)
     arr = np.frombuffer(buf, dtype=np.uint8)
     pos = np.asarray(positions, dtype=np.int64)
     size = _gather(arr, pos, 4, ">i4").astype(np.int32)

@@ -230,17 +230,16 @@ def prune_by_time(segs, ranges: list[SegmentRange], ts_lo, ts_hi) -> list[Segmen
     return out
 
 
-class CommitLogReader(DataSourceReader):
+class PlainCommitLogReader(DataSourceReader):
+    """The reader without filter pushdown (``.option("pushdown", "false")``), for sessions that
+    keep ``spark.sql.python.filterPushdown.enabled`` off (Spark refuses a reader that implements
+    ``pushFilters`` there); Spark then filters the rows itself."""
+
     def __init__(self, options: dict, schema) -> None:
         self.o = ReadOptions(options)
         self.columns = _columns(schema)
         self.schema = arrow_schema(self.columns)
         self.filter = RowFilter()
-
-    def pushFilters(self, filters) -> Iterable:
-        for f in filters:
-            if not self.filter.push(f):
-                yield f
 
     def partitions(self) -> list[SegmentRange]:
         segs = list_segments(self.o.cl_dir)
@@ -262,6 +261,13 @@ class CommitLogReader(DataSourceReader):
             yield from to_batches(rec, buf, self.columns, self.schema, self.filter.mask(rec))
 
 
+class CommitLogReader(PlainCommitLogReader):
+    def pushFilters(self, filters) -> Iterable:
+        for f in filters:
+            if not self.filter.push(f):
+                yield f
+
+
 class CommitLogDataSource(DataSource):
     """``spark.read.format("rocketmq").load(store_root)``."""
 
@@ -272,7 +278,9 @@ class CommitLogDataSource(DataSource):
     def schema(self) -> str:
         return SCHEMA_DDL
 
-    def reader(self, schema) -> CommitLogReader:
+    def reader(self, schema) -> PlainCommitLogReader:
+        if str(self.options.get("pushdown", "true")).lower() == "false":
+            return PlainCommitLogReader(self.options, schema)
         return CommitLogReader(self.options, schema)
 
     def streamReader(self, schema):
