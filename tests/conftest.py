@@ -51,3 +51,26 @@ def fixture_config(root, manifest, **kw) -> StoreConfig:
                        mapped_file_size_consume_queue=c["mappedFileSizeConsumeQueue"],
                        max_hash_slot_num=c["maxHashSlotNum"], max_index_num=c["maxIndexNum"],
                        store_host="127.0.0.1:10911", **kw)
+
+
+@pytest.fixture
+def tmpfs_factory(tmp_path):
+    """Mount small tmpfs file systems (for full-disk tests); skips where mounting is not allowed."""
+    import subprocess
+    mounted = []
+
+    def mount(size: str):
+        mnt = tmp_path / f"mnt{len(mounted)}"
+        mnt.mkdir()
+        if os.geteuid() != 0:
+            pytest.skip("mounting a tmpfs needs root (CI: run as root or grant CAP_SYS_ADMIN)")
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip() or r.returncode}")
+        mounted.append(mnt)
+        return mnt
+
+    yield mount
+    for mnt in mounted:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)

@@ -21,19 +21,8 @@ CHILD = os.path.join(os.path.dirname(__file__), "full_disk_child.py")
 
 
 @pytest.fixture
-def tmpfs(tmp_path):
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a 2 MiB tmpfs needs root (CI: run as root or grant CAP_SYS_ADMIN)")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip() or r.returncode}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
+def tmpfs(tmpfs_factory):
+    return tmpfs_factory("2m")
 
 
 def _run(mnt, scenario: str) -> dict:

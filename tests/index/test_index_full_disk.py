@@ -15,19 +15,8 @@ from .index_helpers import MiniLog, index_bytes, make_service
 
 
 @pytest.fixture
-def tmpfs(tmp_path):
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip() or r.returncode}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
+def tmpfs(tmpfs_factory):
+    return tmpfs_factory("1m")
 
 
 def test_create_on_full_disk_raises_and_leaves_nothing(tmpfs):
