@@ -4,7 +4,6 @@ Needs root to mount a small tmpfs; skipped otherwise."""
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
 
