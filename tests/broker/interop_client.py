@@ -54,7 +54,7 @@ def pull(namesrv, topic, group):
     print(json.dumps(out))
 
 
-def push(namesrv, topic, group, n):
+def push(namesrv, topic, group, n, orderly=False):
     got, lock, done = [], threading.Lock(), threading.Event()
 
     def cb(m):
@@ -63,12 +63,13 @@ def push(namesrv, topic, group, n):
             if len(got) >= n:
                 done.set()
 
-    c = PushConsumer(group)
+    c = PushConsumer(group, orderly=True) if orderly else PushConsumer(group)
     c.set_namesrv_addr(namesrv)
     c.subscribe(topic, cb)
     c.start()
     done.wait(60)
-    time.sleep(11)  # let the consumer commit its offsets (every ~5 s) at least twice
+    # a plain consumer commits its offsets every ~5 s: let it do so at least twice
+    time.sleep(1 if orderly else 11)
     c.shutdown()
     print(json.dumps(got))
 
@@ -117,25 +118,6 @@ def produce_orderly(namesrv, topic, n):
     print(json.dumps(out))
 
 
-def push_orderly(namesrv, topic, group, n):
-    got, lock, done = [], threading.Lock(), threading.Event()
-
-    def cb(m):
-        with lock:
-            got.append(_msg(m))
-            if len(got) >= n:
-                done.set()
-
-    c = PushConsumer(group, orderly=True)
-    c.set_namesrv_addr(namesrv)
-    c.subscribe(topic, cb)
-    c.start()
-    done.wait(60)
-    time.sleep(1)
-    c.shutdown()
-    print(json.dumps(got))
-
-
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "produce":
@@ -147,7 +129,7 @@ if __name__ == "__main__":
     elif mode == "produce-orderly":
         produce_orderly(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif mode == "push-orderly":
-        push_orderly(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+        push(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), orderly=True)
     elif mode == "push-retry":
         push_retry(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
     else:

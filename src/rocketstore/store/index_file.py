@@ -40,7 +40,6 @@ first, then ``topic#key`` per non-empty KEYS piece; rollback records skipped), a
 """
 from __future__ import annotations
 
-import errno
 import mmap
 import os
 import threading
@@ -49,7 +48,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from ..errors import CorruptFileError, DiskFullError, StoreError
+from ..errors import CorruptFileError
 from ..format.hashing import index_key_hash, java_hash
 from ..format.index_layout import (BEGIN_PHY_OFFSET_POS, BEGIN_TIMESTAMP_POS, END_PHY_OFFSET_POS,
                                    END_TIMESTAMP_POS, ENTRY_DTYPE, HASH_SLOT_COUNT_POS, I64,
@@ -59,6 +58,7 @@ from ..format.index_layout import (BEGIN_PHY_OFFSET_POS, BEGIN_TIMESTAMP_POS, EN
                                    is_time_matched, slot_position, time_diff_seconds,
                                    time_diff_seconds_many)
 from ..format.message import KEY_SEPARATOR, TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
+from .mapped_file import open_sized_file
 
 _I32 = SLOT
 
@@ -197,23 +197,11 @@ class IndexFile:
         self._io_lock = threading.Lock()  # mapping lifetime: msync vs close
         self._hdr_lock = threading.Lock()  # header write-through vs full rewrite on flush
         self._mm: mmap.mmap | None = None
-        if _create:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-            try:  # allocate now: a full disk fails here, never later as a SIGBUS in the mapping
-                os.posix_fallocate(fd, 0, self.file_size)
-            except OSError as exc:
-                os.close(fd)
-                os.unlink(path)
-                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise DiskFullError(f"{path}: no space for a {self.file_size}-byte index file") from exc
-                raise StoreError(f"{path}: cannot allocate: {exc.strerror}") from exc
-        else:
-            fd = os.open(path, os.O_RDWR)
-            actual = os.fstat(fd).st_size
-            if actual != self.file_size:
-                os.close(fd)
-                raise CorruptFileError(path, f"index file of {actual} bytes, expected {self.file_size} "
-                                             f"(40 + {hash_slot_num} slots * 4 + {index_num} entries * 20)")
+        try:
+            fd = open_sized_file(path, self.file_size, create=_create, what="index file")
+        except CorruptFileError as exc:
+            raise CorruptFileError(path, f"{exc.reason} (40 + {hash_slot_num} slots * 4 + "
+                                         f"{index_num} entries * 20)") from exc
         try:
             self._mm = mmap.mmap(fd, self.file_size)
         finally:

@@ -19,6 +19,38 @@ from ..errors import CorruptFileError, DiskFullError, StoreError
 OS_PAGE_SIZE = 4096
 
 
+def open_sized_file(path: str, size: int, *, create: bool, readonly: bool = False,
+                    what: str = "file") -> int:
+    """Open a pre-sized store file and return its descriptor.
+
+    ``create``: make it and allocate all ``size`` bytes now, so a full disk fails here with
+    ``DiskFullError`` (never later as a SIGBUS in a mapping); otherwise check its size and raise
+    ``CorruptFileError`` naming the file if it differs.
+    """
+    flags = os.O_RDONLY if readonly else os.O_RDWR
+    if create:
+        flags |= os.O_CREAT | os.O_EXCL
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot open: {exc.strerror}") from exc
+    if create:
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            os.close(fd)
+            os.unlink(path)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFullError(f"{path}: no space for a {size}-byte {what}") from exc
+            raise StoreError(f"{path}: cannot allocate: {exc.strerror}") from exc
+    else:
+        actual = os.fstat(fd).st_size
+        if actual != size:
+            os.close(fd)
+            raise CorruptFileError(path, f"{what} of {actual} bytes, expected {size}")
+    return fd
+
+
 class MappedFile:
     __slots__ = ("path", "file_from_offset", "file_size", "mm", "_fd", "wrote_position",
                  "flushed_position", "store_timestamp", "_io_lock")
@@ -29,28 +61,8 @@ class MappedFile:
         self.file_from_offset = file_from_offset
         self.file_size = file_size
         self.store_timestamp = 0  # store time of the last message appended (CommitLog only)
-        flags = os.O_RDONLY if readonly else os.O_RDWR
-        if create:
-            flags |= os.O_CREAT | os.O_EXCL
+        fd = open_sized_file(path, file_size, create=create, readonly=readonly)
         try:
-            fd = os.open(path, flags, 0o644)
-        except OSError as exc:
-            raise StoreError(f"{path}: cannot open: {exc.strerror}") from exc
-        try:
-            if create:
-                try:
-                    os.posix_fallocate(fd, 0, file_size)
-                except OSError as exc:
-                    os.close(fd)
-                    os.unlink(path)
-                    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                        raise DiskFullError(f"{path}: no space for a {file_size}-byte file") from exc
-                    raise StoreError(f"{path}: cannot allocate: {exc.strerror}") from exc
-            else:
-                actual = os.fstat(fd).st_size
-                if actual != file_size:
-                    os.close(fd)
-                    raise CorruptFileError(path, f"size {actual}, expected {file_size}")
             self.mm = mmap.mmap(fd, file_size, access=mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE)
         except BaseException:
             try:
