@@ -25,6 +25,8 @@ class BrokerConfig:
     schedule_poll_interval_ms: int = 100
     executor_threads: int = 8  # threads running blocking store calls
     shutdown_grace_s: float = 5.0  # how long in-flight requests may take at shutdown
+    namesrv_addr: str | None = None  # outside name servers to register with ("h1:9876;h2:9876")
+    register_name_server_period_ms: int = 30_000  # registerNameServerPeriod
 
     @property
     def broker_addr(self) -> str:

@@ -52,6 +52,7 @@ class Broker:
         self.schedule: ScheduleMessageService | None = None
         self.writer: PutWriter | None = None
         self.servers: list[Any] = []
+        self.registration: Any = None  # NameServerRegistration when --namesrv is given
         self._tasks: list[asyncio.Task] = []
 
     # -- helpers used by processors -------------------------------------------------------------
@@ -126,11 +127,24 @@ class Broker:
             await ns.start(self.config.host, self.config.namesrv_port)
             self.config.namesrv_port = ns.port
             self.servers.append(ns)
+        if self.config.namesrv_addr:
+            await self._register_at_name_servers()
         self.schedule = ScheduleMessageService(self)
         self.schedule.start()
         self._tasks.append(self.loop.create_task(self._housekeeping(), name="housekeeping"))
         log.info("broker %s listening on %s:%s, name server on %s", self.config.broker_name,
                  self.config.host, self.config.port, self.config.namesrv_port)
+
+    async def _register_at_name_servers(self) -> None:
+        from .registration import NameServerRegistration, parse_namesrv_addrs
+
+        cfg = self.config
+        self.registration = NameServerRegistration(
+            parse_namesrv_addrs(cfg.namesrv_addr or ""), cluster_name=cfg.cluster_name,
+            broker_name=cfg.broker_name, broker_addr=lambda: cfg.broker_addr,
+            topic_table=lambda: {t.topic_name: t.to_json() for t in self.topics.topics()},
+            period_s=cfg.register_name_server_period_ms / 1000.0)
+        await self.registration.start()
 
     async def _housekeeping(self) -> None:
         interval = self.config.flush_consumer_offset_interval_ms / 1000.0
@@ -145,6 +159,9 @@ class Broker:
                 log.exception("housekeeping failed")
 
     async def stop(self) -> None:
+        if self.registration is not None:  # clients stop routing here before we go
+            await self.registration.stop()
+            self.registration = None
         for srv in self.servers:
             srv.stop_accepting()
         if self.hold is not None:
