@@ -54,7 +54,12 @@ _CONF_KEYS = {"listenPort": ("port", int), "brokerName": ("broker_name", str),
               "defaultTopicQueueNums": ("default_topic_queue_nums", int),
               "longPollingEnable": ("long_polling_enable", lambda v: v.lower() == "true"),
               "shortPollingTimeMills": ("short_polling_time_ms", int),
-              "channelExpiredTimeout": ("channel_expired_timeout_ms", int)}
+              "channelExpiredTimeout": ("channel_expired_timeout_ms", int),
+              "transactionTimeOut": ("transaction_timeout_ms", int),
+              "transactionCheckInterval": ("transaction_check_interval_ms", int),
+              "transactionCheckMax": ("transaction_check_max", int),
+              "rejectTransactionMessage": ("reject_transaction_message",
+                                           lambda v: v.lower() == "true")}
 
 
 async def _serve(store_cfg, broker_cfg, as_json: bool) -> None:
