@@ -25,6 +25,7 @@ from ..remoting.codes import RequestCode
 from ..remoting.command import RemotingCommand
 from .config import BrokerConfig
 from .consumers import ConsumerManager
+from .producers import ProducerManager
 from .longpoll import PullHoldService
 from ..format.batch import parse_delay_levels
 from .schedule import ScheduleMessageService
@@ -45,6 +46,7 @@ class Broker:
         self.offsets = ConsumerOffsetManager(config_dir)
         self.delay_offsets = DelayOffsetStore(config_dir)
         self.consumers = ConsumerManager(self.config.channel_expired_timeout_ms)
+        self.producers = ProducerManager(self.config.channel_expired_timeout_ms)
         self.executor = ThreadPoolExecutor(self.config.executor_threads,
                                            thread_name_prefix="broker-store")
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -88,6 +90,7 @@ class Broker:
                 pass
 
     def connection_closed(self, conn: Any) -> None:
+        self.producers.connection_closed(conn)
         for group in self.consumers.connection_closed(conn):
             self.notify_consumer_ids_changed(group)
 
@@ -141,6 +144,7 @@ class Broker:
                 await self.run(self.delay_offsets.persist)
                 for group in self.consumers.scan_expired():
                     self.notify_consumer_ids_changed(group)
+                self.producers.scan_expired()
             except Exception:
                 log.exception("housekeeping failed")
 
