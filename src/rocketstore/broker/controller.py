@@ -52,6 +52,8 @@ class Broker:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.hold: PullHoldService | None = None
         self.schedule: ScheduleMessageService | None = None
+        self.transactions: Any = None  # transaction.TransactionalMessageService, once started
+        self.transaction_check: Any = None
         self.writer: PutWriter | None = None
         self.servers: list[Any] = []
         self._tasks: list[asyncio.Task] = []
@@ -112,11 +114,12 @@ class Broker:
 
     async def _start_servers(self) -> None:
         from .server import RemotingServer
-        from . import admin, locks, namesrv, pull, send
+        from . import admin, locks, namesrv, pull, send, transaction
 
         self.topics.persist()
+        self._start_transactions()
         handlers: dict[int, Any] = {}
-        for mod in (send, pull, admin, locks):
+        for mod in (send, pull, admin, locks, transaction):
             handlers.update(mod.handlers(self))
         broker_srv = RemotingServer(self, handlers, "broker")
         await broker_srv.start(self.config.host, self.config.port)
@@ -131,9 +134,23 @@ class Broker:
             self.servers.append(ns)
         self.schedule = ScheduleMessageService(self)
         self.schedule.start()
+        self.transaction_check.start()
         self._tasks.append(self.loop.create_task(self._housekeeping(), name="housekeeping"))
         log.info("broker %s listening on %s:%s, name server on %s", self.config.broker_name,
                  self.config.host, self.config.port, self.config.namesrv_port)
+
+    def _start_transactions(self) -> None:
+        from .transaction import (TransactionalMessageCheckService, TransactionalMessageService,
+                                  TransactionConfig)
+
+        c = self.config
+        tcfg = TransactionConfig(c.transaction_timeout_ms, c.transaction_check_interval_ms,
+                                 c.transaction_check_max,
+                                 int(getattr(self.store_config, "file_reserved_time", 72)))
+        self.transactions = TransactionalMessageService(self.store, self.topics, self.offsets,
+                                                        self.put_blocking, tcfg)
+        self.transaction_check = TransactionalMessageCheckService(
+            self.transactions, self.run, self.producers.available_connection)
 
     async def _housekeeping(self) -> None:
         interval = self.config.flush_consumer_offset_interval_ms / 1000.0
@@ -162,6 +179,8 @@ class Broker:
             t.cancel()
         if self.schedule is not None:
             await self.schedule.stop()
+        if self.transaction_check is not None:
+            await self.transaction_check.stop()
         if self.writer is not None:
             await self.run(self.writer.stop)
         await self.run(self.offsets.persist, True)

@@ -87,9 +87,13 @@ class TransactionConfig:
 
 # ---- pure record transformations ------------------------------------------------------------
 def is_transactional(msg: Message) -> bool:
-    """A half message to be: ``TRAN_MSG`` true (Java's ``Boolean.parseBoolean``) or PREPARED."""
-    flag = (msg.properties or {}).get(PROPERTY_TRANSACTION_PREPARED, "")
-    return flag.lower() == "true" or msg.sys_flag & TRANSACTION_MASK == TRANSACTION_PREPARED_TYPE
+    """A half message to be: ``TRAN_MSG`` true (Java's ``Boolean.parseBoolean``) or PREPARED,
+    except a delayed retry (clients before 4.6.1 sent those back with the property kept)."""
+    props = msg.properties or {}
+    if msg.reconsume_times > 0 and props.get(PROPERTY_DELAY_TIME_LEVEL, "0") not in ("", "0"):
+        return False
+    return props.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true" or \
+        msg.sys_flag & TRANSACTION_MASK == TRANSACTION_PREPARED_TYPE
 
 
 def to_half(msg: Message) -> Message:
