@@ -26,6 +26,8 @@ from ..remoting.command import RemotingCommand
 from .config import BrokerConfig
 from .consumers import ConsumerManager
 from .producers import ProducerManager
+from .stats import BrokerStats
+from .subgroups import SubscriptionGroupManager
 from .longpoll import PullHoldService
 from ..format.batch import parse_delay_levels
 from .schedule import ScheduleMessageService
@@ -47,6 +49,8 @@ class Broker:
         self.delay_offsets = DelayOffsetStore(config_dir)
         self.consumers = ConsumerManager(self.config.channel_expired_timeout_ms)
         self.producers = ProducerManager(self.config.channel_expired_timeout_ms)
+        self.subgroups = SubscriptionGroupManager(config_dir)
+        self.stats = BrokerStats()
         self.executor = ThreadPoolExecutor(self.config.executor_threads,
                                            thread_name_prefix="broker-store")
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -113,10 +117,11 @@ class Broker:
     async def _start_servers(self) -> None:
         from .server import RemotingServer
         from . import admin, locks, namesrv, pull, send
+        from . import admin_groups, admin_namesrv, admin_runtime, admin_topics
 
         self.topics.persist()
         handlers: dict[int, Any] = {}
-        for mod in (send, pull, admin, locks):
+        for mod in (send, pull, admin, locks, admin_topics, admin_groups, admin_runtime):
             handlers.update(mod.handlers(self))
         broker_srv = RemotingServer(self, handlers, "broker")
         await broker_srv.start(self.config.host, self.config.port)
@@ -125,7 +130,8 @@ class Broker:
             self.store_config.store_host = f"{self.config.host}:{broker_srv.port}"
         self.servers.append(broker_srv)
         if self.config.namesrv_port is not None:
-            ns = RemotingServer(self, namesrv.handlers(self), "namesrv")
+            ns = RemotingServer(self, {**namesrv.handlers(self), **admin_namesrv.handlers(self)},
+                                "namesrv")
             await ns.start(self.config.host, self.config.namesrv_port)
             self.config.namesrv_port = ns.port
             self.servers.append(ns)
@@ -142,6 +148,7 @@ class Broker:
             try:
                 await self.run(self.offsets.persist)
                 await self.run(self.delay_offsets.persist)
+                await self.run(self.subgroups.persist)
                 for group in self.consumers.scan_expired():
                     self.notify_consumer_ids_changed(group)
                 self.producers.scan_expired()
@@ -167,6 +174,7 @@ class Broker:
         await self.run(self.offsets.persist, True)
         await self.run(self.topics.persist)
         await self.run(self.delay_offsets.persist)
+        await self.run(self.subgroups.persist)
         if self.store is not None:
             store, self.store = self.store, None
             await self.run(_close_store, store)
