@@ -12,6 +12,7 @@ FORBIDDEN = {
     "client": {"store", "broker", "spark", "commands", "cli"},
     "broker": {"spark", "commands", "cli", "client"},
     "spark": {"broker", "client", "remoting", "commands", "cli"},
+    "proxy": {"spark", "client", "remoting", "commands", "cli"},
 }
 NO_IO_IN = {"format": {"socket", "asyncio", "mmap", "pyspark"}, "remoting": {"socket", "asyncio"}}
 

@@ -52,6 +52,7 @@ class Broker:
         self.schedule: ScheduleMessageService | None = None
         self.writer: PutWriter | None = None
         self.servers: list[Any] = []
+        self.proxy: Any = None  # rocketstore.proxy.GrpcProxy when config.grpc_port is set
         self._tasks: list[asyncio.Task] = []
 
     # -- helpers used by processors -------------------------------------------------------------
@@ -128,9 +129,22 @@ class Broker:
             self.servers.append(ns)
         self.schedule = ScheduleMessageService(self)
         self.schedule.start()
+        if self.config.grpc_port is not None:
+            await self._start_grpc()
         self._tasks.append(self.loop.create_task(self._housekeeping(), name="housekeeping"))
         log.info("broker %s listening on %s:%s, name server on %s", self.config.broker_name,
                  self.config.host, self.config.port, self.config.namesrv_port)
+
+    async def _start_grpc(self) -> None:
+        from ..proxy import BrokerPieces, GrpcProxy
+
+        pieces = BrokerPieces(store=self.store, topics=self.topics, offsets=self.offsets,
+                              config=self.config, run=self.run, put=self.put,
+                              put_message=self.put_blocking, hold=self.hold,
+                              delay_levels_ms=self.delay_levels_ms)
+        self.proxy = GrpcProxy(pieces, self.config.host, self.config.grpc_port)
+        await self.proxy.start()
+        self.config.grpc_port = self.proxy.port
 
     async def _housekeeping(self) -> None:
         interval = self.config.flush_consumer_offset_interval_ms / 1000.0
@@ -149,6 +163,8 @@ class Broker:
             srv.stop_accepting()
         if self.hold is not None:
             self.hold.wake_all()
+        if self.proxy is not None:
+            await self.proxy.stop()
         deadline = time.monotonic() + self.config.shutdown_grace_s
         for srv in self.servers:
             await srv.drain(max(0.0, deadline - time.monotonic()))

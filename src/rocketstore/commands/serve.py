@@ -54,7 +54,9 @@ _CONF_KEYS = {"listenPort": ("port", int), "brokerName": ("broker_name", str),
               "defaultTopicQueueNums": ("default_topic_queue_nums", int),
               "longPollingEnable": ("long_polling_enable", lambda v: v.lower() == "true"),
               "shortPollingTimeMills": ("short_polling_time_ms", int),
-              "channelExpiredTimeout": ("channel_expired_timeout_ms", int)}
+              "channelExpiredTimeout": ("channel_expired_timeout_ms", int),
+              "grpcServerPort": ("grpc_port", int),
+              "minInvisibleTimeMillsForRecv": ("grpc_min_invisible_time_ms", int)}
 
 
 async def _serve(store_cfg, broker_cfg, as_json: bool) -> None:
@@ -70,11 +72,14 @@ async def _serve(store_cfg, broker_cfg, as_json: bool) -> None:
     ready = {"event": "ready", "broker": f"{broker_cfg.host}:{broker_cfg.port}",
              "namesrv": f"{broker_cfg.host}:{broker_cfg.namesrv_port}",
              "store": store_cfg.store_path_root_dir}
+    if broker_cfg.grpc_port is not None:
+        ready["grpc"] = f"{broker_cfg.host}:{broker_cfg.grpc_port}"
     if as_json:
         click.echo(json.dumps(ready))
     else:
-        click.echo(f"rocketstore broker on {ready['broker']}, name server on {ready['namesrv']}, "
-                   f"store {ready['store']} (Ctrl-C to stop)")
+        grpc_note = f", gRPC on {ready['grpc']}" if "grpc" in ready else ""
+        click.echo(f"rocketstore broker on {ready['broker']}, name server on {ready['namesrv']}"
+                   f"{grpc_note}, store {ready['store']} (Ctrl-C to stop)")
     sys.stdout.flush()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -111,11 +116,14 @@ async def _serve(store_cfg, broker_cfg, as_json: bool) -> None:
 @click.option("--default-topic-queue-nums", type=int, default=None,
               help="Queues of an auto-created topic. [default: 4]")
 @click.option("--max-reconsume-times", default=16, show_default=True, type=int)
+@click.option("--grpc-port", type=int, default=None, is_flag=False, flag_value=8081,
+              help="Serve RocketMQ 5.x clients over gRPC on this port (8081 when given "
+                   "without a value; 0 = any free port). [default: off]")
 @click.option("--log-level", default="WARNING", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable status lines.")
 def command(store_dir, host, port, namesrv_port, broker_name, conf, options, flush_disk_type,
             message_delay_level, auto_create_topic, default_topic_queue_nums,
-            max_reconsume_times, log_level, as_json) -> None:
+            max_reconsume_times, grpc_port, log_level, as_json) -> None:
     """Serve the store to RocketMQ clients: name server + broker in one process."""
     from ..broker.config import BrokerConfig
 
@@ -134,7 +142,8 @@ def command(store_dir, host, port, namesrv_port, broker_name, conf, options, flu
                                          param_hint="--config") from exc
     for name, value in (("port", port), ("broker_name", broker_name),
                         ("auto_create_topic_enable", auto_create_topic),
-                        ("default_topic_queue_nums", default_topic_queue_nums)):
+                        ("default_topic_queue_nums", default_topic_queue_nums),
+                        ("grpc_port", grpc_port)):
         if value is not None:
             setattr(broker_cfg, name, value)
     if not host_given:
