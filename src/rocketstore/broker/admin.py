@@ -113,6 +113,10 @@ def handlers(broker: "Broker") -> dict[int, Any]:
             ensure_topic(broker, RETRY_PREFIX + group, 1)
             if changed:
                 broker.notify_consumer_ids_changed(group)
+        for pd in data.get("producerDataSet") or []:
+            if isinstance(pd, dict) and pd.get("groupName"):
+                broker.producers.register(str(pd["groupName"]), conn, client_id,
+                                          language=cmd.language, version=cmd.version)
         return cmd.response(ResponseCode.SUCCESS)
 
     async def unregister(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
@@ -120,6 +124,9 @@ def handlers(broker: "Broker") -> dict[int, Any]:
         group = cmd.get_str("consumerGroup")
         if group and broker.consumers.unregister(group, client_id):
             broker.notify_consumer_ids_changed(group)
+        producer_group = cmd.get_str("producerGroup")
+        if producer_group:
+            broker.producers.unregister(producer_group, client_id, conn)
         return cmd.response(ResponseCode.SUCCESS)
 
     async def consumer_list(conn: Any, cmd: RemotingCommand) -> RemotingCommand:

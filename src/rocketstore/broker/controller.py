@@ -25,6 +25,7 @@ from ..remoting.codes import RequestCode
 from ..remoting.command import RemotingCommand
 from .config import BrokerConfig
 from .consumers import ConsumerManager
+from .producers import ProducerManager
 from .longpoll import PullHoldService
 from ..format.batch import parse_delay_levels
 from .schedule import ScheduleMessageService
@@ -45,6 +46,7 @@ class Broker:
         self.offsets = ConsumerOffsetManager(config_dir)
         self.delay_offsets = DelayOffsetStore(config_dir)
         self.consumers = ConsumerManager(self.config.channel_expired_timeout_ms)
+        self.producers = ProducerManager(self.config.channel_expired_timeout_ms)
         self.executor = ThreadPoolExecutor(self.config.executor_threads,
                                            thread_name_prefix="broker-store")
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -53,6 +55,7 @@ class Broker:
         self.writer: PutWriter | None = None
         self.servers: list[Any] = []
         self.proxy: Any = None  # rocketstore.proxy.GrpcProxy when config.grpc_port is set
+        self.handler_wrappers: list[Callable[[dict], dict]] = []  # e.g. ops.stats.instrument
         self._tasks: list[asyncio.Task] = []
 
     # -- helpers used by processors -------------------------------------------------------------
@@ -89,6 +92,7 @@ class Broker:
                 pass
 
     def connection_closed(self, conn: Any) -> None:
+        self.producers.connection_closed(conn)
         for group in self.consumers.connection_closed(conn):
             self.notify_consumer_ids_changed(group)
 
@@ -116,6 +120,8 @@ class Broker:
         handlers: dict[int, Any] = {}
         for mod in (send, pull, admin, locks):
             handlers.update(mod.handlers(self))
+        for wrap in self.handler_wrappers:
+            handlers = wrap(handlers)
         broker_srv = RemotingServer(self, handlers, "broker")
         await broker_srv.start(self.config.host, self.config.port)
         self.config.port = broker_srv.port
@@ -155,6 +161,7 @@ class Broker:
                 await self.run(self.delay_offsets.persist)
                 for group in self.consumers.scan_expired():
                     self.notify_consumer_ids_changed(group)
+                self.producers.scan_expired()
             except Exception:
                 log.exception("housekeeping failed")
 

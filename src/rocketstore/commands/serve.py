@@ -59,10 +59,18 @@ _CONF_KEYS = {"listenPort": ("port", int), "brokerName": ("broker_name", str),
               "minInvisibleTimeMillsForRecv": ("grpc_min_invisible_time_ms", int)}
 
 
-async def _serve(store_cfg, broker_cfg, as_json: bool) -> None:
+async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = None) -> None:
     from ..broker.controller import Broker
 
     broker = Broker(store_cfg, broker_cfg)
+    ops = None
+    if ops_ports and any(v is not None for v in ops_ports.values()):
+        try:  # metrics and console: opt-in, from the ``ops`` extra
+            from ..ops import OpsServices
+            ops = OpsServices(broker, host=broker_cfg.host, **ops_ports)
+        except ImportError as exc:
+            raise click.ClickException(f"--metrics-port and --console need the ops extra "
+                                       f"(pip install 'rocketstore[ops]'): {exc}") from exc
     try:
         await broker.start()
     except OSError as exc:  # port in use, address not available...
@@ -74,12 +82,22 @@ async def _serve(store_cfg, broker_cfg, as_json: bool) -> None:
              "store": store_cfg.store_path_root_dir}
     if broker_cfg.grpc_port is not None:
         ready["grpc"] = f"{broker_cfg.host}:{broker_cfg.grpc_port}"
+    if ops is not None:
+        try:
+            ready.update(ops.start())
+        except OSError as exc:
+            await broker.stop()
+            raise click.ClickException(f"cannot serve metrics/console on {broker_cfg.host} "
+                                       f"({ops_ports}): {exc.strerror or exc}") from exc
     if as_json:
         click.echo(json.dumps(ready))
     else:
         grpc_note = f", gRPC on {ready['grpc']}" if "grpc" in ready else ""
         click.echo(f"rocketstore broker on {ready['broker']}, name server on {ready['namesrv']}"
                    f"{grpc_note}, store {ready['store']} (Ctrl-C to stop)")
+        for name in ("metrics", "console"):
+            if name in ready:
+                click.echo(f"{name}: {ready[name]}")
     sys.stdout.flush()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -88,6 +106,8 @@ async def _serve(store_cfg, broker_cfg, as_json: bool) -> None:
     try:
         await stop.wait()
     finally:
+        if ops is not None:
+            await loop.run_in_executor(None, ops.stop)
         await broker.stop()
     if as_json:
         click.echo(json.dumps({"event": "stopped"}))
@@ -120,10 +140,15 @@ async def _serve(store_cfg, broker_cfg, as_json: bool) -> None:
               help="Serve RocketMQ 5.x clients over gRPC on this port (8081 when given "
                    "without a value; 0 = any free port). [default: off]")
 @click.option("--log-level", default="WARNING", show_default=True)
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus metrics at http://HOST:PORT/metrics (0 = any free port).")
+@click.option("--console", "console_port", type=click.IntRange(0, 65535), default=None,
+              metavar="PORT", help="Serve the web console at http://HOST:PORT/ (0 = any).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable status lines.")
 def command(store_dir, host, port, namesrv_port, broker_name, conf, options, flush_disk_type,
             message_delay_level, auto_create_topic, default_topic_queue_nums,
-            max_reconsume_times, grpc_port, log_level, as_json) -> None:
+            max_reconsume_times, grpc_port, log_level, metrics_port, console_port,
+            as_json) -> None:
     """Serve the store to RocketMQ clients: name server + broker in one process."""
     from ..broker.config import BrokerConfig
 
@@ -148,4 +173,5 @@ def command(store_dir, host, port, namesrv_port, broker_name, conf, options, flu
             setattr(broker_cfg, name, value)
     if not host_given:
         store_cfg.store_host = f"{host}:{broker_cfg.port}"
-    asyncio.run(_serve(store_cfg, broker_cfg, as_json))
+    asyncio.run(_serve(store_cfg, broker_cfg, as_json,
+                       {"metrics_port": metrics_port, "console_port": console_port}))
