@@ -55,6 +55,7 @@ class Broker:
         self.writer: PutWriter | None = None
         self.servers: list[Any] = []
         self.proxy: Any = None  # rocketstore.proxy.GrpcProxy when config.grpc_port is set
+        self.registration: Any = None  # NameServerRegistration when --namesrv is given
         self.handler_wrappers: list[Callable[[dict], dict]] = []  # e.g. ops.stats.instrument
         self._tasks: list[asyncio.Task] = []
 
@@ -133,6 +134,8 @@ class Broker:
             await ns.start(self.config.host, self.config.namesrv_port)
             self.config.namesrv_port = ns.port
             self.servers.append(ns)
+        if self.config.namesrv_addr:
+            await self._register_at_name_servers()
         self.schedule = ScheduleMessageService(self)
         self.schedule.start()
         if self.config.grpc_port is not None:
@@ -152,6 +155,17 @@ class Broker:
         await self.proxy.start()
         self.config.grpc_port = self.proxy.port
 
+    async def _register_at_name_servers(self) -> None:
+        from .registration import NameServerRegistration, parse_namesrv_addrs
+
+        cfg = self.config
+        self.registration = NameServerRegistration(
+            parse_namesrv_addrs(cfg.namesrv_addr or ""), cluster_name=cfg.cluster_name,
+            broker_name=cfg.broker_name, broker_addr=lambda: cfg.broker_addr,
+            topic_table=lambda: {t.topic_name: t.to_json() for t in self.topics.topics()},
+            period_s=cfg.register_name_server_period_ms / 1000.0)
+        await self.registration.start()
+
     async def _housekeeping(self) -> None:
         interval = self.config.flush_consumer_offset_interval_ms / 1000.0
         while True:
@@ -166,6 +180,9 @@ class Broker:
                 log.exception("housekeeping failed")
 
     async def stop(self) -> None:
+        if self.registration is not None:  # clients stop routing here before we go
+            await self.registration.stop()
+            self.registration = None
         for srv in self.servers:
             srv.stop_accepting()
         if self.hold is not None:
