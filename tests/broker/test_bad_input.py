@@ -75,6 +75,9 @@ class GoodClient:
     pytest.param(_frame(b'{"code":"ten","opaque":1}'), id="header-bad-code"),
     pytest.param(struct.pack(">ii", 100, 0x7F000010) + b"{}" * 48, id="bad-serialize-type"),
     pytest.param(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", id="http"),
+    pytest.param(_frame(b'{"code":10,"extFields":{"a":' + b"[" * 100_000 + b"]" * 100_000
+                        + b'}}'), id="header-nested-100k-deep"),
+    pytest.param(_frame(b'{"code":1e400,"opaque":1}'), id="header-code-infinite"),
 ])
 def test_bad_frames_close_only_that_connection(tmp_path, payload):
     srv = start_server(str(tmp_path / "store"))

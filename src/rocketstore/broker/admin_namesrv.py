@@ -4,8 +4,6 @@
 code  request                             answer
 ====  ==================================  ==============================================
  101  GET_KV_CONFIG {namespace, key}      QUERY_NOT_FOUND (no KV config is kept)
- 106  GET_BROKER_CLUSTER_INFO             ClusterInfo {brokerAddrTable, clusterAddrTable}
- 206  GET_ALL_TOPIC_LIST_FROM_NAMESERVER  TopicList {topicList}
  216  DELETE_TOPIC_IN_NAMESRV {topic}     SUCCESS (routes come from the broker's table,
                                           which DELETE_TOPIC_IN_BROKER already cleaned)
  219  GET_KVLIST_BY_NAMESPACE             QUERY_NOT_FOUND
@@ -14,13 +12,13 @@ code  request                             answer
                                           brokerAddr}
 ====  ==================================  ==============================================
 
-The name server runs beside one broker, so every answer is about that broker.
+They complete ``namesrv.handlers`` (routes, cluster info, topic list, registration) for the
+name server that ``rocketstore serve`` runs beside its broker; answers are about that broker.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..remoting import fastjson
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.command import RemotingCommand
 from . import admin_views as views
@@ -32,14 +30,6 @@ if TYPE_CHECKING:
 
 def handlers(broker: "Broker") -> dict[int, Any]:
     cfg = broker.config
-
-    async def cluster_info(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        body = fastjson.dumps(views.cluster_info(cfg)).encode("utf-8")
-        return cmd.response(ResponseCode.SUCCESS, body=body)
-
-    async def topic_list(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.response(ResponseCode.SUCCESS,
-                            body=topic_list_body(views.topic_names(broker.topics)))
 
     async def topics_by_cluster(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         cluster = cmd.require_str("cluster")
@@ -65,8 +55,6 @@ def handlers(broker: "Broker") -> dict[int, Any]:
         return cmd.response(ResponseCode.QUERY_NOT_FOUND, remark=remark)
 
     return {
-        RequestCode.GET_BROKER_CLUSTER_INFO: cluster_info,
-        RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: topic_list,
         RequestCode.GET_TOPICS_BY_CLUSTER: topics_by_cluster,
         RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: system_topics,
         RequestCode.DELETE_TOPIC_IN_NAMESRV: delete_topic,

@@ -58,6 +58,9 @@ class Broker:
         self.schedule: ScheduleMessageService | None = None
         self.writer: PutWriter | None = None
         self.servers: list[Any] = []
+        self.proxy: Any = None  # rocketstore.proxy.GrpcProxy when config.grpc_port is set
+        self.registration: Any = None  # NameServerRegistration when --namesrv is given
+        self.handler_wrappers: list[Callable[[dict], dict]] = []  # e.g. ops.stats.instrument
         self._tasks: list[asyncio.Task] = []
 
     # -- helpers used by processors -------------------------------------------------------------
@@ -123,6 +126,8 @@ class Broker:
         handlers: dict[int, Any] = {}
         for mod in (send, pull, admin, locks, admin_topics, admin_groups, admin_runtime):
             handlers.update(mod.handlers(self))
+        for wrap in self.handler_wrappers:
+            handlers = wrap(handlers)
         broker_srv = RemotingServer(self, handlers, "broker")
         await broker_srv.start(self.config.host, self.config.port)
         self.config.port = broker_srv.port
@@ -135,11 +140,37 @@ class Broker:
             await ns.start(self.config.host, self.config.namesrv_port)
             self.config.namesrv_port = ns.port
             self.servers.append(ns)
+        if self.config.namesrv_addr:
+            await self._register_at_name_servers()
         self.schedule = ScheduleMessageService(self)
         self.schedule.start()
+        if self.config.grpc_port is not None:
+            await self._start_grpc()
         self._tasks.append(self.loop.create_task(self._housekeeping(), name="housekeeping"))
         log.info("broker %s listening on %s:%s, name server on %s", self.config.broker_name,
                  self.config.host, self.config.port, self.config.namesrv_port)
+
+    async def _start_grpc(self) -> None:
+        from ..proxy import BrokerPieces, GrpcProxy
+
+        pieces = BrokerPieces(store=self.store, topics=self.topics, offsets=self.offsets,
+                              config=self.config, run=self.run, put=self.put,
+                              put_message=self.put_blocking, hold=self.hold,
+                              delay_levels_ms=self.delay_levels_ms)
+        self.proxy = GrpcProxy(pieces, self.config.host, self.config.grpc_port)
+        await self.proxy.start()
+        self.config.grpc_port = self.proxy.port
+
+    async def _register_at_name_servers(self) -> None:
+        from .registration import NameServerRegistration, parse_namesrv_addrs
+
+        cfg = self.config
+        self.registration = NameServerRegistration(
+            parse_namesrv_addrs(cfg.namesrv_addr or ""), cluster_name=cfg.cluster_name,
+            broker_name=cfg.broker_name, broker_addr=lambda: cfg.broker_addr,
+            topic_table=lambda: {t.topic_name: t.to_json() for t in self.topics.topics()},
+            period_s=cfg.register_name_server_period_ms / 1000.0)
+        await self.registration.start()
 
     async def _housekeeping(self) -> None:
         interval = self.config.flush_consumer_offset_interval_ms / 1000.0
@@ -156,10 +187,15 @@ class Broker:
                 log.exception("housekeeping failed")
 
     async def stop(self) -> None:
+        if self.registration is not None:  # clients stop routing here before we go
+            await self.registration.stop()
+            self.registration = None
         for srv in self.servers:
             srv.stop_accepting()
         if self.hold is not None:
             self.hold.wake_all()
+        if self.proxy is not None:
+            await self.proxy.stop()
         deadline = time.monotonic() + self.config.shutdown_grace_s
         for srv in self.servers:
             await srv.drain(max(0.0, deadline - time.monotonic()))

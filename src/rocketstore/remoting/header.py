@@ -65,33 +65,56 @@ def encode_header(cmd: RemotingCommand) -> bytes:
 
 
 def decode_header(data: bytes, serialize_type: int, body: bytes) -> RemotingCommand:
-    if serialize_type == SERIALIZE_JSON:
-        return _decode_json(data, body)
-    if serialize_type == SERIALIZE_ROCKETMQ:
-        return _decode_binary(data, body)
+    """The command of one frame; any malformed header raises ``RemoteProtocolError`` only."""
+    try:
+        if serialize_type == SERIALIZE_JSON:
+            return _decode_json(data, body)
+        if serialize_type == SERIALIZE_ROCKETMQ:
+            return _decode_binary(data, body)
+    except RemoteProtocolError:
+        raise
+    except (ValueError, TypeError, OverflowError, RecursionError, struct.error) as exc:
+        # the receive boundary (as h11's): whatever the peer's bytes made a parser raise is
+        # the peer's fault, never an exception of another kind escaping into the server
+        raise RemoteProtocolError(f"bad header: {type(exc).__name__}: {exc}") from exc
     raise RemoteProtocolError(f"unknown serialize type {serialize_type}")
 
 
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
 def _int_field(obj: dict, name: str, default: int | None) -> int:
+    """A Java ``int`` header field: a JSON number or numeric string within int32."""
     v = obj.get(name, default)
     if v is None:
         raise RemoteProtocolError(f"header lacks {name!r}")
-    if isinstance(v, bool):
-        return int(v)
-    if isinstance(v, (int, float)):
-        return int(v)
-    if isinstance(v, str):
+    n: int | None = None
+    if isinstance(v, (bool, int)):
+        n = int(v)
+    elif isinstance(v, float):
+        if v.is_integer():  # False for inf and nan, which int() cannot take
+            n = int(v)
+    elif isinstance(v, str) and len(v) <= 20:
         try:
-            return int(v)
+            n = int(v)
         except ValueError:
             pass
-    raise RemoteProtocolError(f"header field {name!r} is not an integer: {v!r}")
+    if n is None:
+        raise RemoteProtocolError(f"header field {name!r} is not an integer: {_short(v)}")
+    if not _INT32_MIN <= n <= _INT32_MAX:
+        raise RemoteProtocolError(f"header field {name!r} is outside int32: {_short(v)}")
+    return n
+
+
+def _short(v: object) -> str:
+    text = repr(v) if not isinstance(v, (list, dict)) else type(v).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _decode_json(data: bytes, body: bytes) -> RemotingCommand:
     try:
         obj = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: deep nesting
         raise RemoteProtocolError(f"header is not JSON: {exc}") from exc
     if not isinstance(obj, dict):
         raise RemoteProtocolError(f"header is JSON {type(obj).__name__}, not an object")

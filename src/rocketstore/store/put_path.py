@@ -65,6 +65,8 @@ class PutPath:
         self._delays = parse_delay_levels(cfg.message_delay_level)
 
     def put(self, msgs: list[Message], batch: bool) -> PutMessageResult:
+        if self.cfg.read_only:
+            return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE, error="store is open read-only")
         if not self.running or not self.writeable:
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE,
                                     error="store is shut down" if not self.running else "store not writeable")
