@@ -19,6 +19,7 @@ import collections
 import fcntl
 import logging
 import os
+import shutil
 import threading
 from typing import Callable, Sequence
 
@@ -397,6 +398,37 @@ class MessageStore:
         for (topic, qid) in sorted(self.cq_table.queues):
             out.setdefault(topic, []).append(qid)
         return out
+
+    def read_consume_queue(self, topic: str, queue_id: int, index: int,
+                           count: int) -> list[tuple[int, int, int]] | None:
+        """Up to ``count`` ConsumeQueue units ``(physical_offset, size, tags_code)`` from queue
+        offset ``index`` (within one file, as RocketMQ's ``getIndexBuffer``); None when the
+        queue does not exist, [] when ``index`` holds no unit."""
+        cq = self.cq_table.find(topic, queue_id)
+        if cq is None:
+            return None
+        units = cq.read_units(index, max(0, count))
+        if units is None:
+            return []
+        return [(int(u["offset"]), int(u["size"]), int(u["tags_code"])) for u in units]
+
+    def delete_topic(self, topic: str) -> int:
+        """Drop a topic's ConsumeQueues and queue-offset counters (RocketMQ's
+        ``cleanUnusedTopic`` for one topic): its messages stay in the CommitLog until they
+        expire, and a topic created again under the name starts its queues at offset 0.
+        Returns the number of queues removed."""
+        self._check_open()
+        with self.commitlog.lock:
+            for key in [k for k in self.commitlog.topic_queue_table if k[0] == topic]:
+                del self.commitlog.topic_queue_table[key]
+            doomed = [k for k in list(self.cq_table.queues) if k[0] == topic]
+            for key in doomed:
+                cq = self.cq_table.queues.pop(key)
+                cq.destroy()
+        tdir = os.path.join(self.cfg.consume_queue_dir, topic)
+        if os.path.isdir(tdir):
+            shutil.rmtree(tdir, ignore_errors=True)
+        return len(doomed)
 
     def clean_expired_files(self, force: bool = False) -> int:
         """Delete expired CommitLog segments (and follow with ConsumeQueues and index)."""
