@@ -100,6 +100,7 @@ def handlers(broker: "Broker") -> dict[int, Any]:
         except ValueError as exc:  # oversize body, bad property...
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark=str(exc))
         code = put_code(r.status)
+        broker.stats.record_put(base["topic"], 1, len(cmd.body), _status_ok(code))
         if not _status_ok(code):
             return cmd.response(code, remark=f"put message failed: {r.status.name} {r.error or ''}")
         return cmd.response(code, {"msgId": r.msg_id, "queueId": base["queue_id"],
@@ -161,6 +162,8 @@ async def _send_batch(broker: "Broker", cmd: RemotingCommand, base: dict,
         msgs.append(Message(body=e.body, properties=p, **{**base, "flag": e.flag}))
     r = await broker.put(broker.store.put_messages, msgs)
     code = put_code(r.status)
+    broker.stats.record_put(base["topic"], len(msgs), sum(len(m.body) for m in msgs),
+                            _status_ok(code))
     if not _status_ok(code):
         return cmd.response(code, remark=f"put messages failed: {r.status.name}")
     ids = getattr(r, "msg_ids", None) or [r.msg_id]
