@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from ..errors import BrokerError
 from ..format.hashing import java_hash
 from ..format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERTY_TAGS,
                               PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, PROPERTY_WAIT_STORE_MSG_OK,
@@ -25,6 +26,7 @@ from ..remoting.message_batch import BatchEntry, encode_batch
 from ._sync import LoopThread
 from .instance import ClientInstance, MessageQueue
 
+DEFAULT_TOPIC = "TBW102"  # the topic whose route a send to a topic not created yet follows
 _SEND_OK_CODES = {ResponseCode.SUCCESS: "SEND_OK", ResponseCode.FLUSH_DISK_TIMEOUT:
                   "FLUSH_DISK_TIMEOUT", ResponseCode.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT",
                   ResponseCode.SLAVE_NOT_AVAILABLE: "SLAVE_NOT_AVAILABLE"}
@@ -70,13 +72,28 @@ class AsyncProducer:
         self.group = group
         self.instance = instance or ClientInstance(namesrv, timeout_s=timeout_s)
         self.retries = retries
+        self.default_topic_queue_nums = 4
         self._rr = itertools.count()
 
     async def start(self) -> "AsyncProducer":
         return self
 
     async def queues(self, topic: str) -> list[MessageQueue]:
-        r = await self.instance.route(topic)
+        try:
+            r = await self.instance.route(topic)
+        except BrokerError as exc:
+            if exc.code != ResponseCode.TOPIC_NOT_EXIST:
+                raise
+            # a name server that does not create topics (RocketMQ's, ``rocketstore namesrv``):
+            # send through the brokers that carry TBW102, which create the topic on first
+            # send (``autoCreateTopicEnable``), as RocketMQ's producer does
+            d = await self.instance.route(DEFAULT_TOPIC)
+            n = self.default_topic_queue_nums
+            qs = [MessageQueue(topic, q.broker_name, q.queue_id) for q in d.write_queues
+                  if q.queue_id < n]
+            if not qs:
+                raise
+            return qs
         if not r.write_queues:
             raise ValueError(f"topic {topic} has no writable queue")
         return r.write_queues
@@ -95,7 +112,8 @@ class AsyncProducer:
     async def send(self, topic: str, body: bytes, *, tags: str | None = None,
                    keys: Sequence[str] | str | None = None,
                    properties: Mapping[str, str] | None = None, queue_id: int | None = None,
-                   sharding_key: object = None, delay_level: int = 0, flag: int = 0) -> SendResult:
+                   sharding_key: object = None, delay_level: int = 0, flag: int = 0,
+                   sys_flag: int = 0) -> SendResult:
         props = build_properties(tags, keys, properties, delay_level)
         pinned = queue_id is not None or sharding_key is not None
         attempts = 1 if pinned else 1 + self.retries
@@ -103,7 +121,7 @@ class AsyncProducer:
         for _ in range(attempts):
             mq = await self._pick(topic, queue_id, sharding_key)
             header = {"producerGroup": self.group, "topic": topic, "defaultTopic": "TBW102",
-                      "defaultTopicQueueNums": 4, "queueId": mq.queue_id, "sysFlag": 0,
+                      "defaultTopicQueueNums": 4, "queueId": mq.queue_id, "sysFlag": sys_flag,
                       "bornTimestamp": int(time.time() * 1000), "flag": flag,
                       "properties": properties_to_string(props), "reconsumeTimes": 0,
                       "unitMode": False, "batch": False}
@@ -140,7 +158,12 @@ class AsyncProducer:
 
     async def _send(self, mq: MessageQueue, code: int, header: dict, body: bytes,
                     msg_id: str) -> SendResult:
-        addr = await self.instance.broker_addr(mq)
+        try:
+            addr = await self.instance.broker_addr(mq)
+        except BrokerError as exc:  # a topic not created yet: its broker from TBW102's route
+            addr = (await self.instance.route(DEFAULT_TOPIC)).brokers.get(mq.broker_name)
+            if addr is None:
+                raise exc
         resp = await self.instance.invoke(addr, code, header, body, ok=tuple(_SEND_OK_CODES))
         return SendResult(_SEND_OK_CODES[resp.code], msg_id, resp.get_str("msgId") or "", mq,
                           resp.get_int("queueOffset", -1) or 0)

@@ -54,13 +54,30 @@ _CONF_KEYS = {"listenPort": ("port", int), "brokerName": ("broker_name", str),
               "defaultTopicQueueNums": ("default_topic_queue_nums", int),
               "longPollingEnable": ("long_polling_enable", lambda v: v.lower() == "true"),
               "shortPollingTimeMills": ("short_polling_time_ms", int),
-              "channelExpiredTimeout": ("channel_expired_timeout_ms", int)}
+              "channelExpiredTimeout": ("channel_expired_timeout_ms", int),
+              "transactionTimeOut": ("transaction_timeout_ms", int),
+              "transactionCheckInterval": ("transaction_check_interval_ms", int),
+              "transactionCheckMax": ("transaction_check_max", int),
+              "rejectTransactionMessage": ("reject_transaction_message",
+                                           lambda v: v.lower() == "true"),
+              "grpcServerPort": ("grpc_port", int),
+              "minInvisibleTimeMillsForRecv": ("grpc_min_invisible_time_ms", int),
+              "namesrvAddr": ("namesrv_addr", str),
+              "registerNameServerPeriod": ("register_name_server_period_ms", int)}
 
 
-async def _serve(store_cfg, broker_cfg, as_json: bool) -> None:
+async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = None) -> None:
     from ..broker.controller import Broker
 
     broker = Broker(store_cfg, broker_cfg)
+    ops = None
+    if ops_ports and any(v is not None for v in ops_ports.values()):
+        try:  # metrics and console: opt-in, from the ``ops`` extra
+            from ..ops import OpsServices
+            ops = OpsServices(broker, host=broker_cfg.host, **ops_ports)
+        except ImportError as exc:
+            raise click.ClickException(f"--metrics-port and --console need the ops extra "
+                                       f"(pip install 'rocketstore[ops]'): {exc}") from exc
     try:
         await broker.start()
     except OSError as exc:  # port in use, address not available...
@@ -68,13 +85,27 @@ async def _serve(store_cfg, broker_cfg, as_json: bool) -> None:
             f"cannot listen on {broker_cfg.host} (broker port {broker_cfg.port}, name server "
             f"port {broker_cfg.namesrv_port}): {exc.strerror or exc}") from exc
     ready = {"event": "ready", "broker": f"{broker_cfg.host}:{broker_cfg.port}",
-             "namesrv": f"{broker_cfg.host}:{broker_cfg.namesrv_port}",
+             "namesrv": (f"{broker_cfg.host}:{broker_cfg.namesrv_port}"
+                         if broker_cfg.namesrv_port is not None else broker_cfg.namesrv_addr),
              "store": store_cfg.store_path_root_dir}
+    if broker_cfg.grpc_port is not None:
+        ready["grpc"] = f"{broker_cfg.host}:{broker_cfg.grpc_port}"
+    if ops is not None:
+        try:
+            ready.update(ops.start())
+        except OSError as exc:
+            await broker.stop()
+            raise click.ClickException(f"cannot serve metrics/console on {broker_cfg.host} "
+                                       f"({ops_ports}): {exc.strerror or exc}") from exc
     if as_json:
         click.echo(json.dumps(ready))
     else:
-        click.echo(f"rocketstore broker on {ready['broker']}, name server on {ready['namesrv']}, "
-                   f"store {ready['store']} (Ctrl-C to stop)")
+        grpc_note = f", gRPC on {ready['grpc']}" if "grpc" in ready else ""
+        click.echo(f"rocketstore broker on {ready['broker']}, name server on {ready['namesrv']}"
+                   f"{grpc_note}, store {ready['store']} (Ctrl-C to stop)")
+        for name in ("metrics", "console"):
+            if name in ready:
+                click.echo(f"{name}: {ready[name]}")
     sys.stdout.flush()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -83,6 +114,8 @@ async def _serve(store_cfg, broker_cfg, as_json: bool) -> None:
     try:
         await stop.wait()
     finally:
+        if ops is not None:
+            await loop.run_in_executor(None, ops.stop)
         await broker.stop()
     if as_json:
         click.echo(json.dumps({"event": "stopped"}))
@@ -98,6 +131,9 @@ async def _serve(store_cfg, broker_cfg, as_json: bool) -> None:
               help="Broker port; 0 = any free port. [default: listenPort of --config, or 10911]")
 @click.option("--namesrv-port", default=9876, show_default=True, type=int,
               help="Name server port (0 = any).")
+@click.option("--namesrv", "namesrv_addr", default=None, metavar="HOST:PORT;HOST:PORT",
+              help="Register with these outside name servers (RocketMQ's or ours) instead of "
+                   "starting one. [default: namesrvAddr of --config]")
 @click.option("--broker-name", default=None, help="[default: brokerName of --config, or broker-a]")
 @click.option("--config", "conf", type=click.Path(exists=True, dir_okay=False),
               help="A RocketMQ broker.conf (camelCase keys): store settings and listenPort, "
@@ -111,11 +147,19 @@ async def _serve(store_cfg, broker_cfg, as_json: bool) -> None:
 @click.option("--default-topic-queue-nums", type=int, default=None,
               help="Queues of an auto-created topic. [default: 4]")
 @click.option("--max-reconsume-times", default=16, show_default=True, type=int)
+@click.option("--grpc-port", type=int, default=None, is_flag=False, flag_value=8081,
+              help="Serve RocketMQ 5.x clients over gRPC on this port (8081 when given "
+                   "without a value; 0 = any free port). [default: off]")
 @click.option("--log-level", default="WARNING", show_default=True)
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus metrics at http://HOST:PORT/metrics (0 = any free port).")
+@click.option("--console", "console_port", type=click.IntRange(0, 65535), default=None,
+              metavar="PORT", help="Serve the web console at http://HOST:PORT/ (0 = any).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable status lines.")
-def command(store_dir, host, port, namesrv_port, broker_name, conf, options, flush_disk_type,
+def command(store_dir, host, port, namesrv_port, namesrv_addr, broker_name, conf, options, flush_disk_type,
             message_delay_level, auto_create_topic, default_topic_queue_nums,
-            max_reconsume_times, log_level, as_json) -> None:
+            max_reconsume_times, grpc_port, log_level, metrics_port, console_port,
+            as_json) -> None:
     """Serve the store to RocketMQ clients: name server + broker in one process."""
     from ..broker.config import BrokerConfig
 
@@ -133,10 +177,20 @@ def command(store_dir, host, port, namesrv_port, broker_name, conf, options, flu
                 raise click.BadParameter(f"{key}={store_cfg.extra[key]!r}: {exc}",
                                          param_hint="--config") from exc
     for name, value in (("port", port), ("broker_name", broker_name),
+                        ("namesrv_addr", namesrv_addr),
                         ("auto_create_topic_enable", auto_create_topic),
-                        ("default_topic_queue_nums", default_topic_queue_nums)):
+                        ("default_topic_queue_nums", default_topic_queue_nums),
+                        ("grpc_port", grpc_port)):
         if value is not None:
             setattr(broker_cfg, name, value)
+    if broker_cfg.namesrv_addr:  # join a cluster: no name server of our own
+        from ..broker.registration import parse_namesrv_addrs
+        try:
+            parse_namesrv_addrs(broker_cfg.namesrv_addr)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--namesrv") from exc
+        broker_cfg.namesrv_port = None
     if not host_given:
         store_cfg.store_host = f"{host}:{broker_cfg.port}"
-    asyncio.run(_serve(store_cfg, broker_cfg, as_json))
+    asyncio.run(_serve(store_cfg, broker_cfg, as_json,
+                       {"metrics_port": metrics_port, "console_port": console_port}))

@@ -296,8 +296,14 @@ class CommitLogAliasDataSource(CommitLogDataSource):
         return "rocketmq_commitlog"
 
 
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+
 def register(spark) -> None:
-    """Register the ``rocketmq`` (and ``rocketmq_commitlog``) data source with a session."""
+    """Register the ``rocketmq`` (and ``rocketmq_commitlog``) data source with a session and turn
+    on Python filter pushdown there: Spark refuses a reader implementing ``pushFilters`` while
+    ``spark.sql.python.filterPushdown.enabled`` is false (its default in PySpark 4.3)."""
+    spark.conf.set(PUSHDOWN_CONF, "true")
     spark.dataSource.register(CommitLogDataSource)
     spark.dataSource.register(CommitLogAliasDataSource)
 

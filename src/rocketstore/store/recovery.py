@@ -32,6 +32,8 @@ Everything dropped is listed in the ``RecoveryReport`` (``store.recovery_report`
 """
 from __future__ import annotations
 
+from ..format.cq_ext import MAX_ADDR as MAX_EXT_ADDR
+
 import logging
 import os
 from dataclasses import dataclass, field
@@ -310,7 +312,8 @@ def unit_matches(commitlog: CommitLog, cq: ConsumeQueue, queue_offset: int, phy:
     got = (msg.commitlog_offset, msg.topic, msg.queue_id, msg.queue_offset)
     if got != (phy, cq.topic, cq.queue_id, queue_offset):
         return f"record at {phy} is {got[1]}/{got[2]} #{got[3]} at {got[0]}, unit is #{queue_offset}"
-    if tags_code is not None and msg.topic != SCHEDULE_TOPIC and msg.tags_code != tags_code:
+    if tags_code is not None and msg.topic != SCHEDULE_TOPIC and msg.tags_code != tags_code \
+            and tags_code > MAX_EXT_ADDR:  # an ext address (ConsumeQueue-ext) is no tags hash
         return f"unit tagsCode {tags_code}, record {msg.tags_code}"  # (delay units carry a time)
     return None
 
