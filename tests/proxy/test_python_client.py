@@ -64,7 +64,7 @@ def test_produce_and_simple_consume_with_the_5x_python_client(tmp_path):
             assert g["properties"].get("seq") == str(s["i"]) and g["attempt"] == 1
             assert g["topic"] == "Orders"
         again = run_client(py, tmp_path, "receive", srv.grpc, "Orders", "G_orders", "1", "30",
-                           "ack", "2")
+                           "ack", "1")
         assert again == []  # all acked: nothing comes back
 
         tagged = run_client(py, tmp_path, "receive", srv.grpc, "Orders", "G_tag1", "10", "30",
@@ -177,14 +177,14 @@ def test_pop_state_survives_a_restart(tmp_path):
         acked = run_client(py, tmp_path, "receive", srv.grpc, "Durable", "G_dur", "2", "30",
                            "ack", "1", "*", "2")
         assert len(acked) == 2  # the first batch, acked
-        rest = run_client(py, tmp_path, "receive", srv.grpc, "Durable", "G_dur", "4", "3",
+        rest = run_client(py, tmp_path, "receive", srv.grpc, "Durable", "G_dur", "2", "3",
                           "noack", "3")
         assert len(acked) + len(rest) == 4
     finally:
         assert srv.stop() == 0, srv.log()
     srv = start_grpc_server(store, {}, "--config", conf)
     try:
-        back = run_client(py, tmp_path, "receive", srv.grpc, "Durable", "G_dur", "4", "30",
+        back = run_client(py, tmp_path, "receive", srv.grpc, "Durable", "G_dur", "2", "30",
                           "ack", "20")
         assert sorted(g["message_id"] for g in back) == sorted(g["message_id"] for g in rest)
         assert all(g["attempt"] == 2 for g in back)
