@@ -111,6 +111,7 @@ def handlers(broker: "Broker") -> dict[int, Any]:
                                                 version=cmd.version)
             group = str(cd.get("groupName"))
             ensure_topic(broker, RETRY_PREFIX + group, 1)
+            broker.subgroups.ensure(group)
             if changed:
                 broker.notify_consumer_ids_changed(group)
         for pd in data.get("producerDataSet") or []:

@@ -26,6 +26,8 @@ from ..remoting.command import RemotingCommand
 from .config import BrokerConfig
 from .consumers import ConsumerManager
 from .producers import ProducerManager
+from .stats import BrokerStats
+from .subgroups import SubscriptionGroupManager
 from .longpoll import PullHoldService
 from ..format.batch import parse_delay_levels
 from .schedule import ScheduleMessageService
@@ -47,11 +49,15 @@ class Broker:
         self.delay_offsets = DelayOffsetStore(config_dir)
         self.consumers = ConsumerManager(self.config.channel_expired_timeout_ms)
         self.producers = ProducerManager(self.config.channel_expired_timeout_ms)
+        self.subgroups = SubscriptionGroupManager(config_dir)
+        self.stats = BrokerStats()
         self.executor = ThreadPoolExecutor(self.config.executor_threads,
                                            thread_name_prefix="broker-store")
         self.loop: asyncio.AbstractEventLoop | None = None
         self.hold: PullHoldService | None = None
         self.schedule: ScheduleMessageService | None = None
+        self.transactions: Any = None  # transaction.TransactionalMessageService, once started
+        self.transaction_check: Any = None
         self.writer: PutWriter | None = None
         self.servers: list[Any] = []
         self.proxy: Any = None  # rocketstore.proxy.GrpcProxy when config.grpc_port is set
@@ -115,11 +121,14 @@ class Broker:
 
     async def _start_servers(self) -> None:
         from .server import RemotingServer
-        from . import admin, locks, namesrv, pull, send
+        from . import admin, locks, namesrv, pull, send, transaction
+        from . import admin_groups, admin_namesrv, admin_runtime, admin_topics
 
         self.topics.persist()
+        self._start_transactions()
         handlers: dict[int, Any] = {}
-        for mod in (send, pull, admin, locks):
+        for mod in (send, pull, admin, locks, admin_topics, admin_groups, admin_runtime,
+                    transaction):
             handlers.update(mod.handlers(self))
         for wrap in self.handler_wrappers:
             handlers = wrap(handlers)
@@ -130,7 +139,8 @@ class Broker:
             self.store_config.store_host = f"{self.config.host}:{broker_srv.port}"
         self.servers.append(broker_srv)
         if self.config.namesrv_port is not None:
-            ns = RemotingServer(self, namesrv.handlers(self), "namesrv")
+            ns = RemotingServer(self, {**namesrv.handlers(self), **admin_namesrv.handlers(self)},
+                                "namesrv")
             await ns.start(self.config.host, self.config.namesrv_port)
             self.config.namesrv_port = ns.port
             self.servers.append(ns)
@@ -138,11 +148,25 @@ class Broker:
             await self._register_at_name_servers()
         self.schedule = ScheduleMessageService(self)
         self.schedule.start()
+        self.transaction_check.start()
         if self.config.grpc_port is not None:
             await self._start_grpc()
         self._tasks.append(self.loop.create_task(self._housekeeping(), name="housekeeping"))
         log.info("broker %s listening on %s:%s, name server on %s", self.config.broker_name,
                  self.config.host, self.config.port, self.config.namesrv_port)
+
+    def _start_transactions(self) -> None:
+        from .transaction import (TransactionalMessageCheckService, TransactionalMessageService,
+                                  TransactionConfig)
+
+        c = self.config
+        tcfg = TransactionConfig(c.transaction_timeout_ms, c.transaction_check_interval_ms,
+                                 c.transaction_check_max,
+                                 int(getattr(self.store_config, "file_reserved_time", 72)))
+        self.transactions = TransactionalMessageService(self.store, self.topics, self.offsets,
+                                                        self.put_blocking, tcfg)
+        self.transaction_check = TransactionalMessageCheckService(
+            self.transactions, self.run, self.producers.available_connection)
 
     async def _start_grpc(self) -> None:
         from ..proxy import BrokerPieces, GrpcProxy
@@ -173,6 +197,7 @@ class Broker:
             try:
                 await self.run(self.offsets.persist)
                 await self.run(self.delay_offsets.persist)
+                await self.run(self.subgroups.persist)
                 for group in self.consumers.scan_expired():
                     self.notify_consumer_ids_changed(group)
                 self.producers.scan_expired()
@@ -198,11 +223,14 @@ class Broker:
             t.cancel()
         if self.schedule is not None:
             await self.schedule.stop()
+        if self.transaction_check is not None:
+            await self.transaction_check.stop()
         if self.writer is not None:
             await self.run(self.writer.stop)
         await self.run(self.offsets.persist, True)
         await self.run(self.topics.persist)
         await self.run(self.delay_offsets.persist)
+        await self.run(self.subgroups.persist)
         if self.store is not None:
             store, self.store = self.store, None
             await self.run(_close_store, store)

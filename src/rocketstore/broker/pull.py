@@ -107,8 +107,10 @@ def handlers(broker: "Broker") -> dict[int, Any]:
             g = woken if hasattr(woken, "status") else await broker.run(read)
         fields = {"suggestWhichBrokerId": 0, "nextBeginOffset": g.next_begin_offset,
                   "minOffset": g.min_offset, "maxOffset": g.max_offset}
+        body = b"".join(g.buffers) if code == ResponseCode.SUCCESS else b""
+        broker.stats.record_get(group, topic, len(g.buffers) if body else 0, len(body))
         if code == ResponseCode.SUCCESS:
-            return cmd.response(code, fields, body=b"".join(g.buffers))
+            return cmd.response(code, fields, body=body)
         return cmd.response(code, fields, remark=g.status.name)
 
     return {RequestCode.PULL_MESSAGE: pull}
