@@ -19,7 +19,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_MAX_RECONSUME_TIMES,
+from ..format.message import (PROPERTY_CLUSTER,
+                              PROPERTY_DELAY_TIME_LEVEL, PROPERTY_MAX_RECONSUME_TIMES,
                               PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RECONSUME_TIME,
                               PROPERTY_RETRY_TOPIC, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
                               Message, create_uniq_key, string_to_properties)
@@ -95,6 +96,7 @@ def handlers(broker: "Broker") -> dict[int, Any]:
             if batch:
                 return await _send_batch(broker, cmd, base, props)
             props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, create_uniq_key())
+            props[PROPERTY_CLUSTER] = broker.config.cluster_name  # as RocketMQ: request-reply needs it
             msg = Message(body=cmd.body, properties=props, **base)
             r = await broker.put(broker.put_blocking, msg)
         except ValueError as exc:  # oversize body, bad property...
