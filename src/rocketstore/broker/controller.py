@@ -62,6 +62,8 @@ class Broker:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.hold: PullHoldService | None = None
         self.schedule: ScheduleMessageService | None = None
+        self.transactions: Any = None  # transaction.TransactionalMessageService, once started
+        self.transaction_check: Any = None
         self.writer: PutWriter | None = None
         self.servers: list[Any] = []
         self.proxy: Any = None  # rocketstore.proxy.GrpcProxy when config.grpc_port is set
@@ -133,13 +135,15 @@ class Broker:
 
     async def _start_servers(self) -> None:
         from .server import RemotingServer
-        from . import admin, locks, namesrv, pull, send
+        from . import admin, locks, namesrv, pull, send, transaction
         from . import admin_groups, admin_namesrv, admin_runtime, admin_topics
 
         self.topics.persist()
+        self._start_transactions()
         handlers: dict[int, Any] = {}
-        from . import sql92, reply
-        for mod in (send, pull, admin, locks, admin_topics, admin_groups, admin_runtime, sql92, reply):
+        from . import reply, sql92
+        for mod in (send, pull, admin, locks, admin_topics, admin_groups, admin_runtime,
+                    transaction, sql92, reply):
             handlers.update(mod.handlers(self))
         for wrap in self.handler_wrappers:
             handlers = wrap(handlers)
@@ -159,11 +163,25 @@ class Broker:
             await self._register_at_name_servers()
         self.schedule = ScheduleMessageService(self)
         self.schedule.start()
+        self.transaction_check.start()
         if self.config.grpc_port is not None:
             await self._start_grpc()
         self._tasks.append(self.loop.create_task(self._housekeeping(), name="housekeeping"))
         log.info("broker %s listening on %s:%s, name server on %s", self.config.broker_name,
                  self.config.host, self.config.port, self.config.namesrv_port)
+
+    def _start_transactions(self) -> None:
+        from .transaction import (TransactionalMessageCheckService, TransactionalMessageService,
+                                  TransactionConfig)
+
+        c = self.config
+        tcfg = TransactionConfig(c.transaction_timeout_ms, c.transaction_check_interval_ms,
+                                 c.transaction_check_max,
+                                 int(getattr(self.store_config, "file_reserved_time", 72)))
+        self.transactions = TransactionalMessageService(self.store, self.topics, self.offsets,
+                                                        self.put_blocking, tcfg)
+        self.transaction_check = TransactionalMessageCheckService(
+            self.transactions, self.run, self.producers.available_connection)
 
     async def _start_grpc(self) -> None:
         from ..proxy import BrokerPieces, GrpcProxy
@@ -222,6 +240,8 @@ class Broker:
             t.cancel()
         if self.schedule is not None:
             await self.schedule.stop()
+        if self.transaction_check is not None:
+            await self.transaction_check.stop()
         if self.writer is not None:
             await self.run(self.writer.stop)
         await self.run(self.offsets.persist, True)

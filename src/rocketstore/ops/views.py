@@ -109,9 +109,9 @@ def store_paths(cfg: Any) -> list[tuple[str, str]]:
 def store_runtime(store: Any, cfg: Any, *, with_disk: bool = True) -> StoreRuntime:
     """Offsets, dispatch and flush lag (bytes and ms), and disk use of each store path.
 
-    Dispatch lag in ms is the store time of the newest message minus that of the newest one
-    the reput has dispatched to the ConsumeQueues; flush lag in ms likewise against the newest
-    message on disk. Both are 0 whenever the byte lag is 0.
+    A lag in ms is the store-time span of the data behind: the newest message's store time
+    minus that of the oldest message not yet dispatched (to the ConsumeQueues and index) or
+    not yet flushed (to disk). Both are 0 whenever the byte lag is 0.
     """
     cl = store.commitlog
     max_off, min_off = store.get_max_phy_offset(), store.get_min_phy_offset()
@@ -120,11 +120,23 @@ def store_runtime(store: Any, cfg: Any, *, with_disk: bool = True) -> StoreRunti
     cp = store.checkpoint
     dispatch_bytes = store.dispatch_behind_bytes()
     flush_bytes = max(0, max_off - flushed)
-    dispatch_ms = max(0, last_ts - cp.logics_msg_timestamp) if dispatch_bytes else 0
-    flush_ms = max(0, last_ts - cp.physic_msg_timestamp) if flush_bytes else 0
+    dispatch_ms = flush_ms = 0
+    if dispatch_bytes:
+        reput_from = getattr(getattr(store, "reput", None), "reput_from", max_off - dispatch_bytes)
+        dispatch_ms = _span_ms(store, reput_from, last_ts, cp.logics_msg_timestamp)
+    if flush_bytes:
+        flush_ms = _span_ms(store, flushed, last_ts, cp.physic_msg_timestamp)
     paths = [path_usage(k, p) for k, p in store_paths(cfg)] if with_disk else []
     return StoreRuntime(min_off, max_off, flushed, dispatch_bytes, dispatch_ms, flush_bytes,
                         flush_ms, last_ts, paths)
+
+
+def _span_ms(store: Any, first_behind: int, last_ts: int, done_ts: int) -> int:
+    """Store time of the newest message minus that of the record at ``first_behind`` (or,
+    when that is the blank tail of a segment, of the newest message already done)."""
+    m = store.look_message_by_offset(first_behind)
+    first = m.store_timestamp if m is not None else done_ts
+    return max(0, last_ts - first) if first > 0 and last_ts > 0 else 0
 
 
 # -- topics and queues ----------------------------------------------------------------------------
@@ -371,7 +383,8 @@ def find_by_id(store: Any, msg_id: str, topic: str | None = None) -> list[Messag
     id) looked up in the index — which needs the topic."""
     msg_id = msg_id.strip()
     m = store.view_message_by_id(msg_id)
-    if m is not None and (not topic or m.topic == topic):
+    # the id names a host and an offset: the record there must carry exactly this id
+    if m is not None and m.msg_id.upper() == msg_id.upper() and (not topic or m.topic == topic):
         return [message_view(m)]
     if topic:
         return [message_view(x) for x in store.query_message(topic, msg_id, max_num=32).messages
