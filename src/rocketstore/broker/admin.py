@@ -116,6 +116,8 @@ def handlers(broker: "Broker") -> dict[int, Any]:
             changed = broker.consumers.register(cd, client_id, conn, language=cmd.language,
                                                 version=cmd.version)
             group = str(cd.get("groupName"))
+            broker.filters.register_group(group, [s for s in cd.get("subscriptionDataSet") or []
+                                                  if isinstance(s, dict)])
             ensure_topic(broker, RETRY_PREFIX + group, 1)
             broker.subgroups.ensure(group)
             if changed:
@@ -131,6 +133,7 @@ def handlers(broker: "Broker") -> dict[int, Any]:
         group = cmd.get_str("consumerGroup")
         if group and broker.consumers.unregister(group, client_id):
             broker.notify_consumer_ids_changed(group)
+            broker.consumer_group_changed(group)
         producer_group = cmd.get_str("producerGroup")
         if producer_group:
             broker.producers.unregister(producer_group, client_id, conn)

@@ -11,7 +11,10 @@ from .consumer import AsyncPullConsumer, PullConsumer, PullResult, decode_messag
 from .instance import ClientInstance, MessageQueue
 from .producer import AsyncProducer, Producer, SendResult
 from .push import AsyncPushConsumer, PushConsumer, allocate_average
+from .transaction import (AsyncTransactionProducer, LocalTransactionState, TransactionProducer,
+                          TransactionSendResult)
 
 __all__ = ["AsyncProducer", "Producer", "SendResult", "AsyncPullConsumer", "PullConsumer",
            "PullResult", "AsyncPushConsumer", "PushConsumer", "ClientInstance", "MessageQueue",
-           "allocate_average", "decode_messages"]
+           "allocate_average", "decode_messages", "AsyncTransactionProducer",
+           "LocalTransactionState", "TransactionProducer", "TransactionSendResult"]

@@ -112,7 +112,8 @@ class AsyncProducer:
     async def send(self, topic: str, body: bytes, *, tags: str | None = None,
                    keys: Sequence[str] | str | None = None,
                    properties: Mapping[str, str] | None = None, queue_id: int | None = None,
-                   sharding_key: object = None, delay_level: int = 0, flag: int = 0) -> SendResult:
+                   sharding_key: object = None, delay_level: int = 0, flag: int = 0,
+                   sys_flag: int = 0) -> SendResult:
         props = build_properties(tags, keys, properties, delay_level)
         pinned = queue_id is not None or sharding_key is not None
         attempts = 1 if pinned else 1 + self.retries
@@ -120,7 +121,7 @@ class AsyncProducer:
         for _ in range(attempts):
             mq = await self._pick(topic, queue_id, sharding_key)
             header = {"producerGroup": self.group, "topic": topic, "defaultTopic": "TBW102",
-                      "defaultTopicQueueNums": 4, "queueId": mq.queue_id, "sysFlag": 0,
+                      "defaultTopicQueueNums": 4, "queueId": mq.queue_id, "sysFlag": sys_flag,
                       "bornTimestamp": int(time.time() * 1000), "flag": flag,
                       "properties": properties_to_string(props), "reconsumeTimes": 0,
                       "unitMode": False, "batch": False}

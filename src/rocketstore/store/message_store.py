@@ -29,6 +29,7 @@ from ..format.message import Message, MessageExt, parse_message_id
 from . import read_path
 from .checkpoint import StoreCheckpoint, atomic_write
 from .commitlog import CommitLog
+from .consume_queue_ext import ConsumeQueueExtDispatcher, open_ext_table
 from .dispatch import ConsumeQueueDispatcher, ConsumeQueueTable, ReputService
 from .flush import FlushService
 from .put_path import PutPath
@@ -173,6 +174,11 @@ class MessageStore:
         self.cq_table.load()
         self.index_service = None
         dispatchers: list = [ConsumeQueueDispatcher(self.cq_table, self._on_logics_timestamp)]
+        self.cq_ext = open_ext_table(cfg)
+        self.ext_dispatcher = None
+        if self.cq_ext is not None and cfg.enable_consume_queue_ext:
+            self.ext_dispatcher = ConsumeQueueExtDispatcher(self.cq_ext, self.cq_table)
+            dispatchers.insert(0, self.ext_dispatcher)  # before the ConsumeQueue: it swaps tagsCode
         if cfg.message_index_enable:
             self.index_service = _index_service_class()(cfg, self.checkpoint)
             self.index_service.load(self.last_exit_ok)
@@ -182,6 +188,8 @@ class MessageStore:
             self.commitlog, self.cq_table, self.checkpoint, self.last_exit_ok,
             cfg.check_crc_on_recover, self.index_service, padded)
         self.reput.reput_from = self.recovery_report.reput_from
+        if self.cq_ext is not None:
+            self.cq_ext.recover(self.cq_table)
         self.reput.run_until(self.commitlog.max_offset())
         rebuild_queue_table(self.commitlog, self.cq_table)
         self.flush_service = FlushService(cfg, self.commitlog, self._on_physic_flushed, self._flush_logics,
@@ -263,6 +271,8 @@ class MessageStore:
             self.commitlog.close()
             for cq in self.cq_table:
                 cq.close()
+            if self.cq_ext is not None:
+                self.cq_ext.close()
             self._release_lock()
 
     close = shutdown
@@ -289,6 +299,8 @@ class MessageStore:
 
     def _flush_logics(self, least_pages: int = 0) -> None:
         """Payload only: the flush service writes the checkpoint after this returns."""
+        if self.cq_ext is not None:
+            self.cq_ext.flush()  # before the units that point at it
         for cq in self.cq_table:
             cq.flush(least_pages)
         if self.index_service is not None:
@@ -303,12 +315,23 @@ class MessageStore:
 
     # -- read -----------------------------------------------------------------------------------
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int = 32,
-                    subscription: str | None = None, *, decode: bool = True) -> GetMessageResult:
+                    subscription: str | None = None, *, decode: bool = True,
+                    message_filter=None) -> GetMessageResult:
+        """``message_filter``: a SQL92 filter (``broker.filters.ExpressionMessageFilter``)
+        used instead of the tag ``subscription``."""
         self._check_open()
         if not isinstance(queue_id, int) or queue_id < 0 or not isinstance(offset, int) or offset < 0:
             return GetMessageResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        ext = self.cq_ext.find(topic, queue_id) if self.cq_ext is not None else None
         return read_path.get_message(self.cfg, self.commitlog, self.cq_table.find(topic, queue_id),
-                                     offset, max_msgs, subscription, decode)
+                                     offset, max_msgs, subscription, decode, ext=ext,
+                                     message_filter=message_filter)
+
+    def set_filter_bitmap_source(self, source) -> None:
+        """Compute a SQL92 bitmap per message from now on (``enableCalcFilterBitMap``); the
+        source is ``(topics, props_of(i), store_timestamps) -> [bytes | None]``."""
+        if self.ext_dispatcher is not None:
+            self.ext_dispatcher.bitmap_source = source
 
     def look_message_by_offset(self, offset: int) -> MessageExt | None:
         return self.commitlog.look_message(offset)
