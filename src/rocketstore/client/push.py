@@ -18,6 +18,7 @@ from typing import Callable, Mapping
 
 from ..errors import BrokerError
 from ..format.message import MessageExt
+from ..remoting import fastjson
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.command import RemotingCommand
 from ._sync import LoopThread
@@ -70,6 +71,35 @@ class AsyncPushConsumer:
     def _on_notify(self, cmd: RemotingCommand) -> None:
         if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
             self._rebalance_now.set()
+        elif cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET and \
+                cmd.get_str("group") == self.group:
+            asyncio.get_running_loop().create_task(self._reset_offsets(cmd))
+
+    async def _reset_offsets(self, cmd: RemotingCommand) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET (an operator's ``resetOffsetByTime``): drop what is in
+        flight on each listed queue, continue from the offset the broker sends, commit it."""
+        try:
+            table = fastjson.loads(cmd.body or b"{}").get("offsetTable") or {}
+        except ValueError as exc:
+            log.warning("bad reset-offset body: %s", exc)
+            return
+        rows = table.items() if isinstance(table, dict) else \
+            [(r, r.get("offset")) for r in table if isinstance(r, dict)]  # the C++ list form
+        for key, offset in rows:
+            try:
+                mq = MessageQueue(str(key["topic"]), str(key["brokerName"]), int(key["queueId"]))
+                offset = int(offset)
+            except (KeyError, TypeError, ValueError):
+                continue
+            task = self._tasks.pop(mq, None)
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            self.offsets[mq] = offset
+            self._committed.pop(mq, None)
+            await self._commit_one(mq)
+            if task is not None and not self._stop.is_set():
+                self._tasks[mq] = asyncio.get_running_loop().create_task(self._pull_loop(mq))
 
     def _consumer_data(self) -> dict:
         return {"groupName": self.group, "consumeType": "CONSUME_PASSIVELY",

@@ -20,14 +20,17 @@ class OpsState:
     topics: Any  # TopicConfigManager
     offsets: Any  # ConsumerOffsetManager
     consumers: Any = None  # ConsumerManager of a live broker; None for a store directory
+    producers: Any = None  # ProducerManager of a live broker
+    subgroups: Any = None  # SubscriptionGroupManager
+    broker_config: Any = None  # BrokerConfig of a live broker
+    broker_stats: Any = None  # the broker's BrokerStats (message counts and rates)
     broker_name: str = "broker-a"
     cluster_name: str = "DefaultCluster"
     broker_addr: str = ""
     namesrv_addr: str = ""
     servers: Callable[[], list] = field(default=lambda: [])  # RemotingServer objects
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
-    stats: Any = None  # ops.stats.RequestStats when the handlers are instrumented
-    tps: Any = None  # ops.stats.TpsSampler
+    tps: Any = None  # ops.stats.TpsSampler over ``broker_stats``
     read_only: bool = False  # a store directory, not a broker
 
     @classmethod
@@ -35,6 +38,9 @@ class OpsState:
         cfg = broker.config
         return cls(store=lambda: broker.store, store_config=broker.store_config,
                    topics=broker.topics, offsets=broker.offsets, consumers=broker.consumers,
+                   producers=getattr(broker, "producers", None),
+                   subgroups=getattr(broker, "subgroups", None), broker_config=cfg,
+                   broker_stats=getattr(broker, "stats", None),
                    broker_name=cfg.broker_name, cluster_name=cfg.cluster_name,
                    broker_addr=f"{cfg.host}:{cfg.port}",
                    namesrv_addr=(f"{cfg.host}:{cfg.namesrv_port}"
