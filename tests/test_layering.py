@@ -13,6 +13,7 @@ FORBIDDEN = {
     "broker": {"spark", "commands", "cli", "client", "ops"},
     "spark": {"broker", "remoting", "commands", "cli", "ops"},  # network source: over client
     "ops": {"spark", "commands", "cli"},
+    "proxy": {"spark", "client", "remoting", "commands", "cli", "ops"},
 }
 NO_IO_IN = {"format": {"socket", "asyncio", "mmap", "pyspark"}, "remoting": {"socket", "asyncio"}}
 

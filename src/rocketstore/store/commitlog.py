@@ -21,6 +21,7 @@ from ..config import StoreConfig
 from ..errors import CorruptRecordError
 from ..format import batch as fbatch
 from ..format.batch import tags_code_of
+from ..format.record import SYSFLAG_POS, store_timestamp_pos
 from ..format.message import (BLANK, END_FILE_MIN_BLANK_LENGTH, TRANSACTION_MASK,
                               TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
                               EncodedMessage, MessageExt, decode_message, encode_blank,
@@ -199,8 +200,8 @@ class CommitLog:
         pos = offset - mf.file_from_offset
         if pos + size > mf.wrote_position or size < fbatch.MIN_RECORD_SIZE:
             return -1
-        sys_flag = int.from_bytes(mf.mm[pos + 36:pos + 40], "big", signed=True)
-        p = pos + 56 + (12 if sys_flag & 0x10 else 0)
+        sys_flag = int.from_bytes(mf.mm[pos + SYSFLAG_POS:pos + SYSFLAG_POS + 4], "big", signed=True)
+        p = pos + store_timestamp_pos(sys_flag)
         return int.from_bytes(mf.mm[p:p + 8], "big", signed=True)
 
     def iter_segments(self, start: int, end: int) -> Iterator[tuple[MappedFile, int, int]]:
