@@ -123,6 +123,9 @@ def test_cross_protocol_round_trip_keeps_the_message_id(tmp_path):
             g = by_body[f"remoting-{i}"]
             assert g["message_id"] == r.msg_id, (g, r)
             assert g["keys"] == [f"r{i}"] and g["tag"] == "Tag0"
+        # a topic that does not exist: no route (TOPIC_NOT_FOUND), so the client refuses to send
+        bad = run_client(py, tmp_path, "bad", srv.grpc, "NoSuchTopic")
+        assert "NoSuchTopic route" in bad["unknown_topic"], bad
     finally:
         assert srv.stop() == 0, srv.log()
 
