@@ -152,7 +152,7 @@ def handlers(broker: "Broker") -> dict[int, Any]:
             broker.offsets.commit(group, topic, qid, off)
         notify = RemotingCommand.request(
             RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
-            {"topic": topic, "group": group, "timestamp": timestamp, "isForce": force},
+            {"topic": topic, "group": group, "timestamp": timestamp, "isForce": False},
             reset_offset_body(topic, cfg.broker_name, new, for_cpp), oneway=True,
             language="JAVA")
         for c in conns:

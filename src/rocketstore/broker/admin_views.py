@@ -274,10 +274,15 @@ def disk_ratio(path: str) -> float:
             break
         p = parent
     try:
-        du = shutil.disk_usage(p or ".")
+        st = os.statvfs(p or ".")
     except OSError:
         return -1.0
-    return (du.total - du.free) / du.total if du.total else -1.0
+    total = st.f_blocks * st.f_frsize
+    if total <= 0:
+        return -1.0
+    used = total - st.f_bfree * st.f_frsize
+    entire = used + st.f_bavail * st.f_frsize  # UtilAll: used + usable, rounded up to 1 %
+    return -(-used * 100 // entire) / 100.0 if entire else -1.0
 
 
 def runtime_info(store: Any, store_config: Any, broker_config: Any, stats: Any,
@@ -311,9 +316,9 @@ def runtime_info(store: Any, store_config: Any, broker_config: Any, stats: Any,
     }
     root = store_config.store_path_root_dir
     cl_ratio = disk_ratio(store_config.commitlog_dir)
-    info["commitLogDiskRatio"] = f"{cl_ratio:.2f}"
-    info[f"commitLogDiskRatio_{os.path.abspath(store_config.commitlog_dir)}"] = f"{cl_ratio:.2f}"
-    info["consumeQueueDiskRatio"] = f"{disk_ratio(store_config.consume_queue_dir):.2f}"
+    info["commitLogDiskRatio"] = str(cl_ratio)
+    info[f"commitLogDiskRatio_{store_config.commitlog_dir}"] = str(cl_ratio)
+    info["consumeQueueDiskRatio"] = str(disk_ratio(store_config.consume_queue_dir))
     try:
         du = shutil.disk_usage(root)
         info["commitLogDirCapacity"] = (f"Total : {human_bytes(du.total)}, "

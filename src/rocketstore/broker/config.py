@@ -25,6 +25,14 @@ class BrokerConfig:
     schedule_poll_interval_ms: int = 100
     executor_threads: int = 8  # threads running blocking store calls
     shutdown_grace_s: float = 5.0  # how long in-flight requests may take at shutdown
+    # SQL92 filtering (RocketMQ's BrokerConfig names and defaults)
+    enable_property_filter: bool = False  # serve SQL92 subscriptions at all
+    enable_calc_filter_bit_map: bool = False  # a bloom bitmap per message in ConsumeQueue-ext
+    expect_consumer_num_use_filter: int = 32
+    max_error_rate_of_bloom_filter: int = 20  # percent
+    filter_data_clean_time_span_ms: int = 24 * 3600 * 1000
+    filter_support_retry: bool = False
+    store_reply_message_enable: bool = True  # request-reply: keep replies in <cluster>_REPLY_TOPIC
     transaction_timeout_ms: int = 6_000  # transactionTimeOut: a half message's age before a check
     transaction_check_interval_ms: int = 60_000  # transactionCheckInterval
     transaction_check_max: int = 15  # transactionCheckMax: checks before it is given up

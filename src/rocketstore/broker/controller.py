@@ -25,6 +25,7 @@ from ..remoting.codes import RequestCode
 from ..remoting.command import RemotingCommand
 from .config import BrokerConfig
 from .consumers import ConsumerManager
+from .filters import ConsumerFilterRegistry
 from .producers import ProducerManager
 from .stats import BrokerStats
 from .subgroups import SubscriptionGroupManager
@@ -48,6 +49,11 @@ class Broker:
         self.offsets = ConsumerOffsetManager(config_dir)
         self.delay_offsets = DelayOffsetStore(config_dir)
         self.consumers = ConsumerManager(self.config.channel_expired_timeout_ms)
+        self.filters = ConsumerFilterRegistry(
+            config_dir, max_error_rate=self.config.max_error_rate_of_bloom_filter,
+            expect_consumer_num=self.config.expect_consumer_num_use_filter,
+            clean_time_span_ms=self.config.filter_data_clean_time_span_ms)
+        self.filters.load()
         self.producers = ProducerManager(self.config.channel_expired_timeout_ms)
         self.subgroups = SubscriptionGroupManager(config_dir)
         self.stats = BrokerStats()
@@ -102,6 +108,12 @@ class Broker:
         self.producers.connection_closed(conn)
         for group in self.consumers.connection_closed(conn):
             self.notify_consumer_ids_changed(group)
+            self.consumer_group_changed(group)
+
+    def consumer_group_changed(self, group: str) -> None:
+        """A group lost clients: when none is left its SQL92 filters die (RocketMQ's UNREGISTER)."""
+        if self.consumers.group(group) is None:
+            self.filters.unregister(group)
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -111,6 +123,8 @@ class Broker:
         self.hold = PullHoldService(self.loop)
         self.store = await self.run(_open_store, MessageStore, self.store_config)
         self.store.add_arrival_listener(self.hold.arrival)
+        if self.config.enable_calc_filter_bit_map:
+            self.store.set_filter_bitmap_source(self.filters.bitmaps)
         if not getattr(self.store_config, "sync_flush", False):
             self.writer = PutWriter(self.loop)
         try:
@@ -127,8 +141,9 @@ class Broker:
         self.topics.persist()
         self._start_transactions()
         handlers: dict[int, Any] = {}
+        from . import reply, sql92
         for mod in (send, pull, admin, locks, admin_topics, admin_groups, admin_runtime,
-                    transaction):
+                    transaction, sql92, reply):
             handlers.update(mod.handlers(self))
         for wrap in self.handler_wrappers:
             handlers = wrap(handlers)
@@ -200,6 +215,8 @@ class Broker:
                 await self.run(self.subgroups.persist)
                 for group in self.consumers.scan_expired():
                     self.notify_consumer_ids_changed(group)
+                    self.consumer_group_changed(group)
+                await self.run(self.filters.persist)
                 self.producers.scan_expired()
             except Exception:
                 log.exception("housekeeping failed")
@@ -231,6 +248,7 @@ class Broker:
         await self.run(self.topics.persist)
         await self.run(self.delay_offsets.persist)
         await self.run(self.subgroups.persist)
+        await self.run(self.filters.persist)
         if self.store is not None:
             store, self.store = self.store, None
             await self.run(_close_store, store)

@@ -19,7 +19,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_MAX_RECONSUME_TIMES,
+from ..format.message import (PROPERTY_CLUSTER,
+                              PROPERTY_DELAY_TIME_LEVEL, PROPERTY_MAX_RECONSUME_TIMES,
                               PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RECONSUME_TIME,
                               PROPERTY_RETRY_TOPIC, PROPERTY_TRANSACTION_PREPARED,
                               PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -100,6 +101,7 @@ def handlers(broker: "Broker") -> dict[int, Any]:
             if batch:
                 return await _send_batch(broker, cmd, base, props)
             props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, create_uniq_key())
+            props[PROPERTY_CLUSTER] = broker.config.cluster_name  # as RocketMQ: request-reply needs it
             msg = Message(body=cmd.body, properties=props, **base)
             if is_transactional(msg):  # stored as a half message (transaction.py)
                 if broker.config.reject_transaction_message:

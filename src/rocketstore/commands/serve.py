@@ -47,6 +47,10 @@ def _store_config(store_dir: str, conf: str | None, options: tuple[str, ...],
     return StoreConfig(**overrides), "store_host" in overrides
 
 
+def _bool(v: str) -> bool:
+    return v.strip().lower() == "true"
+
+
 # broker.conf keys the broker itself reads (the store's keys go to StoreConfig)
 _CONF_KEYS = {"listenPort": ("port", int), "brokerName": ("broker_name", str),
               "brokerClusterName": ("cluster_name", str),
@@ -63,7 +67,14 @@ _CONF_KEYS = {"listenPort": ("port", int), "brokerName": ("broker_name", str),
               "grpcServerPort": ("grpc_port", int),
               "minInvisibleTimeMillsForRecv": ("grpc_min_invisible_time_ms", int),
               "namesrvAddr": ("namesrv_addr", str),
-              "registerNameServerPeriod": ("register_name_server_period_ms", int)}
+              "registerNameServerPeriod": ("register_name_server_period_ms", int),
+              "enablePropertyFilter": ("enable_property_filter", _bool),
+              "enableCalcFilterBitMap": ("enable_calc_filter_bit_map", _bool),
+              "expectConsumerNumUseFilter": ("expect_consumer_num_use_filter", int),
+              "maxErrorRateOfBloomFilter": ("max_error_rate_of_bloom_filter", int),
+              "filterDataCleanTimeSpan": ("filter_data_clean_time_span_ms", int),
+              "filterSupportRetry": ("filter_support_retry", _bool),
+              "storeReplyMessageEnable": ("store_reply_message_enable", _bool)}
 
 
 async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = None) -> None:

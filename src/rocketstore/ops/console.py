@@ -82,7 +82,7 @@ def parse_time(value: str | None, field: str) -> int | None:
 def _plain(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj):
         d = {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-        for name in ("messages", "lag", "files_bytes", "disk_used_ratio"):
+        for name in ("messages", "lag", "files_bytes", "disk_used_ratio", "topics"):
             if hasattr(type(obj), name) and isinstance(getattr(type(obj), name), property):
                 d[name] = getattr(obj, name)
         return d
@@ -131,10 +131,14 @@ class Console:
     def overview_data(self) -> dict:
         st, store = self.state, self._store()
         rt = views.store_runtime(store, st.store_config)
-        tvs = views.topic_views(store, st.topics, timestamps=False)
-        groups = views.group_names(st.offsets, st.consumers)
+        tvs = views.topic_views(store, st.topics, st.broker_name)
+        groups = views.group_names(st.offsets, st.consumers, st.subgroups)
         tps = st.tps.series() if st.tps is not None else None
         last = {k: (v[-1] if v else 0.0) for k, v in tps.items()} if tps else {}
+        info = None
+        if st.broker_config is not None:
+            from ..broker.admin_views import runtime_info
+            info = runtime_info(store, st.store_config, st.broker_config, st.broker_stats)
         return {"cluster": st.cluster_name, "broker": st.broker_name, "broker_id": 0,
                 "addr": st.broker_addr, "namesrv": st.namesrv_addr,
                 "store": st.store_config.store_path_root_dir, "read_only": st.read_only,
@@ -144,7 +148,8 @@ class Console:
                 "messages": sum(t.messages for t in tvs if not t.system), "groups": len(groups),
                 "connections": st.connections(),
                 "totals": st.tps.totals() if st.tps is not None else None,
-                "put_tps": last.get("put_tps", 0.0), "get_tps": last.get("get_tps", 0.0)}
+                "put_tps": last.get("put_tps", 0.0), "get_tps": last.get("get_tps", 0.0),
+                "runtime_info": info}
 
     def search(self, params: Any) -> tuple[str, dict, list[views.MessageView]]:
         """Run the search the query string asks for: (mode, form values, results)."""
@@ -189,7 +194,7 @@ class Console:
 
     def topics(self, request: Request) -> Response:
         show_system = request.query_params.get("system") == "1"
-        tvs = views.topic_views(self._store(), self.state.topics)
+        tvs = views.topic_views(self._store(), self.state.topics, self.state.broker_name)
         shown = [t for t in tvs if show_system or not t.system]
         return self._page(request, "topics.html", topics=shown, show_system=show_system,
                           hidden=len(tvs) - len(shown))
@@ -200,23 +205,27 @@ class Console:
         if name not in views.topic_names(store, self.state.topics):
             return self._page(request, "error.html", 404, active="topics",
                               message=f"topic {name!r} does not exist")
-        tv = views.topic_view(store, self.state.topics, name)
-        gvs = [g for g in views.group_views(store, self.state.topics, self.state.offsets,
-                                            self.state.consumers) if name in g.topics]
+        tv = views.topic_view(store, self.state.topics, name, self.state.broker_name)
+        gvs = [g for g in self._group_views(store) if name in g.topics]
         return self._page(request, "topic.html", active="topics", t=tv, groups=gvs)
 
-    def groups(self, request: Request) -> Response:
+    def _group_views(self, store: Any) -> list[views.GroupView]:
         st = self.state
-        gvs = views.group_views(self._store(), st.topics, st.offsets, st.consumers)
+        return views.group_views(store, st.topics, st.offsets, st.consumers, st.subgroups,
+                                 broker_name=st.broker_name, stats=st.broker_stats)
+
+    def groups(self, request: Request) -> Response:
+        gvs = self._group_views(self._store())
         return self._page(request, "groups.html", groups=gvs)
 
     def group(self, request: Request) -> Response:
         name = request.path_params["group"]
         st = self.state
-        if name not in views.group_names(st.offsets, st.consumers):
+        if name not in views.group_names(st.offsets, st.consumers, st.subgroups):
             return self._page(request, "error.html", 404, active="groups",
                               message=f"consumer group {name!r} is not known to this broker")
-        g = views.group_view(self._store(), st.topics, st.offsets, st.consumers, name)
+        g = views.group_view(self._store(), st.topics, st.offsets, st.consumers, name,
+                             broker_name=st.broker_name, stats=st.broker_stats)
         return self._page(request, "group.html", active="groups", g=g)
 
     def messages(self, request: Request) -> Response:
@@ -245,12 +254,11 @@ class Console:
         return JSONResponse(_plain(self.overview_data()))
 
     def api_topics(self, request: Request) -> Response:
-        return JSONResponse(_plain(views.topic_views(self._store(), self.state.topics)))
+        return JSONResponse(_plain(views.topic_views(self._store(), self.state.topics,
+                                                     self.state.broker_name)))
 
     def api_groups(self, request: Request) -> Response:
-        st = self.state
-        return JSONResponse(_plain(views.group_views(self._store(), st.topics, st.offsets,
-                                                     st.consumers)))
+        return JSONResponse(_plain(self._group_views(self._store())))
 
     def api_messages(self, request: Request) -> Response:
         try:

@@ -78,17 +78,17 @@ class Consumption:
             raise ValidationError(pb.BAD_REQUEST, f"batch size {batch} not in [1, {MAX_BATCH}]")
         return group, topic, (None if expr == "*" else expr), invisible, batch
 
-    def _queues(self, group: str, topic: str, queue_id: int) -> list[tuple[str, int]]:
+    def _queues(self, group: str, topic: str) -> list[tuple[str, int]]:
+        """The group's retry queue, then every queue of the topic from a rotating start. As in
+        the 5.x proxy, the queue named in a receive only picks the broker: a pop reads all of
+        the broker's queues ("broker acting queue", id -1)."""
         tc = self.p.topics.get(topic)
         qs: list[tuple[str, int]] = []
         if self.p.topics.get(RETRY_PREFIX + group) is not None:
             qs.append((RETRY_PREFIX + group, 0))
-        if queue_id >= 0:
-            qs.append((topic, queue_id))
-        else:
-            n = tc.read_queue_nums
-            self._rr = (self._rr + 1) % max(n, 1)
-            qs.extend((topic, (self._rr + i) % n) for i in range(n))
+        n = tc.read_queue_nums
+        self._rr = (self._rr + 1) % max(n, 1)
+        qs.extend((topic, (self._rr + i) % n) for i in range(n))
         return qs
 
     def _pop_once(self, group: str, queues: list[tuple[str, int]], expr: str | None,
@@ -134,7 +134,7 @@ class Consumption:
         if remaining is not None:  # answer before the client gives up
             polling = min(polling, max(0, int(remaining * 1000) - 500))
         deadline = time.monotonic() + min(polling, MAX_POLLING_MS) / 1000.0
-        queues = self._queues(group, topic, req.message_queue.id)
+        queues = self._queues(group, topic)
         while True:
             found, positions = await self.p.run(self._pop_once, group, queues, expr, invisible,
                                                 batch)

@@ -409,6 +409,15 @@ class MessageStore:
             out.setdefault(topic, []).append(qid)
         return out
 
+    def check_in_disk_by_consume_offset(self, topic: str, queue_id: int, offset: int) -> bool:
+        """Whether the message at ``offset`` of a queue has probably left the page cache
+        (RocketMQ's ``checkInDiskByConsumeOffset``); False when there is no such message."""
+        cq = self.cq_table.find(topic, queue_id)
+        u = cq.unit(offset) if cq is not None and offset >= 0 else None
+        if u is None:
+            return False
+        return read_path.in_disk(self.cfg, u[0], self.commitlog.max_offset())
+
     def read_consume_queue(self, topic: str, queue_id: int, index: int,
                            count: int) -> list[tuple[int, int, int]] | None:
         """Up to ``count`` ConsumeQueue units ``(physical_offset, size, tags_code)`` from queue

@@ -63,6 +63,12 @@ def _total_memory() -> int:
 _TOTAL_MEMORY = _total_memory()
 
 
+def in_disk(cfg: StoreConfig, physical_offset: int, max_phy: int) -> bool:
+    """RocketMQ's ``checkInDiskByCommitOffset``: is the record further behind the CommitLog's
+    end than the share of RAM (``access_message_in_memory_max_ratio``) the page cache keeps?"""
+    return (max_phy - physical_offset) > _TOTAL_MEMORY * cfg.access_message_in_memory_max_ratio // 100
+
+
 def get_message(cfg: StoreConfig, commitlog: CommitLog, cq: ConsumeQueue | None, offset: int,
                 max_msgs: int, subscription: str | None, decode: bool = True, *,
                 ext=None, message_filter=None) -> GetMessageResult:
