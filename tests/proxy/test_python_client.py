@@ -198,3 +198,21 @@ def test_pop_state_survives_a_restart(tmp_path):
         assert srv.stop() == 0, srv.log()
     with MessageStore(_small(store)) as s:  # the revive log is an ordinary topic
         assert s.get_max_offset_in_queue("rmq_sys_REVIVE_LOG_DefaultCluster", 0) > 0
+
+
+def test_transactions_commit_rollback_and_the_servers_check(tmp_path):
+    py = client_python()
+    conf = write_conf(tmp_path / "broker.conf", transactionTimeOut=1000,
+                      transactionCheckInterval=500)
+    srv = start_grpc_server(str(tmp_path / "store"), {"TxTopic": 2}, "--config", conf)
+    try:
+        out = run_client(py, tmp_path, "txn", srv.grpc, "TxTopic", "20")
+        ids = out["ids"]
+        assert out["asked"] == [ids["orphan"]]  # only the undecided one was checked
+        got = run_client(py, tmp_path, "receive", srv.grpc, "TxTopic", "G_tx", "2", "30",
+                         "ack", "5")
+        # committed by the producer and committed through the check; never the rolled back one
+        assert sorted(g["message_id"] for g in got) == sorted([ids["commit"], ids["orphan"]])
+        assert sorted(g["body"] for g in got) == ["tx-commit", "tx-orphan"]
+    finally:
+        assert srv.stop() == 0, srv.log()

@@ -32,6 +32,8 @@ class BrokerPieces:
     put_message: Callable[[Any], Any]  # blocking put of one store Message (sets store host)
     hold: Any  # PullHoldService: wait(topic, queue_id, offset, timeout_s)
     delay_levels_ms: Sequence[int] = field(default_factory=tuple)
+    transactions: Any = None  # broker.transaction.TransactionalMessageService, if running
+    producers: Any = None  # ProducerManager: where the transaction check finds a producer
 
 
 def check_topic(name: str) -> None:
