@@ -124,6 +124,7 @@ class MessagingService(services.MessagingServiceServicer):
             group = request.group.name if request.HasField("group") else ""
             if group and request.client_type != pb.PRODUCER:
                 check_group(group)
+                self.p.group_config(group)
             cid = self._touch(context, group or None)
         except ValidationError as exc:
             return pb.HeartbeatResponse(status=status(exc.code, str(exc)))
@@ -137,6 +138,7 @@ class MessagingService(services.MessagingServiceServicer):
             self._touch(context)
             check_group(request.group.name)
             tc = self._topic(request.topic.name)
+            self.p.group_config(request.group.name)
         except ValidationError as exc:
             return pb.QueryAssignmentResponse(status=status(exc.code, str(exc)))
         broker = self._broker(self._endpoints(request.endpoints))
@@ -252,7 +254,7 @@ class MessagingService(services.MessagingServiceServicer):
             sub.long_polling_timeout.CopyFrom(to_duration(LONG_POLLING_MS))
             sub.fifo = False
             bp = out.backoff_policy
-            bp.max_attempts = self.p.config.max_reconsume_times + 1
+            bp.max_attempts = self.p.max_reconsume_times(sub.group.name) + 1
             levels = list(self.p.delay_levels_ms[2:]) or [10_000]
             del bp.customized_backoff.next[:]
             bp.customized_backoff.next.extend(to_duration(ms) for ms in levels)
