@@ -7,6 +7,7 @@
 Blocking classes run on a shared background event loop; ``Async*`` classes are the same code
 for asyncio programs.
 """
+from .admin import AdminClient, AsyncAdminClient
 from .consumer import AsyncPullConsumer, PullConsumer, PullResult, decode_messages
 from .instance import ClientInstance, MessageQueue
 from .producer import AsyncProducer, Producer, SendResult
@@ -15,6 +16,7 @@ from .transaction import (AsyncTransactionProducer, LocalTransactionState, Trans
                           TransactionSendResult)
 
 __all__ = ["AsyncProducer", "Producer", "SendResult", "AsyncPullConsumer", "PullConsumer",
-           "PullResult", "AsyncPushConsumer", "PushConsumer", "ClientInstance", "MessageQueue",
+           "AdminClient", "AsyncAdminClient", "PullResult", "AsyncPushConsumer", "PushConsumer",
+           "ClientInstance", "MessageQueue",
            "allocate_average", "decode_messages", "AsyncTransactionProducer",
            "LocalTransactionState", "TransactionProducer", "TransactionSendResult"]
