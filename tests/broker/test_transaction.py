@@ -229,3 +229,74 @@ def test_broker_sigkill_between_half_and_commit(tmp_path):
         assert sorted(m.uniq_key for m in delivered(srv.namesrv, "TxnCrash")) == want
     finally:
         assert srv.stop() == 0, srv.log()
+
+
+def test_java_transaction_mq_producer(txn_server, tmp_path):
+    """RocketMQ 4.9.7's own TransactionMQProducer: commit, rollback, unknown → check → commit."""
+    home = os.environ.get("ROCKETMQ_HOME")
+    if not home or not os.path.exists(os.path.join(home, "javac-rmq")):
+        pytest.skip("RocketMQ 4.9.7 Java build not found: set ROCKETMQ_HOME to the output of "
+                    "shared/tools/rocketmq-java/build.sh to run the Java client test")
+    classes = tmp_path / "classes"
+    classes.mkdir()
+    src = Path(__file__).with_name("java") / "TxnProducer.java"
+    subprocess.run(["timeout", "180", os.path.join(home, "javac-rmq"), "-d", str(classes),
+                    str(src)], check=True, capture_output=True)
+    env = dict(os.environ, CP_EXTRA=str(classes), TOOLS_HEAP="256m", HOME=str(tmp_path))
+    r = subprocess.run(["timeout", "240", os.path.join(home, "java-run"), "TxnProducer",
+                        txn_server.namesrv, "PG_java", "TxnJava", "3"],
+                       capture_output=True, text=True, env=env)
+    lines = r.stdout.splitlines()
+    assert r.returncode == 0 and "DONE" in lines, r.stdout[-3000:] + r.stderr[-3000:]
+    sent = {ln.split()[1]: ln.split() for ln in lines if ln.startswith("SENT ")}
+    assert len(sent) == 9 and all(v[2] == "SEND_OK" for v in sent.values())
+    checks = [ln.split() for ln in lines if ln.startswith("CHECK ")]
+    assert {c[1] for c in checks} == {"unknown-0", "unknown-1", "unknown-2"}
+    assert all(c[2] == "TxnJava" for c in checks)  # the check names the real topic
+    want = sorted(f"{k}-{i}".encode() for k in ("commit", "unknown") for i in range(3))
+    wait_for(lambda: len(delivered(txn_server.namesrv, "TxnJava")) >= len(want),
+             what="the Java producer's committed messages")
+    time.sleep(1.5)
+    got = delivered(txn_server.namesrv, "TxnJava")
+    assert bodies(got) == want
+    for m in got:
+        assert m.uniq_key == sent[m.body.decode()][3]  # the id the Java producer was given
+        kind = m.body.decode().split("-")[0]
+        assert m.tags == f"Tag{kind}" and m.keys == [f"key-{m.body.decode()}"]
+
+
+def test_our_transaction_producer_against_java_broker(tmp_path):
+    """Our client against RocketMQ 4.9.7's own broker: the broker side is the reference."""
+    from tests.cluster.java_rocketmq import (rocketmq_home, start_java_broker,
+                                             start_java_namesrv)
+
+    home = rocketmq_home()
+    ns = start_java_namesrv(home, str(tmp_path / "ns"))
+    broker = None
+    try:
+        broker = start_java_broker(home, str(tmp_path / "broker"), ns.addr, "broker-j",
+                                   extra={"transactionTimeOut": 1000,
+                                          "transactionCheckInterval": 1000})
+        asked = []
+        with TransactionProducer("PG_jb", ns.addr,
+                                 check_listener=lambda m: asked.append(m.body) or COMMIT) as p:
+            res = wait_for(lambda: _try_send(p), timeout=60, what="the topic's route")
+            p.send_message_in_transaction("TxnJB", b"rollback", lambda m, a: ROLLBACK)
+            p.send_message_in_transaction("TxnJB", b"unknown", lambda m, a: UNKNOW)
+            assert res.status == "SEND_OK"
+            got = wait_for(lambda: (lambda d: d if len(d) >= 2 else None)(
+                delivered(ns.addr, "TxnJB")), timeout=60,
+                what="the checked message on the Java broker")
+        assert bodies(got) == [b"commit", b"unknown"]
+        assert b"unknown" in asked and b"rollback" not in asked
+    finally:
+        if broker is not None:
+            broker.stop()
+        ns.stop()
+
+
+def _try_send(p):
+    try:
+        return p.send_message_in_transaction("TxnJB", b"commit", lambda m, a: COMMIT)
+    except Exception:  # the Java broker registers its topics at the name server every 30 s
+        return None

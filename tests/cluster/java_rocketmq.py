@@ -92,7 +92,7 @@ def start_java_namesrv(home: str, workdir: str) -> JavaProc:
 
 
 def start_java_broker(home: str, workdir: str, namesrv: str, name: str,
-                      cluster: str = "DefaultCluster") -> JavaProc:
+                      cluster: str = "DefaultCluster", extra: dict | None = None) -> JavaProc:
     os.makedirs(workdir, exist_ok=True)
     port = _free_port_block(2)
     store = os.path.join(workdir, "store")
@@ -104,7 +104,8 @@ def start_java_broker(home: str, workdir: str, namesrv: str, name: str,
             f"storePathRootDir={store}", f"storePathCommitLog={store}/commitlog",
             "autoCreateTopicEnable=true", "mapedFileSizeCommitLog=4194304",
             "mapedFileSizeConsumeQueue=60000", "flushDiskType=ASYNC_FLUSH",
-            "deleteWhen=04", "fileReservedTime=48", ""]))
+            "deleteWhen=04", "fileReservedTime=48",
+            *(f"{k}={v}" for k, v in (extra or {}).items()), ""]))
     log = os.path.join(workdir, "broker.log")
     proc = _spawn(home, "broker", conf, log, {"BROKER_HEAP": "256m",
                                                 "JAVA_OPT_EXT": f"-Duser.home={workdir}"})

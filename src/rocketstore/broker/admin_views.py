@@ -336,6 +336,7 @@ def runtime_info(store: Any, store_config: Any, broker_config: Any, stats: Any,
         n = stats.put_msgs.total
         info["putMessageAverageSize"] = str(stats.put_bytes.total / n if n else 0.0)
     health = getattr(store, "dispatch_error", None)
+    info["dispatchHealthy"] = "false" if health else "true"
     if health:
         info["dispatchError"] = str(health)
     return {k: str(v) for k, v in info.items()}

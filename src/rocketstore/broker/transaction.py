@@ -201,6 +201,7 @@ class _OpScan:
         self.store, self.queue_id, self.half_offset = store, queue_id, half_offset
         self.base = self.next = op_offset
         self.removed: dict[int, list[int]] = {}
+        self.seen: set[int] = set()  # every half offset an op record read so far names
         self.done: list[int] = []
         self.exhausted = False
         self.fill()
@@ -219,6 +220,8 @@ class _OpScan:
                 half_off = int(m.body.decode("ascii")) if m.tags == REMOVE_TAG else -1
             except (UnicodeDecodeError, ValueError):
                 half_off = -1
+            if half_off >= 0:
+                self.seen.add(half_off)
             if half_off < self.half_offset:  # settled already, or not an op record
                 self.done.append(m.queue_offset)
             else:
@@ -234,9 +237,9 @@ class _OpScan:
 
     def find(self, half_off: int) -> bool:
         """Read the rest of the op queue until ``half_off`` turns up."""
-        while half_off not in self.removed and not self.exhausted:
+        while half_off not in self.seen and not self.exhausted:
             self.fill()
-        return self.pop(half_off)
+        return self.pop(half_off) or half_off in self.seen
 
     def settled_offset(self) -> int:
         off = self.base
@@ -400,8 +403,9 @@ class TransactionalMessageService:
         half_off, op_off = self._settled(HALF_TOPIC, qid), self._settled(OP_TOPIC, qid)
         ops = _OpScan(self.store, qid, op_off, half_off)
         out: list[CheckRequest] = []
+        end = self.store.get_max_offset_in_queue(HALF_TOPIC, qid)  # copies made now wait
         i, nulls = half_off, 0
-        while clock() - start <= MAX_PROCESS_TIME_MS:
+        while i < end and clock() - start <= MAX_PROCESS_TIME_MS:
             if ops.pop(i):
                 i += 1
                 continue
@@ -449,7 +453,7 @@ class TransactionalMessageService:
                     props[PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET] = str(m.queue_offset)
                     return 1 if self._put_ok(renewed_half(m, props)) else None
                 if prep != -1:
-                    if ops.find(prep):
+                    if ops.find(prep) or self._settle_if_decided(m):
                         return 1
                     return 1 if self._put_ok(renewed_half(m, props)) else None
         elif 0 <= age < immunity:
@@ -459,9 +463,7 @@ class TransactionalMessageService:
         if not (age > immunity or age <= -1):
             return None
         with self._lock_for(m):
-            d = self.decision(m)
-            if d is not None:  # decided through another copy of it
-                self._write_op_once(m, d)
+            if self._settle_if_decided(m):  # decided through another copy of it
                 return 1
             r = self.put(renewed_half(m, props))
         if r.status.name not in _STORED:
@@ -473,6 +475,13 @@ class TransactionalMessageService:
         if group:
             out.append(CheckRequest(group, check_request(copy)))
         return 1
+
+    def _settle_if_decided(self, m: MessageExt) -> bool:
+        d = self.decision(m)
+        if d is None:
+            return False
+        self._write_op_once(m, d)
+        return True
 
     def _put_ok(self, msg: Message) -> bool:
         return self.put(msg).status.name in _STORED

@@ -53,6 +53,30 @@ def decode_messages(body: bytes) -> list[MessageExt]:
     return out
 
 
+@dataclass(frozen=True)
+class MessageSelector:
+    """A subscription expression and its type (RocketMQ's ``MessageSelector``): tags
+    (``"TagA || TagB"``) or a SQL92 selector over message properties."""
+
+    expression: str
+    type: str = "TAG"
+
+    @classmethod
+    def by_tag(cls, expression: str) -> "MessageSelector":
+        return cls(expression, "TAG")
+
+    @classmethod
+    def by_sql(cls, expression: str) -> "MessageSelector":
+        return cls(expression, "SQL92")
+
+
+def selector_of(sub: "str | MessageSelector") -> tuple[str, str]:
+    """(expression, type) of a subscription value: a plain string is a tag expression."""
+    if isinstance(sub, MessageSelector):
+        return sub.expression, sub.type
+    return sub, "TAG"
+
+
 class AsyncPullConsumer:
     def __init__(self, group: str, namesrv: str, *, timeout_s: float = 5.0,
                  instance: ClientInstance | None = None) -> None:
@@ -84,11 +108,16 @@ class AsyncPullConsumer:
     async def pull(self, topic: str, queue_id: int, offset: int, max_nums: int = 32, *,
                    subscription: str = "*", suspend_ms: int = 0,
                    commit_offset: int | None = None, broker_name: str | None = None,
-                   raw: bool = False) -> PullResult:
+                   raw: bool = False, expression_type: str = "TAG",
+                   post_subscription: bool = True) -> PullResult:
         """One PULL_MESSAGE. ``raw=True`` leaves the found records undecoded in
-        ``PullResult.body`` (CommitLog record bytes, for batch decoders)."""
+        ``PullResult.body`` (CommitLog record bytes, for batch decoders).
+        ``expression_type="SQL92"`` makes ``subscription`` a SQL92 selector over the message
+        properties (``a > 5 AND b IN ('x', 'y')``; the broker needs ``enablePropertyFilter``).
+        ``post_subscription=False`` lets the broker use the subscription this group registered
+        by heartbeat (and, for SQL92, its bitmap prefilter) instead of the one sent here."""
         _, addr = await self._mq(topic, queue_id, broker_name)
-        sys_flag = PULL_FLAG_SUBSCRIPTION
+        sys_flag = PULL_FLAG_SUBSCRIPTION if post_subscription else 0
         if suspend_ms > 0:
             sys_flag |= PULL_FLAG_SUSPEND
         if commit_offset is not None:
@@ -97,7 +126,7 @@ class AsyncPullConsumer:
                   "queueOffset": offset, "maxMsgNums": max_nums, "sysFlag": sys_flag,
                   "commitOffset": commit_offset if commit_offset is not None else 0,
                   "suspendTimeoutMillis": suspend_ms, "subscription": subscription,
-                  "subVersion": 0, "expressionType": "TAG"}
+                  "subVersion": 0, "expressionType": expression_type}
         resp = await self.instance.invoke(addr, RequestCode.PULL_MESSAGE, header,
                                           timeout=self.instance.timeout_s + suspend_ms / 1000.0,
                                           ok=tuple(_PULL_STATUS))

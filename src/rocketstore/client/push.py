@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Mapping
 
@@ -21,7 +22,7 @@ from ..remoting import fastjson
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.command import RemotingCommand
 from ._sync import LoopThread
-from .consumer import RETRY_PREFIX, AsyncPullConsumer, original_view
+from .consumer import RETRY_PREFIX, AsyncPullConsumer, original_view, selector_of
 from .instance import MessageQueue, sleep_or
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ class AsyncPushConsumer:
         self._stop = asyncio.Event()
         self._rebalance_now = asyncio.Event()
         self.pc.instance.on_notify.append(self._on_notify)
+        self._sub_version = int(time.time() * 1000)  # RocketMQ's subVersion: when subscribed
 
     @property
     def client_id(self) -> str:
@@ -104,9 +106,10 @@ class AsyncPushConsumer:
                 "messageModel": "CLUSTERING",
                 "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET" if self.consume_from == "last"
                 else "CONSUME_FROM_FIRST_OFFSET", "unitMode": False,
-                "subscriptionDataSet": [{"topic": t, "subString": e, "tagsSet": [],
-                                         "codeSet": [], "subVersion": 0, "classFilterMode": False,
-                                         "expressionType": "TAG"}
+                "subscriptionDataSet": [{"topic": t, "subString": selector_of(e)[0], "tagsSet": [],
+                                         "codeSet": [], "subVersion": self._sub_version,
+                                         "classFilterMode": False,
+                                         "expressionType": selector_of(e)[1]}
                                         for t, e in self.subscription.items()]}
 
     async def _heartbeat(self) -> None:
@@ -212,14 +215,16 @@ class AsyncPushConsumer:
         return await self.pc.max_offset(mq.topic, mq.queue_id)
 
     async def _pull_loop(self, mq: MessageQueue) -> None:
-        expr = self.subscription.get(mq.topic, "*")
+        expr, expr_type = selector_of(self.subscription.get(mq.topic, "*"))
         while not self._stop.is_set():
             try:
                 if mq not in self.offsets:
                     self.offsets[mq] = await self._start_offset(mq)
                 offset = self.offsets[mq]
                 r = await self.pc.pull(mq.topic, mq.queue_id, offset, self.pull_batch_size,
-                                       subscription=expr, suspend_ms=self.long_poll_ms,
+                                       subscription=expr, expression_type=expr_type,
+                                       post_subscription=expr_type == "TAG",
+                                       suspend_ms=self.long_poll_ms,
                                        commit_offset=self._committed.get(mq))
                 for m in r.messages:
                     if self._stop.is_set():

@@ -12,7 +12,8 @@ answers with a status first, then each message with its receipt handle.
 ``ReviveService`` wakes at the next invisible-time deadline (at least every
 ``revive_interval_s``) and revives what is due: a copy on ``%RETRY%<group>`` with
 ``reconsume_times + 1``, the same UNIQ_KEY and ``RETRY_TOPIC`` = the original topic, or — once the
-message has been delivered ``max_reconsume_times + 1`` times — a copy on ``%DLQ%<group>``.
+message has been delivered ``retryMaxTimes + 1`` times (the group's subscription config;
+the broker's ``maxReconsumeTimes`` without one) — a copy on ``%DLQ%<group>``.
 """
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ class Consumption:
         check_topic(topic)
         if self.p.topics.get(topic) is None:
             raise ValidationError(pb.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist")
+        self.p.group_config(group)
         f = req.filter_expression
         if f.type == pb.SQL:
             raise ValidationError(pb.ILLEGAL_FILTER_EXPRESSION,
@@ -78,17 +80,17 @@ class Consumption:
             raise ValidationError(pb.BAD_REQUEST, f"batch size {batch} not in [1, {MAX_BATCH}]")
         return group, topic, (None if expr == "*" else expr), invisible, batch
 
-    def _queues(self, group: str, topic: str, queue_id: int) -> list[tuple[str, int]]:
+    def _queues(self, group: str, topic: str) -> list[tuple[str, int]]:
+        """The group's retry queue, then every queue of the topic from a rotating start. As in
+        the 5.x proxy, the queue named in a receive only picks the broker: a pop reads all of
+        the broker's queues ("broker acting queue", id -1)."""
         tc = self.p.topics.get(topic)
         qs: list[tuple[str, int]] = []
         if self.p.topics.get(RETRY_PREFIX + group) is not None:
             qs.append((RETRY_PREFIX + group, 0))
-        if queue_id >= 0:
-            qs.append((topic, queue_id))
-        else:
-            n = tc.read_queue_nums
-            self._rr = (self._rr + 1) % max(n, 1)
-            qs.extend((topic, (self._rr + i) % n) for i in range(n))
+        n = tc.read_queue_nums
+        self._rr = (self._rr + 1) % max(n, 1)
+        qs.extend((topic, (self._rr + i) % n) for i in range(n))
         return qs
 
     def _pop_once(self, group: str, queues: list[tuple[str, int]], expr: str | None,
@@ -134,7 +136,7 @@ class Consumption:
         if remaining is not None:  # answer before the client gives up
             polling = min(polling, max(0, int(remaining * 1000) - 500))
         deadline = time.monotonic() + min(polling, MAX_POLLING_MS) / 1000.0
-        queues = self._queues(group, topic, req.message_queue.id)
+        queues = self._queues(group, topic)
         while True:
             found, positions = await self.p.run(self._pop_once, group, queues, expr, invisible,
                                                 batch)
@@ -266,9 +268,9 @@ class Consumption:
     def revive_due(self) -> int:
         """Revive every pending message whose invisible time passed (blocking); returns how
         many."""
-        max_times = self.p.config.max_reconsume_times
         n = 0
         for ck, offset, clog in self.pop.due():
+            max_times = self.p.max_reconsume_times(ck.group)
             old = self.p.store.look_message_by_offset(clog)
             if old is not None:
                 dlq = old.reconsume_times >= max_times  # delivered max_times + 1 times
