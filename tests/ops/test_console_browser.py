@@ -40,7 +40,8 @@ class Console:
 
 
 class Traffic(threading.Thread):
-    """A steady trickle of sends to ``Clicks`` so the TPS chart has something to draw."""
+    """Steady sends to ``Clicks`` (in bursts) and pulls of them, so the TPS chart has
+    something to draw."""
 
     def __init__(self, namesrv: str) -> None:
         super().__init__(daemon=True)
@@ -49,10 +50,16 @@ class Traffic(threading.Thread):
         self.sent = 0
 
     def run(self) -> None:
-        with Producer("clicks-producer", self.namesrv) as p:
-            while not self.stop_event.wait(0.05):
-                p.send("Clicks", b'{"page": "/checkout"}', tags="web")
+        with Producer("clicks-producer", self.namesrv) as p, \
+                PullConsumer("clicks-reader", self.namesrv) as c:
+            next_offset: dict[int, int] = {}
+            while not self.stop_event.wait(0.03 if int(time.time()) % 6 < 3 else 0.08):
+                r = p.send("Clicks", b'{"page": "/checkout"}', tags="web")
                 self.sent += 1
+                q = r.message_queue.queue_id
+                if self.sent % 3 == 0:
+                    got = c.pull("Clicks", q, next_offset.get(q, 0), 32)
+                    next_offset[q] = got.next_begin_offset
 
     def stop(self) -> None:
         self.stop_event.set()
