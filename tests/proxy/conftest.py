@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from rocketstore.broker.state import TopicConfigManager
+from rocketstore.broker.subgroups import SubscriptionGroupConfig, SubscriptionGroupManager
 
 from ..broker.conftest import Server, start_server
 
@@ -47,6 +48,13 @@ def make_topics(store: str, topics: dict[str, int]) -> None:
     tm = TopicConfigManager(os.path.join(store, "config"))
     for name, queues in topics.items():
         tm.create(name, queues)
+
+
+def make_groups(store: str, **groups: dict) -> None:
+    """Subscription group configs, as mqadmin updateSubGroup leaves them."""
+    sg = SubscriptionGroupManager(os.path.join(store, "config"))
+    for name, kw in groups.items():
+        sg.update(SubscriptionGroupConfig(name, **kw))
 
 
 def start_grpc_server(store: str, topics: dict[str, int], *extra: str) -> Server:

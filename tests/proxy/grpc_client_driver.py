@@ -6,6 +6,7 @@ line of output. Commands::
     produce  EP TOPIC N KIND [GROUPS]   KIND = normal | fifo | delay:<seconds>
     receive  EP TOPIC GROUP WANT INVISIBLE_S ACK [ROUNDS] [TAG] [BATCH]   ACK = ack | noack
     bad      EP TOPIC                                         send errors as the client sees them
+    txn      EP TOPIC WAIT_S     commit one, roll back one, leave one to the server's check
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import sys
 import time
 
 from rocketmq import (ClientConfiguration, Credentials, FilterExpression, Message, Producer,
-                      SimpleConsumer)
+                      SimpleConsumer, TransactionChecker, TransactionResolution)
 
 
 def _cfg(ep: str) -> ClientConfiguration:
@@ -90,9 +91,44 @@ def bad(ep: str, topic: str) -> dict:
     return res
 
 
+class _Checker(TransactionChecker):
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def check(self, message):
+        self.asked.append(message.message_id)
+        return TransactionResolution.COMMIT
+
+
+def txn(ep: str, topic: str, wait_s: str) -> dict:
+    checker = _Checker()
+    p = Producer(_cfg(ep), (topic,), checker=checker)
+    p.startup()
+    ids = {}
+    try:
+        for name in ("commit", "rollback", "orphan"):
+            m = Message()
+            m.topic = topic
+            m.body = f"tx-{name}".encode()
+            m.tag = "Tx"
+            tx = p.begin_transaction()
+            ids[name] = p.send(m, transaction=tx).message_id
+            if name == "commit":
+                tx.commit()
+            elif name == "rollback":
+                tx.rollback()
+        deadline = time.monotonic() + float(wait_s)
+        while not checker.asked and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)  # the checker's EndTransaction goes out asynchronously
+    finally:
+        p.shutdown()
+    return {"ids": ids, "asked": checker.asked}
+
+
 def main() -> None:
     cmd, *args = sys.argv[1:]
-    result = {"produce": produce, "receive": receive, "bad": bad}[cmd](*args)
+    result = {"produce": produce, "receive": receive, "bad": bad, "txn": txn}[cmd](*args)
     print(json.dumps(result))
 
 

@@ -11,7 +11,7 @@ import pytest
 from rocketstore import MessageStore, StoreConfig
 from rocketstore.proxy.protocol import pb, services
 
-from .conftest import start_grpc_server
+from .conftest import make_groups, start_grpc_server
 
 MD = [("x-mq-client-id", "bad-input-test")]
 MAX_SIZE = 4096
@@ -20,6 +20,7 @@ MAX_SIZE = 4096
 @pytest.fixture(scope="module")
 def stub(tmp_path_factory):
     store = str(tmp_path_factory.mktemp("grpc-bad") / "store")
+    make_groups(store, G_disabled={"consume_enable": False})
     srv = start_grpc_server(store, {"Good": 2}, "-o", f"max_message_size={MAX_SIZE}")
     channel = grpc.insecure_channel(srv.grpc)
     try:
@@ -91,6 +92,11 @@ def test_wrong_consumer_group(stub, group):
                                                     group=pb.Resource(name=group)),
                           metadata=MD, timeout=10)
     assert a.status.code == pb.ILLEGAL_CONSUMER_GROUP
+
+
+def test_a_group_that_may_not_consume(stub):
+    s, _ = stub
+    assert [x.status.code for x in _receive(s, group="G_disabled")] == [pb.FORBIDDEN]
 
 
 def test_oversized_and_empty_bodies(stub):

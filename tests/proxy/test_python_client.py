@@ -14,7 +14,7 @@ from rocketstore import MessageStore, StoreConfig
 from rocketstore.client import Producer as RemotingProducer
 from rocketstore.client import PullConsumer
 
-from .conftest import client_python, run_client, start_grpc_server, write_conf
+from .conftest import client_python, make_groups, run_client, start_grpc_server, write_conf
 
 pytestmark = pytest.mark.interop
 
@@ -134,7 +134,8 @@ def test_invisible_time_expiry_redelivers_then_dead_letters(tmp_path):
     py = client_python()
     conf = write_conf(tmp_path / "broker.conf", minInvisibleTimeMillsForRecv=1000)
     store = str(tmp_path / "store")
-    srv = start_grpc_server(store, {"Flaky": 1}, "--config", conf, "--max-reconsume-times", "1")
+    make_groups(store, G_flaky={"retry_max_times": 1})  # mqadmin updateSubGroup -g G_flaky -r 1
+    srv = start_grpc_server(store, {"Flaky": 1}, "--config", conf)
     try:
         sent = run_client(py, tmp_path, "produce", srv.grpc, "Flaky", "1", "normal")
         mid = sent[0]["message_id"]
@@ -146,7 +147,7 @@ def test_invisible_time_expiry_redelivers_then_dead_letters(tmp_path):
                             "noack", "20")
         assert [(g["message_id"], g["attempt"], g["topic"]) for g in second] == \
             [(mid, 2, "Flaky")]
-        # max attempts = max reconsume times + 1 = 2 used up: the next expiry dead-letters it
+        # max attempts = retryMaxTimes + 1 = 2 used up: the next expiry dead-letters it
         third = run_client(py, tmp_path, "receive", srv.grpc, "Flaky", "G_flaky", "1", "1",
                            "noack", "3")
         assert third == []
@@ -198,3 +199,21 @@ def test_pop_state_survives_a_restart(tmp_path):
         assert srv.stop() == 0, srv.log()
     with MessageStore(_small(store)) as s:  # the revive log is an ordinary topic
         assert s.get_max_offset_in_queue("rmq_sys_REVIVE_LOG_DefaultCluster", 0) > 0
+
+
+def test_transactions_commit_rollback_and_the_servers_check(tmp_path):
+    py = client_python()
+    conf = write_conf(tmp_path / "broker.conf", transactionTimeOut=1000,
+                      transactionCheckInterval=500)
+    srv = start_grpc_server(str(tmp_path / "store"), {"TxTopic": 2}, "--config", conf)
+    try:
+        out = run_client(py, tmp_path, "txn", srv.grpc, "TxTopic", "20")
+        ids = out["ids"]
+        assert out["asked"] == [ids["orphan"]]  # only the undecided one was checked
+        got = run_client(py, tmp_path, "receive", srv.grpc, "TxTopic", "G_tx", "2", "30",
+                         "ack", "5")
+        # committed by the producer and committed through the check; never the rolled back one
+        assert sorted(g["message_id"] for g in got) == sorted([ids["commit"], ids["orphan"]])
+        assert sorted(g["body"] for g in got) == ["tx-commit", "tx-orphan"]
+    finally:
+        assert srv.stop() == 0, srv.log()

@@ -189,7 +189,9 @@ class Broker:
         pieces = BrokerPieces(store=self.store, topics=self.topics, offsets=self.offsets,
                               config=self.config, run=self.run, put=self.put,
                               put_message=self.put_blocking, hold=self.hold,
-                              delay_levels_ms=self.delay_levels_ms)
+                              delay_levels_ms=self.delay_levels_ms,
+                              transactions=self.transactions, producers=self.producers,
+                              subgroups=self.subgroups)
         self.proxy = GrpcProxy(pieces, self.config.host, self.config.grpc_port)
         await self.proxy.start()
         self.config.grpc_port = self.proxy.port

@@ -12,7 +12,8 @@ answers with a status first, then each message with its receipt handle.
 ``ReviveService`` wakes at the next invisible-time deadline (at least every
 ``revive_interval_s``) and revives what is due: a copy on ``%RETRY%<group>`` with
 ``reconsume_times + 1``, the same UNIQ_KEY and ``RETRY_TOPIC`` = the original topic, or — once the
-message has been delivered ``max_reconsume_times + 1`` times — a copy on ``%DLQ%<group>``.
+message has been delivered ``retryMaxTimes + 1`` times (the group's subscription config;
+the broker's ``maxReconsumeTimes`` without one) — a copy on ``%DLQ%<group>``.
 """
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ class Consumption:
         check_topic(topic)
         if self.p.topics.get(topic) is None:
             raise ValidationError(pb.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist")
+        self.p.group_config(group)
         f = req.filter_expression
         if f.type == pb.SQL:
             raise ValidationError(pb.ILLEGAL_FILTER_EXPRESSION,
@@ -266,9 +268,9 @@ class Consumption:
     def revive_due(self) -> int:
         """Revive every pending message whose invisible time passed (blocking); returns how
         many."""
-        max_times = self.p.config.max_reconsume_times
         n = 0
         for ck, offset, clog in self.pop.due():
+            max_times = self.p.max_reconsume_times(ck.group)
             old = self.p.store.look_message_by_offset(clog)
             if old is not None:
                 dlq = old.reconsume_times >= max_times  # delivered max_times + 1 times

@@ -88,6 +88,7 @@ class GrpcProxy:
 
     async def stop(self, grace_s: float = 2.0) -> None:
         if self._server is not None:
+            self.service.close_streams()
             await self._server.stop(grace_s)
             self._server = None
         await self.revive.stop()

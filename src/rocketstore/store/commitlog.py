@@ -46,6 +46,28 @@ class AppendResult:
         return self.wrote_offset + self.wrote_bytes
 
 
+@dataclass(frozen=True)
+class FeedItem:
+    """One append as the CommitLog's writer describes it to the reput (no decoding needed)."""
+
+    start: int
+    end: int
+    commitlog_offset: list[int]
+    size: list[int]
+    queue_id: list[int]
+    queue_offset: list[int]
+    sys_flag: list[int]
+    store_timestamp: list[int]
+    tags_code: list[int]
+    topic: list[str]
+    properties: list[dict[str, str]]
+
+    def columns(self) -> tuple[list, ...]:
+        """In ``DecodedRecords.from_dispatch_columns`` order."""
+        return (self.commitlog_offset, self.size, self.queue_id, self.queue_offset, self.sys_flag,
+                self.store_timestamp, self.tags_code, self.topic, self.properties)
+
+
 DISPATCH_FEED_CAP = 100_000  # appends held for the reput; beyond it the reput decodes
 
 
@@ -130,7 +152,7 @@ class CommitLog:
             return AppendResult(first, sizes, queue_offsets, now)
 
     def _feed_item(self, records: Sequence[EncodedMessage], first: int, sizes: list[int],
-                   queue_offsets: list[int], now: int) -> tuple:
+                   queue_offsets: list[int], now: int) -> FeedItem:
         """What the reput needs about records just appended, so it need not decode them."""
         offsets = []
         off = first
@@ -138,10 +160,10 @@ class CommitLog:
             offsets.append(off)
             off += n
         delays = self.delay_levels_ms
-        return (first, off, offsets, sizes, [r.queue_id for r in records], queue_offsets,
-                [r.sys_flag for r in records], [now] * len(records),
-                [tags_code_of(r.topic, r.properties, now, delays) for r in records],
-                [r.topic for r in records], [r.properties for r in records])
+        return FeedItem(first, off, offsets, sizes, [r.queue_id for r in records], queue_offsets,
+                        [r.sys_flag for r in records], [now] * len(records),
+                        [tags_code_of(r.topic, r.properties, now, delays) for r in records],
+                        [r.topic for r in records], [r.properties for r in records])
 
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
         return self.topic_queue_table.get((topic, queue_id), 0)

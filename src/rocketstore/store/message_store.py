@@ -387,6 +387,16 @@ class MessageStore:
     def dispatch_behind_bytes(self) -> int:
         return self.reput.behind_bytes()
 
+    def dispatch_health(self):
+        """``DispatchHealth``: ``ok`` False while dispatch (ConsumeQueue / index building) is
+        failing — it retries on its own, and puts are refused until it recovers."""
+        return self.reput.health()
+
+    @property
+    def dispatch_error(self) -> str | None:
+        """The current dispatch failure, None while dispatch is healthy."""
+        return self.reput.health().error
+
     def wait_dispatched(self, timeout: float | None = 5.0) -> bool:
         return self.reput.wait_dispatched(timeout)
 
