@@ -31,6 +31,7 @@ def command(store_dir: str, host: str, port: int, refresh_s: float, as_json: boo
     """Browse a store directory in the web console (read-only; no broker needed)."""
     try:
         from ..ops.console import ConsoleServer
+        from ..ops.sources import LocalSource
         from ..ops.state import StoreDirectorySource
     except ImportError as exc:
         raise click.ClickException(f"the console needs the ops extra "
@@ -43,7 +44,7 @@ def command(store_dir: str, host: str, port: int, refresh_s: float, as_json: boo
         source = StoreDirectorySource(store_dir, refresh_s)
     except RocketStoreError as exc:
         raise click.ClickException(f"{exc}; nothing was written") from exc
-    server = ConsoleServer(source.state, host, port)
+    server = ConsoleServer(LocalSource(source.state), host, port)
     try:
         try:
             server.start()

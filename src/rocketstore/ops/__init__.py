@@ -48,7 +48,8 @@ class OpsServices:
                 urls["metrics"] = self.metrics.url
             if self.console_port is not None:
                 from .console import ConsoleServer
-                self.console = ConsoleServer(self.state, self.host, self.console_port,
+                from .sources import LocalSource
+                self.console = ConsoleServer(LocalSource(self.state), self.host, self.console_port,
                                              registry=self.registry)
                 self.console.start()
                 urls["console"] = self.console.url
