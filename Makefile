@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[spark,dev]'
+	$(PY) -m pip install --quiet -e '.[spark,dev,ops]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -20,7 +20,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
-	$(PY) -m pip install --quiet -e '.[spark,dev,bench]'
+	$(PY) -m pip install --quiet -e '.[spark,dev,ops,bench]'
 	$(PY) benchmarks/run_all.py
 
 clean:

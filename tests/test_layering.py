@@ -6,12 +6,13 @@ PKG = pathlib.Path(__file__).resolve().parents[1] / "src" / "rocketstore"
 
 # a module in the key package may not import from any package in the value set
 FORBIDDEN = {
-    "format": {"store", "broker", "client", "spark", "remoting", "commands", "cli"},
-    "store": {"broker", "client", "spark", "remoting", "commands", "cli"},
-    "remoting": {"store", "broker", "client", "spark", "commands", "cli"},
-    "client": {"store", "broker", "spark", "commands", "cli"},
-    "broker": {"spark", "commands", "cli", "client"},
-    "spark": {"broker", "client", "remoting", "commands", "cli"},
+    "format": {"store", "broker", "client", "spark", "remoting", "commands", "cli", "ops"},
+    "store": {"broker", "client", "spark", "remoting", "commands", "cli", "ops"},
+    "remoting": {"store", "broker", "client", "spark", "commands", "cli", "ops"},
+    "client": {"store", "broker", "spark", "commands", "cli", "ops"},
+    "broker": {"spark", "commands", "cli", "client", "ops"},
+    "spark": {"broker", "client", "remoting", "commands", "cli", "ops"},
+    "ops": {"spark", "commands", "cli"},
 }
 NO_IO_IN = {"format": {"socket", "asyncio", "mmap", "pyspark"}, "remoting": {"socket", "asyncio"}}
 

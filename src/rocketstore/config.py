@@ -54,6 +54,9 @@ class StoreConfig:
     access_message_in_memory_max_ratio: int = 40
     generate_uniq_key: bool = True  # set UNIQ_KEY on puts that carry none, as the broker does
     reput_batch_bytes: int = 4 * 1024 * 1024
+    # open without the lock and write nothing: files are mapped copy-on-write, recovery and
+    # dispatch of a tail happen in memory only (``MessageStore.open_read_only``)
+    read_only: bool = False
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

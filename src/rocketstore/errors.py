@@ -6,6 +6,7 @@ Expected outcomes (a full queue, an oversize message, an offset out of range) ar
     RocketStoreError
     ├── StoreError                      a store directory that cannot be opened or used
     │   ├── StoreLockedError            another process holds <root>/lock
+    │   ├── NotAStoreError              a read-only open of a directory that holds no store
     │   ├── StoreClosedError            the store was shut down
     │   ├── CorruptFileError(path, why) a file with the wrong size / name / content
     │   ├── RecoveryError               derived state cannot be reconciled
@@ -27,6 +28,10 @@ class StoreError(RocketStoreError):
 
 class StoreLockedError(StoreError):
     """Another process holds the store's lock file."""
+
+
+class NotAStoreError(StoreError):
+    """A read-only open (or a read-only command) was pointed at a directory that holds no store."""
 
 
 class StoreClosedError(StoreError):

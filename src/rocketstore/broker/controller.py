@@ -54,6 +54,7 @@ class Broker:
         self.schedule: ScheduleMessageService | None = None
         self.writer: PutWriter | None = None
         self.servers: list[Any] = []
+        self.handler_wrappers: list[Callable[[dict], dict]] = []  # e.g. ops.stats.instrument
         self._tasks: list[asyncio.Task] = []
 
     # -- helpers used by processors -------------------------------------------------------------
@@ -119,6 +120,8 @@ class Broker:
         handlers: dict[int, Any] = {}
         for mod in (send, pull, admin, locks):
             handlers.update(mod.handlers(self))
+        for wrap in self.handler_wrappers:
+            handlers = wrap(handlers)
         broker_srv = RemotingServer(self, handlers, "broker")
         await broker_srv.start(self.config.host, self.config.port)
         self.config.port = broker_srv.port

@@ -14,7 +14,7 @@ from __future__ import annotations
 import click
 
 from ._common import emit_json, json_option, parse_time_ms, store_option
-from .store_cmds import config_option, message_dict, open_store
+from .store_cmds import config_option, message_dict, open_store_read_only
 
 
 def _by_msg_id(store, msg_id: str, topic: str | None):
@@ -66,8 +66,7 @@ def command(store_dir, topic, key, msg_id, begin, end, max_num, body, config, as
         raise click.UsageError("--max must be positive")
     begin_ms = parse_time_ms(begin) or 0
     end_ms = parse_time_ms(end)
-    with open_store(store_dir, config) as store:
-        store.wait_dispatched(30)
+    with open_store_read_only(store_dir, config) as store:
         if key is not None:
             q = store.query_message(topic, key, max_num=max_num, begin=begin_ms, end=end_ms)
             msgs, how = q.messages, "key"

@@ -57,10 +57,18 @@ _CONF_KEYS = {"listenPort": ("port", int), "brokerName": ("broker_name", str),
               "channelExpiredTimeout": ("channel_expired_timeout_ms", int)}
 
 
-async def _serve(store_cfg, broker_cfg, as_json: bool) -> None:
+async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = None) -> None:
     from ..broker.controller import Broker
 
     broker = Broker(store_cfg, broker_cfg)
+    ops = None
+    if ops_ports and any(v is not None for v in ops_ports.values()):
+        try:  # metrics and console: opt-in, from the ``ops`` extra
+            from ..ops import OpsServices
+            ops = OpsServices(broker, host=broker_cfg.host, **ops_ports)
+        except ImportError as exc:
+            raise click.ClickException(f"--metrics-port and --console need the ops extra "
+                                       f"(pip install 'rocketstore[ops]'): {exc}") from exc
     try:
         await broker.start()
     except OSError as exc:  # port in use, address not available...
@@ -70,11 +78,21 @@ async def _serve(store_cfg, broker_cfg, as_json: bool) -> None:
     ready = {"event": "ready", "broker": f"{broker_cfg.host}:{broker_cfg.port}",
              "namesrv": f"{broker_cfg.host}:{broker_cfg.namesrv_port}",
              "store": store_cfg.store_path_root_dir}
+    if ops is not None:
+        try:
+            ready.update(ops.start())
+        except OSError as exc:
+            await broker.stop()
+            raise click.ClickException(f"cannot serve metrics/console on {broker_cfg.host} "
+                                       f"({ops_ports}): {exc.strerror or exc}") from exc
     if as_json:
         click.echo(json.dumps(ready))
     else:
         click.echo(f"rocketstore broker on {ready['broker']}, name server on {ready['namesrv']}, "
                    f"store {ready['store']} (Ctrl-C to stop)")
+        for name in ("metrics", "console"):
+            if name in ready:
+                click.echo(f"{name}: {ready[name]}")
     sys.stdout.flush()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -83,6 +101,8 @@ async def _serve(store_cfg, broker_cfg, as_json: bool) -> None:
     try:
         await stop.wait()
     finally:
+        if ops is not None:
+            await loop.run_in_executor(None, ops.stop)
         await broker.stop()
     if as_json:
         click.echo(json.dumps({"event": "stopped"}))
@@ -112,10 +132,14 @@ async def _serve(store_cfg, broker_cfg, as_json: bool) -> None:
               help="Queues of an auto-created topic. [default: 4]")
 @click.option("--max-reconsume-times", default=16, show_default=True, type=int)
 @click.option("--log-level", default="WARNING", show_default=True)
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus metrics at http://HOST:PORT/metrics (0 = any free port).")
+@click.option("--console", "console_port", type=click.IntRange(0, 65535), default=None,
+              metavar="PORT", help="Serve the web console at http://HOST:PORT/ (0 = any).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable status lines.")
 def command(store_dir, host, port, namesrv_port, broker_name, conf, options, flush_disk_type,
             message_delay_level, auto_create_topic, default_topic_queue_nums,
-            max_reconsume_times, log_level, as_json) -> None:
+            max_reconsume_times, log_level, metrics_port, console_port, as_json) -> None:
     """Serve the store to RocketMQ clients: name server + broker in one process."""
     from ..broker.config import BrokerConfig
 
@@ -139,4 +163,5 @@ def command(store_dir, host, port, namesrv_port, broker_name, conf, options, flu
             setattr(broker_cfg, name, value)
     if not host_given:
         store_cfg.store_host = f"{host}:{broker_cfg.port}"
-    asyncio.run(_serve(store_cfg, broker_cfg, as_json))
+    asyncio.run(_serve(store_cfg, broker_cfg, as_json,
+                       {"metrics_port": metrics_port, "console_port": console_port}))

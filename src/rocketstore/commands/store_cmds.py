@@ -6,12 +6,11 @@ import os
 import click
 
 from ..config import StoreConfig
-from ..store.message_store import SIZES_FILE
 from ._common import emit_json, json_option, store_option
 
 
 def open_store(store_dir: str, config: str | None = None, create: bool = False, **overrides):
-    """Open a store directory, reading sizes from ``broker.conf`` if given."""
+    """Open a store directory for writing, reading sizes from ``broker.conf`` if given."""
     from ..store.message_store import MessageStore
     if not os.path.isdir(store_dir) and not create:
         raise click.ClickException(f"{store_dir}: no such store directory")
@@ -20,42 +19,32 @@ def open_store(store_dir: str, config: str | None = None, create: bool = False, 
     return MessageStore(cfg)
 
 
+def open_store_read_only(store_dir: str, config: str | None = None):
+    """Open a store for a read-only command: no lock (works beside a live broker), nothing
+    written; a directory that is not a store is refused with a clear message."""
+    from ..errors import NotAStoreError
+    from ..store.message_store import MessageStore, is_store_dir
+    if not os.path.isdir(store_dir):
+        raise click.ClickException(f"{store_dir}: no such store directory")
+    if not is_store_dir(store_dir):
+        raise click.ClickException(f"{store_dir}: not a store directory (no commitlog, consumequeue, "
+                                   "index or checkpoint); nothing was written")
+    cfg = (StoreConfig.from_properties(config, store_path_root_dir=store_dir) if config
+           else StoreConfig(store_path_root_dir=store_dir, **detect_sizes(store_dir)))
+    try:
+        return MessageStore.open_read_only(store_dir, cfg)
+    except NotAStoreError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
 def detect_sizes(store_dir: str) -> dict:
     """File sizes of an existing store, so it opens without a config file."""
-    saved = os.path.join(store_dir, "config", SIZES_FILE)
-    if os.path.exists(saved):
-        cfg = StoreConfig.from_properties(saved)
-        return {k: getattr(cfg, k) for k in ("mapped_file_size_commitlog", "mapped_file_size_consume_queue",
-                                             "max_hash_slot_num", "max_index_num")}
-    out: dict = {}
-    cl = os.path.join(store_dir, "commitlog")
-    if os.path.isdir(cl):
-        names = sorted(n for n in os.listdir(cl) if len(n) == 20 and n.isdigit())
-        if names:
-            out["mapped_file_size_commitlog"] = os.path.getsize(os.path.join(cl, names[0]))
-    cq = os.path.join(store_dir, "consumequeue")
-    if os.path.isdir(cq):
-        for topic in os.listdir(cq):
-            for qid in os.listdir(os.path.join(cq, topic)):
-                d = os.path.join(cq, topic, qid)
-                files = [n for n in os.listdir(d) if len(n) == 20 and n.isdigit()] if os.path.isdir(d) else []
-                if files:
-                    out["mapped_file_size_consume_queue"] = os.path.getsize(os.path.join(d, files[0]))
-                    break
-            if "mapped_file_size_consume_queue" in out:
-                break
-    idx = os.path.join(store_dir, "index")
-    if os.path.isdir(idx):
-        from ..errors import CorruptFileError
-        from ..store.index_service import _file_sizes  # noqa: PLC0415
-        names = sorted(os.listdir(idx))
-        if names:
-            try:
-                out["max_hash_slot_num"], out["max_index_num"] = _file_sizes(
-                    os.path.join(idx, names[0]), None, None)
-            except CorruptFileError as exc:
-                raise click.ClickException(f"{exc}; pass --config broker.conf") from exc
-    return out
+    from ..errors import CorruptFileError
+    from ..store.message_store import detect_sizes as _detect
+    try:
+        return _detect(store_dir)
+    except CorruptFileError as exc:
+        raise click.ClickException(f"{exc}; pass --config broker.conf") from exc
 
 
 config_option = click.option("--config", "config", type=click.Path(dir_okay=False, exists=True),
@@ -122,8 +111,7 @@ def put(store_dir, topic, tags, keys, queue_id, props, config, as_json, bodies):
 @json_option
 def get(store_dir, topic, queue_id, offset, max_msgs, subscription, config, as_json):
     """Read messages of one queue from OFFSET."""
-    with open_store(store_dir, config) as store:
-        store.wait_dispatched(30)
+    with open_store_read_only(store_dir, config) as store:
         g = store.get_message("cli", topic, queue_id, offset, max_msgs, subscription)
     res = {"status": g.status.name, "next_begin_offset": g.next_begin_offset,
            "min_offset": g.min_offset, "max_offset": g.max_offset,
@@ -144,11 +132,11 @@ def get(store_dir, topic, queue_id, offset, max_msgs, subscription, config, as_j
 @json_option
 def inspect(store_dir, config, as_json):
     """Files, offsets, topics, queues and index fill of a store."""
-    with open_store(store_dir, config) as store:
-        store.wait_dispatched(30)
+    with open_store_read_only(store_dir, config) as store:
         cl = store.commitlog
         info = {
             "root": os.path.abspath(store_dir),
+            "read_only": True,
             "last_exit_ok": store.last_exit_ok,
             "recovery": vars(store.recovery_report),
             "commitlog": {"segment_size": cl.file_size, "min_offset": cl.min_offset(),

@@ -60,8 +60,9 @@ def overwrite_in_place(path: str, data: bytes) -> None:
 
 
 class StoreCheckpoint:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, read_only: bool = False) -> None:
         self.path = path
+        self.read_only = read_only  # a read-only open never writes it
         self.physic_msg_timestamp = 0
         self.logics_msg_timestamp = 0
         self.index_msg_timestamp = 0
@@ -106,6 +107,8 @@ class StoreCheckpoint:
 
     def flush(self) -> None:
         """Persist atomically. I/O errors propagate."""
+        if self.read_only:
+            return
         with self._lock:
             data = self.to_bytes()
             try:

@@ -56,7 +56,8 @@ class CommitLog:
     def __init__(self, cfg: StoreConfig, *, readonly: bool = False) -> None:
         self.cfg = cfg
         self.file_size = cfg.mapped_file_size_commitlog
-        self.queue = MappedFileQueue(cfg.commitlog_dir, self.file_size, readonly=readonly)
+        self.queue = MappedFileQueue(cfg.commitlog_dir, self.file_size, readonly=readonly,
+                                     private=cfg.read_only)
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.lock = threading.Lock()
         # records appended by this process, for the reput (see ``ReputService``); None: off

@@ -46,11 +46,12 @@ def queue_dir(root_cq_dir: str, topic: str, queue_id: int) -> str:
 
 
 class ConsumeQueue:
-    def __init__(self, topic: str, queue_id: int, directory: str, file_size: int) -> None:
+    def __init__(self, topic: str, queue_id: int, directory: str, file_size: int, *,
+                 private: bool = False) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.file_size = file_size
-        self.queue = MappedFileQueue(directory, file_size)
+        self.queue = MappedFileQueue(directory, file_size, private=private)
         self.min_logic_offset = 0  # bytes
         self.max_physic_offset = -1  # phy offset + size of the last unit
         self.lock = threading.Lock()

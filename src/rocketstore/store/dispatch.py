@@ -58,7 +58,8 @@ class ConsumeQueueTable:
             for qid in sorted(os.listdir(tdir)):
                 if not qid.isdigit():
                     continue  # RocketMQ skips queue dirs that are not ints
-                cq = ConsumeQueue(topic, int(qid), os.path.join(tdir, qid), self.cfg.cq_file_size)
+                cq = ConsumeQueue(topic, int(qid), os.path.join(tdir, qid), self.cfg.cq_file_size,
+                                  private=self.cfg.read_only)
                 cq.load()
                 self.queues[(topic, int(qid))] = cq
 
@@ -72,7 +73,7 @@ class ConsumeQueueTable:
                 cq = self.queues.get((topic, queue_id))
                 if cq is None:
                     cq = ConsumeQueue(topic, queue_id, queue_dir(self.root, topic, queue_id),
-                                      self.cfg.cq_file_size)
+                                      self.cfg.cq_file_size, private=self.cfg.read_only)
                     self.queues[(topic, queue_id)] = cq
         return cq
 

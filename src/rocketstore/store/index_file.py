@@ -58,7 +58,7 @@ from ..format.index_layout import (BEGIN_PHY_OFFSET_POS, BEGIN_TIMESTAMP_POS, EN
                                    is_time_matched, slot_position, time_diff_seconds,
                                    time_diff_seconds_many)
 from ..format.message import KEY_SEPARATOR, TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
-from .mapped_file import open_sized_file
+from .mapped_file import map_private, open_sized_file
 
 _I32 = SLOT
 
@@ -186,7 +186,8 @@ class IndexFile:
     """One index file mapped read-write. Header fields are attributes, written through."""
 
     def __init__(self, path: str, hash_slot_num: int, index_num: int, *, _create: bool = False,
-                 carry_end_phy_offset: int = 0, carry_end_timestamp: int = 0) -> None:
+                 carry_end_phy_offset: int = 0, carry_end_timestamp: int = 0,
+                 private: bool = False) -> None:
         if hash_slot_num <= 0 or index_num <= 1:
             raise ValueError("hash_slot_num must be > 0 and index_num > 1")
         self.path = path
@@ -197,15 +198,20 @@ class IndexFile:
         self._io_lock = threading.Lock()  # mapping lifetime: msync vs close
         self._hdr_lock = threading.Lock()  # header write-through vs full rewrite on flush
         self._mm: mmap.mmap | None = None
+        self.private = private  # a read-only open's copy-on-write view
         try:
-            fd = open_sized_file(path, self.file_size, create=_create, what="index file")
+            if private:
+                self._mm = map_private(path, self.file_size, create=_create, what="index file")
+            else:
+                fd = open_sized_file(path, self.file_size, create=_create, what="index file")
         except CorruptFileError as exc:
             raise CorruptFileError(path, f"{exc.reason} (40 + {hash_slot_num} slots * 4 + "
                                          f"{index_num} entries * 20)") from exc
-        try:
-            self._mm = mmap.mmap(fd, self.file_size)
-        finally:
-            os.close(fd)
+        if not private:
+            try:
+                self._mm = mmap.mmap(fd, self.file_size)
+            finally:
+                os.close(fd)
         self._slots = np.ndarray((hash_slot_num,), dtype=">i4", buffer=self._mm, offset=INDEX_HEADER_SIZE)
         self._entries = np.ndarray((index_num,), dtype=ENTRY_DTYPE, buffer=self._mm,
                                    offset=entry_position(hash_slot_num, 0))
@@ -227,15 +233,16 @@ class IndexFile:
 
     @classmethod
     def create(cls, path: str, hash_slot_num: int, index_num: int, end_phy_offset: int = 0,
-               end_timestamp: int = 0) -> "IndexFile":
+               end_timestamp: int = 0, *, private: bool = False) -> "IndexFile":
         """A new zero-filled file, allocated on disk (``DiskFullError`` when there is no room);
         a roll-over passes the previous file's end values."""
         return cls(path, hash_slot_num, index_num, _create=True,
-                   carry_end_phy_offset=end_phy_offset, carry_end_timestamp=end_timestamp)
+                   carry_end_phy_offset=end_phy_offset, carry_end_timestamp=end_timestamp,
+                   private=private)
 
     @classmethod
-    def open(cls, path: str, hash_slot_num: int, index_num: int) -> "IndexFile":
-        return cls(path, hash_slot_num, index_num)
+    def open(cls, path: str, hash_slot_num: int, index_num: int, *, private: bool = False) -> "IndexFile":
+        return cls(path, hash_slot_num, index_num, private=private)
 
     # -- state --------------------------------------------------------------------------------
     @property
@@ -404,7 +411,8 @@ class IndexFile:
             with self._hdr_lock:
                 self.dirty = False
                 self.write_header()
-            self._mm.flush()
+            if not self.private:
+                self._mm.flush()
             return True
 
     def describe(self) -> dict:
@@ -428,6 +436,8 @@ class IndexFile:
 
     def destroy(self) -> None:
         self.close()
+        if self.private:
+            return
         try:
             os.remove(self.path)
         except FileNotFoundError:

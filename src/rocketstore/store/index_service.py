@@ -97,13 +97,15 @@ class IndexService:
             for i, name in enumerate(names):
                 path = os.path.join(self.index_dir, name)
                 try:
-                    loaded.append(IndexFile.open(path, self.hash_slot_num, self.index_num))
+                    loaded.append(IndexFile.open(path, self.hash_slot_num, self.index_num,
+                                                 private=self.cfg.read_only))
                 except CorruptFileError:
                     if last_exit_ok or i != len(names) - 1:
                         raise
                     # the newest file after a crash is rebuilt from the CommitLog anyway
                     log.warning("dropping damaged newest index file %s after an unclean exit", path)
-                    os.remove(path)
+                    if not self.cfg.read_only:
+                        os.remove(path)
         except BaseException:
             for f in loaded:
                 f.close()
@@ -194,9 +196,10 @@ class IndexService:
         prev = files[-1] if files else None
         end_phy = prev.end_phy_offset if prev else 0
         end_ts = prev.end_timestamp if prev else 0
-        os.makedirs(self.index_dir, exist_ok=True)
+        if not self.cfg.read_only:
+            os.makedirs(self.index_dir, exist_ok=True)
         f = IndexFile.create(os.path.join(self.index_dir, self._new_file_name()), self.hash_slot_num,
-                             self.index_num, end_phy, end_ts)
+                             self.index_num, end_phy, end_ts, private=self.cfg.read_only)
         with self._lock:
             self.files = self.files + [f]
         if prev is not None:

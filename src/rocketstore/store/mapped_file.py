@@ -51,16 +51,54 @@ def open_sized_file(path: str, size: int, *, create: bool, readonly: bool = Fals
     return fd
 
 
+def map_private(path: str, size: int, *, create: bool, what: str = "file") -> mmap.mmap:
+    """A private, copy-on-write view of a store file, for read-only opens: writes go to memory
+    only, never to the file. ``create`` gives zero-filled memory and no file; a file shorter
+    than ``size`` (being created or extended by a live writer) is read into zero-padded memory.
+    The file is opened read-only and nothing on disk changes."""
+    if create:
+        return mmap.mmap(-1, size)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot open: {exc.strerror}") from exc
+    try:
+        actual = os.fstat(fd).st_size
+        if actual > size:
+            raise CorruptFileError(path, f"{what} of {actual} bytes, expected {size}")
+        if actual == size:
+            return mmap.mmap(fd, size, access=mmap.ACCESS_COPY)
+        mm = mmap.mmap(-1, size)
+        pos = 0
+        while pos < actual:
+            chunk = os.pread(fd, min(1 << 24, actual - pos), pos)
+            if not chunk:
+                break
+            mm[pos:pos + len(chunk)] = chunk
+            pos += len(chunk)
+        return mm
+    finally:
+        os.close(fd)
+
+
 class MappedFile:
     __slots__ = ("path", "file_from_offset", "file_size", "mm", "_fd", "wrote_position",
-                 "flushed_position", "store_timestamp", "_io_lock")
+                 "flushed_position", "store_timestamp", "_io_lock", "private")
 
     def __init__(self, path: str, file_from_offset: int, file_size: int, *, create: bool = False,
-                 readonly: bool = False) -> None:
+                 readonly: bool = False, private: bool = False) -> None:
         self.path = path
         self.file_from_offset = file_from_offset
         self.file_size = file_size
         self.store_timestamp = 0  # store time of the last message appended (CommitLog only)
+        self.private = private  # a read-only open's copy-on-write view: nothing reaches the disk
+        self._io_lock = threading.Lock()
+        if private:
+            self.mm = map_private(path, file_size, create=create)
+            self._fd = -1
+            self.wrote_position = 0 if create else file_size
+            self.flushed_position = self.wrote_position
+            return
         fd = open_sized_file(path, file_size, create=create, readonly=readonly)
         try:
             self.mm = mmap.mmap(fd, file_size, access=mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE)
@@ -71,7 +109,6 @@ class MappedFile:
                 pass
             raise
         self._fd = fd
-        self._io_lock = threading.Lock()
         self.wrote_position = 0 if create else file_size
         self.flushed_position = self.wrote_position
 
@@ -126,6 +163,9 @@ class MappedFile:
             return flushed
         if least_pages > 0 and (wrote // OS_PAGE_SIZE - flushed // OS_PAGE_SIZE) < least_pages:
             return flushed
+        if self.private:  # nothing of a read-only view is ever written to disk
+            self.flushed_position = max(self.flushed_position, wrote)
+            return self.flushed_position
         with self._io_lock:
             if self._fd < 0:  # destroyed meanwhile: nothing left to make durable
                 return self.flushed_position
@@ -155,6 +195,8 @@ class MappedFile:
         found this segment just before it was deleted still reads valid bytes (never a closed
         mmap); the disk space returns when the last reference goes."""
         self._close_fd()
+        if self.private:
+            return
         try:
             os.unlink(self.path)
         except FileNotFoundError:

@@ -16,10 +16,12 @@ from .mapped_file import MappedFile
 
 
 class MappedFileQueue:
-    def __init__(self, directory: str, file_size: int, *, readonly: bool = False) -> None:
+    def __init__(self, directory: str, file_size: int, *, readonly: bool = False,
+                 private: bool = False) -> None:
         self.directory = directory
         self.file_size = file_size
         self.readonly = readonly
+        self.private = private  # copy-on-write views, no file created or removed (read-only open)
         self.files: list[MappedFile] = []
         self._lock = threading.RLock()
 
@@ -41,7 +43,8 @@ class MappedFileQueue:
                 raise CorruptFileError(path, f"offset {off} is not a multiple of the file size {self.file_size}")
             if prev is not None and off != prev + self.file_size:
                 raise CorruptFileError(path, f"gap: previous file starts at {prev}")
-            self.files.append(MappedFile(path, off, self.file_size, readonly=self.readonly))
+            self.files.append(MappedFile(path, off, self.file_size, readonly=self.readonly,
+                                         private=self.private))
             prev = off
 
     # -- lookup -----------------------------------------------------------------------------------
@@ -98,9 +101,10 @@ class MappedFileQueue:
                 create_offset = start_offset - start_offset % self.file_size
             else:
                 create_offset = last.file_from_offset + self.file_size
-            os.makedirs(self.directory, exist_ok=True)
+            if not self.private:
+                os.makedirs(self.directory, exist_ok=True)
             mf = MappedFile(os.path.join(self.directory, offset_to_name(create_offset)),
-                            create_offset, self.file_size, create=True)
+                            create_offset, self.file_size, create=True, private=self.private)
             self.files.append(mf)
             return mf
 

@@ -5,6 +5,13 @@ the CommitLog, ConsumeQueues, checkpoint and index, recovers (normal or abnormal
 ``abort`` file), re-dispatches what is missing, then starts the flush and reput services and
 creates ``abort``. ``shutdown`` stops them, flushes everything, writes the checkpoint and
 removes ``abort`` only if dispatch caught up.
+
+A **read-only open** (``MessageStore.open_read_only(path)`` or ``StoreConfig(read_only=True)``)
+takes no lock and writes nothing: every file is mapped copy-on-write (``MappedFile(private=True)``),
+recovery and the dispatch of a tail the ConsumeQueues lack run in memory only, no service is
+started, and puts return ``SERVICE_NOT_AVAILABLE``. It works beside a live writer (another
+process's ``rocketstore serve``) and sees the store as of the open, up to the last complete
+record. A directory that holds no store is refused (``NotAStoreError``) before anything is read.
 """
 from __future__ import annotations
 
@@ -16,7 +23,7 @@ import threading
 from typing import Callable, Sequence
 
 from ..config import StoreConfig
-from ..errors import CorruptFileError, StoreClosedError, StoreError, StoreLockedError
+from ..errors import CorruptFileError, NotAStoreError, StoreClosedError, StoreError, StoreLockedError
 from ..format.message import Message, MessageExt, parse_message_id
 from . import read_path
 from .checkpoint import StoreCheckpoint, atomic_write
@@ -30,6 +37,56 @@ from .results import GetMessageResult, GetStatus, PutMessageResult
 log = logging.getLogger(__name__)
 
 SIZES_FILE = "store.properties"  # <root>/config/: the file sizes, so tools reopen the store
+# what a store directory holds; a directory with none of these is not a store
+STORE_MARKERS = ("commitlog", "consumequeue", "index", "checkpoint", "abort", "lock",
+                 os.path.join("config", SIZES_FILE))
+
+
+def is_store_dir(path: str, commitlog_dir: str | None = None) -> bool:
+    """Whether ``path`` looks like a store root (any of its files or directories exists)."""
+    if not os.path.isdir(path):
+        return False
+    if commitlog_dir is not None and os.path.isdir(commitlog_dir):
+        return True
+    return any(os.path.exists(os.path.join(path, m)) for m in STORE_MARKERS)
+
+
+def detect_sizes(store_dir: str) -> dict:
+    """File sizes of an existing store (``config/store.properties``, else measured from its
+    files), so it opens without a config file. Reads only."""
+    saved = os.path.join(store_dir, "config", SIZES_FILE)
+    if os.path.exists(saved):
+        cfg = StoreConfig.from_properties(saved)
+        return {k: getattr(cfg, k) for k in ("mapped_file_size_commitlog", "mapped_file_size_consume_queue",
+                                             "max_hash_slot_num", "max_index_num")}
+    out: dict = {}
+    cl = os.path.join(store_dir, "commitlog")
+    if os.path.isdir(cl):
+        names = sorted(n for n in os.listdir(cl) if len(n) == 20 and n.isdigit())
+        if names:
+            out["mapped_file_size_commitlog"] = os.path.getsize(os.path.join(cl, names[0]))
+    cq = os.path.join(store_dir, "consumequeue")
+    if os.path.isdir(cq):
+        for topic in sorted(os.listdir(cq)):
+            tdir = os.path.join(cq, topic)
+            if not os.path.isdir(tdir):
+                continue
+            for qid in sorted(os.listdir(tdir)):
+                d = os.path.join(tdir, qid)
+                files = sorted(n for n in os.listdir(d) if len(n) == 20 and n.isdigit()) if os.path.isdir(d) else []
+                if files:
+                    out["mapped_file_size_consume_queue"] = os.path.getsize(os.path.join(d, files[0]))
+                    break
+            if "mapped_file_size_consume_queue" in out:
+                break
+    idx = os.path.join(store_dir, "index")
+    if os.path.isdir(idx):
+        from .index_service import _file_sizes
+        names = sorted(os.listdir(idx))
+        if names:
+            out["max_hash_slot_num"], out["max_index_num"] = _file_sizes(
+                os.path.join(idx, names[0]), None, None)
+    return out
 
 
 def _index_service_class():
@@ -41,10 +98,16 @@ class MessageStore:
     def __init__(self, cfg: StoreConfig) -> None:
         self.cfg = cfg
         self.root = cfg.store_path_root_dir
+        self.read_only = cfg.read_only
         self._closed = True
         self._lock_fd: int | None = None
-        os.makedirs(self.root, exist_ok=True)
-        self._take_lock()
+        if self.read_only:
+            if not is_store_dir(self.root, cfg.store_path_commit_log):
+                raise NotAStoreError(f"{self.root}: not a store directory (no commitlog, "
+                                     "consumequeue, index or checkpoint)")
+        else:
+            os.makedirs(self.root, exist_ok=True)
+            self._take_lock()
         try:
             self._open()
         except BaseException:
@@ -52,6 +115,21 @@ class MessageStore:
             self._release_lock()
             raise
         self._closed = False
+
+    @classmethod
+    def open_read_only(cls, path: str, cfg: StoreConfig | None = None, **overrides) -> "MessageStore":
+        """Open the store at ``path`` without its lock, writing nothing (see the module doc).
+
+        File sizes come from ``cfg`` when given, else from the store itself (``detect_sizes``).
+        Raises ``NotAStoreError`` for a directory that holds no store.
+        """
+        path = os.fspath(path)
+        if cfg is None:
+            if not is_store_dir(path):
+                raise NotAStoreError(f"{path}: not a store directory (no commitlog, consumequeue, "
+                                     "index or checkpoint)")
+            cfg = StoreConfig(store_path_root_dir=path, **detect_sizes(path))
+        return cls(cfg.replace(store_path_root_dir=path, read_only=True, **overrides))
 
     # -- lifecycle ------------------------------------------------------------------------------
     def _stop_started_services(self) -> None:
@@ -85,9 +163,9 @@ class MessageStore:
         cfg = self.cfg
         self.abort_path = os.path.join(self.root, "abort")
         self.last_exit_ok = not os.path.exists(self.abort_path)
-        self.checkpoint = StoreCheckpoint(os.path.join(self.root, "checkpoint"))
+        self.checkpoint = StoreCheckpoint(os.path.join(self.root, "checkpoint"), read_only=self.read_only)
         self._check_saved_sizes()
-        padded = repair_short_files(cfg)
+        padded = [] if self.read_only else repair_short_files(cfg)
         self.commitlog = CommitLog(cfg)
         self.commitlog.load()
         self.cq_table = ConsumeQueueTable(cfg)
@@ -108,12 +186,15 @@ class MessageStore:
         self.flush_service = FlushService(cfg, self.commitlog, self._on_physic_flushed, self._flush_logics,
                                           self.checkpoint)
         self.put_path = PutPath(cfg, self.commitlog, self.reput, self.flush_service)
+        self.clean_service = None
+        if self.read_only:
+            self.put_path.running = False
+            return
         self.commitlog.dispatch_feed = collections.deque()  # the reput skips decoding our own appends
         self._save_sizes()
         atomic_write(self.abort_path, str(os.getpid()).encode())  # durable before the first put
         self.flush_service.start()
         self.reput.start()
-        self.clean_service = None
         try:
             from .clean import CleanService
         except ImportError:
@@ -151,6 +232,14 @@ class MessageStore:
             return
         self._closed = True
         self.put_path.running = False
+        if self.read_only:
+            self.commitlog.close()
+            for cq in self.cq_table:
+                cq.close()
+            if self.index_service is not None:
+                for f in self.index_service.files:
+                    f.close()
+            return
         if self.clean_service is not None:
             self.clean_service.stop()
         self.reput.wait_dispatched(timeout=10.0)

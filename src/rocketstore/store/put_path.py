@@ -67,6 +67,8 @@ class PutPath:
     def put(self, msgs: list[Message], batch: bool, nowait: bool = False) -> PutMessageResult | None:
         """Put ``msgs``; with ``nowait`` (ASYNC_FLUSH only) None means "would block, nothing
         written: put again without ``nowait``" (see ``CommitLog.append``)."""
+        if self.cfg.read_only:
+            return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE, error="store is open read-only")
         if nowait and self.cfg.sync_flush:
             return None  # a SYNC_FLUSH put waits for its group commit by definition
         if not self.running or not self.writeable:

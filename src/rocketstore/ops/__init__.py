@@ -1,0 +1,62 @@
+"""Operations: Prometheus metrics and the web console, read-only views over broker state.
+
+``OpsServices`` wires them to a broker: before ``Broker.start`` it registers the request
+instrumentation (``ops.stats``) as a handler wrapper; after it, it starts the TPS sampler, the
+metrics HTTP server (``--metrics-port``) and the console (``--console``), each on its own
+thread, so nothing here runs on the broker's event loop. ``stop()`` stops them again.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .state import OpsState
+
+__all__ = ["OpsServices", "OpsState"]
+
+
+class OpsServices:
+    def __init__(self, broker: Any, *, host: str = "127.0.0.1", metrics_port: int | None = None,
+                 console_port: int | None = None) -> None:
+        from .metrics import BrokerCollector, new_registry
+        from .stats import RequestStats, TpsSampler
+
+        self.broker = broker
+        self.host = host
+        self.state = OpsState.from_broker(broker)
+        self.registry = new_registry()
+        self.state.stats = RequestStats(self.registry)
+        self.state.tps = TpsSampler(self.state.stats)
+        self.registry.register(BrokerCollector(self.state))
+        broker.handler_wrappers.append(self.state.stats.instrument)
+        self.metrics_port = metrics_port
+        self.console_port = console_port
+        self.metrics: Any = None
+        self.console: Any = None
+
+    def start(self) -> dict[str, str]:
+        """Start the enabled servers; their URLs (``{"metrics": ..., "console": ...}``)."""
+        self.state.refresh_addresses(self.broker)
+        self.state.tps.start()
+        urls: dict[str, str] = {}
+        try:
+            if self.metrics_port is not None:
+                from .metrics import MetricsServer
+                self.metrics = MetricsServer(self.registry, self.host, self.metrics_port)
+                self.metrics.start()
+                urls["metrics"] = self.metrics.url
+            if self.console_port is not None:
+                from .console import ConsoleServer
+                self.console = ConsoleServer(self.state, self.host, self.console_port,
+                                             registry=self.registry)
+                self.console.start()
+                urls["console"] = self.console.url
+        except BaseException:
+            self.stop()
+            raise
+        return urls
+
+    def stop(self) -> None:
+        for svc in (self.console, self.metrics, self.state.tps):
+            if svc is not None:
+                svc.stop()
+        self.console = self.metrics = None

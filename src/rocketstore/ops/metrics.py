@@ -1,0 +1,177 @@
+"""Prometheus ``/metrics`` for ``rocketstore serve --metrics-port``.
+
+Theory of operation: one ``CollectorRegistry`` per broker holds three kinds of collectors —
+the request counters and latency histograms of ``ops.stats`` (updated as requests are
+answered), a ``BrokerCollector`` that reads the broker's state *at scrape time* (store offsets,
+dispatch and flush lag, disk use per store path, queue offsets, consumer lag, connections),
+and prometheus-client's own process and platform collectors. ``MetricsServer`` serves the
+registry with prometheus-client's HTTP server in a daemon thread, so a scrape never runs on
+the broker's event loop; the views it calls are thread-safe and read-only.
+
+Names follow RocketMQ 5's broker metrics (``rocketmq_messages_in_total``,
+``rocketmq_storage_dispatch_behind_bytes``, ``rocketmq_consumer_lag_messages`` …) where one
+exists, and start with ``rocketstore_`` otherwise. Durations are seconds, sizes bytes.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterator
+
+from prometheus_client import (CollectorRegistry, PlatformCollector, ProcessCollector,
+                               start_http_server)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from . import views
+from .state import OpsState
+
+log = logging.getLogger(__name__)
+
+
+def new_registry() -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=True)
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    return registry
+
+
+def _gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=labels or [])
+
+
+class BrokerCollector(Collector):
+    """Scrape-time metrics of one broker (or one store directory)."""
+
+    def __init__(self, state: OpsState) -> None:
+        self.state = state
+        self.errors = 0
+
+    def describe(self) -> list[Metric]:
+        return []  # names depend on the state; collect() is the description
+
+    def collect(self) -> Iterator[Metric]:
+        st = self.state
+        info = _gauge("rocketstore_broker_info", "The broker this endpoint describes (always 1).",
+                      ["cluster", "broker", "addr"])
+        info.add_metric([st.cluster_name, st.broker_name, st.broker_addr], 1)
+        yield info
+        conns = _gauge("rocketstore_connections", "Open TCP connections per server.", ["server"])
+        for name, n in sorted(st.connections().items()):
+            conns.add_metric([name], n)
+        yield conns
+        store = st.store()
+        if store is not None:
+            for part in (self._store, self._queues, self._groups):
+                try:
+                    yield from part(store)
+                except Exception:  # a partial scrape beats none; the error is logged and counted
+                    self.errors += 1
+                    log.exception("metrics: collecting %s failed", part.__name__)
+        yield CounterMetricFamily("rocketstore_collector_errors", "Scrape-time collection "
+                                  "errors (see the broker log).", value=self.errors)
+
+    def _store(self, store: Any) -> Iterator[Metric]:
+        rt = views.store_runtime(store, self.state.store_config)
+        for name, doc, value in (
+                ("rocketmq_storage_dispatch_behind_bytes",
+                 "CommitLog bytes not yet dispatched to ConsumeQueues and index.",
+                 rt.dispatch_behind_bytes),
+                ("rocketstore_storage_dispatch_behind_seconds",
+                 "Store-time gap between the newest message and the newest dispatched one.",
+                 rt.dispatch_behind_ms / 1000.0),
+                ("rocketmq_storage_flush_behind_bytes", "CommitLog bytes not yet on disk.",
+                 rt.flush_behind_bytes),
+                ("rocketstore_storage_flush_behind_seconds",
+                 "Store-time gap between the newest message and the newest flushed one.",
+                 rt.flush_behind_ms / 1000.0),
+                ("rocketmq_storage_size", "Bytes of all store files.", rt.files_bytes),
+                ("rocketstore_commitlog_max_offset", "CommitLog max physical offset.",
+                 rt.max_phy_offset),
+                ("rocketstore_commitlog_min_offset", "CommitLog min physical offset.",
+                 rt.min_phy_offset),
+                ("rocketstore_commitlog_flushed_offset", "CommitLog offset known on disk.",
+                 rt.flushed_phy_offset)):
+            yield GaugeMetricFamily(name, doc, value=value)
+        files = _gauge("rocketstore_storage_path_bytes", "Bytes of the files under each store "
+                       "path.", ["path_type", "path"])
+        total = _gauge("rocketstore_disk_total_bytes", "Size of the filesystem holding each "
+                       "store path.", ["path_type", "path"])
+        free = _gauge("rocketstore_disk_free_bytes", "Free bytes (for unprivileged users) on "
+                      "the filesystem holding each store path.", ["path_type", "path"])
+        ratio = _gauge("rocketstore_disk_used_ratio", "Used fraction of the filesystem holding "
+                       "each store path (RocketMQ's commitLogDiskRatio).", ["path_type", "path"])
+        for p in rt.paths:
+            labels = [p.kind, p.path]
+            files.add_metric(labels, p.files_bytes)
+            total.add_metric(labels, p.disk_total_bytes)
+            free.add_metric(labels, p.disk_free_bytes)
+            ratio.add_metric(labels, p.disk_used_ratio)
+        yield from (files, total, free, ratio)
+
+    def _queues(self, store: Any) -> Iterator[Metric]:
+        tvs = views.topic_views(store, self.state.topics, timestamps=False)
+        hi = _gauge("rocketstore_queue_max_offset", "Max offset (next to write) of each "
+                    "ConsumeQueue.", ["topic", "queue_id"])
+        lo = _gauge("rocketstore_queue_min_offset", "Min offset (oldest kept) of each "
+                    "ConsumeQueue.", ["topic", "queue_id"])
+        for tv in tvs:
+            for q in tv.queues:
+                hi.add_metric([tv.topic, str(q.queue_id)], q.max_offset)
+                lo.add_metric([tv.topic, str(q.queue_id)], q.min_offset)
+        yield GaugeMetricFamily("rocketmq_topic_number", "Topics on this broker.",
+                                value=len(tvs))
+        yield from (hi, lo)
+
+    def _groups(self, store: Any) -> Iterator[Metric]:
+        st = self.state
+        gvs = views.group_views(store, st.topics, st.offsets, st.consumers)
+        lag = _gauge("rocketmq_consumer_lag_messages", "Messages not yet consumed, per group "
+                     "and topic (broker offset - committed offset).", ["consumer_group", "topic"])
+        qlag = _gauge("rocketstore_consumer_queue_lag_messages", "Messages not yet consumed, "
+                      "per group and queue.", ["consumer_group", "topic", "queue_id"])
+        off = _gauge("rocketstore_consumer_offset", "Committed offset, per group and queue.",
+                     ["consumer_group", "topic", "queue_id"])
+        latency = _gauge("rocketmq_consumer_lag_latency_seconds", "Age of the oldest message "
+                         "not yet consumed by the group.", ["consumer_group"])
+        conns = _gauge("rocketmq_consumer_connections", "Live clients of each consumer group.",
+                       ["consumer_group"])
+        for g in gvs:
+            for topic, n in sorted(g.topic_lag().items()):
+                lag.add_metric([g.group, topic], n)
+            for q in g.queues:
+                labels = [g.group, q.topic, str(q.queue_id)]
+                qlag.add_metric(labels, q.lag)
+                off.add_metric(labels, q.consumer_offset)
+            latency.add_metric([g.group], g.lag_latency_ms / 1000.0)
+            conns.add_metric([g.group], len(g.clients))
+        yield GaugeMetricFamily("rocketmq_consumer_group_number", "Consumer groups known to "
+                                "this broker (committed offsets or live clients).",
+                                value=len(gvs))
+        yield from (lag, qlag, off, latency, conns)
+
+
+class MetricsServer:
+    """prometheus-client's HTTP server for one registry, in a daemon thread."""
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+        self.registry = registry
+        self.host = host
+        self.port = port
+        self._httpd: Any = None
+        self._thread: Any = None
+
+    def start(self) -> None:
+        self._httpd, self._thread = start_http_server(self.port, self.host, self.registry)
+        self.port = self._httpd.server_port
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._thread.join(timeout=5)
+            self._httpd = self._thread = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
