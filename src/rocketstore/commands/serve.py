@@ -77,7 +77,8 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
             f"port {broker_cfg.namesrv_port}): {exc.strerror or exc}") from exc
     ready = {"event": "ready", "broker": f"{broker_cfg.host}:{broker_cfg.port}",
              "namesrv": f"{broker_cfg.host}:{broker_cfg.namesrv_port}",
-             "store": store_cfg.store_path_root_dir}
+             "store": store_cfg.store_path_root_dir,
+             "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0]}
     if ops is not None:
         try:
             ready.update(ops.start())
@@ -163,5 +164,6 @@ def command(store_dir, host, port, namesrv_port, broker_name, conf, options, flu
             setattr(broker_cfg, name, value)
     if not host_given:
         store_cfg.store_host = f"{host}:{broker_cfg.port}"
-    asyncio.run(_serve(store_cfg, broker_cfg, as_json,
-                       {"metrics_port": metrics_port, "console_port": console_port}))
+    from ..broker.eventloop import run as run_loop  # uvloop when installed
+    run_loop(_serve(store_cfg, broker_cfg, as_json,
+                    {"metrics_port": metrics_port, "console_port": console_port}))
