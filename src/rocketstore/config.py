@@ -54,6 +54,9 @@ class StoreConfig:
     access_message_in_memory_max_ratio: int = 40
     generate_uniq_key: bool = True  # set UNIQ_KEY on puts that carry none, as the broker does
     reput_batch_bytes: int = 4 * 1024 * 1024
+    enable_consume_queue_ext: bool = False  # ConsumeQueue-ext units (tagsCode, time, SQL92 bitmap)
+    mapped_file_size_consume_queue_ext: int = 48 * 1024 * 1024
+    bit_map_length_consume_queue_ext: int = 64
     # open without the lock and write nothing: files are mapped copy-on-write, recovery and
     # dispatch of a tail happen in memory only (``MessageStore.open_read_only``)
     read_only: bool = False

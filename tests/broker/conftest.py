@@ -30,6 +30,7 @@ class Server:
     broker: str
     namesrv: str
     log_path: str
+    grpc: str | None = None  # host:port of the gRPC endpoint when started with --grpc-port
 
     def stop(self, timeout: float = 30.0) -> int:
         if self.proc.poll() is None:
@@ -65,7 +66,7 @@ def start_server(store: str, *extra: str, log_path: str | None = None) -> Server
         raise RuntimeError(f"serve did not start: {open(log_path).read()}")
     ready = json.loads(line)
     assert ready["event"] == "ready", line
-    return Server(proc, store, ready["broker"], ready["namesrv"], log_path)
+    return Server(proc, store, ready["broker"], ready["namesrv"], log_path, ready.get("grpc"))
 
 
 @pytest.fixture

@@ -261,11 +261,11 @@ def test_damaged_record_mid_log_is_reported_not_raised(tmp_path):
         rs = [store.put_message(Message("D", b"body-%d" % i, tags="t")) for i in range(5)]
         store.wait_dispatched(5)
         mf = store.commitlog.segment_at(rs[2].wrote_offset)
-        # break record 2's topic with invalid UTF-8 (the body CRC does not cover it):
-        # IPv4 hosts put the topic length byte at 88 + body length, the topic after it
+        # break record 2's topic length (the body CRC does not cover it): IPv4 hosts put the
+        # topic length byte at 88 + body length; 200 is negative as Java's signed byte
         m = store.look_message_by_offset(rs[2].wrote_offset)
-        tpos = rs[2].wrote_offset - mf.file_from_offset + 88 + len(m.body) + 1
-        mf.mm[tpos] = 0xFF
+        tpos = rs[2].wrote_offset - mf.file_from_offset + 88 + len(m.body)
+        mf.mm[tpos] = 200
         assert store.look_message_by_offset(rs[2].wrote_offset) is None
         g = store.get_message("g", "D", 0, 0, 32)
         assert g.status is GetStatus.FOUND

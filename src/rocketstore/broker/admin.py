@@ -3,9 +3,11 @@
 Theory of operation: small handlers, each a direct translation of one request header into one
 store or manager call. Two RocketMQ rules matter to real clients and are kept exactly:
 QUERY_CONSUMER_OFFSET answers ``offset 0`` for a group that never committed on a queue whose
-first message is still at offset 0 (so a new push consumer with CONSUME_FROM_LAST_OFFSET still
-sees messages produced before it started), and HEART_BEAT creates ``%RETRY%<group>`` for every
-consumer group it registers. Every response field is a string; bodies are JSON or raw records.
+first message is still at offset 0 and still in memory (``check_in_disk_by_consume_offset``:
+within ``access_message_in_memory_max_ratio`` % of RAM from the CommitLog's end), so a new push
+consumer with CONSUME_FROM_LAST_OFFSET still sees messages produced just before it started but
+does not replay the whole history of a big queue; otherwise QUERY_NOT_FOUND. HEART_BEAT
+creates ``%RETRY%<group>`` for every consumer group it registers. Every response field is a string; bodies are JSON or raw records.
 """
 from __future__ import annotations
 
@@ -49,8 +51,12 @@ def handlers(broker: "Broker") -> dict[int, Any]:
         off = broker.offsets.query(group, topic, qid)
         if off >= 0:
             return cmd.response(ResponseCode.SUCCESS, {"offset": off})
-        min_off = await broker.run(store().get_min_offset_in_queue, topic, qid)
-        if min_off <= 0:
+        s = store()
+
+        def first_in_memory() -> bool:  # RocketMQ: min offset 0 and that message still cached
+            return s.get_min_offset_in_queue(topic, qid) <= 0 and \
+                not s.check_in_disk_by_consume_offset(topic, qid, 0)
+        if await broker.run(first_in_memory):
             return cmd.response(ResponseCode.SUCCESS, {"offset": 0})
         return cmd.response(ResponseCode.QUERY_NOT_FOUND,
                             remark="Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
@@ -110,7 +116,10 @@ def handlers(broker: "Broker") -> dict[int, Any]:
             changed = broker.consumers.register(cd, client_id, conn, language=cmd.language,
                                                 version=cmd.version)
             group = str(cd.get("groupName"))
+            broker.filters.register_group(group, [s for s in cd.get("subscriptionDataSet") or []
+                                                  if isinstance(s, dict)])
             ensure_topic(broker, RETRY_PREFIX + group, 1)
+            broker.subgroups.ensure(group)
             if changed:
                 broker.notify_consumer_ids_changed(group)
         for pd in data.get("producerDataSet") or []:
@@ -124,6 +133,7 @@ def handlers(broker: "Broker") -> dict[int, Any]:
         group = cmd.get_str("consumerGroup")
         if group and broker.consumers.unregister(group, client_id):
             broker.notify_consumer_ids_changed(group)
+            broker.consumer_group_changed(group)
         producer_group = cmd.get_str("producerGroup")
         if producer_group:
             broker.producers.unregister(producer_group, client_id, conn)

@@ -25,6 +25,22 @@ class BrokerConfig:
     schedule_poll_interval_ms: int = 100
     executor_threads: int = 8  # threads running blocking store calls
     shutdown_grace_s: float = 5.0  # how long in-flight requests may take at shutdown
+    # SQL92 filtering (RocketMQ's BrokerConfig names and defaults)
+    enable_property_filter: bool = False  # serve SQL92 subscriptions at all
+    enable_calc_filter_bit_map: bool = False  # a bloom bitmap per message in ConsumeQueue-ext
+    expect_consumer_num_use_filter: int = 32
+    max_error_rate_of_bloom_filter: int = 20  # percent
+    filter_data_clean_time_span_ms: int = 24 * 3600 * 1000
+    filter_support_retry: bool = False
+    store_reply_message_enable: bool = True  # request-reply: keep replies in <cluster>_REPLY_TOPIC
+    transaction_timeout_ms: int = 6_000  # transactionTimeOut: a half message's age before a check
+    transaction_check_interval_ms: int = 60_000  # transactionCheckInterval
+    transaction_check_max: int = 15  # transactionCheckMax: checks before it is given up
+    reject_transaction_message: bool = False  # rejectTransactionMessage
+    grpc_port: int | None = None  # RocketMQ 5.x gRPC (rocketstore.proxy); None = off, 0 = any
+    grpc_min_invisible_time_ms: int = 10_000  # minInvisibleTimeMillsForRecv of the 5.x proxy
+    namesrv_addr: str | None = None  # outside name servers to register with ("h1:9876;h2:9876")
+    register_name_server_period_ms: int = 30_000  # registerNameServerPeriod
 
     @property
     def broker_addr(self) -> str:

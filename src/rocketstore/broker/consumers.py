@@ -38,11 +38,13 @@ class Subscription:
     topic: str
     sub_string: str = "*"
     sub_version: int = 0
+    expression_type: str = "TAG"  # or "SQL92"
 
     @classmethod
     def from_json(cls, d: dict) -> "Subscription":
         return cls(topic=str(d.get("topic", "")), sub_string=str(d.get("subString") or "*"),
-                   sub_version=int(d.get("subVersion") or 0))
+                   sub_version=int(d.get("subVersion") or 0),
+                   expression_type=str(d.get("expressionType") or "TAG"))
 
 
 @dataclass

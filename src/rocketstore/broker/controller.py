@@ -25,7 +25,10 @@ from ..remoting.codes import RequestCode
 from ..remoting.command import RemotingCommand
 from .config import BrokerConfig
 from .consumers import ConsumerManager
+from .filters import ConsumerFilterRegistry
 from .producers import ProducerManager
+from .stats import BrokerStats
+from .subgroups import SubscriptionGroupManager
 from .longpoll import PullHoldService
 from ..format.batch import parse_delay_levels
 from .schedule import ScheduleMessageService
@@ -46,14 +49,25 @@ class Broker:
         self.offsets = ConsumerOffsetManager(config_dir)
         self.delay_offsets = DelayOffsetStore(config_dir)
         self.consumers = ConsumerManager(self.config.channel_expired_timeout_ms)
+        self.filters = ConsumerFilterRegistry(
+            config_dir, max_error_rate=self.config.max_error_rate_of_bloom_filter,
+            expect_consumer_num=self.config.expect_consumer_num_use_filter,
+            clean_time_span_ms=self.config.filter_data_clean_time_span_ms)
+        self.filters.load()
         self.producers = ProducerManager(self.config.channel_expired_timeout_ms)
+        self.subgroups = SubscriptionGroupManager(config_dir)
+        self.stats = BrokerStats()
         self.executor = ThreadPoolExecutor(self.config.executor_threads,
                                            thread_name_prefix="broker-store")
         self.loop: asyncio.AbstractEventLoop | None = None
         self.hold: PullHoldService | None = None
         self.schedule: ScheduleMessageService | None = None
+        self.transactions: Any = None  # transaction.TransactionalMessageService, once started
+        self.transaction_check: Any = None
         self.writer: PutWriter | None = None
         self.servers: list[Any] = []
+        self.proxy: Any = None  # rocketstore.proxy.GrpcProxy when config.grpc_port is set
+        self.registration: Any = None  # NameServerRegistration when --namesrv is given
         self.handler_wrappers: list[Callable[[dict], dict]] = []  # e.g. ops.stats.instrument
         self._tasks: list[asyncio.Task] = []
 
@@ -95,6 +109,12 @@ class Broker:
         self.producers.connection_closed(conn)
         for group in self.consumers.connection_closed(conn):
             self.notify_consumer_ids_changed(group)
+            self.consumer_group_changed(group)
+
+    def consumer_group_changed(self, group: str) -> None:
+        """A group lost clients: when none is left its SQL92 filters die (RocketMQ's UNREGISTER)."""
+        if self.consumers.group(group) is None:
+            self.filters.unregister(group)
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -104,6 +124,8 @@ class Broker:
         self.hold = PullHoldService(self.loop)
         self.store = await self.run(_open_store, MessageStore, self.store_config)
         self.store.add_arrival_listener(self.hold.arrival)
+        if self.config.enable_calc_filter_bit_map:
+            self.store.set_filter_bitmap_source(self.filters.bitmaps)
         if not getattr(self.store_config, "sync_flush", False):
             self.writer = PutWriter(self.loop, inline=(self.put_blocking, self.store.put_messages))
         try:
@@ -114,11 +136,15 @@ class Broker:
 
     async def _start_servers(self) -> None:
         from .server import RemotingServer
-        from . import admin, locks, namesrv, pull, send
+        from . import admin, locks, namesrv, pull, send, transaction
+        from . import admin_groups, admin_namesrv, admin_runtime, admin_topics
 
         self.topics.persist()
+        self._start_transactions()
         handlers: dict[int, Any] = {}
-        for mod in (send, pull, admin, locks):
+        from . import reply, sql92
+        for mod in (send, pull, admin, locks, admin_topics, admin_groups, admin_runtime,
+                    transaction, sql92, reply):
             handlers.update(mod.handlers(self))
         for wrap in self.handler_wrappers:
             handlers = wrap(handlers)
@@ -129,15 +155,58 @@ class Broker:
             self.store_config.store_host = f"{self.config.host}:{broker_srv.port}"
         self.servers.append(broker_srv)
         if self.config.namesrv_port is not None:
-            ns = RemotingServer(self, namesrv.handlers(self), "namesrv")
+            ns = RemotingServer(self, {**namesrv.handlers(self), **admin_namesrv.handlers(self)},
+                                "namesrv")
             await ns.start(self.config.host, self.config.namesrv_port)
             self.config.namesrv_port = ns.port
             self.servers.append(ns)
+        if self.config.namesrv_addr:
+            await self._register_at_name_servers()
         self.schedule = ScheduleMessageService(self)
         self.schedule.start()
+        self.transaction_check.start()
+        if self.config.grpc_port is not None:
+            await self._start_grpc()
         self._tasks.append(self.loop.create_task(self._housekeeping(), name="housekeeping"))
         log.info("broker %s listening on %s:%s, name server on %s", self.config.broker_name,
                  self.config.host, self.config.port, self.config.namesrv_port)
+
+    def _start_transactions(self) -> None:
+        from .transaction import (TransactionalMessageCheckService, TransactionalMessageService,
+                                  TransactionConfig)
+
+        c = self.config
+        tcfg = TransactionConfig(c.transaction_timeout_ms, c.transaction_check_interval_ms,
+                                 c.transaction_check_max,
+                                 int(getattr(self.store_config, "file_reserved_time", 72)))
+        self.transactions = TransactionalMessageService(self.store, self.topics, self.offsets,
+                                                        self.put_blocking, tcfg)
+        self.transaction_check = TransactionalMessageCheckService(
+            self.transactions, self.run, self.producers.available_connection)
+
+    async def _start_grpc(self) -> None:
+        from ..proxy import BrokerPieces, GrpcProxy
+
+        pieces = BrokerPieces(store=self.store, topics=self.topics, offsets=self.offsets,
+                              config=self.config, run=self.run, put=self.put,
+                              put_message=self.put_blocking, hold=self.hold,
+                              delay_levels_ms=self.delay_levels_ms,
+                              transactions=self.transactions, producers=self.producers,
+                              subgroups=self.subgroups)
+        self.proxy = GrpcProxy(pieces, self.config.host, self.config.grpc_port)
+        await self.proxy.start()
+        self.config.grpc_port = self.proxy.port
+
+    async def _register_at_name_servers(self) -> None:
+        from .registration import NameServerRegistration, parse_namesrv_addrs
+
+        cfg = self.config
+        self.registration = NameServerRegistration(
+            parse_namesrv_addrs(cfg.namesrv_addr or ""), cluster_name=cfg.cluster_name,
+            broker_name=cfg.broker_name, broker_addr=lambda: cfg.broker_addr,
+            topic_table=lambda: {t.topic_name: t.to_json() for t in self.topics.topics()},
+            period_s=cfg.register_name_server_period_ms / 1000.0)
+        await self.registration.start()
 
     async def _housekeeping(self) -> None:
         interval = self.config.flush_consumer_offset_interval_ms / 1000.0
@@ -146,17 +215,25 @@ class Broker:
             try:
                 await self.run(self.offsets.persist)
                 await self.run(self.delay_offsets.persist)
+                await self.run(self.subgroups.persist)
                 for group in self.consumers.scan_expired():
                     self.notify_consumer_ids_changed(group)
+                    self.consumer_group_changed(group)
+                await self.run(self.filters.persist)
                 self.producers.scan_expired()
             except Exception:
                 log.exception("housekeeping failed")
 
     async def stop(self) -> None:
+        if self.registration is not None:  # clients stop routing here before we go
+            await self.registration.stop()
+            self.registration = None
         for srv in self.servers:
             srv.stop_accepting()
         if self.hold is not None:
             self.hold.wake_all()
+        if self.proxy is not None:
+            await self.proxy.stop()
         deadline = time.monotonic() + self.config.shutdown_grace_s
         for srv in self.servers:
             await srv.drain(max(0.0, deadline - time.monotonic()))
@@ -166,11 +243,15 @@ class Broker:
             t.cancel()
         if self.schedule is not None:
             await self.schedule.stop()
+        if self.transaction_check is not None:
+            await self.transaction_check.stop()
         if self.writer is not None:
             await self.run(self.writer.stop)
         await self.run(self.offsets.persist, True)
         await self.run(self.topics.persist)
         await self.run(self.delay_offsets.persist)
+        await self.run(self.subgroups.persist)
+        await self.run(self.filters.persist)
         if self.store is not None:
             store, self.store = self.store, None
             await self.run(_close_store, store)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..remoting.codes import (PERM_READ, PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION,
                               PULL_FLAG_SUSPEND, RequestCode, ResponseCode)
 from ..remoting.command import RemotingCommand
+from .sql92 import PullRefused, pull_subscription
 
 if TYPE_CHECKING:
     from .controller import Broker
@@ -37,24 +38,6 @@ def pull_code(status_name: str, queue_offset: int) -> int:
     if status_name in ("OFFSET_OVERFLOW_BADLY", "OFFSET_TOO_SMALL"):
         return ResponseCode.PULL_OFFSET_MOVED
     return ResponseCode.SYSTEM_ERROR
-
-
-def subscription_expression(broker: "Broker", cmd: RemotingCommand, group: str,
-                            topic: str) -> str | None:
-    """The tag expression to filter with; None means everything."""
-    sys_flag = cmd.get_int("sysFlag", 0) or 0
-    expr_type = (cmd.get_str("expressionType") or "TAG").upper()
-    if expr_type != "TAG":
-        raise ValueError(f"expression type {expr_type} is not supported (only TAG)")
-    if sys_flag & PULL_FLAG_SUBSCRIPTION:
-        expr = cmd.get_str("subscription")
-    else:
-        info = broker.consumers.group(group)
-        sub = info.subscriptions.get(topic) if info else None
-        expr = sub.sub_string if sub else None
-    if expr is None or expr.strip() in ("", "*"):
-        return None
-    return expr.strip()
 
 
 def handlers(broker: "Broker") -> dict[int, Any]:
@@ -78,9 +61,10 @@ def handlers(broker: "Broker") -> dict[int, Any]:
                                 remark=f"queueId[{queue_id}] is illegal, topic:[{topic}] "
                                        f"topicConfig.readQueueNums:[{tc.read_queue_nums}]")
         try:
-            expr = subscription_expression(broker, cmd, group, topic)
-        except ValueError as exc:
-            return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, remark=str(exc))
+            psub = pull_subscription(broker, cmd, group, topic)
+        except PullRefused as exc:
+            return cmd.response(exc.code, remark=exc.remark)
+        expr, message_filter = psub.tags, psub.message_filter
         if sys_flag & PULL_FLAG_COMMIT_OFFSET:
             commit = cmd.get_int("commitOffset", -1)
             if commit is not None and commit >= 0:
@@ -95,7 +79,8 @@ def handlers(broker: "Broker") -> dict[int, Any]:
         store = broker.store
 
         def read() -> Any:
-            return store.get_message(group, topic, queue_id, offset, max_nums, expr, decode=False)
+            return store.get_message(group, topic, queue_id, offset, max_nums, expr, decode=False,
+                                     message_filter=message_filter)
         g = await broker.run(read)
         while True:
             code = pull_code(g.status.name, offset)
@@ -107,8 +92,10 @@ def handlers(broker: "Broker") -> dict[int, Any]:
             g = woken if hasattr(woken, "status") else await broker.run(read)
         fields = {"suggestWhichBrokerId": 0, "nextBeginOffset": g.next_begin_offset,
                   "minOffset": g.min_offset, "maxOffset": g.max_offset}
+        body = b"".join(g.buffers) if code == ResponseCode.SUCCESS else b""
+        broker.stats.record_get(group, topic, len(g.buffers) if body else 0, len(body))
         if code == ResponseCode.SUCCESS:
-            return cmd.response(code, fields, body=b"".join(g.buffers))
+            return cmd.response(code, fields, body=body)
         return cmd.response(code, fields, remark=g.status.name)
 
     return {RequestCode.PULL_MESSAGE: pull}

@@ -8,7 +8,11 @@ each level, reads its schedule queue from the delivered offset (``delayOffset.js
 every message whose ``store_timestamp + delay`` has passed back to its real topic and queue
 without ``DELAY``; the first message not yet due stops that level until the next tick. A
 message is therefore never delivered before its delay, and, because offsets are persisted only
-after the re-put, a crash can deliver a message twice but never lose it (as in RocketMQ).
+after the re-put, a crash can deliver a message twice but never lose it (as in RocketMQ). The
+offset moves past a message only once the store took its re-put (PUT_OK, or FLUSH_DISK_TIMEOUT:
+the record is in the CommitLog and a second put would deliver it twice); any other status (disk
+full, store not writeable) stops that level, which tries the same message again after
+``RETRY_PAUSE_S``.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ if TYPE_CHECKING:
     from .controller import Broker
 
 log = logging.getLogger(__name__)
+RETRY_PAUSE_S = 1.0  # after a failed re-put (RocketMQ waits DELAY_FOR_A_PERIOD, 10 s)
 
 
 def restore_from_schedule(m: MessageExt) -> Message:
@@ -44,6 +49,7 @@ class ScheduleMessageService:
         self.levels = broker.delay_levels_ms
         self._task: asyncio.Task | None = None
         self._stopping = False
+        self._retry_at: dict[int, float] = {}  # level -> when to try a failed re-put again
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="schedule")
@@ -79,6 +85,8 @@ class ScheduleMessageService:
         for level, delay in enumerate(self.levels, start=1):
             if self._stopping:
                 break
+            if time.monotonic() < self._retry_at.get(level, 0.0):
+                continue
             qid = level - 1
             offset = offsets.get(level)
             max_off = store.get_max_offset_in_queue(SCHEDULE_TOPIC, qid)
@@ -100,7 +108,14 @@ class ScheduleMessageService:
                     if self._stopping or m.store_timestamp + delay > now:
                         due_stop = True
                         break
-                    self.broker.put_blocking(restore_from_schedule(m))
+                    r = self.broker.put_blocking(restore_from_schedule(m))
+                    if not r.status.ok:  # not stored: keep the offset, retry after a pause
+                        self._retry_at[level] = time.monotonic() + RETRY_PAUSE_S
+                        log.warning("delay level %d: re-put of %s failed (%s %s); retrying in "
+                                    "%.0f s", level, m.msg_id, r.status.name, r.error or "",
+                                    RETRY_PAUSE_S)
+                        due_stop = True
+                        break
                     delivered += 1
                     offset = m.queue_offset + 1
                     offsets.set(level, offset)

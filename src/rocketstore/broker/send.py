@@ -19,15 +19,19 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_MAX_RECONSUME_TIMES,
+from ..format.message import (PROPERTY_CLUSTER,
+                              PROPERTY_DELAY_TIME_LEVEL, PROPERTY_MAX_RECONSUME_TIMES,
                               PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RECONSUME_TIME,
-                              PROPERTY_RETRY_TOPIC, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+                              PROPERTY_RETRY_TOPIC, PROPERTY_TRANSACTION_PREPARED,
+                              PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
                               Message, create_uniq_key, string_to_properties)
 from ..remoting.codes import PERM_WRITE, RequestCode, ResponseCode
 from ..remoting.command import RemotingCommand
 from ..remoting.header import send_header_v1
 from ..remoting.message_batch import decode_batch
 from .namesrv import DLQ_PREFIX, RETRY_PREFIX, ensure_topic
+from .topic_validator import is_not_allowed_send_topic, send_forbidden_remark
+from .transaction import is_transactional
 
 if TYPE_CHECKING:
     from .controller import Broker
@@ -63,6 +67,8 @@ def handlers(broker: "Broker") -> dict[int, Any]:
         batch = cmd.code == RequestCode.SEND_BATCH_MESSAGE or \
             str(h.get("batch", "")).lower() in ("true", "1")
         topic = h.get("topic") or ""
+        if is_not_allowed_send_topic(topic):
+            return cmd.response(ResponseCode.NO_PERMISSION, remark=send_forbidden_remark(topic))
         try:
             tc = ensure_topic(broker, topic, _int(h, "defaultTopicQueueNums", 0) or None)
         except ValueError as exc:
@@ -95,11 +101,18 @@ def handlers(broker: "Broker") -> dict[int, Any]:
             if batch:
                 return await _send_batch(broker, cmd, base, props)
             props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, create_uniq_key())
+            props[PROPERTY_CLUSTER] = broker.config.cluster_name  # as RocketMQ: request-reply needs it
             msg = Message(body=cmd.body, properties=props, **base)
+            if is_transactional(msg):  # stored as a half message (transaction.py)
+                if broker.config.reject_transaction_message:
+                    return cmd.response(ResponseCode.NO_PERMISSION,
+                                        remark="sending transaction message is forbidden")
+                msg = broker.transactions.half_message(msg)
             r = await broker.put(broker.put_blocking, msg)
         except ValueError as exc:  # oversize body, bad property...
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark=str(exc))
         code = put_code(r.status)
+        broker.stats.record_put(base["topic"], 1, len(cmd.body), _status_ok(code))
         if not _status_ok(code):
             return cmd.response(code, remark=f"put message failed: {r.status.name} {r.error or ''}")
         return cmd.response(code, {"msgId": r.msg_id, "queueId": base["queue_id"],
@@ -149,7 +162,9 @@ def handlers(broker: "Broker") -> dict[int, Any]:
 async def _send_batch(broker: "Broker", cmd: RemotingCommand, base: dict,
                       props: dict[str, str]) -> RemotingCommand:
     del props
-    entries = decode_batch(cmd.body)
+    if base["topic"].startswith(RETRY_PREFIX):
+        raise ValueError("batch request does not support retry group topic")
+    entries = decode_batch(cmd.body, max_bytes=broker.store_config.max_message_size)
     if not entries:
         raise ValueError("empty message batch")
     msgs = []
@@ -157,10 +172,14 @@ async def _send_batch(broker: "Broker", cmd: RemotingCommand, base: dict,
         p = dict(e.properties)  # the header's properties describe the batch, not each message
         if PROPERTY_DELAY_TIME_LEVEL in p and p[PROPERTY_DELAY_TIME_LEVEL] not in ("", "0"):
             raise ValueError("a batch cannot carry delayed messages")
+        if p.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true":
+            raise ValueError("a batch cannot carry transactional messages")
         p.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, create_uniq_key())
         msgs.append(Message(body=e.body, properties=p, **{**base, "flag": e.flag}))
     r = await broker.put(broker.store.put_messages, msgs)
     code = put_code(r.status)
+    broker.stats.record_put(base["topic"], len(msgs), sum(len(m.body) for m in msgs),
+                            _status_ok(code))
     if not _status_ok(code):
         return cmd.response(code, remark=f"put messages failed: {r.status.name}")
     ids = getattr(r, "msg_ids", None) or [r.msg_id]

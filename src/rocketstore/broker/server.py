@@ -38,6 +38,7 @@ class _Channel(asyncio.Protocol):
         self.inflight: set[asyncio.Task] = set()
         self.paused = False
         self.closed = False
+        self.pending: dict[int, asyncio.Future] = {}  # opaque -> answer of a call() to the client
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -63,6 +64,9 @@ class _Channel(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        for fut in self.pending.values():
+            if not fut.done():
+                fut.set_exception(ConnectionError(f"connection to {self.peer} closed"))
         self.server.channels.discard(self)
         for task in list(self.inflight):  # nobody is left to answer (a held pull, say)
             task.cancel()
@@ -82,7 +86,10 @@ class _Channel(asyncio.Protocol):
                 return
             assert isinstance(cmd, RemotingCommand)
             if cmd.is_response:
-                continue  # answers to our oneway notifications: nothing to do
+                fut = self.pending.pop(cmd.opaque, None)  # else: an answer to a oneway notify
+                if fut is not None and not fut.done():
+                    fut.set_result(cmd)
+                continue
             task = asyncio.get_running_loop().create_task(self._handle(cmd))
             self.inflight.add(task)
             self.server.inflight.add(task)
@@ -126,6 +133,19 @@ class _Channel(asyncio.Protocol):
     def notify(self, cmd: RemotingCommand) -> None:
         """Send a server-initiated (oneway) request to this client."""
         self.write(cmd)
+
+    async def call(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        """Send a server-initiated request and wait for the client's answer (raises
+        ``ConnectionError`` when the connection is gone, ``TimeoutError`` after ``timeout_s``)."""
+        if self.closed:
+            raise ConnectionError(f"connection to {self.peer} is closed")
+        fut = asyncio.get_running_loop().create_future()
+        self.pending[cmd.opaque] = fut
+        try:
+            self.write(cmd)
+            return await asyncio.wait_for(fut, timeout_s)
+        finally:
+            self.pending.pop(cmd.opaque, None)
 
     def abort(self) -> None:
         self.closed = True

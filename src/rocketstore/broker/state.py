@@ -150,6 +150,16 @@ class TopicConfigManager:
             self._counter += 1
         self.persist()
 
+    def delete(self, topic: str) -> bool:
+        """Forget a topic (DELETE_TOPIC_IN_BROKER); True if it existed."""
+        with self._lock:
+            found = self._topics.pop(topic, None) is not None
+            if found:
+                self._counter += 1
+        if found:
+            self.persist()
+        return found
+
     def persist(self) -> None:
         with self._lock:
             obj = {"dataVersion": {"counter": self._counter, "timestamp": int(time.time() * 1000)},
@@ -187,6 +197,15 @@ class ConsumerOffsetManager:
         """The committed offset, or -1 when the group never committed on that queue."""
         with self._lock:
             return self._table.get(f"{topic}@{group}", {}).get(queue_id, -1)
+
+    def remove_group(self, group: str) -> int:
+        """Drop every committed offset of ``group`` (deleteSubGroup with removeOffset)."""
+        with self._lock:
+            gone = [k for k in self._table if k.rpartition("@")[2] == group]
+            for k in gone:
+                del self._table[k]
+            self._dirty = self._dirty or bool(gone)
+            return len(gone)
 
     def table(self) -> dict[str, dict[int, int]]:
         with self._lock:

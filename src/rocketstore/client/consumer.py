@@ -38,6 +38,7 @@ class PullResult:
     min_offset: int
     max_offset: int
     messages: list[MessageExt] = field(default_factory=list)
+    body: bytes = b""  # the undecoded records, for ``pull(..., raw=True)``
 
 
 def decode_messages(body: bytes) -> list[MessageExt]:
@@ -52,6 +53,30 @@ def decode_messages(body: bytes) -> list[MessageExt]:
     return out
 
 
+@dataclass(frozen=True)
+class MessageSelector:
+    """A subscription expression and its type (RocketMQ's ``MessageSelector``): tags
+    (``"TagA || TagB"``) or a SQL92 selector over message properties."""
+
+    expression: str
+    type: str = "TAG"
+
+    @classmethod
+    def by_tag(cls, expression: str) -> "MessageSelector":
+        return cls(expression, "TAG")
+
+    @classmethod
+    def by_sql(cls, expression: str) -> "MessageSelector":
+        return cls(expression, "SQL92")
+
+
+def selector_of(sub: "str | MessageSelector") -> tuple[str, str]:
+    """(expression, type) of a subscription value: a plain string is a tag expression."""
+    if isinstance(sub, MessageSelector):
+        return sub.expression, sub.type
+    return sub, "TAG"
+
+
 class AsyncPullConsumer:
     def __init__(self, group: str, namesrv: str, *, timeout_s: float = 5.0,
                  instance: ClientInstance | None = None) -> None:
@@ -64,17 +89,35 @@ class AsyncPullConsumer:
     async def queues(self, topic: str) -> list[MessageQueue]:
         return (await self.instance.route(topic)).read_queues
 
-    async def _mq(self, topic: str, queue_id: int) -> tuple[MessageQueue, str]:
+    async def _mq(self, topic: str, queue_id: int,
+                  broker_name: str | None = None) -> tuple[MessageQueue, str]:
+        """The queue and its master's address; ``broker_name`` picks the broker when several
+        carry the topic (otherwise the first with that queue id)."""
         for q in await self.queues(topic):
-            if q.queue_id == queue_id:
+            if q.queue_id == queue_id and broker_name in (None, q.broker_name):
                 return q, await self.instance.broker_addr(q)
-        raise ValueError(f"topic {topic} has no read queue {queue_id}")
+        on = f" on broker {broker_name}" if broker_name else ""
+        raise ValueError(f"topic {topic} has no read queue {queue_id}{on}")
+
+    async def pull_from(self, mq: MessageQueue, offset: int, max_nums: int = 32,
+                        **kwargs) -> PullResult:
+        """``pull`` from one ``MessageQueue`` (topic, broker name, queue id)."""
+        return await self.pull(mq.topic, mq.queue_id, offset, max_nums,
+                               broker_name=mq.broker_name, **kwargs)
 
     async def pull(self, topic: str, queue_id: int, offset: int, max_nums: int = 32, *,
                    subscription: str = "*", suspend_ms: int = 0,
-                   commit_offset: int | None = None) -> PullResult:
-        _, addr = await self._mq(topic, queue_id)
-        sys_flag = PULL_FLAG_SUBSCRIPTION
+                   commit_offset: int | None = None, broker_name: str | None = None,
+                   raw: bool = False, expression_type: str = "TAG",
+                   post_subscription: bool = True) -> PullResult:
+        """One PULL_MESSAGE. ``raw=True`` leaves the found records undecoded in
+        ``PullResult.body`` (CommitLog record bytes, for batch decoders).
+        ``expression_type="SQL92"`` makes ``subscription`` a SQL92 selector over the message
+        properties (``a > 5 AND b IN ('x', 'y')``; the broker needs ``enablePropertyFilter``).
+        ``post_subscription=False`` lets the broker use the subscription this group registered
+        by heartbeat (and, for SQL92, its bitmap prefilter) instead of the one sent here."""
+        _, addr = await self._mq(topic, queue_id, broker_name)
+        sys_flag = PULL_FLAG_SUBSCRIPTION if post_subscription else 0
         if suspend_ms > 0:
             sys_flag |= PULL_FLAG_SUSPEND
         if commit_offset is not None:
@@ -83,42 +126,47 @@ class AsyncPullConsumer:
                   "queueOffset": offset, "maxMsgNums": max_nums, "sysFlag": sys_flag,
                   "commitOffset": commit_offset if commit_offset is not None else 0,
                   "suspendTimeoutMillis": suspend_ms, "subscription": subscription,
-                  "subVersion": 0, "expressionType": "TAG"}
+                  "subVersion": 0, "expressionType": expression_type}
         resp = await self.instance.invoke(addr, RequestCode.PULL_MESSAGE, header,
                                           timeout=self.instance.timeout_s + suspend_ms / 1000.0,
                                           ok=tuple(_PULL_STATUS))
-        msgs = decode_messages(resp.body) if resp.code == ResponseCode.SUCCESS else []
+        found = resp.code == ResponseCode.SUCCESS
+        msgs = decode_messages(resp.body) if found and not raw else []
         return PullResult(_PULL_STATUS[resp.code], resp.get_int("nextBeginOffset", offset) or 0,
                           resp.get_int("minOffset", 0) or 0, resp.get_int("maxOffset", 0) or 0,
-                          msgs)
+                          msgs, resp.body if found and raw else b"")
 
-    async def _offset_call(self, code: int, topic: str, queue_id: int, **extra) -> int:
-        _, addr = await self._mq(topic, queue_id)
+    async def _offset_call(self, code: int, topic: str, queue_id: int,
+                           broker_name: str | None = None, **extra) -> int:
+        _, addr = await self._mq(topic, queue_id, broker_name)
         resp = await self.instance.invoke(addr, code, {"topic": topic, "queueId": queue_id,
                                                        **extra})
         return resp.get_int("offset", 0) or 0
 
-    async def max_offset(self, topic: str, queue_id: int) -> int:
-        return await self._offset_call(RequestCode.GET_MAX_OFFSET, topic, queue_id)
+    async def max_offset(self, topic: str, queue_id: int, broker_name: str | None = None) -> int:
+        return await self._offset_call(RequestCode.GET_MAX_OFFSET, topic, queue_id, broker_name)
 
-    async def min_offset(self, topic: str, queue_id: int) -> int:
-        return await self._offset_call(RequestCode.GET_MIN_OFFSET, topic, queue_id)
+    async def min_offset(self, topic: str, queue_id: int, broker_name: str | None = None) -> int:
+        return await self._offset_call(RequestCode.GET_MIN_OFFSET, topic, queue_id, broker_name)
 
-    async def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+    async def search_offset(self, topic: str, queue_id: int, timestamp_ms: int,
+                            broker_name: str | None = None) -> int:
         return await self._offset_call(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, topic, queue_id,
-                                       timestamp=timestamp_ms)
+                                       broker_name, timestamp=timestamp_ms)
 
-    async def committed_offset(self, topic: str, queue_id: int) -> int | None:
+    async def committed_offset(self, topic: str, queue_id: int,
+                               broker_name: str | None = None) -> int | None:
         """The group's committed offset, or None (QUERY_NOT_FOUND)."""
-        _, addr = await self._mq(topic, queue_id)
+        _, addr = await self._mq(topic, queue_id, broker_name)
         resp = await self.instance.invoke(
             addr, RequestCode.QUERY_CONSUMER_OFFSET,
             {"consumerGroup": self.group, "topic": topic, "queueId": queue_id},
             ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
         return resp.get_int("offset", 0) if resp.code == ResponseCode.SUCCESS else None
 
-    async def commit_offset(self, topic: str, queue_id: int, offset: int) -> None:
-        _, addr = await self._mq(topic, queue_id)
+    async def commit_offset(self, topic: str, queue_id: int, offset: int,
+                            broker_name: str | None = None) -> None:
+        _, addr = await self._mq(topic, queue_id, broker_name)
         await self.instance.invoke(addr, RequestCode.UPDATE_CONSUMER_OFFSET,
                                    {"consumerGroup": self.group, "topic": topic,
                                     "queueId": queue_id, "commitOffset": offset})

@@ -68,12 +68,16 @@ class ClientInstance:
         self.timeout_s = timeout_s
         self.client_id = f"{_local_ip()}@{os.getpid()}#{instance_name}#{id(self):x}"
         self.on_notify: list[Callable[[RemotingCommand], None]] = []
+        # server-initiated requests with the broker address they came from (transaction checks)
+        self.on_broker_request: list[Callable[[str, RemotingCommand], None]] = []
         self.pool = ConnectionPool(self._on_request)
         self._routes: dict[str, TopicRoute] = {}
 
-    def _on_request(self, cmd: RemotingCommand) -> None:
+    def _on_request(self, cmd: RemotingCommand, addr: str = "") -> None:
         for fn in list(self.on_notify):
             fn(cmd)
+        for fn2 in list(self.on_broker_request):
+            fn2(addr, cmd)
 
     async def route(self, topic: str, refresh: bool = False) -> TopicRoute:
         r = self._routes.get(topic)

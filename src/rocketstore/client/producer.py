@@ -10,11 +10,13 @@ queue; a broker error code raises ``BrokerError``.
 """
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
+from ..errors import BrokerError
 from ..format.hashing import java_hash
 from ..format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERTY_TAGS,
                               PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, PROPERTY_WAIT_STORE_MSG_OK,
@@ -25,6 +27,11 @@ from ..remoting.message_batch import BatchEntry, encode_batch
 from ._sync import LoopThread
 from .instance import ClientInstance, MessageQueue
 
+if TYPE_CHECKING:
+    from ..format.message import MessageExt
+    from .request_reply import ReplyMessage
+
+DEFAULT_TOPIC = "TBW102"  # the topic whose route a send to a topic not created yet follows
 _SEND_OK_CODES = {ResponseCode.SUCCESS: "SEND_OK", ResponseCode.FLUSH_DISK_TIMEOUT:
                   "FLUSH_DISK_TIMEOUT", ResponseCode.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT",
                   ResponseCode.SLAVE_NOT_AVAILABLE: "SLAVE_NOT_AVAILABLE"}
@@ -54,7 +61,9 @@ def build_properties(tags: str | None, keys: Sequence[str] | str | None,
     if delay_level:
         props[PROPERTY_DELAY_TIME_LEVEL] = str(delay_level)
     props.setdefault(PROPERTY_WAIT_STORE_MSG_OK, "true")
-    props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_key or create_uniq_key()
+    # as RocketMQ's MessageClientIDSetter: a UNIQ_KEY the caller set is kept
+    props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = (
+        uniq_key or props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or create_uniq_key())
     return props
 
 
@@ -70,13 +79,28 @@ class AsyncProducer:
         self.group = group
         self.instance = instance or ClientInstance(namesrv, timeout_s=timeout_s)
         self.retries = retries
+        self.default_topic_queue_nums = 4
         self._rr = itertools.count()
 
     async def start(self) -> "AsyncProducer":
         return self
 
     async def queues(self, topic: str) -> list[MessageQueue]:
-        r = await self.instance.route(topic)
+        try:
+            r = await self.instance.route(topic)
+        except BrokerError as exc:
+            if exc.code != ResponseCode.TOPIC_NOT_EXIST:
+                raise
+            # a name server that does not create topics (RocketMQ's, ``rocketstore namesrv``):
+            # send through the brokers that carry TBW102, which create the topic on first
+            # send (``autoCreateTopicEnable``), as RocketMQ's producer does
+            d = await self.instance.route(DEFAULT_TOPIC)
+            n = self.default_topic_queue_nums
+            qs = [MessageQueue(topic, q.broker_name, q.queue_id) for q in d.write_queues
+                  if q.queue_id < n]
+            if not qs:
+                raise
+            return qs
         if not r.write_queues:
             raise ValueError(f"topic {topic} has no writable queue")
         return r.write_queues
@@ -95,7 +119,8 @@ class AsyncProducer:
     async def send(self, topic: str, body: bytes, *, tags: str | None = None,
                    keys: Sequence[str] | str | None = None,
                    properties: Mapping[str, str] | None = None, queue_id: int | None = None,
-                   sharding_key: object = None, delay_level: int = 0, flag: int = 0) -> SendResult:
+                   sharding_key: object = None, delay_level: int = 0, flag: int = 0,
+                   sys_flag: int = 0) -> SendResult:
         props = build_properties(tags, keys, properties, delay_level)
         pinned = queue_id is not None or sharding_key is not None
         attempts = 1 if pinned else 1 + self.retries
@@ -103,7 +128,7 @@ class AsyncProducer:
         for _ in range(attempts):
             mq = await self._pick(topic, queue_id, sharding_key)
             header = {"producerGroup": self.group, "topic": topic, "defaultTopic": "TBW102",
-                      "defaultTopicQueueNums": 4, "queueId": mq.queue_id, "sysFlag": 0,
+                      "defaultTopicQueueNums": 4, "queueId": mq.queue_id, "sysFlag": sys_flag,
                       "bornTimestamp": int(time.time() * 1000), "flag": flag,
                       "properties": properties_to_string(props), "reconsumeTimes": 0,
                       "unitMode": False, "batch": False}
@@ -116,8 +141,10 @@ class AsyncProducer:
         raise ConnectionError(f"send to {topic} failed after {attempts} attempts: {last}")
 
     async def send_batch(self, topic: str, messages: Sequence[Message | bytes], *,
-                         queue_id: int | None = None, sharding_key: object = None) -> SendResult:
-        """Send many messages to one queue in one request (no delay levels in a batch)."""
+                         queue_id: int | None = None, sharding_key: object = None,
+                         mq: MessageQueue | None = None) -> SendResult:
+        """Send many messages to one queue in one request (no delay levels in a batch);
+        ``mq`` names the queue exactly (broker and queue id) when several brokers serve it."""
         if not messages:
             raise ValueError("empty batch")
         entries, ids = [], []
@@ -128,7 +155,7 @@ class AsyncProducer:
             props.pop(PROPERTY_WAIT_STORE_MSG_OK, None)
             ids.append(props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX])
             entries.append(BatchEntry(bytes(m.body), props, m.flag))
-        mq = await self._pick(topic, queue_id, sharding_key)
+        mq = mq or await self._pick(topic, queue_id, sharding_key)
         header = {"producerGroup": self.group, "topic": topic, "defaultTopic": "TBW102",
                   "defaultTopicQueueNums": 4, "queueId": mq.queue_id, "sysFlag": 0,
                   "bornTimestamp": int(time.time() * 1000), "flag": 0,
@@ -140,10 +167,58 @@ class AsyncProducer:
 
     async def _send(self, mq: MessageQueue, code: int, header: dict, body: bytes,
                     msg_id: str) -> SendResult:
-        addr = await self.instance.broker_addr(mq)
+        try:
+            addr = await self.instance.broker_addr(mq)
+        except BrokerError as exc:  # a topic not created yet: its broker from TBW102's route
+            addr = (await self.instance.route(DEFAULT_TOPIC)).brokers.get(mq.broker_name)
+            if addr is None:
+                raise exc
         resp = await self.instance.invoke(addr, code, header, body, ok=tuple(_SEND_OK_CODES))
         return SendResult(_SEND_OK_CODES[resp.code], msg_id, resp.get_str("msgId") or "", mq,
                           resp.get_int("queueOffset", -1) or 0)
+
+    # -- request-reply (see client.request_reply) ------------------------------------------------
+    async def request(self, topic: str, body: bytes, *, timeout_s: float = 3.0,
+                      tags: str | None = None, keys: Sequence[str] | str | None = None,
+                      properties: Mapping[str, str] | None = None,
+                      queue_id: int | None = None) -> "ReplyMessage":
+        """Send a request and wait for its reply (``DefaultMQProducer.request``); raises
+        ``TimeoutError`` when none arrives within ``timeout_s``."""
+        from .request_reply import ReplyWaiter, request_properties
+
+        if getattr(self, "_replies", None) is None:
+            self._replies = ReplyWaiter(self.instance)
+        # the broker finds our connection by client id among its producers: heartbeat first
+        await self.instance.heartbeat([topic], [self.group], [])
+        props = dict(properties or {})
+        props.update(request_properties(self.instance.client_id, int(timeout_s * 1000)))
+        corr = props["CORRELATION_ID"]
+        fut = self._replies.expect(corr)
+        try:
+            await self.send(topic, body, tags=tags, keys=keys, properties=props, queue_id=queue_id)
+            return await asyncio.wait_for(fut, timeout_s)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"request to {topic} got no reply within {timeout_s}s "
+                               f"(correlation id {corr})") from None
+        finally:
+            self._replies.forget(corr)
+
+    async def reply(self, request: "MessageExt", body: bytes) -> SendResult:
+        """Answer a request message received by a consumer (``MessageUtil.createReplyMessage``
+        + send): the reply goes to ``<CLUSTER>_REPLY_TOPIC`` with SEND_REPLY_MESSAGE_V2."""
+        from .request_reply import reply_properties
+
+        topic, rprops = reply_properties(request.properties)
+        props = build_properties(None, None, rprops)
+        mq = await self._pick(topic, None, None)
+        header = {"producerGroup": self.group, "topic": topic, "defaultTopic": "TBW102",
+                  "defaultTopicQueueNums": 4, "queueId": mq.queue_id, "sysFlag": 0,
+                  "bornTimestamp": int(time.time() * 1000), "flag": 0,
+                  "properties": properties_to_string(props), "reconsumeTimes": 0,
+                  "unitMode": False, "batch": False}
+        return await self._send(mq, RequestCode.SEND_REPLY_MESSAGE_V2,
+                                {SEND_V1_TO_V2[k]: v for k, v in header.items()}, body,
+                                props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX])
 
     async def shutdown(self) -> None:
         self.instance.close()
@@ -168,6 +243,14 @@ class Producer:
 
     def send_batch(self, topic: str, messages: Sequence[Message | bytes], **kwargs) -> SendResult:
         return self._lt.run(self._impl.send_batch(topic, messages, **kwargs))
+
+    def request(self, topic: str, body: bytes, **kwargs):
+        """Send a request and wait for the reply (a ``ReplyMessage``); see ``AsyncProducer``."""
+        return self._lt.run(self._impl.request(topic, body, **kwargs))
+
+    def reply(self, request, body: bytes) -> SendResult:
+        """Answer a request message a consumer received."""
+        return self._lt.run(self._impl.reply(request, body))
 
     def shutdown(self) -> None:
         self._lt.run(self._impl.shutdown())

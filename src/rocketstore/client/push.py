@@ -12,15 +12,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Mapping
 
 from ..errors import BrokerError
 from ..format.message import MessageExt
+from ..remoting import fastjson
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.command import RemotingCommand
 from ._sync import LoopThread
-from .consumer import RETRY_PREFIX, AsyncPullConsumer, original_view
+from .consumer import RETRY_PREFIX, AsyncPullConsumer, original_view, selector_of
 from .instance import MessageQueue, sleep_or
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,7 @@ class AsyncPushConsumer:
         self._stop = asyncio.Event()
         self._rebalance_now = asyncio.Event()
         self.pc.instance.on_notify.append(self._on_notify)
+        self._sub_version = int(time.time() * 1000)  # RocketMQ's subVersion: when subscribed
 
     @property
     def client_id(self) -> str:
@@ -68,15 +71,45 @@ class AsyncPushConsumer:
     def _on_notify(self, cmd: RemotingCommand) -> None:
         if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
             self._rebalance_now.set()
+        elif cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET and \
+                cmd.get_str("group") == self.group:
+            asyncio.get_running_loop().create_task(self._reset_offsets(cmd))
+
+    async def _reset_offsets(self, cmd: RemotingCommand) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET (an operator's ``resetOffsetByTime``): drop what is in
+        flight on each listed queue, continue from the offset the broker sends, commit it."""
+        try:
+            table = fastjson.loads(cmd.body or b"{}").get("offsetTable") or {}
+        except ValueError as exc:
+            log.warning("bad reset-offset body: %s", exc)
+            return
+        rows = table.items() if isinstance(table, dict) else \
+            [(r, r.get("offset")) for r in table if isinstance(r, dict)]  # the C++ list form
+        for key, offset in rows:
+            try:
+                mq = MessageQueue(str(key["topic"]), str(key["brokerName"]), int(key["queueId"]))
+                offset = int(offset)
+            except (KeyError, TypeError, ValueError):
+                continue
+            task = self._tasks.pop(mq, None)
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            self.offsets[mq] = offset
+            self._committed.pop(mq, None)
+            await self._commit_one(mq)
+            if task is not None and not self._stop.is_set():
+                self._tasks[mq] = asyncio.get_running_loop().create_task(self._pull_loop(mq))
 
     def _consumer_data(self) -> dict:
         return {"groupName": self.group, "consumeType": "CONSUME_PASSIVELY",
                 "messageModel": "CLUSTERING",
                 "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET" if self.consume_from == "last"
                 else "CONSUME_FROM_FIRST_OFFSET", "unitMode": False,
-                "subscriptionDataSet": [{"topic": t, "subString": e, "tagsSet": [],
-                                         "codeSet": [], "subVersion": 0, "classFilterMode": False,
-                                         "expressionType": "TAG"}
+                "subscriptionDataSet": [{"topic": t, "subString": selector_of(e)[0], "tagsSet": [],
+                                         "codeSet": [], "subVersion": self._sub_version,
+                                         "classFilterMode": False,
+                                         "expressionType": selector_of(e)[1]}
                                         for t, e in self.subscription.items()]}
 
     async def _heartbeat(self) -> None:
@@ -182,14 +215,16 @@ class AsyncPushConsumer:
         return await self.pc.max_offset(mq.topic, mq.queue_id)
 
     async def _pull_loop(self, mq: MessageQueue) -> None:
-        expr = self.subscription.get(mq.topic, "*")
+        expr, expr_type = selector_of(self.subscription.get(mq.topic, "*"))
         while not self._stop.is_set():
             try:
                 if mq not in self.offsets:
                     self.offsets[mq] = await self._start_offset(mq)
                 offset = self.offsets[mq]
                 r = await self.pc.pull(mq.topic, mq.queue_id, offset, self.pull_batch_size,
-                                       subscription=expr, suspend_ms=self.long_poll_ms,
+                                       subscription=expr, expression_type=expr_type,
+                                       post_subscription=expr_type == "TAG",
+                                       suspend_ms=self.long_poll_ms,
                                        commit_offset=self._committed.get(mq))
                 for m in r.messages:
                     if self._stop.is_set():

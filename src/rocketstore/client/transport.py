@@ -117,9 +117,10 @@ class RemotingClient:
 
 
 class ConnectionPool:
-    """One lazily opened, automatically reopened connection per address."""
+    """One lazily opened, automatically reopened connection per address; a request the server
+    initiates goes to ``on_request(cmd, addr)``."""
 
-    def __init__(self, on_request: Callable[[RemotingCommand], None] | None = None) -> None:
+    def __init__(self, on_request: Callable[[RemotingCommand, str], None] | None = None) -> None:
         self.on_request = on_request
         self._clients: dict[str, RemotingClient] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -132,7 +133,9 @@ class ConnectionPool:
         async with lock:
             c = self._clients.get(addr)
             if c is None or not c.alive:
-                c = RemotingClient(addr, self.on_request)
+                handler = self.on_request
+                c = RemotingClient(addr, None if handler is None else
+                                   (lambda cmd, a=addr: handler(cmd, a)))
                 await c.connect()
                 self._clients[addr] = c
         return c
@@ -147,6 +150,9 @@ class ConnectionPool:
         if resp.code not in ok:
             raise BrokerError(resp.code, resp.remark)
         return resp
+
+    async def oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        (await self.get(addr)).invoke_oneway(cmd)
 
     def close(self) -> None:
         for c in self._clients.values():

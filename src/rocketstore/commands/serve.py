@@ -47,6 +47,10 @@ def _store_config(store_dir: str, conf: str | None, options: tuple[str, ...],
     return StoreConfig(**overrides), "store_host" in overrides
 
 
+def _bool(v: str) -> bool:
+    return v.strip().lower() == "true"
+
+
 # broker.conf keys the broker itself reads (the store's keys go to StoreConfig)
 _CONF_KEYS = {"listenPort": ("port", int), "brokerName": ("broker_name", str),
               "brokerClusterName": ("cluster_name", str),
@@ -54,7 +58,23 @@ _CONF_KEYS = {"listenPort": ("port", int), "brokerName": ("broker_name", str),
               "defaultTopicQueueNums": ("default_topic_queue_nums", int),
               "longPollingEnable": ("long_polling_enable", lambda v: v.lower() == "true"),
               "shortPollingTimeMills": ("short_polling_time_ms", int),
-              "channelExpiredTimeout": ("channel_expired_timeout_ms", int)}
+              "channelExpiredTimeout": ("channel_expired_timeout_ms", int),
+              "transactionTimeOut": ("transaction_timeout_ms", int),
+              "transactionCheckInterval": ("transaction_check_interval_ms", int),
+              "transactionCheckMax": ("transaction_check_max", int),
+              "rejectTransactionMessage": ("reject_transaction_message",
+                                           lambda v: v.lower() == "true"),
+              "grpcServerPort": ("grpc_port", int),
+              "minInvisibleTimeMillsForRecv": ("grpc_min_invisible_time_ms", int),
+              "namesrvAddr": ("namesrv_addr", str),
+              "registerNameServerPeriod": ("register_name_server_period_ms", int),
+              "enablePropertyFilter": ("enable_property_filter", _bool),
+              "enableCalcFilterBitMap": ("enable_calc_filter_bit_map", _bool),
+              "expectConsumerNumUseFilter": ("expect_consumer_num_use_filter", int),
+              "maxErrorRateOfBloomFilter": ("max_error_rate_of_bloom_filter", int),
+              "filterDataCleanTimeSpan": ("filter_data_clean_time_span_ms", int),
+              "filterSupportRetry": ("filter_support_retry", _bool),
+              "storeReplyMessageEnable": ("store_reply_message_enable", _bool)}
 
 
 async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = None) -> None:
@@ -76,9 +96,12 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
             f"cannot listen on {broker_cfg.host} (broker port {broker_cfg.port}, name server "
             f"port {broker_cfg.namesrv_port}): {exc.strerror or exc}") from exc
     ready = {"event": "ready", "broker": f"{broker_cfg.host}:{broker_cfg.port}",
-             "namesrv": f"{broker_cfg.host}:{broker_cfg.namesrv_port}",
+             "namesrv": (f"{broker_cfg.host}:{broker_cfg.namesrv_port}"
+                         if broker_cfg.namesrv_port is not None else broker_cfg.namesrv_addr),
              "store": store_cfg.store_path_root_dir,
              "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0]}
+    if broker_cfg.grpc_port is not None:
+        ready["grpc"] = f"{broker_cfg.host}:{broker_cfg.grpc_port}"
     if ops is not None:
         try:
             ready.update(ops.start())
@@ -89,8 +112,9 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
     if as_json:
         click.echo(json.dumps(ready))
     else:
-        click.echo(f"rocketstore broker on {ready['broker']}, name server on {ready['namesrv']}, "
-                   f"store {ready['store']} (Ctrl-C to stop)")
+        grpc_note = f", gRPC on {ready['grpc']}" if "grpc" in ready else ""
+        click.echo(f"rocketstore broker on {ready['broker']}, name server on {ready['namesrv']}"
+                   f"{grpc_note}, store {ready['store']} (Ctrl-C to stop)")
         for name in ("metrics", "console"):
             if name in ready:
                 click.echo(f"{name}: {ready[name]}")
@@ -119,6 +143,9 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
               help="Broker port; 0 = any free port. [default: listenPort of --config, or 10911]")
 @click.option("--namesrv-port", default=9876, show_default=True, type=int,
               help="Name server port (0 = any).")
+@click.option("--namesrv", "namesrv_addr", default=None, metavar="HOST:PORT;HOST:PORT",
+              help="Register with these outside name servers (RocketMQ's or ours) instead of "
+                   "starting one. [default: namesrvAddr of --config]")
 @click.option("--broker-name", default=None, help="[default: brokerName of --config, or broker-a]")
 @click.option("--config", "conf", type=click.Path(exists=True, dir_okay=False),
               help="A RocketMQ broker.conf (camelCase keys): store settings and listenPort, "
@@ -132,15 +159,19 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
 @click.option("--default-topic-queue-nums", type=int, default=None,
               help="Queues of an auto-created topic. [default: 4]")
 @click.option("--max-reconsume-times", default=16, show_default=True, type=int)
+@click.option("--grpc-port", type=int, default=None, is_flag=False, flag_value=8081,
+              help="Serve RocketMQ 5.x clients over gRPC on this port (8081 when given "
+                   "without a value; 0 = any free port). [default: off]")
 @click.option("--log-level", default="WARNING", show_default=True)
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics at http://HOST:PORT/metrics (0 = any free port).")
 @click.option("--console", "console_port", type=click.IntRange(0, 65535), default=None,
               metavar="PORT", help="Serve the web console at http://HOST:PORT/ (0 = any).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable status lines.")
-def command(store_dir, host, port, namesrv_port, broker_name, conf, options, flush_disk_type,
+def command(store_dir, host, port, namesrv_port, namesrv_addr, broker_name, conf, options, flush_disk_type,
             message_delay_level, auto_create_topic, default_topic_queue_nums,
-            max_reconsume_times, log_level, metrics_port, console_port, as_json) -> None:
+            max_reconsume_times, grpc_port, log_level, metrics_port, console_port,
+            as_json) -> None:
     """Serve the store to RocketMQ clients: name server + broker in one process."""
     from ..broker.config import BrokerConfig
 
@@ -158,10 +189,19 @@ def command(store_dir, host, port, namesrv_port, broker_name, conf, options, flu
                 raise click.BadParameter(f"{key}={store_cfg.extra[key]!r}: {exc}",
                                          param_hint="--config") from exc
     for name, value in (("port", port), ("broker_name", broker_name),
+                        ("namesrv_addr", namesrv_addr),
                         ("auto_create_topic_enable", auto_create_topic),
-                        ("default_topic_queue_nums", default_topic_queue_nums)):
+                        ("default_topic_queue_nums", default_topic_queue_nums),
+                        ("grpc_port", grpc_port)):
         if value is not None:
             setattr(broker_cfg, name, value)
+    if broker_cfg.namesrv_addr:  # join a cluster: no name server of our own
+        from ..broker.registration import parse_namesrv_addrs
+        try:
+            parse_namesrv_addrs(broker_cfg.namesrv_addr)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--namesrv") from exc
+        broker_cfg.namesrv_port = None
     if not host_given:
         store_cfg.store_host = f"{host}:{broker_cfg.port}"
     from ..broker.eventloop import run as run_loop  # uvloop when installed

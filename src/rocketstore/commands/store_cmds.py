@@ -139,6 +139,7 @@ def inspect(store_dir, config, as_json):
             "read_only": True,
             "last_exit_ok": store.last_exit_ok,
             "recovery": vars(store.recovery_report),
+            "dispatch": store.dispatch_health().to_dict(),
             "commitlog": {"segment_size": cl.file_size, "min_offset": cl.min_offset(),
                           "max_offset": cl.max_offset(),
                           "segments": [{"name": mf.name, "wrote": mf.wrote_position}
@@ -158,6 +159,11 @@ def inspect(store_dir, config, as_json):
     click.echo(f"store {info['root']}  (last exit {'clean' if info['last_exit_ok'] else 'UNCLEAN'})")
     click.echo(f"commitlog: {len(c['segments'])} segment(s) of {c['segment_size']} bytes, "
                f"offsets {c['min_offset']}..{c['max_offset']}")
+    d = info["dispatch"]
+    click.echo(f"dispatch: {'ok' if d['ok'] else 'FAILING: ' + str(d['error'])}, "
+               f"{d['behind_bytes']} byte(s) behind")
+    for note in info["recovery"].get("notes", []):
+        click.echo(f"recovery note: {note}")
     for t, qs in info["topics"].items():
         click.echo(f"topic {t}: " + ", ".join(f"q{q['queue_id']}[{q['min_offset']}..{q['max_offset']})" for q in qs))
     for f in info["index"]:

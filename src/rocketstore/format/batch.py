@@ -8,7 +8,8 @@ for all records at once with numpy fancy indexing; the two IPv6 flags only shift
 12 bytes each, so their positions are computed as arrays too. Only the variable-length topic and
 properties strings are decoded per record (topics through a small cache). The walk stops at the
 first blank record (end of segment), at bytes that are not a record (end of data, or damage), or
-at a record that does not fit in the range (not yet fully written).
+at a record that does not fit in the range (not yet fully written). What counts as a record is
+``format.record``'s rule (RocketMQ's ``checkMessageAndReturnSize``), vectorised here.
 """
 from __future__ import annotations
 
@@ -20,17 +21,18 @@ from typing import Sequence
 import numpy as np
 
 from .hashing import java_hash
-from .message import (BLANK_MAGIC_CODE, BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE,
-                      MESSAGE_MAGIC_CODE_V2, PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS,
-                      PROPERTY_TAGS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, SCHEDULE_TOPIC,
-                      STOREHOSTADDRESS_V6_FLAG, format_host, record_length, string_to_properties)
+from . import record as R
+from .message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERTY_TAGS,
+                      PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, SCHEDULE_TOPIC, format_host,
+                      string_to_properties)
+from .record import (BLANK_MAGIC_CODE, BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2,
+                     MIN_RECORD_SIZE, STOREHOSTADDRESS_V6_FLAG)
 
 STOP_END = "end"  # ran out of bytes exactly at a record boundary (or zeros follow)
 STOP_BLANK = "blank"  # an end-of-segment blank record at ``end``
 STOP_INCOMPLETE = "incomplete"  # a record starts at ``end`` but is not wholly in the range
 STOP_CORRUPT = "corrupt"  # the record at ``end`` is damaged
 
-MIN_RECORD_SIZE = record_length(0, 0, 0)
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -152,7 +154,7 @@ class DecodedRecords:
         mv = memoryview(buf)
         born, store = [], []
         for p, sf in zip(self.pos.tolist(), self.sys_flag.tolist()):
-            q = p + 48
+            q = p + R.BORNHOST_POS
             alen = 16 if sf & BORNHOST_V6_FLAG else 4
             born.append(format_host(mv[q:q + alen], int.from_bytes(mv[q + alen:q + alen + 4], "big", signed=True)))
             q += alen + 4 + 8
@@ -165,7 +167,7 @@ class DecodedRecords:
         mv = memoryview(buf)
         out = []
         for p, sf, off in zip(self.pos.tolist(), self.sys_flag.tolist(), self.commitlog_offset.tolist()):
-            q = p + 48 + (20 if sf & BORNHOST_V6_FLAG else 8) + 8
+            q = p + R.STOREHOST_POS + R.host_shift(sf)[0]
             alen = 16 if sf & STOREHOSTADDRESS_V6_FLAG else 4
             out.append((bytes(mv[q:q + alen + 4]) + off.to_bytes(8, "big", signed=True)).hex().upper())
         return out
@@ -240,17 +242,18 @@ def decode_records(buf, start: int = 0, end: int | None = None, *, base_offset: 
     pos = np.asarray(positions, dtype=np.int64)
     size = _gather(arr, pos, 4, ">i4").astype(np.int32)
     magic = _gather(arr, pos + 4, 4, ">i4").astype(np.int32)
-    sys_flag = _gather(arr, pos + 36, 4, ">i4").astype(np.int32)
-    d_born = np.where(sys_flag & BORNHOST_V6_FLAG, 12, 0).astype(np.int64)
-    d_store = np.where(sys_flag & STOREHOSTADDRESS_V6_FLAG, 12, 0).astype(np.int64)
+    sys_flag = _gather(arr, pos + R.SYSFLAG_POS, 4, ">i4").astype(np.int32)
+    d_born = np.where(sys_flag & BORNHOST_V6_FLAG, R.HOST_V6_EXTRA, 0).astype(np.int64)
+    d_store = np.where(sys_flag & STOREHOSTADDRESS_V6_FLAG, R.HOST_V6_EXTRA, 0).astype(np.int64)
     tail = pos + d_born + d_store
-    body_len = _gather(arr, tail + 84, 4, ">i4").astype(np.int64)
-    body_pos = tail + 88
+    # Java reads a negative BODYLENGTH / PROPERTIESLENGTH as none (``format.record`` rule 3, 5)
+    body_len = np.clip(_gather(arr, tail + R.BODYLENGTH_POS, 4, ">i4").astype(np.int64), 0, None)
+    body_pos = tail + R.BODY_POS
     v2 = magic == MESSAGE_MAGIC_CODE_V2
-    topic_len_pos = body_pos + np.clip(body_len, 0, None)
+    topic_len_pos = body_pos + body_len
     rec_end = pos + size
     # bounds guard before gathering variable fields: a damaged record must not read past it
-    ok = (body_len >= 0) & (topic_len_pos + 2 <= rec_end)
+    ok = topic_len_pos + 2 <= rec_end  # v1: the topic length byte and at least PROPERTIESLENGTH
     if not ok.all():
         bad = int(np.argmin(ok))
         return _truncated(buf, base_offset, positions[:bad], start, positions[bad], STOP_CORRUPT,
@@ -259,20 +262,22 @@ def decode_records(buf, start: int = 0, end: int | None = None, *, base_offset: 
                          arr[topic_len_pos].astype(np.int64))
     topic_pos = topic_len_pos + np.where(v2, 2, 1)
     props_len_pos = topic_pos + topic_len
-    ok = (topic_len >= 0) & (props_len_pos + 2 <= rec_end)
+    ok = (topic_len >= 0) & (topic_len <= np.where(v2, R.MAX_TOPIC_LENGTH_V2, R.MAX_TOPIC_LENGTH)) \
+        & (props_len_pos + 2 <= rec_end)
     if not ok.all():
         bad = int(np.argmin(ok))
         return _truncated(buf, base_offset, positions[:bad], start, positions[bad], STOP_CORRUPT,
                           "topic length out of record", check_crc, delay_levels_ms)
-    props_len = _gather(arr, props_len_pos, 2, ">i2").astype(np.int64)
-    expect = (91 + d_born + d_store + body_len + topic_len + props_len + v2.astype(np.int64))
-    ok = (props_len >= 0) & (expect == size)
+    props_len = np.clip(_gather(arr, props_len_pos, 2, ">i2").astype(np.int64), 0, None)
+    expect = (MIN_RECORD_SIZE + d_born + d_store + body_len + topic_len + props_len
+              + v2.astype(np.int64))
+    ok = expect == size
     if not ok.all():
         bad = int(np.argmin(ok))
         return _truncated(buf, base_offset, positions[:bad], start, positions[bad], STOP_CORRUPT,
                           "TOTALSIZE does not match the fields", check_crc, delay_levels_ms)
     if check_crc:
-        crc = _gather(arr, pos + 8, 4, ">i4")
+        crc = _gather(arr, pos + R.BODYCRC_POS, 4, ">i4")
         mv = memoryview(buf)
         for i, (bp, bl, c) in enumerate(zip(body_pos.tolist(), body_len.tolist(), crc.tolist())):
             if bl > 0 and (zlib.crc32(mv[bp:bp + bl]) & 0x7FFFFFFF) != c:
@@ -290,7 +295,7 @@ def decode_records(buf, start: int = 0, end: int | None = None, *, base_offset: 
             if len(cache) < 100_000:
                 cache[tb] = t
         topics.append(t)
-    store_ts = _gather(arr, pos + 56 + d_born, 8, ">i8").astype(np.int64)
+    store_ts = _gather(arr, pos + R.STORETIMESTAMP_POS + d_born, 8, ">i8").astype(np.int64)
     if properties:
         props = _gather_strings(arr, props_start, props_len)
         tags_code = _tags_codes(topics, props, store_ts, delay_levels_ms)
@@ -299,16 +304,16 @@ def decode_records(buf, start: int = 0, end: int | None = None, *, base_offset: 
         tags_code = np.zeros(len(topics), dtype=np.int64)
     return DecodedRecords(
         base_offset=base_offset, pos=pos, size=size, magic=magic,
-        body_crc=_gather(arr, pos + 8, 4, ">i4").astype(np.int32),
-        queue_id=_gather(arr, pos + 12, 4, ">i4").astype(np.int32),
-        flag=_gather(arr, pos + 16, 4, ">i4").astype(np.int32),
-        queue_offset=_gather(arr, pos + 20, 8, ">i8").astype(np.int64),
-        commitlog_offset=_gather(arr, pos + 28, 8, ">i8").astype(np.int64),
+        body_crc=_gather(arr, pos + R.BODYCRC_POS, 4, ">i4").astype(np.int32),
+        queue_id=_gather(arr, pos + R.QUEUEID_POS, 4, ">i4").astype(np.int32),
+        flag=_gather(arr, pos + R.FLAG_POS, 4, ">i4").astype(np.int32),
+        queue_offset=_gather(arr, pos + R.QUEUEOFFSET_POS, 8, ">i8").astype(np.int64),
+        commitlog_offset=_gather(arr, pos + R.PHYSICALOFFSET_POS, 8, ">i8").astype(np.int64),
         sys_flag=sys_flag,
-        born_timestamp=_gather(arr, pos + 40, 8, ">i8").astype(np.int64),
+        born_timestamp=_gather(arr, pos + R.BORNTIMESTAMP_POS, 8, ">i8").astype(np.int64),
         store_timestamp=store_ts,
-        reconsume_times=_gather(arr, tail + 72, 4, ">i4").astype(np.int32),
-        prepared_transaction_offset=_gather(arr, tail + 76, 8, ">i8").astype(np.int64),
+        reconsume_times=_gather(arr, tail + R.RECONSUMETIMES_POS, 4, ">i4").astype(np.int32),
+        prepared_transaction_offset=_gather(arr, tail + R.PREPARED_TX_OFFSET_POS, 8, ">i8").astype(np.int64),
         body_pos=body_pos, body_len=body_len.astype(np.int32), topic=topics, props_raw=props,
         tags_code=tags_code, end=stop_pos, stop=stop)
 

@@ -1,29 +1,8 @@
 """The CommitLog message record (RocketMQ 4.9 "v1", read also "v2" of 5.x).
 
-Byte layout, big-endian; host fields are 8 bytes (IPv4 + port) or 20 (IPv6 + port) by sys flag:
-
-    off  size  field
-      0     4  TOTALSIZE                whole record
-      4     4  MAGICCODE                0xDAA320A7 (v1) | 0xDAA320AB (v2) | 0xCBD43194 blank
-      8     4  BODYCRC                  crc32(body) & 0x7FFFFFFF
-     12     4  QUEUEID
-     16     4  FLAG
-     20     8  QUEUEOFFSET              0 for prepared / rollback transaction records
-     28     8  PHYSICALOFFSET           absolute CommitLog offset of this record
-     36     4  SYSFLAG                  bit 0x10: born host v6, 0x20: store host v6
-     40     8  BORNTIMESTAMP
-     48  8|20  BORNHOST
-    +0      8  STORETIMESTAMP
-    +8   8|20  STOREHOST
-    +..     4  RECONSUMETIMES
-    +..     8  PREPARED TRANSACTION OFFSET
-    +..   4+B  BODYLENGTH, BODY
-    +.. 1|2+T  TOPICLENGTH (byte in v1, short in v2), TOPIC (UTF-8)
-    +..   2+P  PROPERTIESLENGTH, PROPERTIES  name\\x01value\\x02 ...
-
-Size = 91 + B + T + P for v1 with two IPv4 hosts; +12 per IPv6 host; +1 for v2.
-A segment that cannot hold ``size + 8`` more bytes ends with an 8-byte blank record
-``[int remaining][int BLANK_MAGIC]`` and the record goes to the next segment.
+The byte layout, its limits and the rule for a valid record are defined once, in
+``format.record`` (RocketMQ 4.9.7's ``checkMessageAndReturnSize``); this module encodes and
+decodes by it.
 
 Theory of operation: ``encode_message`` builds the whole record with the three fields the store
 only knows inside its put lock (queue offset, physical offset, store timestamp) set to zero;
@@ -46,61 +25,20 @@ from typing import Mapping, Sequence
 from ..errors import CorruptRecordError
 from .hashing import crc32_masked, java_hash
 
-# ---- magic codes (signed ints as Java writes them) -------------------------------------------
-MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7
-MESSAGE_MAGIC_CODE_V2 = -626843477  # 0xDAA320AB
-BLANK_MAGIC_CODE = -875286124  # 0xCBD43194
-END_FILE_MIN_BLANK_LENGTH = 8
+# the record layout (offsets, limits, validity) lives in ``format.record``; re-exported here
+from .record import (BLANK_MAGIC_CODE, BODYCRC_POS, BORNHOST_POS, BORNHOST_V6_FLAG,  # noqa: F401
+                     BORNTIMESTAMP_POS, COMPRESSED_FLAG, END_FILE_MIN_BLANK_LENGTH, FLAG_POS, HEAD,
+                     MAGIC_POS, MAX_PROPERTIES_LENGTH, MAX_TOPIC_LENGTH, MESSAGE_MAGIC_CODE,
+                     MESSAGE_MAGIC_CODE_V2, MULTI_TAGS_FLAG, PHYSICALOFFSET_POS, QUEUEID_POS,
+                     QUEUEOFFSET_POS, STOREHOSTADDRESS_V6_FLAG, SYSFLAG_POS, TAIL, TOTALSIZE_POS,
+                     TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE,
+                     TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, length_problem,
+                     record_length, version_of)
 
-# ---- sys flags -------------------------------------------------------------------------------
-COMPRESSED_FLAG = 0x1
-MULTI_TAGS_FLAG = 0x2
-TRANSACTION_NOT_TYPE = 0x0
-TRANSACTION_PREPARED_TYPE = 0x4
-TRANSACTION_COMMIT_TYPE = 0x8
-TRANSACTION_ROLLBACK_TYPE = 0xC
-TRANSACTION_MASK = 0xC
-BORNHOST_V6_FLAG = 0x10
-STOREHOSTADDRESS_V6_FLAG = 0x20
-
-# ---- fixed positions (v4 born host) -----------------------------------------------------------
-TOTALSIZE_POS = 0
-MAGIC_POS = 4
-BODYCRC_POS = 8
-QUEUEID_POS = 12
-FLAG_POS = 16
-QUEUEOFFSET_POS = 20
-PHYSICALOFFSET_POS = 28
-SYSFLAG_POS = 36
-BORNTIMESTAMP_POS = 40
-BORNHOST_POS = 48
-
-HEAD = struct.Struct(
-    ">"
-    "i"  # TOTALSIZE
-    "i"  # MAGICCODE
-    "i"  # BODYCRC
-    "i"  # QUEUEID
-    "i"  # FLAG
-    "q"  # QUEUEOFFSET
-    "q"  # PHYSICALOFFSET
-    "i"  # SYSFLAG
-    "q"  # BORNTIMESTAMP
-)
-assert HEAD.size == BORNHOST_POS
-TAIL = struct.Struct(
-    ">"
-    "i"  # RECONSUMETIMES
-    "q"  # PREPARED TRANSACTION OFFSET
-    "i"  # BODYLENGTH
-)
 _I32 = struct.Struct(">i")
 _Q64 = struct.Struct(">q")
 _H16 = struct.Struct(">h")
 _BLANK = struct.Struct(">ii")
-
-MAX_TOPIC_LENGTH = 127
-MAX_PROPERTIES_LENGTH = 32767
 
 # ---- property names (MessageConst) ------------------------------------------------------------
 PROPERTY_KEYS = "KEYS"
@@ -123,16 +61,6 @@ NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 KEY_SEPARATOR = " "
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-
-
-def record_length(body_len: int, topic_len: int, props_len: int, sys_flag: int = 0,
-                  version: int = 1) -> int:
-    """``calMsgLength``: total record size for the given field lengths."""
-    born = 20 if sys_flag & BORNHOST_V6_FLAG else 8
-    store = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
-    topic_len_size = 1 if version == 1 else 2
-    return (4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + born + 8 + store + 4 + 8
-            + 4 + body_len + topic_len_size + topic_len + 2 + props_len)
 
 
 # ---- hosts ------------------------------------------------------------------------------------
@@ -460,14 +388,12 @@ def decode_message(buf, pos: int = 0, *, check_crc: bool = False,
     size, magic = _BLANK.unpack_from(buf, pos)
     if magic == BLANK_MAGIC_CODE:
         return BLANK
-    if magic == MESSAGE_MAGIC_CODE:
-        version = 1
-    elif magic == MESSAGE_MAGIC_CODE_V2:
-        version = 2
-    else:
+    version = version_of(magic)
+    if not version:
         raise CorruptRecordError(pos, "MAGICCODE", f"unknown magic {magic & 0xFFFFFFFF:#010x}")
     if size < record_length(0, 0, 0) or size > avail:
         raise CorruptRecordError(pos, "TOTALSIZE", f"size {size} with {avail} bytes available")
+    end = pos + size
     try:
         (_, _, body_crc, queue_id, flag, queue_offset, phys, sys_flag,
          born_ts) = HEAD.unpack_from(buf, pos)
@@ -483,31 +409,30 @@ def decode_message(buf, pos: int = 0, *, check_crc: bool = False,
         p += alen + 4
         reconsume, prepared, body_len = TAIL.unpack_from(buf, p)
         p += TAIL.size
-        if body_len < 0 or p + body_len > pos + size:
-            raise CorruptRecordError(pos, "BODYLENGTH", f"{body_len} does not fit in the record")
-        body = bytes(buf[p:p + body_len]) if with_body else b""
+        body_pos = p
+        body_len = max(body_len, 0)  # Java: a negative length reads as no body
+        tl_pos = p + body_len
+        topic_len = props_len = None
+        if tl_pos + (1 if version == 1 else 2) <= end:
+            topic_len = buf[tl_pos] if version == 1 else _H16.unpack_from(buf, tl_pos)[0]
+            pl_pos = tl_pos + (1 if version == 1 else 2) + topic_len
+            if topic_len >= 0 and pl_pos + 2 <= end:
+                props_len = _H16.unpack_from(buf, pl_pos)[0]
+        problem = length_problem(size, version, body_len, topic_len, props_len, sys_flag, avail)
+        if problem is not None:
+            raise CorruptRecordError(pos, *problem)
+        body = bytes(buf[body_pos:body_pos + body_len]) if with_body else b""
         if check_crc and body_len > 0:
-            crc = crc32_masked(buf[p:p + body_len])
+            crc = crc32_masked(buf[body_pos:body_pos + body_len])
             if crc != body_crc:
                 raise CorruptRecordError(pos, "BODYCRC", f"stored {body_crc}, computed {crc}")
-        p += body_len
-        if version == 1:
-            topic_len = buf[p]
-            p += 1
-        else:
-            topic_len = _H16.unpack_from(buf, p)[0]
-            p += 2
-        topic = bytes(buf[p:p + topic_len]).decode("utf-8")
-        p += topic_len
-        props_len = _H16.unpack_from(buf, p)[0]
-        p += 2
-        if props_len < 0:
-            raise CorruptRecordError(pos, "PROPERTIESLENGTH", f"negative {props_len}")
-        props = string_to_properties(bytes(buf[p:p + props_len]).decode("utf-8"))
-        expect = record_length(body_len, topic_len, props_len, sys_flag, version)
-        if expect != size:
-            raise CorruptRecordError(pos, "TOTALSIZE", f"stored {size}, fields add up to {expect}")
-    except (struct.error, IndexError, UnicodeDecodeError, ValueError) as exc:
+        p = tl_pos + (1 if version == 1 else 2)
+        # Java decodes both strings with replacement: their content never makes a record invalid
+        topic = bytes(buf[p:p + topic_len]).decode("utf-8", "replace")
+        p += topic_len + 2
+        props_len = max(props_len, 0)
+        props = string_to_properties(bytes(buf[p:p + props_len]).decode("utf-8", "replace"))
+    except (struct.error, IndexError, ValueError) as exc:
         if isinstance(exc, CorruptRecordError):
             raise
         raise CorruptRecordError(pos, "record", str(exc)) from exc
@@ -519,3 +444,23 @@ def decode_message(buf, pos: int = 0, *, check_crc: bool = False,
                       born_host=born_host, store_timestamp=store_ts, store_host=store_host,
                       reconsume_times=reconsume, prepared_transaction_offset=prepared,
                       magic=magic, msg_id=msg_id)
+
+
+def record_properties(buf, pos: int = 0) -> dict[str, str]:
+    """The properties of the record at ``buf[pos:]`` without decoding the rest of it (a SQL92
+    filter's input). The record is assumed whole (it came from the ConsumeQueue's size)."""
+    sys_flag = _I32.unpack_from(buf, pos + SYSFLAG_POS)[0]
+    q = pos + BORNHOST_POS + (20 if sys_flag & BORNHOST_V6_FLAG else 8) + 8
+    q += (20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8) + 12
+    body_len = _I32.unpack_from(buf, q)[0]
+    q += 4 + max(body_len, 0)
+    if _I32.unpack_from(buf, pos + MAGIC_POS)[0] == MESSAGE_MAGIC_CODE_V2:
+        topic_len = _H16.unpack_from(buf, q)[0]
+        q += 2
+    else:
+        topic_len = buf[q]
+        q += 1
+    q += topic_len
+    props_len = _H16.unpack_from(buf, q)[0]
+    q += 2
+    return string_to_properties(bytes(buf[q:q + props_len]).decode("utf-8", "replace"))

@@ -18,16 +18,17 @@ class OpsServices:
     def __init__(self, broker: Any, *, host: str = "127.0.0.1", metrics_port: int | None = None,
                  console_port: int | None = None) -> None:
         from .metrics import BrokerCollector, new_registry
-        from .stats import RequestStats, TpsSampler
+        from .stats import HandlerLatency, TpsSampler
 
         self.broker = broker
         self.host = host
         self.state = OpsState.from_broker(broker)
         self.registry = new_registry()
-        self.state.stats = RequestStats(self.registry)
-        self.state.tps = TpsSampler(self.state.stats)
+        self.latency = HandlerLatency(self.registry)
+        if self.state.broker_stats is not None:
+            self.state.tps = TpsSampler(self.state.broker_stats)
         self.registry.register(BrokerCollector(self.state))
-        broker.handler_wrappers.append(self.state.stats.instrument)
+        broker.handler_wrappers.append(self.latency.instrument)
         self.metrics_port = metrics_port
         self.console_port = console_port
         self.metrics: Any = None
@@ -36,7 +37,8 @@ class OpsServices:
     def start(self) -> dict[str, str]:
         """Start the enabled servers; their URLs (``{"metrics": ..., "console": ...}``)."""
         self.state.refresh_addresses(self.broker)
-        self.state.tps.start()
+        if self.state.tps is not None:
+            self.state.tps.start()
         urls: dict[str, str] = {}
         try:
             if self.metrics_port is not None:

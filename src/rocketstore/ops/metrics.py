@@ -1,10 +1,10 @@
 """Prometheus ``/metrics`` for ``rocketstore serve --metrics-port``.
 
 Theory of operation: one ``CollectorRegistry`` per broker holds three kinds of collectors —
-the request counters and latency histograms of ``ops.stats`` (updated as requests are
-answered), a ``BrokerCollector`` that reads the broker's state *at scrape time* (store offsets,
-dispatch and flush lag, disk use per store path, queue offsets, consumer lag, connections),
-and prometheus-client's own process and platform collectors. ``MetricsServer`` serves the
+the latency histograms of ``ops.stats`` (observed as requests are answered), a
+``BrokerCollector`` that reads the broker's state *at scrape time* (the message counters of
+``BrokerStats``, store offsets, dispatch and flush lag, disk use per store path, queue offsets,
+consumer lag, connections), and prometheus-client's own process and platform collectors. ``MetricsServer`` serves the
 registry with prometheus-client's HTTP server in a daemon thread, so a scrape never runs on
 the broker's event loop; the views it calls are thread-safe and read-only.
 
@@ -59,6 +59,10 @@ class BrokerCollector(Collector):
         for name, n in sorted(st.connections().items()):
             conns.add_metric([name], n)
         yield conns
+        if st.broker_stats is not None:
+            yield from self._traffic(st.broker_stats)
+        if st.producers is not None:
+            yield from self._producers(st.producers)
         store = st.store()
         if store is not None:
             for part in (self._store, self._queues, self._groups):
@@ -69,6 +73,36 @@ class BrokerCollector(Collector):
                     log.exception("metrics: collecting %s failed", part.__name__)
         yield CounterMetricFamily("rocketstore_collector_errors", "Scrape-time collection "
                                   "errors (see the broker log).", value=self.errors)
+
+    def _traffic(self, stats: Any) -> Iterator[Metric]:
+        """The broker's own message counters (``BrokerStats``, what ``mqadmin`` reports)."""
+        by_topic = _copy(stats.put_by_topic)
+        by_group = _copy(stats.get_by_group)
+        m_in = CounterMetricFamily("rocketmq_messages_in", "Messages stored by send requests.",
+                                   labels=["topic"])
+        for topic, c in sorted(by_topic.items()):
+            m_in.add_metric([topic], c.total)
+        m_out = CounterMetricFamily("rocketmq_messages_out", "Messages delivered by pull "
+                                    "requests.", labels=["topic", "consumer_group"])
+        for (group, topic), c in sorted(by_group.items()):
+            m_out.add_metric([topic, group], c.total)
+        yield from (m_in, m_out)
+        for name, doc, value in (
+                ("rocketmq_throughput_in", "Message body bytes stored by send requests.",
+                 stats.put_bytes.total),
+                ("rocketmq_throughput_out", "Record bytes delivered by pull requests.",
+                 stats.get_transferred.total),
+                ("rocketstore_put_failed", "Send requests whose put failed.", stats.put_failed),
+                ("rocketstore_pull_empty", "Pull requests that found no message.",
+                 stats.get_miss.total)):
+            yield CounterMetricFamily(name, doc, value=value)
+
+    def _producers(self, producers: Any) -> Iterator[Metric]:
+        conns = _gauge("rocketmq_producer_connections", "Live connections of each producer "
+                       "group.", ["producer_group"])
+        for group in producers.groups():
+            conns.add_metric([group], len(producers.channels(group)))
+        yield conns
 
     def _store(self, store: Any) -> Iterator[Metric]:
         rt = views.store_runtime(store, self.state.store_config)
@@ -109,7 +143,7 @@ class BrokerCollector(Collector):
         yield from (files, total, free, ratio)
 
     def _queues(self, store: Any) -> Iterator[Metric]:
-        tvs = views.topic_views(store, self.state.topics, timestamps=False)
+        tvs = views.topic_views(store, self.state.topics, self.state.broker_name)
         hi = _gauge("rocketstore_queue_max_offset", "Max offset (next to write) of each "
                     "ConsumeQueue.", ["topic", "queue_id"])
         lo = _gauge("rocketstore_queue_min_offset", "Min offset (oldest kept) of each "
@@ -124,7 +158,8 @@ class BrokerCollector(Collector):
 
     def _groups(self, store: Any) -> Iterator[Metric]:
         st = self.state
-        gvs = views.group_views(store, st.topics, st.offsets, st.consumers)
+        gvs = views.group_views(store, st.topics, st.offsets, st.consumers, st.subgroups,
+                                broker_name=st.broker_name)
         lag = _gauge("rocketmq_consumer_lag_messages", "Messages not yet consumed, per group "
                      "and topic (broker offset - committed offset).", ["consumer_group", "topic"])
         qlag = _gauge("rocketstore_consumer_queue_lag_messages", "Messages not yet consumed, "
@@ -148,6 +183,16 @@ class BrokerCollector(Collector):
                                 "this broker (committed offsets or live clients).",
                                 value=len(gvs))
         yield from (lag, qlag, off, latency, conns)
+
+
+def _copy(table: dict) -> dict:
+    """A copy of a table another thread may grow (retry when it changed under us)."""
+    for _ in range(5):
+        try:
+            return dict(table)
+        except RuntimeError:
+            continue
+    return {}
 
 
 class MetricsServer:

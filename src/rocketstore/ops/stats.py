@@ -1,17 +1,13 @@
-"""Request statistics: put/get counts, bytes and latency, measured around the broker's handlers.
+"""Request latency around the broker's handlers, and the TPS series of the console's chart.
 
-Theory of operation: ``RequestStats.instrument(handlers)`` replaces the SEND (10, 310, 320) and
-PULL (11) entries of the broker's handler table with wrappers that time the original handler
-and, once it answered, count the request: one counter increment and one histogram observation
-per *request*, with the batch size taken from the response (the comma-joined ``msgId`` of a
-send, ``nextBeginOffset - queueOffset`` of a pull) — no per-message Python work, nothing added
-to the send path itself. The handlers run on the event loop, so the plain running totals the
-TPS sampler reads need no lock.
-
-``messages_out`` counts the queue units a successful pull moved past: the messages delivered,
-unless a tag filter skipped some (the store reads past them in the same request). Pull latency
-includes the time a long-polling pull was held waiting for messages; the ``long_polling`` label
-tells those apart.
+Theory of operation: message counts and bytes are the broker's own ``BrokerStats`` (recorded by
+the send and pull handlers, read by the admin requests); ``ops`` reads them and adds what they
+do not hold. ``HandlerLatency.instrument(handlers)`` replaces the SEND (10, 310, 320) and PULL
+(11) entries of the handler table with wrappers that time the original handler: one histogram
+observation per *request*, nothing added to the send path itself and no per-message work. Pull
+latency includes the time a long-polling pull was held waiting for messages; the
+``long_polling`` label tells those pulls apart. ``TpsSampler`` samples the ``BrokerStats``
+totals once a second into a ring, from which the console draws its live chart.
 """
 from __future__ import annotations
 
@@ -20,9 +16,9 @@ import threading
 import time
 from typing import Any, Awaitable, Callable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Histogram
 
-from ..remoting.codes import PULL_FLAG_SUSPEND, RequestCode, ResponseCode
+from ..remoting.codes import PULL_FLAG_SUSPEND, RequestCode
 
 Handler = Callable[[Any, Any], Awaitable[Any]]
 
@@ -30,28 +26,12 @@ LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                      2.5, 5.0, 10.0, 30.0)
 _PUT_CODES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2,
               RequestCode.SEND_BATCH_MESSAGE)
-# a send that stored its message(s): RocketMQ answers the flush/slave timeouts with the result
-_PUT_STORED = {int(ResponseCode.SUCCESS), int(ResponseCode.FLUSH_DISK_TIMEOUT),
-               int(ResponseCode.FLUSH_SLAVE_TIMEOUT), int(ResponseCode.SLAVE_NOT_AVAILABLE)}
 
 
-class RequestStats:
-    """Prometheus counters and histograms of puts and pulls, plus running totals."""
+class HandlerLatency:
+    """Prometheus histograms of the time to answer send and pull requests."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.messages_in = Counter("rocketmq_messages_in", "Messages stored by send requests.",
-                                   ["topic"], registry=registry)
-        self.throughput_in = Counter("rocketmq_throughput_in", "Message body bytes received "
-                                     "by send requests (a batch counts its encoded body).",
-                                     ["topic"], registry=registry)
-        self.messages_out = Counter("rocketmq_messages_out", "Messages delivered by pull "
-                                    "requests (queue units read past).",
-                                    ["topic", "consumer_group"], registry=registry)
-        self.throughput_out = Counter("rocketmq_throughput_out", "Record bytes delivered by "
-                                      "pull requests.", ["topic", "consumer_group"],
-                                      registry=registry)
-        self.requests = Counter("rocketstore_requests", "Send and pull requests answered.",
-                                ["request", "result"], registry=registry)
         self.put_latency = Histogram("rocketstore_put_latency_seconds", "Time to answer a "
                                      "send request (store put and flush included).",
                                      buckets=LATENCY_BUCKETS_S, registry=registry)
@@ -61,13 +41,7 @@ class RequestStats:
                                      registry=registry)
         self._get_latency = {True: self.get_latency.labels("true"),
                              False: self.get_latency.labels("false")}
-        # running totals for the TPS sampler (written on the event loop only)
-        self.put_msgs = 0
-        self.get_msgs = 0
-        self.put_bytes = 0
-        self.get_bytes = 0
 
-    # -- instrumentation ------------------------------------------------------------------------
     def instrument(self, handlers: dict[int, Handler]) -> dict[int, Handler]:
         out = dict(handlers)
         for code in _PUT_CODES:
@@ -78,51 +52,25 @@ class RequestStats:
         return out
 
     def _wrap_put(self, handler: Handler) -> Handler:
+        observe = self.put_latency.observe
+
         async def put(conn: Any, cmd: Any) -> Any:
             t0 = time.perf_counter()
-            resp = await handler(conn, cmd)
-            self.put_latency.observe(time.perf_counter() - t0)
-            self.observe_put(cmd, resp)
-            return resp
+            try:
+                return await handler(conn, cmd)
+            finally:
+                observe(time.perf_counter() - t0)
         return put
 
     def _wrap_pull(self, handler: Handler) -> Handler:
         async def pull(conn: Any, cmd: Any) -> Any:
             t0 = time.perf_counter()
-            resp = await handler(conn, cmd)
-            held = bool(_int(cmd.ext_fields.get("sysFlag")) & PULL_FLAG_SUSPEND)
-            self._get_latency[held].observe(time.perf_counter() - t0)
-            self.observe_pull(cmd, resp)
-            return resp
+            try:
+                return await handler(conn, cmd)
+            finally:
+                held = bool(_int(cmd.ext_fields.get("sysFlag")) & PULL_FLAG_SUSPEND)
+                self._get_latency[held].observe(time.perf_counter() - t0)
         return pull
-
-    def observe_put(self, cmd: Any, resp: Any) -> None:
-        if resp is None or resp.code not in _PUT_STORED:
-            self.requests.labels("send", "error").inc()
-            return
-        self.requests.labels("send", "ok").inc()
-        f = cmd.ext_fields
-        topic = f.get("topic") or f.get("b") or ""
-        n = resp.ext_fields.get("msgId", "").count(",") + 1
-        size = len(cmd.body or b"")
-        self.messages_in.labels(topic).inc(n)
-        self.throughput_in.labels(topic).inc(size)
-        self.put_msgs += n
-        self.put_bytes += size
-
-    def observe_pull(self, cmd: Any, resp: Any) -> None:
-        if resp is None or resp.code != ResponseCode.SUCCESS:
-            self.requests.labels("pull", "empty" if resp is not None else "error").inc()
-            return
-        self.requests.labels("pull", "found").inc()
-        f = cmd.ext_fields
-        n = max(0, _int(resp.ext_fields.get("nextBeginOffset")) - _int(f.get("queueOffset")))
-        size = len(resp.body or b"")
-        labels = (f.get("topic", ""), f.get("consumerGroup", ""))
-        self.messages_out.labels(*labels).inc(n)
-        self.throughput_out.labels(*labels).inc(size)
-        self.get_msgs += n
-        self.get_bytes += size
 
 
 def _int(v: Any) -> int:
@@ -133,12 +81,12 @@ def _int(v: Any) -> int:
 
 
 class TpsSampler:
-    """Samples the running totals once a second; keeps the last ``keep`` samples for charts."""
+    """Samples the ``BrokerStats`` totals once a second; keeps ``keep`` samples for charts."""
 
-    def __init__(self, stats: RequestStats, interval_s: float = 1.0, keep: int = 600) -> None:
+    def __init__(self, stats: Any, interval_s: float = 1.0, keep: int = 600) -> None:
         self.stats = stats
         self.interval_s = interval_s
-        self.samples: collections.deque = collections.deque(maxlen=keep)  # (t, put, get, put_b, get_b)
+        self.samples: collections.deque = collections.deque(maxlen=keep)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.run_once()
@@ -158,9 +106,15 @@ class TpsSampler:
         while not self._stop.wait(self.interval_s):
             self.run_once()
 
-    def run_once(self) -> None:
+    def totals(self) -> dict[str, int]:
         s = self.stats
-        self.samples.append((time.time(), s.put_msgs, s.get_msgs, s.put_bytes, s.get_bytes))
+        return {"put_msgs": s.put_msgs.total, "get_msgs": s.get_found.total,
+                "put_bytes": s.put_bytes.total, "get_bytes": s.get_transferred.total}
+
+    def run_once(self) -> None:
+        t = self.totals()
+        self.samples.append((time.time(), t["put_msgs"], t["get_msgs"], t["put_bytes"],
+                             t["get_bytes"]))
 
     def series(self, since: float = 0.0) -> dict[str, list[float]]:
         """Per-interval rates: ``{"t": [...], "put_tps": [...], "get_tps": [...], ...}``."""
@@ -177,8 +131,3 @@ class TpsSampler:
             out["put_bps"].append(round((b[3] - a[3]) / dt, 1))
             out["get_bps"].append(round((b[4] - a[4]) / dt, 1))
         return out
-
-    def totals(self) -> dict[str, int]:
-        s = self.stats
-        return {"put_msgs": s.put_msgs, "get_msgs": s.get_msgs, "put_bytes": s.put_bytes,
-                "get_bytes": s.get_bytes}

@@ -2,8 +2,11 @@
 
 Theory of operation: every view is a plain function of the parts it reads — the
 ``MessageStore`` (offsets, timestamps, lookups), the ``TopicConfigManager``, the
-``ConsumerOffsetManager`` and, when a broker runs, the ``ConsumerManager`` — and returns plain
-data (dataclasses, dicts, lists) that a template or a collector turns into output. Nothing here
+``ConsumerOffsetManager``, the ``ConsumerManager`` — and returns plain data (dataclasses,
+dicts, lists) that a template or a collector turns into output. Topic and consume statistics
+are the admin requests' own (``broker.admin_views``), so the console, ``/metrics`` and
+``mqadmin`` agree; this module adds what a dashboard needs on top (store lag in ms, disk use
+per path, lag latency, message search with body previews). Nothing here
 writes: no topic is created, no offset committed, no file touched. The functions are safe to
 call from another thread than the broker's event loop (the store is thread-safe; the state
 tables are copied before they are walked).
@@ -20,21 +23,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from ..broker import admin_views as av
+from ..broker.namesrv import DLQ_PREFIX, RETRY_PREFIX
+from ..broker.state import TopicConfig
 from ..format.message import MessageExt
-
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
-SYSTEM_TOPICS = frozenset({"TBW102", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC",
-                           "RMQ_SYS_TRANS_OP_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
-                           "OFFSET_MOVED_EVENT", "SELF_TEST_TOPIC", "BenchmarkTest"})
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def is_system_topic(topic: str) -> bool:
-    return topic in SYSTEM_TOPICS or topic.startswith("rmq_sys_") or topic.startswith("RMQ_SYS_")
 
 
 # -- the store ------------------------------------------------------------------------------------
@@ -109,9 +105,9 @@ def store_paths(cfg: Any) -> list[tuple[str, str]]:
 def store_runtime(store: Any, cfg: Any, *, with_disk: bool = True) -> StoreRuntime:
     """Offsets, dispatch and flush lag (bytes and ms), and disk use of each store path.
 
-    Dispatch lag in ms is the store time of the newest message minus that of the newest one
-    the reput has dispatched to the ConsumeQueues; flush lag in ms likewise against the newest
-    message on disk. Both are 0 whenever the byte lag is 0.
+    A lag in ms is the store-time span of the data behind: the newest message's store time
+    minus that of the oldest message not yet dispatched (to the ConsumeQueues and index) or
+    not yet flushed (to disk). Both are 0 whenever the byte lag is 0.
     """
     cl = store.commitlog
     max_off, min_off = store.get_max_phy_offset(), store.get_min_phy_offset()
@@ -120,38 +116,39 @@ def store_runtime(store: Any, cfg: Any, *, with_disk: bool = True) -> StoreRunti
     cp = store.checkpoint
     dispatch_bytes = store.dispatch_behind_bytes()
     flush_bytes = max(0, max_off - flushed)
-    dispatch_ms = max(0, last_ts - cp.logics_msg_timestamp) if dispatch_bytes else 0
-    flush_ms = max(0, last_ts - cp.physic_msg_timestamp) if flush_bytes else 0
+    dispatch_ms = flush_ms = 0
+    if dispatch_bytes:
+        reput_from = getattr(getattr(store, "reput", None), "reput_from", max_off - dispatch_bytes)
+        dispatch_ms = _span_ms(store, reput_from, last_ts, cp.logics_msg_timestamp)
+    if flush_bytes:
+        flush_ms = _span_ms(store, flushed, last_ts, cp.physic_msg_timestamp)
     paths = [path_usage(k, p) for k, p in store_paths(cfg)] if with_disk else []
     return StoreRuntime(min_off, max_off, flushed, dispatch_bytes, dispatch_ms, flush_bytes,
                         flush_ms, last_ts, paths)
 
 
+def _span_ms(store: Any, first_behind: int, last_ts: int, done_ts: int) -> int:
+    """Store time of the newest message minus that of the record at ``first_behind`` (or,
+    when that is the blank tail of a segment, of the newest message already done)."""
+    m = store.look_message_by_offset(first_behind)
+    first = m.store_timestamp if m is not None else done_ts
+    return max(0, last_ts - first) if first > 0 and last_ts > 0 else 0
+
+
 # -- topics and queues ----------------------------------------------------------------------------
 @dataclass
-class QueueView:
-    queue_id: int
-    min_offset: int
-    max_offset: int
-    last_update_timestamp: int = 0  # store time of the newest message, ms; 0 = empty
-
-    @property
-    def messages(self) -> int:
-        return max(0, self.max_offset - self.min_offset)
-
-
-@dataclass
 class TopicView:
+    """A topic and its write queues (``admin_views.topic_stats``: RocketMQ's topic stats)."""
     topic: str
     read_queue_nums: int
     write_queue_nums: int
     perm: int
     system: bool
-    queues: list[QueueView] = field(default_factory=list)
+    queues: list[av.QueueStats] = field(default_factory=list)
 
     @property
     def messages(self) -> int:
-        return sum(q.messages for q in self.queues)
+        return sum(max(0, q.max_offset - q.min_offset) for q in self.queues)
 
     @property
     def max_offset_total(self) -> int:
@@ -162,67 +159,54 @@ class TopicView:
         return max((q.last_update_timestamp for q in self.queues), default=0)
 
 
+def is_system_topic(topic: str) -> bool:
+    return av.is_system_topic(topic) or topic.startswith("RMQ_SYS_")
+
+
+def topic_config(store: Any, topics: Any, topic: str) -> Any:
+    """The topic's config; for a topic that has queues on disk but no entry in ``topics.json``
+    (a store directory copied without its config), one that covers the queues found."""
+    tc = topics.get(topic)
+    if tc is None:
+        qids = store.topics().get(topic)
+        if qids:
+            n = max(qids) + 1
+            tc = TopicConfig(topic, n, n)
+    return tc
+
+
 def topic_names(store: Any, topics: Any) -> list[str]:
     """Every topic configured or holding a ConsumeQueue, sorted."""
-    names = {tc.topic_name for tc in topics.topics()} if topics is not None else set()
-    names.update(store.topics())
-    return sorted(names)
+    return sorted(set(av.topic_names(topics)) | set(store.topics()))
 
 
-def queue_view(store: Any, topic: str, queue_id: int, *, timestamps: bool = True) -> QueueView:
-    lo = store.get_min_offset_in_queue(topic, queue_id)
-    hi = store.get_max_offset_in_queue(topic, queue_id)
-    ts = 0
-    if timestamps and hi > lo:
-        ts = max(0, store.get_message_store_timestamp(topic, queue_id, hi - 1))
-    return QueueView(queue_id, lo, hi, ts)
+def topic_view(store: Any, topics: Any, topic: str, broker_name: str = "") -> TopicView | None:
+    tc = topic_config(store, topics, topic)
+    if tc is None:
+        return None
+    return TopicView(topic, tc.read_queue_nums, tc.write_queue_nums, tc.perm,
+                     is_system_topic(topic), av.topic_stats(store, tc, broker_name))
 
 
-def topic_view(store: Any, topics: Any, topic: str, *, timestamps: bool = True) -> TopicView:
-    tc = topics.get(topic) if topics is not None else None
-    stored = store.topics().get(topic, [])
-    n = max(tc.read_queue_nums, tc.write_queue_nums) if tc else 0
-    qids = sorted(set(range(n)) | set(stored))
-    return TopicView(topic, tc.read_queue_nums if tc else len(qids),
-                     tc.write_queue_nums if tc else len(qids), tc.perm if tc else 6,
-                     is_system_topic(topic),
-                     [queue_view(store, topic, q, timestamps=timestamps) for q in qids])
-
-
-def topic_views(store: Any, topics: Any, *, timestamps: bool = True) -> list[TopicView]:
-    return [topic_view(store, topics, t, timestamps=timestamps) for t in topic_names(store, topics)]
+def topic_views(store: Any, topics: Any, broker_name: str = "") -> list[TopicView]:
+    out = (topic_view(store, topics, t, broker_name) for t in topic_names(store, topics))
+    return [tv for tv in out if tv is not None]
 
 
 # -- consumer groups ------------------------------------------------------------------------------
 @dataclass
-class QueueLag:
-    topic: str
-    queue_id: int
-    broker_offset: int
-    consumer_offset: int
-    lag: int
-    last_consumed_timestamp: int  # store time of the last consumed message, ms; 0 = none
-
-
-@dataclass
-class ClientView:
-    client_id: str
-    address: str
-    language: str
-    version: int
-    last_heartbeat_ms: int
-
-
-@dataclass
 class GroupView:
+    """A consumer group: its live clients (``consumer_connection``) and, per read queue, the
+    broker offset, committed offset and lag (``consume_stats``: RocketMQ's consume stats)."""
     group: str
     online: bool
     consume_type: str = ""
     message_model: str = ""
     consume_from_where: str = ""
     subscriptions: dict[str, str] = field(default_factory=dict)  # topic -> expression
-    clients: list[ClientView] = field(default_factory=list)
-    queues: list[QueueLag] = field(default_factory=list)
+    clients: list[dict] = field(default_factory=list)  # clientId, clientAddr, language, version
+    queues: list[av.ConsumeQueueStats] = field(default_factory=list)
+    consume_tps: float = 0.0
     lag_latency_ms: int = 0  # age of the oldest message not yet consumed
 
     @property
@@ -240,75 +224,45 @@ class GroupView:
         return out
 
 
-def _group_offsets(offsets: Any) -> dict[str, dict[str, dict[int, int]]]:
-    """group -> topic -> queue -> committed offset, from ``topic@group`` keys."""
-    out: dict[str, dict[str, dict[int, int]]] = {}
-    table = offsets.table() if offsets is not None else {}
-    for key, queues in table.items():
-        topic, sep, group = key.rpartition("@")
-        if sep:
-            out.setdefault(group, {})[topic] = dict(queues)
-    return out
+def group_names(offsets: Any, consumers: Any, subgroups: Any = None) -> list[str]:
+    """Groups with live clients, committed offsets or a subscription-group config."""
+    return [g for g in av.all_group_names(offsets, consumers, subgroups)
+            if not g.startswith(RETRY_PREFIX) and not g.startswith(DLQ_PREFIX)]
 
 
-def group_names(offsets: Any, consumers: Any) -> list[str]:
-    names = set(_group_offsets(offsets))
-    if consumers is not None:
-        names.update(_online_groups(consumers))
-    return sorted(names)
-
-
-def _online_groups(consumers: Any) -> dict[str, Any]:
-    groups = getattr(consumers, "_groups", None)
-    if groups is None:
-        return {}
-    for _ in range(3):  # mutated on the event loop: copy, retry if it changed under us
-        try:
-            return dict(groups)
-        except RuntimeError:
-            continue
-    return {}
-
-
-def group_view(store: Any, topics: Any, offsets: Any, consumers: Any, group: str,
-               *, now: int | None = None) -> GroupView:
+def group_view(store: Any, topics: Any, offsets: Any, consumers: Any, group: str, *,
+               broker_name: str = "", stats: Any = None, now: int | None = None) -> GroupView:
     """Committed offsets, lag per queue and the live clients of one consumer group."""
     now = now_ms() if now is None else now
-    info = _online_groups(consumers).get(group) if consumers is not None else None
-    gv = GroupView(group, online=bool(info and info.channels))
-    if info is not None:
-        gv.consume_type, gv.message_model = info.consume_type, info.message_model
-        gv.consume_from_where = info.consume_from_where
-        gv.subscriptions = {t: s.sub_string for t, s in list(info.subscriptions.items())}
-        gv.clients = [ClientView(c.client_id, getattr(c.connection, "peer", ""), c.language,
-                                 c.version, c.last_update_ms)
-                      for c in list(info.channels.values())]
-    committed = _group_offsets(offsets).get(group, {})
+    conn = av.consumer_connection(consumers, group)
+    gv = GroupView(group, online=bool(conn and conn["connectionSet"]))
+    if conn is not None:
+        gv.consume_type, gv.message_model = conn["consumeType"], conn["messageModel"]
+        gv.consume_from_where = conn["consumeFromWhere"]
+        gv.subscriptions = {t: s["subString"] for t, s in conn["subscriptionTable"].items()}
+        gv.clients = conn["connectionSet"]
+    for topic in sorted(set(av.topics_of_group(offsets, group)) | set(gv.subscriptions)):
+        cs = av.consume_stats(store, topics, offsets, consumers, broker_name, group, topic,
+                              stats)
+        gv.queues.extend(cs.queues)
+        gv.consume_tps += cs.consume_tps
     oldest = 0
-    for topic in sorted(set(committed) | set(gv.subscriptions)):
-        tv = topic_view(store, topics, topic, timestamps=False)
-        for q in tv.queues:
-            c = committed.get(topic, {}).get(q.queue_id, -1)
-            consumer = max(c, 0)
-            lag = max(0, q.max_offset - max(consumer, q.min_offset)) if c >= 0 else \
-                max(0, q.max_offset - q.min_offset)
-            last_ts = 0
-            if consumer > 0:
-                last_ts = max(0, store.get_message_store_timestamp(topic, q.queue_id, consumer - 1))
-            if lag > 0:
-                first = store.get_message_store_timestamp(topic, q.queue_id,
-                                                          max(consumer, q.min_offset))
-                if first > 0 and (oldest == 0 or first < oldest):
-                    oldest = first
-            gv.queues.append(QueueLag(topic, q.queue_id, q.max_offset, consumer, lag, last_ts))
+    for q in gv.queues:
+        if q.lag > 0:
+            first = max(q.consumer_offset, store.get_min_offset_in_queue(q.topic, q.queue_id))
+            ts = store.get_message_store_timestamp(q.topic, q.queue_id, first)
+            if ts > 0 and (oldest == 0 or ts < oldest):
+                oldest = ts
     gv.lag_latency_ms = max(0, now - oldest) if oldest else 0
     return gv
 
 
-def group_views(store: Any, topics: Any, offsets: Any, consumers: Any) -> list[GroupView]:
+def group_views(store: Any, topics: Any, offsets: Any, consumers: Any, subgroups: Any = None,
+                *, broker_name: str = "", stats: Any = None) -> list[GroupView]:
     now = now_ms()
-    return [group_view(store, topics, offsets, consumers, g, now=now)
-            for g in group_names(offsets, consumers)]
+    return [group_view(store, topics, offsets, consumers, g, broker_name=broker_name,
+                       stats=stats, now=now)
+            for g in group_names(offsets, consumers, subgroups)]
 
 
 # -- messages -------------------------------------------------------------------------------------
@@ -371,7 +325,8 @@ def find_by_id(store: Any, msg_id: str, topic: str | None = None) -> list[Messag
     id) looked up in the index — which needs the topic."""
     msg_id = msg_id.strip()
     m = store.view_message_by_id(msg_id)
-    if m is not None and (not topic or m.topic == topic):
+    # the id names a host and an offset: the record there must carry exactly this id
+    if m is not None and m.msg_id.upper() == msg_id.upper() and (not topic or m.topic == topic):
         return [message_view(m)]
     if topic:
         return [message_view(x) for x in store.query_message(topic, msg_id, max_num=32).messages

@@ -56,9 +56,14 @@ def encode_batch(entries: Iterable[BatchEntry]) -> bytes:
     return bytes(out)
 
 
-def decode_batch(data: bytes) -> list[BatchEntry]:
+def decode_batch(data: bytes, max_bytes: int | None = None) -> list[BatchEntry]:
+    """The entries of a batch body; ``max_bytes`` caps the whole body, as RocketMQ's broker
+    caps it at ``maxMessageSize`` (4 MiB) before it reads a single entry."""
     out: list[BatchEntry] = []
     pos, n = 0, len(data)
+    if max_bytes is not None and n > max_bytes:
+        raise ValueError(f"message body size exceeded: a batch of {n} bytes, "
+                         f"maxMessageSize {max_bytes}")
     while pos < n:
         idx = len(out)
         if n - pos < ENTRY_HEAD.size + 2:

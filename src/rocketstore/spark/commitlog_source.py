@@ -278,14 +278,32 @@ class CommitLogDataSource(DataSource):
     def schema(self) -> str:
         return SCHEMA_DDL
 
-    def reader(self, schema) -> PlainCommitLogReader:
+    def _network(self) -> bool:
+        """No path but a name server: the network source and sink (``network_source``)."""
+        return not self.options.get("path") and bool(self.options.get("namesrv"))
+
+    def reader(self, schema) -> DataSourceReader:
+        if self._network():
+            from .network_source import NetworkReader
+            return NetworkReader(self.options, schema)
         if str(self.options.get("pushdown", "true")).lower() == "false":
             return PlainCommitLogReader(self.options, schema)
         return CommitLogReader(self.options, schema)
 
     def streamReader(self, schema):
+        if self._network():
+            from .network_source import NetworkStreamReader
+            return NetworkStreamReader(self.options, schema)
         from .stream import CommitLogStreamReader
         return CommitLogStreamReader(self.options, schema)
+
+    def writer(self, schema, overwrite: bool):
+        from .network_sink import RocketMQWriter
+        return RocketMQWriter(self.options, schema)
+
+    def streamWriter(self, schema, overwrite: bool):
+        from .network_sink import RocketMQStreamWriter
+        return RocketMQStreamWriter(self.options, schema)
 
 
 class CommitLogAliasDataSource(CommitLogDataSource):
@@ -296,8 +314,14 @@ class CommitLogAliasDataSource(CommitLogDataSource):
         return "rocketmq_commitlog"
 
 
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+
 def register(spark) -> None:
-    """Register the ``rocketmq`` (and ``rocketmq_commitlog``) data source with a session."""
+    """Register the ``rocketmq`` (and ``rocketmq_commitlog``) data source with a session and turn
+    on Python filter pushdown there: Spark refuses a reader implementing ``pushFilters`` while
+    ``spark.sql.python.filterPushdown.enabled`` is false (its default in PySpark 4.3)."""
+    spark.conf.set(PUSHDOWN_CONF, "true")
     spark.dataSource.register(CommitLogDataSource)
     spark.dataSource.register(CommitLogAliasDataSource)
 

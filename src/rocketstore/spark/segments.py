@@ -33,9 +33,9 @@ from ..format.batch import (STOP_BLANK, STOP_CORRUPT, STOP_END, STOP_INCOMPLETE,
                             decode_records, scan_boundaries)
 from ..format.hashing import crc32_masked
 from ..format.layouts import name_to_offset
-from ..format.message import (BODYCRC_POS, BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE,
-                              MESSAGE_MAGIC_CODE_V2, PHYSICALOFFSET_POS, SYSFLAG_POS,
-                              STOREHOSTADDRESS_V6_FLAG)
+from ..format.record import (BODY_POS, BODYCRC_POS, BODYLENGTH_POS, MESSAGE_MAGIC_CODE,
+                             MESSAGE_MAGIC_CODE_V2, PHYSICALOFFSET_POS, SYSFLAG_POS, host_shift,
+                             store_timestamp_pos)
 
 try:  # InputPartition is a plain base class; keep this module importable without pyspark
     from pyspark.sql.datasource import InputPartition as _PartitionBase
@@ -123,7 +123,7 @@ class MappedSegment:
 
 def _looks_like_record(buf, pos: int, base: int) -> bool:
     """A record header whose PHYSICALOFFSET equals its own position (a strong marker)."""
-    if pos < 0 or pos + 36 > len(buf):
+    if pos < 0 or pos + PHYSICALOFFSET_POS + 8 > len(buf):
         return False
     size, magic = _HDR.unpack_from(buf, pos)
     if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2) or size <= 0:
@@ -192,7 +192,7 @@ def first_store_timestamp(seg: Segment) -> int | None:
     if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
         return None
     sys_flag = _I.unpack_from(head, SYSFLAG_POS)[0]
-    return _Q.unpack_from(head, 56 + (12 if sys_flag & BORNHOST_V6_FLAG else 0))[0]
+    return _Q.unpack_from(head, store_timestamp_pos(sys_flag))[0]
 
 
 def split_points(seg: Segment, split_size: int) -> list[int]:
@@ -232,9 +232,9 @@ def scan_segment_end(seg: Segment, start: int | None = None, *, verify_crc: bool
 
 def _crc_ok(buf, pos: int) -> bool:
     sys_flag = _I.unpack_from(buf, pos + SYSFLAG_POS)[0]
-    tail = pos + (12 if sys_flag & BORNHOST_V6_FLAG else 0) + (12 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 0)
-    body_len = _I.unpack_from(buf, tail + 84)[0]
-    body = buf[tail + 88: tail + 88 + body_len]
+    tail = pos + sum(host_shift(sys_flag))
+    body_len = _I.unpack_from(buf, tail + BODYLENGTH_POS)[0]
+    body = buf[tail + BODY_POS: tail + BODY_POS + body_len]
     return crc32_masked(body) == _I.unpack_from(buf, pos + BODYCRC_POS)[0]
 
 

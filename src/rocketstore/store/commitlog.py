@@ -21,6 +21,7 @@ from ..config import StoreConfig
 from ..errors import CorruptRecordError
 from ..format import batch as fbatch
 from ..format.batch import tags_code_of
+from ..format.record import SYSFLAG_POS, store_timestamp_pos
 from ..format.message import (BLANK, END_FILE_MIN_BLANK_LENGTH, TRANSACTION_MASK,
                               TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
                               EncodedMessage, MessageExt, decode_message, encode_blank,
@@ -43,6 +44,28 @@ class AppendResult:
     @property
     def end_offset(self) -> int:
         return self.wrote_offset + self.wrote_bytes
+
+
+@dataclass(frozen=True)
+class FeedItem:
+    """One append as the CommitLog's writer describes it to the reput (no decoding needed)."""
+
+    start: int
+    end: int
+    commitlog_offset: list[int]
+    size: list[int]
+    queue_id: list[int]
+    queue_offset: list[int]
+    sys_flag: list[int]
+    store_timestamp: list[int]
+    tags_code: list[int]
+    topic: list[str]
+    properties: list[dict[str, str]]
+
+    def columns(self) -> tuple[list, ...]:
+        """In ``DecodedRecords.from_dispatch_columns`` order."""
+        return (self.commitlog_offset, self.size, self.queue_id, self.queue_offset, self.sys_flag,
+                self.store_timestamp, self.tags_code, self.topic, self.properties)
 
 
 DISPATCH_FEED_CAP = 100_000  # appends held for the reput; beyond it the reput decodes
@@ -146,7 +169,7 @@ class CommitLog:
         return AppendResult(first, sizes, queue_offsets, now)
 
     def _feed_item(self, records: Sequence[EncodedMessage], first: int, sizes: list[int],
-                   queue_offsets: list[int], now: int) -> tuple:
+                   queue_offsets: list[int], now: int) -> FeedItem:
         """What the reput needs about records just appended, so it need not decode them."""
         offsets = []
         off = first
@@ -154,10 +177,10 @@ class CommitLog:
             offsets.append(off)
             off += n
         delays = self.delay_levels_ms
-        return (first, off, offsets, sizes, [r.queue_id for r in records], queue_offsets,
-                [r.sys_flag for r in records], [now] * len(records),
-                [tags_code_of(r.topic, r.properties, now, delays) for r in records],
-                [r.topic for r in records], [r.properties for r in records])
+        return FeedItem(first, off, offsets, sizes, [r.queue_id for r in records], queue_offsets,
+                        [r.sys_flag for r in records], [now] * len(records),
+                        [tags_code_of(r.topic, r.properties, now, delays) for r in records],
+                        [r.topic for r in records], [r.properties for r in records])
 
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
         return self.topic_queue_table.get((topic, queue_id), 0)
@@ -216,8 +239,8 @@ class CommitLog:
         pos = offset - mf.file_from_offset
         if pos + size > mf.wrote_position or size < fbatch.MIN_RECORD_SIZE:
             return -1
-        sys_flag = int.from_bytes(mf.mm[pos + 36:pos + 40], "big", signed=True)
-        p = pos + 56 + (12 if sys_flag & 0x10 else 0)
+        sys_flag = int.from_bytes(mf.mm[pos + SYSFLAG_POS:pos + SYSFLAG_POS + 4], "big", signed=True)
+        p = pos + store_timestamp_pos(sys_flag)
         return int.from_bytes(mf.mm[p:p + 8], "big", signed=True)
 
     def iter_segments(self, start: int, end: int) -> Iterator[tuple[MappedFile, int, int]]:

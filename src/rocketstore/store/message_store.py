@@ -19,6 +19,7 @@ import collections
 import fcntl
 import logging
 import os
+import shutil
 import threading
 from typing import Callable, Sequence
 
@@ -28,6 +29,7 @@ from ..format.message import Message, MessageExt, parse_message_id
 from . import read_path
 from .checkpoint import StoreCheckpoint, atomic_write
 from .commitlog import CommitLog
+from .consume_queue_ext import ConsumeQueueExtDispatcher, open_ext_table
 from .dispatch import ConsumeQueueDispatcher, ConsumeQueueTable, ReputService
 from .flush import FlushService
 from .put_path import PutPath
@@ -172,6 +174,11 @@ class MessageStore:
         self.cq_table.load()
         self.index_service = None
         dispatchers: list = [ConsumeQueueDispatcher(self.cq_table, self._on_logics_timestamp)]
+        self.cq_ext = open_ext_table(cfg)
+        self.ext_dispatcher = None
+        if self.cq_ext is not None and cfg.enable_consume_queue_ext:
+            self.ext_dispatcher = ConsumeQueueExtDispatcher(self.cq_ext, self.cq_table)
+            dispatchers.insert(0, self.ext_dispatcher)  # before the ConsumeQueue: it swaps tagsCode
         if cfg.message_index_enable:
             self.index_service = _index_service_class()(cfg, self.checkpoint)
             self.index_service.load(self.last_exit_ok)
@@ -181,6 +188,8 @@ class MessageStore:
             self.commitlog, self.cq_table, self.checkpoint, self.last_exit_ok,
             cfg.check_crc_on_recover, self.index_service, padded)
         self.reput.reput_from = self.recovery_report.reput_from
+        if self.cq_ext is not None:
+            self.cq_ext.recover(self.cq_table)
         self.reput.run_until(self.commitlog.max_offset())
         rebuild_queue_table(self.commitlog, self.cq_table)
         self.flush_service = FlushService(cfg, self.commitlog, self._on_physic_flushed, self._flush_logics,
@@ -262,6 +271,8 @@ class MessageStore:
             self.commitlog.close()
             for cq in self.cq_table:
                 cq.close()
+            if self.cq_ext is not None:
+                self.cq_ext.close()
             self._release_lock()
 
     close = shutdown
@@ -288,6 +299,8 @@ class MessageStore:
 
     def _flush_logics(self, least_pages: int = 0) -> None:
         """Payload only: the flush service writes the checkpoint after this returns."""
+        if self.cq_ext is not None:
+            self.cq_ext.flush()  # before the units that point at it
         for cq in self.cq_table:
             cq.flush(least_pages)
         if self.index_service is not None:
@@ -303,12 +316,23 @@ class MessageStore:
 
     # -- read -----------------------------------------------------------------------------------
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int = 32,
-                    subscription: str | None = None, *, decode: bool = True) -> GetMessageResult:
+                    subscription: str | None = None, *, decode: bool = True,
+                    message_filter=None) -> GetMessageResult:
+        """``message_filter``: a SQL92 filter (``broker.filters.ExpressionMessageFilter``)
+        used instead of the tag ``subscription``."""
         self._check_open()
         if not isinstance(queue_id, int) or queue_id < 0 or not isinstance(offset, int) or offset < 0:
             return GetMessageResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        ext = self.cq_ext.find(topic, queue_id) if self.cq_ext is not None else None
         return read_path.get_message(self.cfg, self.commitlog, self.cq_table.find(topic, queue_id),
-                                     offset, max_msgs, subscription, decode)
+                                     offset, max_msgs, subscription, decode, ext=ext,
+                                     message_filter=message_filter)
+
+    def set_filter_bitmap_source(self, source) -> None:
+        """Compute a SQL92 bitmap per message from now on (``enableCalcFilterBitMap``); the
+        source is ``(topics, props_of(i), store_timestamps) -> [bytes | None]``."""
+        if self.ext_dispatcher is not None:
+            self.ext_dispatcher.bitmap_source = source
 
     def look_message_by_offset(self, offset: int) -> MessageExt | None:
         return self.commitlog.look_message(offset)
@@ -364,6 +388,16 @@ class MessageStore:
     def dispatch_behind_bytes(self) -> int:
         return self.reput.behind_bytes()
 
+    def dispatch_health(self):
+        """``DispatchHealth``: ``ok`` False while dispatch (ConsumeQueue / index building) is
+        failing — it retries on its own, and puts are refused until it recovers."""
+        return self.reput.health()
+
+    @property
+    def dispatch_error(self) -> str | None:
+        """The current dispatch failure, None while dispatch is healthy."""
+        return self.reput.health().error
+
     def wait_dispatched(self, timeout: float | None = 5.0) -> bool:
         return self.reput.wait_dispatched(timeout)
 
@@ -375,6 +409,46 @@ class MessageStore:
         for (topic, qid) in sorted(self.cq_table.queues):
             out.setdefault(topic, []).append(qid)
         return out
+
+    def check_in_disk_by_consume_offset(self, topic: str, queue_id: int, offset: int) -> bool:
+        """Whether the message at ``offset`` of a queue has probably left the page cache
+        (RocketMQ's ``checkInDiskByConsumeOffset``); False when there is no such message."""
+        cq = self.cq_table.find(topic, queue_id)
+        u = cq.unit(offset) if cq is not None and offset >= 0 else None
+        if u is None:
+            return False
+        return read_path.in_disk(self.cfg, u[0], self.commitlog.max_offset())
+
+    def read_consume_queue(self, topic: str, queue_id: int, index: int,
+                           count: int) -> list[tuple[int, int, int]] | None:
+        """Up to ``count`` ConsumeQueue units ``(physical_offset, size, tags_code)`` from queue
+        offset ``index`` (within one file, as RocketMQ's ``getIndexBuffer``); None when the
+        queue does not exist, [] when ``index`` holds no unit."""
+        cq = self.cq_table.find(topic, queue_id)
+        if cq is None:
+            return None
+        units = cq.read_units(index, max(0, count))
+        if units is None:
+            return []
+        return [(int(u["offset"]), int(u["size"]), int(u["tags_code"])) for u in units]
+
+    def delete_topic(self, topic: str) -> int:
+        """Drop a topic's ConsumeQueues and queue-offset counters (RocketMQ's
+        ``cleanUnusedTopic`` for one topic): its messages stay in the CommitLog until they
+        expire, and a topic created again under the name starts its queues at offset 0.
+        Returns the number of queues removed."""
+        self._check_open()
+        with self.commitlog.lock:
+            for key in [k for k in self.commitlog.topic_queue_table if k[0] == topic]:
+                del self.commitlog.topic_queue_table[key]
+            doomed = [k for k in list(self.cq_table.queues) if k[0] == topic]
+            for key in doomed:
+                cq = self.cq_table.queues.pop(key)
+                cq.destroy()
+        tdir = os.path.join(self.cfg.consume_queue_dir, topic)
+        if os.path.isdir(tdir):
+            shutil.rmtree(tdir, ignore_errors=True)
+        return len(doomed)
 
     def clean_expired_files(self, force: bool = False) -> int:
         """Delete expired CommitLog segments (and follow with ConsumeQueues and index)."""

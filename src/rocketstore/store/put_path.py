@@ -3,7 +3,8 @@
 | input                                                   | status                     |
 |---------------------------------------------------------|----------------------------|
 | store shut down / not writeable (disk full) / a failed  | SERVICE_NOT_AVAILABLE      |
-| CommitLog sync (``FlushService.last_error``)            |                            |
+| CommitLog sync (``FlushService.last_error``) / dispatch |                            |
+| failing (``ReputService.stalled``) / read-only open     |                            |
 | not a Message, empty/illegal topic, topic > 127 chars,  | MESSAGE_ILLEGAL            |
 | negative queue id, body > max_message_size, bad types   |                            |
 | properties string > 32767 bytes                         | PROPERTIES_SIZE_EXCEEDED   |
@@ -74,6 +75,10 @@ class PutPath:
         if not self.running or not self.writeable:
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE,
                                     error="store is shut down" if not self.running else "store not writeable")
+        if self.reput.stalled:  # consumers would not see it: RocketMQ's makeLogicsQueueError
+            return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE,
+                                    error=f"dispatch cannot progress at CommitLog offset "
+                                          f"{self.reput.reput_from}: {self.reput.last_error}")
         if self.flush.last_error is not None:  # a failed sync: nothing more can be promised
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE,
                                     error=f"CommitLog flush failed: {self.flush.last_error}")

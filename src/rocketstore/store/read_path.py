@@ -26,6 +26,7 @@ from ..format.hashing import java_hash
 from ..format.layouts import CQ_UNIT_SIZE
 from ..format.message import decode_message
 from .commitlog import CommitLog
+from . import ext_filter
 from .consume_queue import ConsumeQueue
 from .results import GetMessageResult, GetStatus
 
@@ -62,10 +63,22 @@ def _total_memory() -> int:
 _TOTAL_MEMORY = _total_memory()
 
 
+def in_disk(cfg: StoreConfig, physical_offset: int, max_phy: int) -> bool:
+    """RocketMQ's ``checkInDiskByCommitOffset``: is the record further behind the CommitLog's
+    end than the share of RAM (``access_message_in_memory_max_ratio``) the page cache keeps?"""
+    return (max_phy - physical_offset) > _TOTAL_MEMORY * cfg.access_message_in_memory_max_ratio // 100
+
+
 def get_message(cfg: StoreConfig, commitlog: CommitLog, cq: ConsumeQueue | None, offset: int,
-                max_msgs: int, subscription: str | None, decode: bool = True) -> GetMessageResult:
+                max_msgs: int, subscription: str | None, decode: bool = True, *,
+                ext=None, message_filter=None) -> GetMessageResult:
     """See the module table. ``decode=False`` fills only ``buffers`` (the raw records, what a
-    PULL response carries); records are then decoded only when a tag check needs them."""
+    PULL response carries); records are then decoded only when a tag check needs them.
+
+    ``ext`` is the queue's ConsumeQueue-ext stream: a unit whose tags slot holds an ext address
+    is filtered by the tagsCode kept there. ``message_filter`` (a SQL92 pull, see
+    ``ext_filter``) replaces the tag subscription: units its bitmap rules out are skipped
+    without reading the CommitLog, the rest are checked on the record's properties."""
     if cq is None:  # RocketMQ creates the queue in memory here, so the answer is "empty"
         return GetMessageResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
     min_off, max_off = cq.min_offset_in_queue(), cq.max_offset_in_queue()
@@ -82,8 +95,12 @@ def get_message(cfg: StoreConfig, commitlog: CommitLog, cq: ConsumeQueue | None,
         per_file = cq.file_size // CQ_UNIT_SIZE
         return GetMessageResult(GetStatus.OFFSET_FOUND_NULL, offset + per_file - offset % per_file,
                                 min_off, max_off)
-    sub = Subscription.parse(subscription)
+    sub = Subscription.parse(None if message_filter is not None else subscription)
     codes = sub.codes if sub.tags is not None else None
+    tags_raw = units["tags_code"]
+    unit_ok = None
+    if ext is not None or message_filter is not None:
+        tags_raw, unit_ok = ext_filter.resolve_units(tags_raw, ext, message_filter)
     result = GetMessageResult(GetStatus.NO_MATCHED_MESSAGE, 0, min_off, max_off)
     max_phy = commitlog.max_offset()
     memory_limit = _TOTAL_MEMORY * cfg.access_message_in_memory_max_ratio // 100
@@ -92,7 +109,7 @@ def get_message(cfg: StoreConfig, commitlog: CommitLog, cq: ConsumeQueue | None,
     next_phy_file_start = -1
     offs = units["offset"].tolist()
     sizes = units["size"].tolist()
-    tags = units["tags_code"].tolist()
+    tags = tags_raw if isinstance(tags_raw, list) else tags_raw.tolist()
     i = 0
     for i in range(len(offs)):
         off_py, size_py = offs[i], sizes[i]
@@ -109,7 +126,8 @@ def get_message(cfg: StoreConfig, commitlog: CommitLog, cq: ConsumeQueue | None,
             elif total + size_py > cfg.max_transfer_bytes_on_message_in_memory or \
                     len(buffers) > cfg.max_transfer_count_on_message_in_memory - 1:
                 break
-        if codes is not None and tags[i] not in codes:
+        if (codes is not None and tags[i] is not None and tags[i] not in codes) or \
+                (unit_ok is not None and not unit_ok[i]):
             if not buffers:
                 result.status = GetStatus.NO_MATCHED_MESSAGE
             continue
@@ -118,6 +136,10 @@ def get_message(cfg: StoreConfig, commitlog: CommitLog, cq: ConsumeQueue | None,
             if not buffers:
                 result.status = GetStatus.MESSAGE_WAS_REMOVING
             next_phy_file_start = commitlog.roll_next_file(off_py)
+            continue
+        if message_filter is not None and not ext_filter.record_matches(message_filter, raw):
+            if not buffers:
+                result.status = GetStatus.NO_MATCHED_MESSAGE
             continue
         if not decode and sub.tags is None:
             buffers.append(raw)

@@ -6,12 +6,14 @@ Theory of operation.
   each ConsumeQueue may have been cut short (a copy interrupted, a torn extend). Their missing
   tail is padded with zeros (``posix_fallocate``), which recovery then treats like any
   unwritten tail. Any other file of the wrong size still fails the load, naming the file.
-* **Normal** (no abort file): scan the last three segments (CRC checked, plus the queue-offset
-  and torn-write checks of ``recovery_scan``) for the first invalid record.
-* **Abnormal** (abort file present): walk segments backwards to the first whose first record is
-  at or before the checkpoint's min timestamp (``min(physic, logics) - 3 s``), scan forward from
-  there, and re-dispatch everything from that segment on (ConsumeQueue writes are idempotent,
-  the index skips what it already holds).
+* **Where to start** is one pure function, ``plan_recovery(files, checkpoint, config)``:
+  normal (no abort file): the last three segments; abnormal (abort file present): the newest
+  segment whose first record is at or before the checkpoint's min timestamp
+  (``min(physic, logics) - 3 s``), and everything from it is re-dispatched (ConsumeQueue writes
+  are idempotent, the index skips what it already holds).
+* The scan (``recovery_scan``) finds the first record that fails ``format.record``'s validity
+  rule — RocketMQ's own; other oddities (queue offsets restarting after a topic was re-created,
+  NUL bytes in properties) are reported in ``RecoveryReport.notes`` and kept.
 * Both truncate the CommitLog at the first invalid record (the tail is zeroed and synced, so a
   stale record can never reappear behind the new end), drop ConsumeQueue units that point at or
   beyond it, and destroy index files holding entries at or beyond it.
@@ -20,7 +22,7 @@ Theory of operation.
   offset. The queue is cut at the first unit that does not, and dispatch rebuilds it. The
   last ``INDEX_TAIL_CHECK`` entries of the newest index file must point at a record one of
   whose keys has the entry's hash; if one does not, that file is dropped and re-indexed.
-* **Reput restart** is the lowest of: the highest ConsumeQueue end (RocketMQ 4.9's rule), the
+* **Reput restart** (pure: ``reput_start``) is the lowest of: the highest ConsumeQueue end (RocketMQ 4.9's rule), the
   start of any ConsumeQueue tail that was cut, the index's own restart point (RocketMQ loses
   index entries here; we do not) and, after a crash, the chosen segment's start. The facade runs
   it synchronously to the end before accepting puts, so the queue-offset table is rebuilt from
@@ -30,9 +32,12 @@ Everything dropped is listed in the ``RecoveryReport`` (``store.recovery_report`
 """
 from __future__ import annotations
 
+from ..format.cq_ext import MAX_ADDR as MAX_EXT_ADDR
+
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -48,6 +53,72 @@ from .commitlog import CommitLog
 from .consume_queue import FILLER_SIZE, UNIT_DTYPE, ConsumeQueue
 from .dispatch import ConsumeQueueTable
 from .recovery_scan import scan_commitlog
+
+NORMAL_RECOVERY_SEGMENTS = 3  # RocketMQ's recoverNormally: "began to recover from the last third file"
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    """What the plan needs of one CommitLog segment."""
+
+    offset: int  # file_from_offset
+    first_store_timestamp: int  # store time of its first record; 0 if it starts with none
+
+
+@dataclass(frozen=True)
+class RecoveryPlan:
+    normal: bool
+    start_index: int  # first segment scanned
+    start_offset: int  # its first byte
+    redispatch_from: int | None  # abnormal: dispatch restarts here at the latest
+    check_crc: bool
+
+
+def plan_recovery(files: Sequence[SegmentInfo], checkpoint, config: StoreConfig, *,
+                  last_exit_ok: bool) -> RecoveryPlan:
+    """Where recovery scans from (pure: no disk).
+
+    ``checkpoint`` is anything with ``min_timestamp()`` (``StoreCheckpoint``). Normal: the last
+    ``NORMAL_RECOVERY_SEGMENTS`` segments. Abnormal: walking back from the newest segment, the
+    first whose first record was stored at or before the checkpoint's min timestamp (segment 0
+    when none is), as RocketMQ's ``isMappedFileMatchedRecover``.
+    """
+    if not files:
+        return RecoveryPlan(last_exit_ok, 0, 0, None if last_exit_ok else 0, config.check_crc_on_recover)
+    if last_exit_ok:
+        idx = max(0, len(files) - NORMAL_RECOVERY_SEGMENTS)
+        return RecoveryPlan(True, idx, files[idx].offset, None, config.check_crc_on_recover)
+    limit = checkpoint.min_timestamp()
+    idx = 0
+    for i in range(len(files) - 1, -1, -1):
+        ts = files[i].first_store_timestamp
+        if ts != 0 and ts <= limit:
+            idx = i
+            break
+    return RecoveryPlan(False, idx, files[idx].offset, files[idx].offset, config.check_crc_on_recover)
+
+
+def reput_start(plan: RecoveryPlan, valid_end: int, min_offset: int, cq_max_physic: int,
+                cq_cut_restarts: Iterable[int], behind: Mapping[tuple[str, int], int],
+                index_restart: int | None) -> int:
+    """Where dispatch restarts (pure): the lowest point any derived file may lack, clamped to
+    ``[min_offset, valid_end]``."""
+    reput = max(cq_max_physic, 0)
+    for cut in cq_cut_restarts:
+        reput = min(reput, cut)
+    for phy in behind.values():
+        if phy < valid_end:
+            reput = min(reput, phy)
+    if index_restart is not None:
+        reput = min(reput, index_restart)
+    if plan.redispatch_from is not None:
+        reput = min(reput, plan.redispatch_from)
+    return min(max(reput, min_offset), valid_end)
+
+
+def segment_infos(commitlog: CommitLog) -> list[SegmentInfo]:
+    return [SegmentInfo(mf.file_from_offset, commitlog.first_record_timestamp(mf))
+            for mf in commitlog.queue.files]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +140,9 @@ class RecoveryReport:
     cq_units_dropped: dict[str, int] = field(default_factory=dict)  # "topic/qid" -> units
     index_files_dropped: int = 0
     notes: list[str] = field(default_factory=list)
+    # "topic/qid" -> first CommitLog offset whose unit that ConsumeQueue lacked on disk
+    # (dispatch behind: rebuilt by this open; beside a live writer, its dispatch lag)
+    cq_behind: dict[str, int] = field(default_factory=dict)
 
     @property
     def dropped_anything(self) -> bool:
@@ -148,20 +222,27 @@ def recover(commitlog: CommitLog, cqs: ConsumeQueueTable, checkpoint: StoreCheck
         if index_service is not None:
             report.index_files_dropped += index_service.truncate_dirty_files(0)
         return report
-    cq_restart = commitlog.max_offset()
+    cuts = []
     for cq in cqs:
         cut = check_cq_tail(cq, commitlog)
         if cut is not None:
-            cq_restart = min(cq_restart, cut)
-    idx = _start_segment(commitlog, checkpoint, last_exit_ok)
-    report.start_segment = idx
+            cuts.append(cut)
+    cfg = commitlog.cfg.replace(check_crc_on_recover=check_crc)
+    plan = plan_recovery(segment_infos(commitlog) if not last_exit_ok else
+                         [SegmentInfo(mf.file_from_offset, 0) for mf in files],
+                         checkpoint, cfg, last_exit_ok=last_exit_ok)
+    report.start_segment = plan.start_index
     cq_next = {(cq.topic, cq.queue_id): cq.max_offset_in_queue() for cq in cqs}
     cq_end = {(cq.topic, cq.queue_id): cq.max_physic_offset for cq in cqs}
-    valid_end, stop, reason, behind_from = scan_commitlog(commitlog, idx, check_crc, cq_next, cq_end)
+    scan = scan_commitlog(commitlog, plan.start_index, plan.check_crc, cq_next, cq_end)
+    valid_end = scan.valid_end
     report.valid_end = valid_end
-    if stop in (fbatch.STOP_CORRUPT, fbatch.STOP_INCOMPLETE):
+    report.notes.extend(scan.notes)
+    for note in scan.notes:
+        log.warning("recovery (kept): %s", note)
+    if scan.stop in (fbatch.STOP_CORRUPT, fbatch.STOP_INCOMPLETE):
         report.truncated_at = valid_end
-        report.reason = f"{stop}: {reason}" if reason else stop
+        report.reason = f"{scan.stop}: {scan.reason}" if scan.reason else scan.stop
         report.dropped_bytes = _nonzero_bytes_after(commitlog, valid_end)
         log.warning("CommitLog truncated at offset %d (%s)", valid_end, report.reason)
     commitlog.truncate(valid_end)
@@ -169,36 +250,21 @@ def recover(commitlog: CommitLog, cqs: ConsumeQueueTable, checkpoint: StoreCheck
     if cqs.max_physic_offset() >= valid_end:
         for cq in cqs:
             cq.truncate_dirty_logic(valid_end)
-    reput = min(max(cqs.max_physic_offset(), 0), cq_restart)
-    for key, phy in behind_from.items():
-        if phy < valid_end:  # a queue whose units end before records the scan saw
-            reput = min(reput, phy)
-            report.notes.append(f"ConsumeQueue {key[0]}/{key[1]} behind the CommitLog from {phy}: rebuilt")
+    for key, phy in scan.behind.items():
+        if phy < valid_end:
+            report.cq_behind[f"{key[0]}/{key[1]}"] = phy
     _note_cq_drops(report, before, cqs)
+    index_restart = None
     if index_service is not None:
         n = index_service.truncate_dirty_files(valid_end)
         n += check_index_tail(index_service, commitlog)
         report.index_files_dropped += n
-        reput = min(reput, index_service.dispatch_from_offset())
-    if not last_exit_ok:
-        reput = min(reput, files[idx].file_from_offset)
-    reput = max(reput, commitlog.min_offset())
-    report.reput_from = min(reput, valid_end)
+        index_restart = index_service.dispatch_from_offset()
+    report.reput_from = reput_start(plan, valid_end, commitlog.min_offset(), cqs.max_physic_offset(),
+                                    cuts, scan.behind, index_restart)
     if report.dropped_anything:
         log.warning("recovery: %s", report.summary())
     return report
-
-
-def _start_segment(commitlog: CommitLog, checkpoint: StoreCheckpoint, last_exit_ok: bool) -> int:
-    files = commitlog.queue.files
-    if last_exit_ok:
-        return max(0, len(files) - 3)
-    limit = checkpoint.min_timestamp()
-    for i in range(len(files) - 1, -1, -1):
-        ts = commitlog.first_record_timestamp(files[i])
-        if ts != 0 and ts <= limit:
-            return i
-    return 0
 
 
 def _nonzero_bytes_after(commitlog: CommitLog, offset: int) -> int:
@@ -249,7 +315,8 @@ def unit_matches(commitlog: CommitLog, cq: ConsumeQueue, queue_offset: int, phy:
     got = (msg.commitlog_offset, msg.topic, msg.queue_id, msg.queue_offset)
     if got != (phy, cq.topic, cq.queue_id, queue_offset):
         return f"record at {phy} is {got[1]}/{got[2]} #{got[3]} at {got[0]}, unit is #{queue_offset}"
-    if tags_code is not None and msg.topic != SCHEDULE_TOPIC and msg.tags_code != tags_code:
+    if tags_code is not None and msg.topic != SCHEDULE_TOPIC and msg.tags_code != tags_code \
+            and tags_code > MAX_EXT_ADDR:  # an ext address (ConsumeQueue-ext) is no tags hash
         return f"unit tagsCode {tags_code}, record {msg.tags_code}"  # (delay units carry a time)
     return None
 

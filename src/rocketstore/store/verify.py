@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from .consume_queue_ext import read_ext_tags
+
 from ..config import StoreConfig
 from ..errors import StoreLockedError
 from ..format import batch as fbatch
@@ -340,6 +342,10 @@ def _check_units(units, first_real, base, qoffs, idx, records, qdir, files, fsiz
         return
     qo = base + first_real + np.arange(len(u), dtype=np.int64)
     phy, size, tags = u["offset"].astype(np.int64), u["size"].astype(np.int64), u["tags_code"].astype(np.int64)
+    tags, ext_missing = read_ext_tags(qdir, tags)  # ConsumeQueue-ext addresses -> their tagsCode
+    for k in np.flatnonzero(ext_missing).tolist():
+        report.add(ERROR, _cq_path(qdir, files, first_real + k, fsize), int(qo[k]) * CQ_UNIT_SIZE,
+                   f"unit {int(qo[k])}: ConsumeQueue-ext unit at {int(tags[k])} missing")
     filler = size == FILLER_SIZE
     cleaned = phy < records.min_offset
     j = np.minimum(np.searchsorted(qoffs, qo), max(len(qoffs) - 1, 0))

@@ -1,0 +1,309 @@
+"""``TransactionProducer``: RocketMQ's transactional messages (``TransactionMQProducer``).
+
+    from rocketstore.client import LocalTransactionState, TransactionProducer
+
+    def check(msg):                      # the broker asks about an undecided transaction
+        return LocalTransactionState.COMMIT_MESSAGE if db_has(msg.uniq_key) \\
+            else LocalTransactionState.ROLLBACK_MESSAGE
+
+    with TransactionProducer("PG", "127.0.0.1:9876", check_listener=check) as p:
+        def local(msg, arg):             # runs after the half message is stored
+            db_insert(msg.properties["UNIQ_KEY"], arg)
+            return LocalTransactionState.COMMIT_MESSAGE
+        r = p.send_message_in_transaction("T", b"order 1", local, arg=order)
+        r.local_transaction_state, r.transaction_id
+
+Theory of operation (``DefaultMQProducerImpl.sendMessageInTransaction``): the message goes out
+with ``TRAN_MSG=true``, ``PGROUP=<group>`` and sysFlag PREPARED, so the broker stores it as a
+half message no consumer sees. If the broker stored it (SEND_OK), the local-transaction callback
+runs — in the caller's thread for the blocking class — and its answer goes to the broker in an
+END_TRANSACTION: COMMIT_MESSAGE delivers the message, ROLLBACK_MESSAGE drops it, UNKNOW (or an
+exception in the callback) leaves it for the broker's check. The transaction id is the message's
+UNIQ_KEY. The producer heartbeats its group to every broker of the cluster (at start and every
+``heartbeat_interval_s``), so the broker can ask it — or any other live producer of the group,
+for instance one started after this process died — CHECK_TRANSACTION_STATE; the check listener
+gets the message (a ``MessageExt`` on its real topic) on a worker thread and its answer goes back
+as an END_TRANSACTION marked ``fromTransactionCheck``.
+"""
+from __future__ import annotations
+
+import asyncio
+import enum
+import inspect
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Mapping, Sequence, Union
+
+from ..format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_PRODUCER_GROUP,
+                              PROPERTY_TRANSACTION_PREPARED, TRANSACTION_COMMIT_TYPE,
+                              TRANSACTION_NOT_TYPE, TRANSACTION_PREPARED_TYPE,
+                              TRANSACTION_ROLLBACK_TYPE, Message, MessageExt, parse_message_id)
+from ..remoting.codes import RequestCode, ResponseCode
+from ..remoting.command import RemotingCommand
+from ..remoting.jsonbody import load_json_text
+from ._sync import LoopThread
+from .consumer import decode_messages
+from .instance import ClientInstance, sleep_or
+from .producer import AsyncProducer, SendResult, build_properties
+
+log = logging.getLogger(__name__)
+
+
+class LocalTransactionState(enum.Enum):
+    """RocketMQ's names, ``UNKNOW`` included."""
+
+    COMMIT_MESSAGE = "COMMIT_MESSAGE"
+    ROLLBACK_MESSAGE = "ROLLBACK_MESSAGE"
+    UNKNOW = "UNKNOW"
+
+    @property
+    def sys_flag(self) -> int:
+        """The ``commitOrRollback`` value of END_TRANSACTION."""
+        return {"COMMIT_MESSAGE": TRANSACTION_COMMIT_TYPE,
+                "ROLLBACK_MESSAGE": TRANSACTION_ROLLBACK_TYPE}.get(self.value, TRANSACTION_NOT_TYPE)
+
+
+LocalTransaction = Callable[[Message, Any], Union[LocalTransactionState,
+                                                   Awaitable[LocalTransactionState]]]
+CheckListener = Callable[[MessageExt], Union[LocalTransactionState,
+                                              Awaitable[LocalTransactionState]]]
+
+
+@dataclass
+class TransactionSendResult(SendResult):
+    local_transaction_state: LocalTransactionState = LocalTransactionState.UNKNOW
+    end_transaction_error: str | None = None  # why the broker refused the decision, if it did
+
+    @property
+    def transaction_id(self) -> str:
+        return self.msg_id
+
+
+def _state(value: Any) -> LocalTransactionState:
+    if isinstance(value, LocalTransactionState):
+        return value
+    if isinstance(value, str) and value in LocalTransactionState.__members__:
+        return LocalTransactionState[value]
+    raise TypeError(f"a transaction callback must return a LocalTransactionState, not {value!r}")
+
+
+class AsyncTransactionProducer:
+    def __init__(self, group: str, namesrv: str, *, check_listener: CheckListener | None = None,
+                 local_transaction: LocalTransaction | None = None,
+                 heartbeat_interval_s: float = 30.0, timeout_s: float = 5.0, retries: int = 2,
+                 instance: ClientInstance | None = None) -> None:
+        self.producer = AsyncProducer(group, namesrv, timeout_s=timeout_s, retries=retries,
+                                      instance=instance)
+        self.group = group
+        self.instance = self.producer.instance
+        self.check_listener = check_listener
+        self.local_transaction = local_transaction
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self._stop = asyncio.Event()
+        self._tasks: set[asyncio.Task] = set()
+        self._heartbeat_task: asyncio.Task | None = None
+        self.instance.on_broker_request.append(self._on_broker_request)
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    async def start(self) -> "AsyncTransactionProducer":
+        await self.heartbeat()
+        self._heartbeat_task = asyncio.get_running_loop().create_task(self._heartbeat_loop())
+        return self
+
+    async def brokers(self) -> set[str]:
+        """Master addresses of every broker the name server knows, and of every cached route."""
+        out: set[str] = set()
+        for ns in self.instance.namesrv_addrs:
+            try:
+                resp = await self.instance.invoke(ns, RequestCode.GET_BROKER_CLUSTER_INFO)
+            except (ConnectionError, TimeoutError, Exception) as exc:
+                log.debug("cluster info from %s: %s", ns, exc)
+                continue
+            table = load_json_text(resp.body.decode("utf-8")).get("brokerAddrTable") or {}
+            for bd in table.values():
+                addrs = {str(k): v for k, v in (bd.get("brokerAddrs") or {}).items()}
+                if "0" in addrs:
+                    out.add(addrs["0"])
+            break
+        for r in list(self.instance._routes.values()):
+            out.update(r.brokers.values())
+        return out
+
+    async def heartbeat(self) -> None:
+        body = json.dumps({"clientID": self.instance.client_id,
+                           "producerDataSet": [{"groupName": self.group}],
+                           "consumerDataSet": []}).encode()
+        for addr in await self.brokers():
+            try:
+                await self.instance.invoke(addr, RequestCode.HEART_BEAT, None, body)
+            except (ConnectionError, TimeoutError) as exc:
+                log.warning("heartbeat to %s failed: %s", addr, exc)
+
+    async def _heartbeat_loop(self) -> None:
+        while not await sleep_or(self._stop, self.heartbeat_interval_s):
+            try:
+                await self.heartbeat()
+            except Exception:
+                log.exception("producer heartbeat failed")
+
+    async def shutdown(self) -> None:
+        self._stop.set()
+        if self._heartbeat_task is not None:
+            self._heartbeat_task.cancel()
+        for t in list(self._tasks):
+            t.cancel()
+        fields = {"clientID": self.instance.client_id, "producerGroup": self.group}
+        for addr in await self.brokers():
+            try:
+                await self.instance.invoke(addr, RequestCode.UNREGISTER_CLIENT, fields,
+                                           timeout=1.0)
+            except Exception:
+                pass
+        await self.producer.shutdown()
+
+    # -- sending ----------------------------------------------------------------------------------
+    async def send_half(self, topic: str, body: bytes, *, tags: str | None = None,
+                        keys: Sequence[str] | str | None = None,
+                        properties: Mapping[str, str] | None = None,
+                        queue_id: int | None = None, sharding_key: object = None,
+                        flag: int = 0) -> tuple[SendResult, Message]:
+        """Store the half message; the result and the message as the callback sees it."""
+        props = dict(properties or {})
+        props.pop(PROPERTY_DELAY_TIME_LEVEL, None)  # a transactional message is never delayed
+        props[PROPERTY_TRANSACTION_PREPARED] = "true"
+        props[PROPERTY_PRODUCER_GROUP] = self.group
+        r = await self.producer.send(topic, body, tags=tags, keys=keys, properties=props,
+                                     queue_id=queue_id, sharding_key=sharding_key, flag=flag,
+                                     sys_flag=TRANSACTION_PREPARED_TYPE)
+        props = build_properties(tags, keys, props, uniq_key=r.msg_id)
+        return r, Message(topic=topic, body=body, properties=props,
+                          queue_id=r.message_queue.queue_id, flag=flag)
+
+    async def end_transaction(self, r: SendResult, state: LocalTransactionState) -> str | None:
+        """Tell the broker the outcome (nothing for UNKNOW); the broker's refusal, if any."""
+        if state is LocalTransactionState.UNKNOW:
+            return None
+        _, commitlog_offset = parse_message_id(r.offset_msg_id)
+        header = {"producerGroup": self.group, "tranStateTableOffset": r.queue_offset,
+                  "commitLogOffset": commitlog_offset, "commitOrRollback": state.sys_flag,
+                  "fromTransactionCheck": False, "msgId": r.msg_id, "transactionId": r.msg_id}
+        addr = await self.instance.broker_addr(r.message_queue)
+        try:
+            await self.instance.invoke(addr, RequestCode.END_TRANSACTION, header)
+        except Exception as exc:  # the broker's check asks again later
+            log.warning("END_TRANSACTION %s of %s: %s", state.value, r.msg_id, exc)
+            return str(exc)
+        return None
+
+    async def send_message_in_transaction(self, topic: str, body: bytes,
+                                          local_transaction: LocalTransaction | None = None,
+                                          arg: Any = None, **kwargs: Any) -> TransactionSendResult:
+        fn = local_transaction or self.local_transaction
+        if fn is None:
+            raise ValueError("no local_transaction callback given")
+        r, msg = await self.send_half(topic, body, **kwargs)
+        state = LocalTransactionState.ROLLBACK_MESSAGE
+        if r.status == "SEND_OK":
+            state = await _call(fn, msg, arg)
+        err = await self.end_transaction(r, state)
+        return TransactionSendResult(**vars(r), local_transaction_state=state,
+                                     end_transaction_error=err)
+
+    # -- checks from the broker -------------------------------------------------------------------
+    def _on_broker_request(self, addr: str, cmd: RemotingCommand) -> None:
+        if cmd.code != RequestCode.CHECK_TRANSACTION_STATE:
+            return
+        t = asyncio.get_running_loop().create_task(self._check(addr, cmd))
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    async def _check(self, addr: str, cmd: RemotingCommand) -> None:
+        try:
+            msgs = decode_messages(cmd.body)
+        except Exception as exc:
+            log.warning("undecodable CHECK_TRANSACTION_STATE from %s: %s", addr, exc)
+            return
+        if not msgs or self.check_listener is None:
+            return
+        msg = msgs[0]
+        if msg.properties.get(PROPERTY_PRODUCER_GROUP, self.group) != self.group:
+            return
+        state = await _call(self.check_listener, msg)
+        if state is LocalTransactionState.UNKNOW:
+            return
+        header = {"producerGroup": self.group,
+                  "tranStateTableOffset": cmd.get_int("tranStateTableOffset", 0),
+                  "commitLogOffset": cmd.get_int("commitLogOffset", 0),
+                  "commitOrRollback": state.sys_flag, "fromTransactionCheck": True,
+                  "msgId": msg.uniq_key or cmd.get_str("msgId") or "",
+                  "transactionId": cmd.get_str("transactionId") or msg.uniq_key or ""}
+        try:
+            await self.instance.pool.oneway(addr, RemotingCommand.request(
+                RequestCode.END_TRANSACTION, header, oneway=True))
+        except Exception as exc:
+            log.warning("END_TRANSACTION after a check, to %s: %s", addr, exc)
+
+
+async def _call(fn: Callable[..., Any], *args: Any) -> LocalTransactionState:
+    """Run a user callback: coroutine functions on the loop, plain ones on a worker thread; an
+    exception counts as UNKNOW (the broker's check settles it later)."""
+    try:
+        if inspect.iscoroutinefunction(fn):
+            value = await fn(*args)
+        else:
+            value = await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+            if inspect.isawaitable(value):
+                value = await value
+        return _state(value)
+    except Exception:
+        log.exception("transaction callback %r failed: state UNKNOW", fn)
+        return LocalTransactionState.UNKNOW
+
+
+class TransactionProducer:
+    """Blocking facade of ``AsyncTransactionProducer``: the local-transaction callback runs in
+    the calling thread, the check listener on a worker thread."""
+
+    def __init__(self, group: str, namesrv: str, **kwargs: Any) -> None:
+        self._lt = LoopThread.shared()
+        self._impl: AsyncTransactionProducer = self._lt.run(_make(group, namesrv, **kwargs))
+
+    @property
+    def group(self) -> str:
+        return self._impl.group
+
+    def start(self) -> "TransactionProducer":
+        self._lt.run(self._impl.start())
+        return self
+
+    def send_message_in_transaction(self, topic: str, body: bytes,
+                                    local_transaction: LocalTransaction | None = None,
+                                    arg: Any = None, **kwargs: Any) -> TransactionSendResult:
+        fn = local_transaction or self._impl.local_transaction
+        if fn is None:
+            raise ValueError("no local_transaction callback given")
+        r, msg = self._lt.run(self._impl.send_half(topic, body, **kwargs))
+        state = LocalTransactionState.ROLLBACK_MESSAGE
+        if r.status == "SEND_OK":
+            try:
+                state = _state(fn(msg, arg))
+            except Exception:
+                log.exception("local transaction %r failed: state UNKNOW", fn)
+                state = LocalTransactionState.UNKNOW
+        err = self._lt.run(self._impl.end_transaction(r, state))
+        return TransactionSendResult(**vars(r), local_transaction_state=state,
+                                     end_transaction_error=err)
+
+    def shutdown(self) -> None:
+        self._lt.run(self._impl.shutdown())
+
+    def __enter__(self) -> "TransactionProducer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+async def _make(group: str, namesrv: str, **kwargs: Any) -> AsyncTransactionProducer:
+    return AsyncTransactionProducer(group, namesrv, **kwargs)

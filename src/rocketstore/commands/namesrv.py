@@ -1,0 +1,61 @@
+"""``rocketstore namesrv``: a name server alone, for a cluster of brokers.
+
+Brokers — ``rocketstore serve --namesrv HOST:PORT`` or RocketMQ's own (``namesrvAddr``) — register
+here every 30 s; clients ask it for routes, the cluster's brokers and its topic list, as they
+ask RocketMQ's ``mqnamesrv``. Prints one ready line (JSON with ``--json``), runs until SIGTERM
+or SIGINT, exits 0.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+
+import click
+
+
+class _NoBroker:
+    """What the remoting server calls on a closing connection; a name server keeps no state
+    per connection."""
+
+    def connection_closed(self, conn) -> None:
+        pass
+
+
+async def _run(host: str, port: int, as_json: bool) -> None:
+    from ..broker import namesrv
+    from ..broker.server import RemotingServer
+
+    srv = RemotingServer(_NoBroker(), namesrv.handlers(None), "namesrv")
+    try:
+        await srv.start(host, port)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    addr = f"{host}:{srv.port}"
+    click.echo(json.dumps({"event": "ready", "namesrv": addr}) if as_json
+               else f"rocketstore name server on {addr} (Ctrl-C to stop)")
+    sys.stdout.flush()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        srv.stop_accepting()
+        await srv.close()
+    click.echo(json.dumps({"event": "stopped"}) if as_json else "stopped cleanly")
+
+
+@click.command("namesrv")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=9876, show_default=True, type=int, help="Port (0 = any free).")
+@click.option("--log-level", default="WARNING", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable status lines.")
+def command(host: str, port: int, log_level: str, as_json: bool) -> None:
+    """Run a name server that brokers register with (no broker, no store)."""
+    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.WARNING),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(_run(host, port, as_json))

@@ -1,0 +1,318 @@
+"""ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue and the
+revive service: the 5.x "pop" consumption over the store (state: see ``pop``).
+
+Theory of operation: a receive pops from the group's retry queue (``%RETRY%<group>``) and then
+the topic's queues, each from the group's consumer offset (the queue's min offset for a group
+that never consumed it), filtered by the tag expression, until the batch is full. Each queue
+that yielded messages gets one checkpoint; the group's offset moves past what was read. When
+nothing is there the receive long-polls on the broker's ``PullHoldService`` until a message
+arrives on one of those queues or the polling time ends (MESSAGE_NOT_FOUND). The stream
+answers with a status first, then each message with its receipt handle.
+
+``ReviveService`` wakes at the next invisible-time deadline (at least every
+``revive_interval_s``) and revives what is due: a copy on ``%RETRY%<group>`` with
+``reconsume_times + 1``, the same UNIQ_KEY and ``RETRY_TOPIC`` = the original topic, or — once the
+message has been delivered ``retryMaxTimes + 1`` times (the group's subscription config;
+the broker's ``maxReconsumeTimes`` without one) — a copy on ``%DLQ%<group>``.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from typing import Any, AsyncIterator
+
+from ..broker.namesrv import ensure_topic
+from ..format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_MAX_RECONSUME_TIMES,
+                              PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RECONSUME_TIME,
+                              PROPERTY_RETRY_TOPIC, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+                              Message, MessageExt)
+from .convert import (PROPERTY_DLQ_ORIGIN_MESSAGE_ID, PROPERTY_DLQ_ORIGIN_TOPIC, PROPERTY_POP_CK,
+                      ValidationError, to_grpc_message)
+from .pieces import BrokerPieces, check_group, check_topic
+from .pop import RETRY_PREFIX, PopState, ReceiptHandle
+from .protocol import duration_ms, pb, status, to_timestamp
+
+log = logging.getLogger(__name__)
+DLQ_PREFIX = "%DLQ%"
+MAX_BATCH = 32
+MAX_INVISIBLE_MS = 12 * 3600 * 1000
+MAX_POLLING_MS = 20_000
+_MOVED = ("OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY", "NO_MATCHED_MESSAGE")
+
+
+def _topic_type_ok(topic: str) -> bool:
+    return not topic.startswith((RETRY_PREFIX, DLQ_PREFIX))
+
+
+class Consumption:
+    def __init__(self, pieces: BrokerPieces, pop: PopState) -> None:
+        self.p = pieces
+        self.pop = pop
+        self._group_locks: dict[str, threading.Lock] = {}
+        self._rr = 0  # rotates the first queue a receive looks at
+
+    # -- receive -----------------------------------------------------------------------------------
+    def _validate_receive(self, req: Any) -> tuple[str, str, str | None, int, int]:
+        group, topic = req.group.name, req.message_queue.topic.name
+        check_group(group)
+        check_topic(topic)
+        if self.p.topics.get(topic) is None:
+            raise ValidationError(pb.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist")
+        self.p.group_config(group)
+        f = req.filter_expression
+        if f.type == pb.SQL:
+            raise ValidationError(pb.ILLEGAL_FILTER_EXPRESSION,
+                                  "SQL92 filtering is not supported by this broker; use TAG")
+        expr = f.expression.strip() or "*"
+        if any(ord(c) < 0x20 for c in expr):
+            raise ValidationError(pb.ILLEGAL_FILTER_EXPRESSION, f"bad tag expression {expr!r}")
+        invisible = duration_ms(req.invisible_duration) if req.HasField("invisible_duration") \
+            else 30_000
+        lo = self.p.config.grpc_min_invisible_time_ms
+        if not lo <= invisible <= MAX_INVISIBLE_MS:
+            raise ValidationError(pb.ILLEGAL_INVISIBLE_TIME,
+                                  f"the invisible time {invisible} ms is out of range "
+                                  f"[{lo}, {MAX_INVISIBLE_MS}]")
+        batch = req.batch_size or MAX_BATCH
+        if not 0 < batch <= MAX_BATCH:
+            raise ValidationError(pb.BAD_REQUEST, f"batch size {batch} not in [1, {MAX_BATCH}]")
+        return group, topic, (None if expr == "*" else expr), invisible, batch
+
+    def _queues(self, group: str, topic: str) -> list[tuple[str, int]]:
+        """The group's retry queue, then every queue of the topic from a rotating start. As in
+        the 5.x proxy, the queue named in a receive only picks the broker: a pop reads all of
+        the broker's queues ("broker acting queue", id -1)."""
+        tc = self.p.topics.get(topic)
+        qs: list[tuple[str, int]] = []
+        if self.p.topics.get(RETRY_PREFIX + group) is not None:
+            qs.append((RETRY_PREFIX + group, 0))
+        n = tc.read_queue_nums
+        self._rr = (self._rr + 1) % max(n, 1)
+        qs.extend((topic, (self._rr + i) % n) for i in range(n))
+        return qs
+
+    def _pop_once(self, group: str, queues: list[tuple[str, int]], expr: str | None,
+                  invisible: int, batch: int) -> tuple[list[tuple[Any, MessageExt]], list]:
+        """Pop up to ``batch`` messages (blocking). Returns [(handle, message)] and the
+        (topic, queue, offset) positions to long-poll on when empty."""
+        store = self.p.store
+        lock = self._group_locks.setdefault(group, threading.Lock())
+        out: list[tuple[Any, MessageExt]] = []
+        positions = []
+        with lock:
+            for topic, qid in queues:
+                if len(out) >= batch:
+                    break
+                offset = self.p.offsets.query(group, topic, qid)
+                if offset < 0:
+                    offset = store.get_min_offset_in_queue(topic, qid)
+                g = store.get_message(group, topic, qid, offset, batch - len(out),
+                                      expr if not topic.startswith(RETRY_PREFIX) else expr)
+                msgs = g.messages if g.status.name == "FOUND" else []
+                if not msgs:
+                    if g.status.name in _MOVED and g.next_begin_offset != offset:
+                        self.p.offsets.commit(group, topic, qid, g.next_begin_offset)
+                        offset = g.next_begin_offset
+                    positions.append((topic, qid, offset))
+                    continue
+                now = int(time.time() * 1000)
+                ck = self.pop.checkpoint(group, topic, qid, now, invisible,
+                                         [(m.queue_offset, m.commitlog_offset) for m in msgs])
+                self.p.offsets.commit(group, topic, qid, g.next_begin_offset)
+                out.extend((self.pop.handle(ck, m.queue_offset), m) for m in msgs)
+        return out, positions
+
+    async def receive(self, req: Any, context: Any) -> AsyncIterator[Any]:
+        try:
+            group, topic, expr, invisible, batch = self._validate_receive(req)
+        except ValidationError as exc:
+            yield pb.ReceiveMessageResponse(status=status(exc.code, str(exc)))
+            return
+        polling = duration_ms(req.long_polling_timeout) if req.HasField("long_polling_timeout") \
+            else MAX_POLLING_MS
+        remaining = context.time_remaining()
+        if remaining is not None:  # answer before the client gives up
+            polling = min(polling, max(0, int(remaining * 1000) - 500))
+        deadline = time.monotonic() + min(polling, MAX_POLLING_MS) / 1000.0
+        queues = self._queues(group, topic)
+        while True:
+            found, positions = await self.p.run(self._pop_once, group, queues, expr, invisible,
+                                                batch)
+            if found:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0 or self.p.hold.closed:
+                yield pb.ReceiveMessageResponse(status=status(pb.MESSAGE_NOT_FOUND,
+                                                              "no new message"))
+                return
+            waits = [asyncio.ensure_future(self.p.hold.wait(t, q, o, left))
+                     for t, q, o in positions]
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+        yield pb.ReceiveMessageResponse(status=status(pb.OK))
+        for rh, m in found:
+            shown = m.properties.get(PROPERTY_RETRY_TOPIC, topic) \
+                if m.topic.startswith(RETRY_PREFIX) else m.topic
+            yield pb.ReceiveMessageResponse(message=to_grpc_message(
+                m, topic=shown, receipt_handle=rh.encode(), invisible_ms=invisible))
+        yield pb.ReceiveMessageResponse(delivery_timestamp=to_timestamp(int(time.time() * 1000)))
+
+    # -- ack, change invisible duration, forward to DLQ ------------------------------------------
+    def _resolve(self, group: str, topic: str, handle: str):
+        try:
+            rh = ReceiptHandle.decode(handle)
+        except ValueError as exc:
+            raise ValidationError(pb.INVALID_RECEIPT_HANDLE, str(exc)) from None
+        if rh.deadline <= int(time.time() * 1000):
+            raise ValidationError(pb.INVALID_RECEIPT_HANDLE, "receipt handle is expired")
+        ck = self.pop.find(group, topic, rh)
+        if ck is None:
+            raise ValidationError(pb.INVALID_RECEIPT_HANDLE,
+                                  "receipt handle is not in flight (acked or expired)")
+        return rh, ck
+
+    def _ack_one(self, group: str, topic: str, handle: str) -> None:
+        rh, ck = self._resolve(group, topic, handle)
+        self.pop.ack(ck, rh.offset)
+
+    async def ack(self, req: Any) -> Any:
+        group, topic = req.group.name, req.topic.name
+        try:
+            check_group(group)
+            check_topic(topic)
+        except ValidationError as exc:
+            return pb.AckMessageResponse(status=status(exc.code, str(exc)))
+        entries = []
+        for e in req.entries:
+            try:
+                await self.p.run(self._ack_one, group, topic, e.receipt_handle)
+                st = status(pb.OK)
+            except ValidationError as exc:
+                st = status(exc.code, str(exc))
+            entries.append(pb.AckMessageResultEntry(message_id=e.message_id,
+                                                    receipt_handle=e.receipt_handle, status=st))
+        codes = {e.status.code for e in entries}
+        overall = status(codes.pop()) if len(codes) == 1 else status(pb.MULTIPLE_RESULTS)
+        if len(entries) == 1:
+            overall = entries[0].status
+        return pb.AckMessageResponse(status=overall, entries=entries)
+
+    def _change(self, group: str, topic: str, handle: str, invisible: int) -> str:
+        rh, ck = self._resolve(group, topic, handle)
+        return self.pop.change_invisible(ck, rh.offset, invisible).encode()
+
+    async def change_invisible(self, req: Any) -> Any:
+        group, topic = req.group.name, req.topic.name
+        invisible = duration_ms(req.invisible_duration)
+        try:
+            check_group(group)
+            check_topic(topic)
+            if not 0 <= invisible <= MAX_INVISIBLE_MS:
+                raise ValidationError(pb.ILLEGAL_INVISIBLE_TIME,
+                                      f"the invisible time {invisible} ms is out of range")
+            handle = await self.p.run(self._change, group, topic, req.receipt_handle, invisible)
+        except ValidationError as exc:
+            return pb.ChangeInvisibleDurationResponse(status=status(exc.code, str(exc)))
+        return pb.ChangeInvisibleDurationResponse(status=status(pb.OK), receipt_handle=handle)
+
+    def _forward(self, group: str, topic: str, handle: str, max_attempts: int) -> None:
+        rh, ck = self._resolve(group, topic, handle)
+        old = self.p.store.look_message_by_offset(rh.commitlog_offset)
+        if old is None:
+            raise ValidationError(pb.MESSAGE_NOT_FOUND,
+                                  f"message at commitlog offset {rh.commitlog_offset} is gone")
+        self._put_copy(old, group, dlq=True, max_times=max(max_attempts - 1, 0))
+        self.pop.ack(ck, rh.offset)
+
+    async def forward_to_dlq(self, req: Any) -> Any:
+        group, topic = req.group.name, req.topic.name
+        try:
+            check_group(group)
+            check_topic(topic)
+            await self.p.run(self._forward, group, topic, req.receipt_handle,
+                             req.max_delivery_attempts)
+        except ValidationError as exc:
+            return pb.ForwardMessageToDeadLetterQueueResponse(status=status(exc.code, str(exc)))
+        return pb.ForwardMessageToDeadLetterQueueResponse(status=status(pb.OK))
+
+    # -- revive ------------------------------------------------------------------------------------
+    def _put_copy(self, old: MessageExt, group: str, *, dlq: bool, max_times: int) -> None:
+        """Store ``old`` again on the group's retry or dead-letter topic (blocking)."""
+        props = {k: v for k, v in old.properties.items()
+                 if k not in (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_POP_CK)}
+        origin_topic = props.get(PROPERTY_RETRY_TOPIC) or old.topic
+        props[PROPERTY_RETRY_TOPIC] = origin_topic
+        uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or old.msg_id
+        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, old.msg_id)
+        times = old.reconsume_times + (0 if dlq else 1)
+        props[PROPERTY_RECONSUME_TIME] = str(times)
+        props[PROPERTY_MAX_RECONSUME_TIMES] = str(max_times)
+        if dlq:
+            props[PROPERTY_DLQ_ORIGIN_TOPIC] = origin_topic
+            props[PROPERTY_DLQ_ORIGIN_MESSAGE_ID] = uniq
+        target = (DLQ_PREFIX if dlq else RETRY_PREFIX) + group
+        ensure_topic(self.p, target, 1)
+        msg = Message(topic=target, body=old.body, properties=props, queue_id=0, flag=old.flag,
+                      sys_flag=old.sys_flag, born_timestamp=old.born_timestamp,
+                      born_host=old.born_host, reconsume_times=times)
+        r = self.p.put_message(msg)
+        if r.status.name not in ("PUT_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT",
+                                 "SLAVE_NOT_AVAILABLE"):
+            raise RuntimeError(f"cannot store a copy on {target}: {r.status.name}")
+
+    def revive_due(self) -> int:
+        """Revive every pending message whose invisible time passed (blocking); returns how
+        many."""
+        n = 0
+        for ck, offset, clog in self.pop.due():
+            max_times = self.p.max_reconsume_times(ck.group)
+            old = self.p.store.look_message_by_offset(clog)
+            if old is not None:
+                dlq = old.reconsume_times >= max_times  # delivered max_times + 1 times
+                self._put_copy(old, ck.group, dlq=dlq, max_times=max_times)
+            else:
+                log.warning("pop revive: %s queue %s offset %s is no longer in the commitlog",
+                            ck.topic, ck.queue_id, offset)
+            self.pop.ack(ck, offset)
+            n += 1
+        return n
+
+
+class ReviveService:
+    """Revives expired pop checkpoints; commits the revive offset."""
+
+    def __init__(self, consumption: Consumption, interval_s: float = 0.2) -> None:
+        self.consumption = consumption
+        self.interval_s = interval_s
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="pop-revive")
+
+    async def _run(self) -> None:
+        run = self.consumption.p.run
+        last_commit = 0.0
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await run(self.consumption.revive_due)
+                if time.monotonic() - last_commit >= 1.0:
+                    await run(self.consumption.pop.commit_revive_offset)
+                    last_commit = time.monotonic()
+            except Exception:
+                log.exception("pop revive failed")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._task = None
+        await self.consumption.p.run(self.consumption.pop.commit_revive_offset)

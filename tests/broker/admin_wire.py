@@ -1,0 +1,206 @@
+"""Helpers for admin-protocol tests: one-shot requests, a held client connection, and the
+shapes of RocketMQ 4.9.7's admin bodies as its Java classes serialise them.
+
+The shapes below were written from the Java sources (``rocketmq-all-4.9.7``, fastjson writes
+every bean getter; ``long``/``int`` → JSON integer, ``double`` → JSON number, enum → its name,
+``Set``/``List`` → array, ``Map`` → object), not from rocketstore's code:
+
+- ``common/admin/TopicOffset``: minOffset, maxOffset, lastUpdateTimestamp (long)
+- ``common/message/MessageQueue``: topic, brokerName (String), queueId (int)
+- ``common/admin/OffsetWrapper``: brokerOffset, consumerOffset, lastTimestamp (long)
+- ``common/admin/ConsumeStats``: offsetTable (HashMap<MessageQueue, OffsetWrapper>), consumeTps
+  (double)
+- ``common/protocol/body/Connection``: clientId, clientAddr (String), language (LanguageCode),
+  version (int)
+- ``common/protocol/body/ConsumerConnection``: connectionSet, subscriptionTable (topic →
+  SubscriptionData), consumeType, messageModel, consumeFromWhere (enums)
+- ``common/protocol/heartbeat/SubscriptionData``: classFilterMode (boolean), topic, subString,
+  tagsSet (Set<String>), codeSet (Set<Integer>), subVersion (long), expressionType (String)
+- ``common/subscription/SubscriptionGroupConfig``: groupName, consumeEnable,
+  consumeFromMinEnable, consumeBroadcastEnable (boolean), retryQueueNums, retryMaxTimes (int),
+  brokerId, whichBrokerWhenConsumeSlowly (long), notifyConsumerIdsChangedEnable (boolean)
+- ``common/DataVersion``: timestamp, counter (long)
+- ``common/TopicConfig``: topicName, readQueueNums, writeQueueNums, perm, topicFilterType (enum),
+  topicSysFlag (int), order (boolean)
+- ``common/protocol/body/ClusterInfo``: brokerAddrTable (name → BrokerData{cluster, brokerName,
+  brokerAddrs: Long → String}), clusterAddrTable (cluster → Set<brokerName>)
+- ``common/protocol/body/ConsumeQueueData``: physicOffset (long), physicSize (int), tagsCode
+  (long), eval (boolean), extendDataJson, bitMap, msg (String, null → left out)
+- ``common/protocol/body/QueryConsumeQueueResponseBody``: subscriptionData, filterData (String),
+  queueData (List), maxQueueIndex, minQueueIndex (long)
+- ``KVTable``: table (HashMap<String, String>); ``GroupList``: groupList; ``TopicList``:
+  topicList, brokerAddr; ``ResetOffsetBody``: offsetTable (Map<MessageQueue, Long>)
+"""
+from __future__ import annotations
+
+import json
+import socket
+import time
+from typing import Any
+
+from rocketstore.remoting import fastjson
+from rocketstore.remoting.command import RemotingCommand
+from rocketstore.remoting.connection import NEED_DATA, RemotingConnection
+
+INT, STR, BOOL, NUM, LIST, OBJ = "int", "str", "bool", "num", "list", "obj"
+
+TOPIC_OFFSET = {"minOffset": INT, "maxOffset": INT, "lastUpdateTimestamp": INT}
+MESSAGE_QUEUE = {"topic": STR, "brokerName": STR, "queueId": INT}
+OFFSET_WRAPPER = {"brokerOffset": INT, "consumerOffset": INT, "lastTimestamp": INT}
+CONSUME_STATS = {"offsetTable": OBJ, "consumeTps": NUM}
+CONNECTION = {"clientId": STR, "clientAddr": STR, "language": STR, "version": INT}
+CONSUMER_CONNECTION = {"connectionSet": LIST, "subscriptionTable": OBJ, "consumeType": STR,
+                       "messageModel": STR, "consumeFromWhere": STR}
+PRODUCER_CONNECTION = {"connectionSet": LIST}
+SUBSCRIPTION_DATA = {"classFilterMode": BOOL, "topic": STR, "subString": STR, "tagsSet": LIST,
+                     "codeSet": LIST, "subVersion": INT, "expressionType": STR}
+SUBSCRIPTION_GROUP_CONFIG = {"groupName": STR, "consumeEnable": BOOL,
+                             "consumeFromMinEnable": BOOL, "consumeBroadcastEnable": BOOL,
+                             "retryQueueNums": INT, "retryMaxTimes": INT, "brokerId": INT,
+                             "whichBrokerWhenConsumeSlowly": INT,
+                             "notifyConsumerIdsChangedEnable": BOOL}
+DATA_VERSION = {"timestamp": INT, "counter": INT}
+SUBSCRIPTION_GROUP_WRAPPER = {"subscriptionGroupTable": OBJ, "dataVersion": OBJ}
+TOPIC_CONFIG_WRAPPER = {"topicConfigTable": OBJ, "dataVersion": OBJ}
+TOPIC_CONFIG = {"topicName": STR, "readQueueNums": INT, "writeQueueNums": INT, "perm": INT,
+                "topicFilterType": STR, "topicSysFlag": INT, "order": BOOL}
+CLUSTER_INFO = {"brokerAddrTable": OBJ, "clusterAddrTable": OBJ}
+BROKER_DATA = {"cluster": STR, "brokerName": STR, "brokerAddrs": OBJ}
+CONSUME_QUEUE_DATA = {"physicOffset": INT, "physicSize": INT, "tagsCode": INT, "eval": BOOL}
+CONSUME_QUEUE_DATA_OPTIONAL = {"extendDataJson": STR, "bitMap": STR, "msg": STR}
+QUERY_CONSUME_QUEUE_BODY = {"queueData": LIST, "maxQueueIndex": INT, "minQueueIndex": INT}
+QUERY_CONSUME_QUEUE_OPTIONAL = {"subscriptionData": OBJ, "filterData": STR}
+KV_TABLE = {"table": OBJ}
+GROUP_LIST = {"groupList": LIST}
+TOPIC_LIST = {"topicList": LIST}
+TOPIC_LIST_OPTIONAL = {"brokerAddr": STR}
+RESET_OFFSET_BODY = {"offsetTable": OBJ}
+
+# Runtime-info keys mqadmin reads and parses (ClusterListSubCommand, BrokerStatusSubCommand)
+# plus the ones AdminBrokerProcessor.prepareRuntimeInfo always sets.
+RUNTIME_NUMERIC_KEYS = ("msgPutTotalYesterdayMorning", "msgPutTotalTodayMorning",
+                        "msgPutTotalTodayNow", "msgGetTotalYesterdayMorning",
+                        "msgGetTotalTodayMorning", "msgGetTotalTodayNow",
+                        "sendThreadPoolQueueSize", "pullThreadPoolQueueSize",
+                        "sendThreadPoolQueueHeadWaitTimeMills",
+                        "pullThreadPoolQueueHeadWaitTimeMills", "pageCacheLockTimeMills",
+                        "earliestMessageTimeStamp", "dispatchBehindBytes", "brokerVersion",
+                        "commitLogMinOffset", "commitLogMaxOffset", "bootTimestamp")
+RUNTIME_TPS_KEYS = ("putTps", "getTransferedTps", "getFoundTps", "getMissTps", "getTotalTps")
+RUNTIME_OTHER_KEYS = ("brokerVersionDesc", "commitLogDiskRatio", "consumeQueueDiskRatio",
+                      "commitLogDirCapacity", "runtime", "remainHowManyDataToFlush",
+                      "startAcceptSendRequestTimeStamp", "sendThreadPoolQueueCapacity",
+                      "pullThreadPoolQueueCapacity", "queryThreadPoolQueueSize",
+                      "queryThreadPoolQueueCapacity", "EndTransactionQueueSize",
+                      "EndTransactionThreadPoolQueueCapacity")
+
+
+def _is(value: Any, kind: str) -> bool:
+    if kind == INT:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == NUM:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == STR:
+        return isinstance(value, str)
+    if kind == BOOL:
+        return isinstance(value, bool)
+    if kind == LIST:
+        return isinstance(value, list)
+    return isinstance(value, dict)
+
+
+def check_shape(obj: Any, shape: dict[str, str], optional: dict[str, str] | None = None,
+                where: str = "body") -> None:
+    """Every required field present with its JSON type; nothing beyond required + optional."""
+    assert isinstance(obj, dict), f"{where}: not an object: {obj!r}"
+    optional = optional or {}
+    for name, kind in shape.items():
+        assert name in obj, f"{where}: missing {name} in {sorted(obj)}"
+        assert _is(obj[name], kind), f"{where}.{name}: {obj[name]!r} is not {kind}"
+    for name, value in obj.items():
+        assert name in shape or name in optional, f"{where}: unexpected field {name}"
+        if name in optional:
+            assert _is(value, optional[name]), f"{where}.{name}: {value!r} is not {optional[name]}"
+
+
+def call(addr: str, code: int, fields: dict | None = None, body: bytes = b"",
+         timeout: float = 20.0) -> RemotingCommand:
+    """Send one request on a new connection, return the response."""
+    host, port = addr.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        codec = RemotingConnection()
+        s.sendall(codec.send(RemotingCommand.request(code, fields or {}, body, language="JAVA")))
+        while True:
+            r = codec.next_command()
+            if r is not NEED_DATA:
+                assert isinstance(r, RemotingCommand), r
+                return r
+            data = s.recv(1 << 20)
+            if not data:
+                raise ConnectionError(f"{addr} closed the connection")
+            codec.receive_data(data)
+
+
+def body(resp: RemotingCommand) -> Any:
+    assert resp.body, f"no body (code {resp.code}, remark {resp.remark!r})"
+    return fastjson.loads(resp.body)
+
+
+class HeldClient:
+    """A client connection that stays open: heartbeats and receives the broker's requests."""
+
+    def __init__(self, addr: str, client_id: str, producer_groups=(), consumer_groups=()) -> None:
+        host, port = addr.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=20)
+        self.codec = RemotingConnection()
+        self.client_id = client_id
+        self.heartbeat_body = json.dumps({
+            "clientID": client_id,
+            "producerDataSet": [{"groupName": g} for g in producer_groups],
+            "consumerDataSet": list(consumer_groups)}).encode()
+        self.received: list[RemotingCommand] = []
+
+    def request(self, code: int, fields: dict | None = None, body: bytes = b"") -> RemotingCommand:
+        cmd = RemotingCommand.request(code, fields or {}, body, language="JAVA")
+        cmd.version = 401  # V4_9_4, a client new enough for every broker feature
+        self.sock.sendall(self.codec.send(cmd))
+        return self.wait(lambda c: c.is_response and c.opaque == cmd.opaque)
+
+    def heartbeat(self) -> RemotingCommand:
+        return self.request(34, {}, self.heartbeat_body)
+
+    def wait(self, pred, timeout: float = 20.0) -> RemotingCommand:
+        deadline = time.monotonic() + timeout
+        while True:
+            for c in self.received:
+                if pred(c):
+                    self.received.remove(c)
+                    return c
+            while True:
+                c = self.codec.next_command()
+                if not isinstance(c, RemotingCommand):
+                    break
+                self.received.append(c)
+            if any(pred(c) for c in self.received):
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("nothing matching arrived")
+            self.sock.settimeout(left)
+            data = self.sock.recv(1 << 20)
+            if not data:
+                raise ConnectionError("closed")
+            self.codec.receive_data(data)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def consumer_data(group: str, topic: str, expr: str = "*") -> dict:
+    tags = [] if expr == "*" else [t.strip() for t in expr.split("||")]
+    return {"groupName": group, "consumeType": "CONSUME_PASSIVELY",
+            "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+            "unitMode": False,
+            "subscriptionDataSet": [{"topic": topic, "subString": expr, "tagsSet": tags,
+                                     "codeSet": [], "subVersion": 1, "classFilterMode": False,
+                                     "expressionType": "TAG"}]}

@@ -1,0 +1,113 @@
+"""RocketMQ 4.9.7's own name server and broker (the Java build under ``ROCKETMQ_HOME``), started
+by tests on 127.0.0.1 with free ports and stopped by PID."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from tests.broker.conftest import free_port
+
+
+def rocketmq_home() -> str:
+    home = os.environ.get("ROCKETMQ_HOME")
+    if not home or not os.path.exists(os.path.join(home, "namesrv")):
+        pytest.skip("RocketMQ 4.9.7 Java build not found: set ROCKETMQ_HOME to the output of "
+                    "shared/tools/rocketmq-java/build.sh to run the Java interop tests")
+    return home
+
+
+def _free_port_block(n: int) -> int:
+    """A port p such that p-2 .. p+n-1 are free (the Java broker uses listenPort-2 and +1)."""
+    for _ in range(50):
+        p = free_port()
+        ok = True
+        for q in range(p - 2, p + n):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", q))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return p
+    raise RuntimeError("no free port block")
+
+
+def _wait_port(port: int, proc: subprocess.Popen, log: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"java process exited {proc.returncode}: {open(log).read()[-3000:]}")
+        with socket.socket() as s:
+            s.settimeout(1)
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.3)
+    raise RuntimeError(f"java process did not listen on {port}: {open(log).read()[-3000:]}")
+
+
+@dataclass
+class JavaProc:
+    proc: subprocess.Popen
+    addr: str
+    log_path: str
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+
+def _spawn(home: str, tool: str, conf: str, log_path: str, env_extra: dict) -> subprocess.Popen:
+    env = dict(os.environ, **env_extra)
+    env.pop("ROCKETMQ_HOME", None)
+    out = open(log_path, "w")
+    # own process group: the wrapper execs java, but kill the whole group to be sure
+    return subprocess.Popen(["timeout", "600", os.path.join(home, tool), "-c", conf],
+                            stdout=out, stderr=subprocess.STDOUT, env=env, cwd=os.path.dirname(conf),
+                            start_new_session=True)
+
+
+def start_java_namesrv(home: str, workdir: str) -> JavaProc:
+    os.makedirs(workdir, exist_ok=True)
+    port = free_port()
+    conf = os.path.join(workdir, "namesrv.conf")
+    with open(conf, "w") as fh:
+        fh.write(f"listenPort={port}\n")
+    log = os.path.join(workdir, "namesrv.log")
+    proc = _spawn(home, "namesrv", conf, log, {"NAMESRV_HEAP": "128m",
+                                                 "JAVA_OPT_EXT": f"-Duser.home={workdir}"})
+    _wait_port(port, proc, log)
+    return JavaProc(proc, f"127.0.0.1:{port}", log)
+
+
+def start_java_broker(home: str, workdir: str, namesrv: str, name: str,
+                      cluster: str = "DefaultCluster", extra: dict | None = None) -> JavaProc:
+    os.makedirs(workdir, exist_ok=True)
+    port = _free_port_block(2)
+    store = os.path.join(workdir, "store")
+    conf = os.path.join(workdir, "broker.conf")
+    with open(conf, "w") as fh:
+        fh.write("\n".join([
+            f"brokerClusterName={cluster}", f"brokerName={name}", "brokerId=0",
+            f"namesrvAddr={namesrv}", f"listenPort={port}", "brokerIP1=127.0.0.1",
+            f"storePathRootDir={store}", f"storePathCommitLog={store}/commitlog",
+            "autoCreateTopicEnable=true", "mapedFileSizeCommitLog=4194304",
+            "mapedFileSizeConsumeQueue=60000", "flushDiskType=ASYNC_FLUSH",
+            "deleteWhen=04", "fileReservedTime=48",
+            *(f"{k}={v}" for k, v in (extra or {}).items()), ""]))
+    log = os.path.join(workdir, "broker.log")
+    proc = _spawn(home, "broker", conf, log, {"BROKER_HEAP": "256m",
+                                                "JAVA_OPT_EXT": f"-Duser.home={workdir}"})
+    _wait_port(port, proc, log)
+    return JavaProc(proc, f"127.0.0.1:{port}", log)

@@ -1,0 +1,69 @@
+"""Fixtures for the gRPC (RocketMQ 5.x) tests: a real ``rocketstore serve --grpc-port 0``
+subprocess, topics made beforehand (gRPC clients never create topics, as in RocketMQ 5), and
+PyPI ``rocketmq-python-client==5.1.2`` in its own venv under ``.cache/`` (created on first run).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import venv
+from pathlib import Path
+
+import pytest
+
+from rocketstore.broker.state import TopicConfigManager
+from rocketstore.broker.subgroups import SubscriptionGroupConfig, SubscriptionGroupManager
+
+from ..broker.conftest import Server, start_server
+
+ROOT = Path(__file__).resolve().parents[2]
+CLIENT_VENV = ROOT / ".cache" / "grpc-client-venv"
+CLIENT_PIN = "rocketmq-python-client==5.1.2"
+DRIVER = Path(__file__).with_name("grpc_client_driver.py")
+
+
+def client_python() -> str:
+    py = CLIENT_VENV / "bin" / "python"
+    ok = py.exists() and subprocess.run([str(py), "-c", "import rocketmq.v5.producer"],
+                                        capture_output=True, timeout=120).returncode == 0
+    if not ok:
+        venv.EnvBuilder(with_pip=True, clear=True).create(CLIENT_VENV)
+        r = subprocess.run([str(py), "-m", "pip", "install", "-q", CLIENT_PIN],
+                           capture_output=True, text=True, timeout=900)
+        if r.returncode != 0:
+            pytest.fail(f"cannot install {CLIENT_PIN} into {CLIENT_VENV}: {r.stderr[-2000:]}")
+    return str(py)
+
+
+def run_client(py: str, tmp_path: Path, *args: str, timeout: float = 120):
+    env = {**os.environ, "HOME": str(tmp_path)}  # the client logs under $HOME/logs
+    r = subprocess.run([py, str(DRIVER), *args], capture_output=True, text=True,
+                       timeout=timeout, env=env)
+    assert r.returncode == 0, f"driver {args} failed ({r.returncode}): {r.stderr[-3000:]}"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def make_topics(store: str, topics: dict[str, int]) -> None:
+    tm = TopicConfigManager(os.path.join(store, "config"))
+    for name, queues in topics.items():
+        tm.create(name, queues)
+
+
+def make_groups(store: str, **groups: dict) -> None:
+    """Subscription group configs, as mqadmin updateSubGroup leaves them."""
+    sg = SubscriptionGroupManager(os.path.join(store, "config"))
+    for name, kw in groups.items():
+        sg.update(SubscriptionGroupConfig(name, **kw))
+
+
+def start_grpc_server(store: str, topics: dict[str, int], *extra: str) -> Server:
+    make_topics(store, topics)
+    srv = start_server(store, "--grpc-port", "0", *extra)
+    assert srv.grpc, "serve printed no gRPC endpoint"
+    return srv
+
+
+def write_conf(path: Path, **keys: object) -> str:
+    path.write_text("".join(f"{k}={v}\n" for k, v in keys.items()), encoding="utf-8")
+    return str(path)

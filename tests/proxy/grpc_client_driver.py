@@ -1,0 +1,136 @@
+"""Driver for PyPI ``rocketmq-python-client==5.1.2`` (the RocketMQ 5.x gRPC client).
+
+Runs inside its own venv (see ``conftest.client_python``); prints one JSON line as its last
+line of output. Commands::
+
+    produce  EP TOPIC N KIND [GROUPS]   KIND = normal | fifo | delay:<seconds>
+    receive  EP TOPIC GROUP WANT INVISIBLE_S ACK [ROUNDS] [TAG] [BATCH]   ACK = ack | noack
+    bad      EP TOPIC                                         send errors as the client sees them
+    txn      EP TOPIC WAIT_S     commit one, roll back one, leave one to the server's check
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+
+from rocketmq import (ClientConfiguration, Credentials, FilterExpression, Message, Producer,
+                      SimpleConsumer, TransactionChecker, TransactionResolution)
+
+
+def _cfg(ep: str) -> ClientConfiguration:
+    return ClientConfiguration(ep, Credentials(), request_timeout=10)
+
+
+def produce(ep: str, topic: str, n: str, kind: str, groups: str = "3") -> list:
+    p = Producer(_cfg(ep), (topic,))
+    p.startup()
+    out = []
+    try:
+        for i in range(int(n)):
+            m = Message()
+            m.topic = topic
+            m.body = f"{kind}-body-{i}".encode()
+            m.tag = f"Tag{i % 2}"
+            m.keys = f"key-{i}"
+            m.add_property("seq", str(i))
+            if kind == "fifo":
+                m.message_group = f"group-{i % int(groups)}"
+            elif kind.startswith("delay:"):  # this client takes epoch seconds
+                deliver_s = math.ceil(time.time() + float(kind[6:]))
+                m.delivery_timestamp = deliver_s
+            r = p.send(m)
+            out.append({"i": i, "message_id": r.message_id, "body": m.body.decode(),
+                        "sent_ms": int(time.time() * 1000),
+                        "deliver_ms": deliver_s * 1000 if kind.startswith("delay:") else None,
+                        "group": m.message_group if kind == "fifo" else None})
+    finally:
+        p.shutdown()
+    return out
+
+
+def receive(ep: str, topic: str, group: str, want: str, invisible_s: str, ack: str,
+            rounds: str = "40", tag: str = "*", batch: str = "32") -> list:
+    c = SimpleConsumer(_cfg(ep), group, {topic: FilterExpression(tag)}, await_duration=2)
+    c.startup()
+    out = []
+    try:
+        for _ in range(int(rounds)):
+            if len(out) >= int(want):
+                break
+            for m in c.receive(int(batch), int(invisible_s)):
+                out.append({"message_id": m.message_id, "body": m.body.decode(), "tag": m.tag,
+                            "keys": sorted(m.keys), "topic": m.topic,
+                            "properties": dict(m.properties or {}),
+                            "attempt": m.delivery_attempt, "group": m.message_group,
+                            "received_ms": int(time.time() * 1000)})
+                if ack == "ack":
+                    c.ack(m)
+    finally:
+        c.shutdown()
+    return out
+
+
+def bad(ep: str, topic: str) -> dict:
+    """What the client reports for an unknown topic and an oversized body."""
+    res = {}
+    p = Producer(_cfg(ep))
+    p.startup()
+    try:
+        m = Message()
+        m.topic = topic
+        m.body = b"x"
+        try:
+            p.send(m)
+            res["unknown_topic"] = "sent"
+        except Exception as exc:  # the client's exception carries the proxy's code
+            res["unknown_topic"] = repr(exc)
+    finally:
+        p.shutdown()
+    return res
+
+
+class _Checker(TransactionChecker):
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def check(self, message):
+        self.asked.append(message.message_id)
+        return TransactionResolution.COMMIT
+
+
+def txn(ep: str, topic: str, wait_s: str) -> dict:
+    checker = _Checker()
+    p = Producer(_cfg(ep), (topic,), checker=checker)
+    p.startup()
+    ids = {}
+    try:
+        for name in ("commit", "rollback", "orphan"):
+            m = Message()
+            m.topic = topic
+            m.body = f"tx-{name}".encode()
+            m.tag = "Tx"
+            tx = p.begin_transaction()
+            ids[name] = p.send(m, transaction=tx).message_id
+            if name == "commit":
+                tx.commit()
+            elif name == "rollback":
+                tx.rollback()
+        deadline = time.monotonic() + float(wait_s)
+        while not checker.asked and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)  # the checker's EndTransaction goes out asynchronously
+    finally:
+        p.shutdown()
+    return {"ids": ids, "asked": checker.asked}
+
+
+def main() -> None:
+    cmd, *args = sys.argv[1:]
+    result = {"produce": produce, "receive": receive, "bad": bad, "txn": txn}[cmd](*args)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

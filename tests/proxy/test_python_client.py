@@ -1,0 +1,219 @@
+"""PyPI ``rocketmq-python-client==5.1.2`` (RocketMQ 5.x, gRPC) against ``rocketstore serve``.
+
+Producer (normal, FIFO with message groups, delayed) and SimpleConsumer (receive/ack,
+invisible-time expiry and redelivery, max attempts → DLQ, pop state across a restart), and the
+cross-protocol round trip with the 4.x remoting client: one message, one id on both sides.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from rocketstore import MessageStore, StoreConfig
+from rocketstore.client import Producer as RemotingProducer
+from rocketstore.client import PullConsumer
+
+from .conftest import client_python, make_groups, run_client, start_grpc_server, write_conf
+
+pytestmark = pytest.mark.interop
+
+
+def _small(store: str) -> StoreConfig:
+    return StoreConfig(store_path_root_dir=store, mapped_file_size_commitlog=1 << 20,
+                       mapped_file_size_consume_queue=20 * 1000, max_hash_slot_num=1000,
+                       max_index_num=4000)
+
+
+def _pull_all(namesrv: str, topic: str, queues: int, group: str = "CG_check") -> list:
+    c = PullConsumer(group, namesrv)
+    out = []
+    try:
+        for q in range(queues):
+            offset = 0
+            while True:
+                r = c.pull(topic, q, offset, 32)
+                if not r.messages:
+                    break
+                out.extend(r.messages)
+                offset = r.next_begin_offset
+    finally:
+        c.shutdown()
+    return out
+
+
+def test_produce_and_simple_consume_with_the_5x_python_client(tmp_path):
+    py = client_python()
+    store = str(tmp_path / "store")
+    srv = start_grpc_server(store, {"Orders": 4, "Fifo": 4, "Later": 2},
+                            "--message-delay-level", "1s 2s 3s 4s 5s")
+    try:
+        sent = run_client(py, tmp_path, "produce", srv.grpc, "Orders", "20", "normal")
+        assert len({s["message_id"] for s in sent}) == 20
+        fifo = run_client(py, tmp_path, "produce", srv.grpc, "Fifo", "12", "fifo", "3")
+        delayed = run_client(py, tmp_path, "produce", srv.grpc, "Later", "2", "delay:2")
+
+        got = run_client(py, tmp_path, "receive", srv.grpc, "Orders", "G_orders", "20", "30",
+                         "ack")
+        assert sorted(g["body"] for g in got) == sorted(s["body"] for s in sent)
+        by_id = {g["message_id"]: g for g in got}
+        for s in sent:  # the id the producer got is the id the consumer sees
+            g = by_id[s["message_id"]]
+            assert g["body"] == s["body"]
+            assert g["tag"] == f"Tag{s['i'] % 2}" and g["keys"] == [f"key-{s['i']}"]
+            assert g["properties"].get("seq") == str(s["i"]) and g["attempt"] == 1
+            assert g["topic"] == "Orders"
+        again = run_client(py, tmp_path, "receive", srv.grpc, "Orders", "G_orders", "1", "30",
+                           "ack", "1")
+        assert again == []  # all acked: nothing comes back
+
+        tagged = run_client(py, tmp_path, "receive", srv.grpc, "Orders", "G_tag1", "10", "30",
+                            "ack", "10", "Tag1")
+        assert sorted(g["body"] for g in tagged) == sorted(s["body"] for s in sent
+                                                           if s["i"] % 2 == 1)
+
+        later = run_client(py, tmp_path, "receive", srv.grpc, "Later", "G_later", "2", "30",
+                           "ack")
+        assert {g["message_id"] for g in later} == {d["message_id"] for d in delayed}
+        for g in later:  # delivered no earlier than asked (at least 2 s after sending)
+            d = next(d for d in delayed if d["message_id"] == g["message_id"])
+            assert g["received_ms"] >= d["deliver_ms"] - 50 >= d["sent_ms"] + 2000 - 50
+
+        # FIFO: a message group stays on one queue, in send order (read with a 4.x client)
+        pulled = _pull_all(srv.namesrv, "Fifo", 4)
+        assert len(pulled) == 12
+        queue_of: dict[str, set] = {}
+        for m in pulled:
+            queue_of.setdefault(m.properties["__SHARDINGKEY"], set()).add(m.queue_id)
+        assert all(len(q) == 1 for q in queue_of.values()), queue_of
+        for grp in ("group-0", "group-1", "group-2"):
+            seq = [m for m in sorted(pulled, key=lambda m: (m.queue_id, m.queue_offset))
+                   if m.properties["__SHARDINGKEY"] == grp]
+            assert [m.body.decode() for m in seq] == [f["body"] for f in fifo
+                                                      if f["group"] == grp]
+        fifo_got = run_client(py, tmp_path, "receive", srv.grpc, "Fifo", "G_fifo", "12", "30",
+                              "ack")
+        assert {g["group"] for g in fifo_got} == {"group-0", "group-1", "group-2"}
+    finally:
+        assert srv.stop() == 0, srv.log()
+
+
+def test_cross_protocol_round_trip_keeps_the_message_id(tmp_path):
+    py = client_python()
+    srv = start_grpc_server(str(tmp_path / "store"), {"Cross": 2})
+    try:
+        sent5 = run_client(py, tmp_path, "produce", srv.grpc, "Cross", "5", "normal")
+        p = RemotingProducer("PG_cross", srv.namesrv)
+        try:
+            sent4 = [p.send("Cross", f"remoting-{i}".encode(), tags="Tag0", keys=[f"r{i}"])
+                     for i in range(5)]
+        finally:
+            p.shutdown()
+        # 4.x pull sees the 5.x messages with their UNIQ_KEY = the 5.x message id
+        pulled = _pull_all(srv.namesrv, "Cross", 2)
+        ids4 = {m.uniq_key for m in pulled}
+        assert {s["message_id"] for s in sent5} <= ids4
+        # 5.x receive sees the 4.x messages with the id the 4.x producer got
+        got = run_client(py, tmp_path, "receive", srv.grpc, "Cross", "G_cross", "10", "30",
+                         "ack")
+        by_body = {g["body"]: g for g in got}
+        assert set(by_body) == {f"normal-body-{i}" for i in range(5)} | \
+            {f"remoting-{i}" for i in range(5)}
+        for i, r in enumerate(sent4):
+            g = by_body[f"remoting-{i}"]
+            assert g["message_id"] == r.msg_id, (g, r)
+            assert g["keys"] == [f"r{i}"] and g["tag"] == "Tag0"
+        # a topic that does not exist: no route (TOPIC_NOT_FOUND), so the client refuses to send
+        bad = run_client(py, tmp_path, "bad", srv.grpc, "NoSuchTopic")
+        assert "NoSuchTopic route" in bad["unknown_topic"], bad
+    finally:
+        assert srv.stop() == 0, srv.log()
+
+
+def test_invisible_time_expiry_redelivers_then_dead_letters(tmp_path):
+    py = client_python()
+    conf = write_conf(tmp_path / "broker.conf", minInvisibleTimeMillsForRecv=1000)
+    store = str(tmp_path / "store")
+    make_groups(store, G_flaky={"retry_max_times": 1})  # mqadmin updateSubGroup -g G_flaky -r 1
+    srv = start_grpc_server(store, {"Flaky": 1}, "--config", conf)
+    try:
+        sent = run_client(py, tmp_path, "produce", srv.grpc, "Flaky", "1", "normal")
+        mid = sent[0]["message_id"]
+        first = run_client(py, tmp_path, "receive", srv.grpc, "Flaky", "G_flaky", "1", "1",
+                           "noack")
+        assert [(g["message_id"], g["attempt"]) for g in first] == [(mid, 1)]
+        # not acked: after 1 s it comes back (through %RETRY%G_flaky), attempt 2, same id
+        second = run_client(py, tmp_path, "receive", srv.grpc, "Flaky", "G_flaky", "1", "1",
+                            "noack", "20")
+        assert [(g["message_id"], g["attempt"], g["topic"]) for g in second] == \
+            [(mid, 2, "Flaky")]
+        # max attempts = retryMaxTimes + 1 = 2 used up: the next expiry dead-letters it
+        third = run_client(py, tmp_path, "receive", srv.grpc, "Flaky", "G_flaky", "1", "1",
+                           "noack", "3")
+        assert third == []
+        c = PullConsumer("CG_probe", srv.namesrv)
+        try:
+            deadline = time.monotonic() + 20
+            while c.max_offset("%DLQ%G_flaky", 0) < 1:
+                assert time.monotonic() < deadline, "nothing reached %DLQ%G_flaky"
+                time.sleep(0.2)
+        finally:
+            c.shutdown()
+    finally:
+        assert srv.stop() == 0, srv.log()
+    with MessageStore(_small(store)) as s:
+        dlq = s.get_message("check", "%DLQ%G_flaky", 0, 0, 32).messages
+        retry = s.get_message("check", "%RETRY%G_flaky", 0, 0, 32).messages
+    assert [m.uniq_key for m in dlq] == [mid]  # once, the same id
+    assert dlq[0].body.decode() == sent[0]["body"]
+    assert dlq[0].properties.get("DLQ_ORIGIN_TOPIC") == "Flaky"
+    assert [(m.uniq_key, m.reconsume_times) for m in retry] == [(mid, 1)]
+
+
+def test_pop_state_survives_a_restart(tmp_path):
+    """Received-but-unacked comes back after a restart; acked stays acked."""
+    py = client_python()
+    conf = write_conf(tmp_path / "broker.conf", minInvisibleTimeMillsForRecv=1000)
+    store = str(tmp_path / "store")
+    srv = start_grpc_server(store, {"Durable": 1}, "--config", conf)
+    try:
+        sent = run_client(py, tmp_path, "produce", srv.grpc, "Durable", "4", "normal")
+        acked = run_client(py, tmp_path, "receive", srv.grpc, "Durable", "G_dur", "2", "30",
+                           "ack", "1", "*", "2")
+        assert len(acked) == 2  # the first batch, acked
+        rest = run_client(py, tmp_path, "receive", srv.grpc, "Durable", "G_dur", "2", "3",
+                          "noack", "3")
+        assert len(acked) + len(rest) == 4
+    finally:
+        assert srv.stop() == 0, srv.log()
+    srv = start_grpc_server(store, {}, "--config", conf)
+    try:
+        back = run_client(py, tmp_path, "receive", srv.grpc, "Durable", "G_dur", "2", "30",
+                          "ack", "20")
+        assert sorted(g["message_id"] for g in back) == sorted(g["message_id"] for g in rest)
+        assert all(g["attempt"] == 2 for g in back)
+        assert not {g["message_id"] for g in back} & {g["message_id"] for g in acked}
+        assert {g["message_id"] for g in acked} | {g["message_id"] for g in back} == \
+            {s["message_id"] for s in sent}
+    finally:
+        assert srv.stop() == 0, srv.log()
+    with MessageStore(_small(store)) as s:  # the revive log is an ordinary topic
+        assert s.get_max_offset_in_queue("rmq_sys_REVIVE_LOG_DefaultCluster", 0) > 0
+
+
+def test_transactions_commit_rollback_and_the_servers_check(tmp_path):
+    py = client_python()
+    conf = write_conf(tmp_path / "broker.conf", transactionTimeOut=1000,
+                      transactionCheckInterval=500)
+    srv = start_grpc_server(str(tmp_path / "store"), {"TxTopic": 2}, "--config", conf)
+    try:
+        out = run_client(py, tmp_path, "txn", srv.grpc, "TxTopic", "20")
+        ids = out["ids"]
+        assert out["asked"] == [ids["orphan"]]  # only the undecided one was checked
+        got = run_client(py, tmp_path, "receive", srv.grpc, "TxTopic", "G_tx", "2", "30",
+                         "ack", "5")
+        # committed by the producer and committed through the check; never the rolled back one
+        assert sorted(g["message_id"] for g in got) == sorted([ids["commit"], ids["orphan"]])
+        assert sorted(g["body"] for g in got) == ["tx-commit", "tx-orphan"]
+    finally:
+        assert srv.stop() == 0, srv.log()

@@ -1,0 +1,104 @@
+"""ConsumeQueue-ext units: written beside the ConsumeQueue, read back by tag and SQL92 pulls."""
+import os
+import struct
+
+from rocketstore import Message, MessageStore, GetStatus
+from rocketstore.filter.bloom import BloomFilter
+from rocketstore.format.cq_ext import LONG_MIN, MAX_ADDR
+from rocketstore.format.hashing import java_hash
+from rocketstore.broker.filters import ConsumerFilterRegistry, ExpressionMessageFilter
+
+from ..conftest import small_config
+
+
+def ext_config(root, **kw):
+    return small_config(root, enable_consume_queue_ext=True,
+                        mapped_file_size_consume_queue_ext=4096, **kw)
+
+
+def cq_units(root, topic, qid):
+    d = os.path.join(root, "consumequeue", topic, str(qid))
+    data = b"".join(open(os.path.join(d, n), "rb").read() for n in sorted(os.listdir(d)))
+    units = [struct.unpack_from(">qiq", data, i) for i in range(0, len(data), 20)]
+    return [u for u in units if u[1] > 0]
+
+
+def ext_bytes(root, topic, qid):
+    d = os.path.join(root, "consumequeue_ext", topic, str(qid))
+    return [open(os.path.join(d, n), "rb").read() for n in sorted(os.listdir(d))]
+
+
+def test_units_point_at_ext_and_tag_pulls_still_filter(tmp_path):
+    with MessageStore(ext_config(tmp_path)) as store:
+        for i in range(300):
+            store.put_message(Message(topic="T", body=b"x%d" % i, tags="A" if i % 3 == 0 else "B", queue_id=0))
+        assert store.wait_dispatched(5)
+        got = []
+        off = 0
+        while True:
+            g = store.get_message("g", "T", 0, off, 32, "A")
+            if g.status not in (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE):
+                break
+            got += [m.body for m in g.messages]
+            off = g.next_begin_offset
+        assert got == [b"x%d" % i for i in range(0, 300, 3)]
+    units = cq_units(tmp_path, "T", 0)
+    assert len(units) == 300
+    assert all(u[2] <= MAX_ADDR for u in units)
+    files = ext_bytes(tmp_path, "T", 0)
+    assert len(files) > 1  # 300 units of 20 bytes roll over 4 KiB files
+    # every unit: 20 bytes, tagsCode = hash of the tag, no bitmap; addresses are consecutive
+    for i, (_, _, addr) in enumerate(units):
+        real = addr - LONG_MIN
+        f, pos = divmod(real, 4096)
+        size, tags, ts, nbits = struct.unpack_from(">hqqh", files[f], pos)
+        assert (size, nbits) == (20, 0)
+        assert tags == java_hash("A" if i % 3 == 0 else "B")
+        assert ts > 0
+    # the first file ends with the short -1 where the next unit did not fit
+    first_units = 4092 // 20
+    assert files[0][first_units * 20:first_units * 20 + 2] == b"\xff\xff"
+
+
+def test_reopen_keeps_appending_after_the_last_unit(tmp_path):
+    with MessageStore(ext_config(tmp_path)) as store:
+        for i in range(10):
+            store.put_message(Message(topic="T", body=b"a", tags="A", queue_id=1))
+        store.wait_dispatched(5)
+    with MessageStore(ext_config(tmp_path)) as store:
+        for i in range(10):
+            store.put_message(Message(topic="T", body=b"b", tags="A", queue_id=1))
+        store.wait_dispatched(5)
+    addrs = [u[2] - LONG_MIN for u in cq_units(tmp_path, "T", 1)]
+    assert addrs == [20 * i for i in range(20)]
+
+
+def test_bitmap_prefilter_skips_units_and_matches_exactly(tmp_path):
+    reg = ConsumerFilterRegistry(None)
+    assert reg.register("T", "g", "a >= 90", "SQL92", 1, now_ms=0)
+    with MessageStore(ext_config(tmp_path)) as store:
+        store.set_filter_bitmap_source(reg.bitmaps)
+        for i in range(100):
+            store.put_message(Message(topic="T", body=b"%d" % i, properties={"a": str(i)}, queue_id=0))
+        assert store.wait_dispatched(5)
+        flt = ExpressionMessageFilter(reg.get("T", "g"), reg.bloom)
+        bodies, off = [], 0
+        while True:
+            g = store.get_message("g", "T", 0, off, 32, message_filter=flt)
+            if g.status not in (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE):
+                break
+            bodies += [m.body for m in g.messages]
+            off = g.next_begin_offset
+        assert bodies == [b"%d" % i for i in range(90, 100)]
+        assert flt.bitmap_checks == 90  # ruled out without a CommitLog read
+    bf = BloomFilter()
+    pos = reg.get("T", "g").bloom.bit_pos
+    units = cq_units(tmp_path, "T", 0)
+    data = b"".join(ext_bytes(tmp_path, "T", 0))
+    for i, (_, _, addr) in enumerate(units):
+        real = addr - LONG_MIN
+        size, _, _, nbits = struct.unpack_from(">hqqh", data, real)
+        assert (size, nbits) == (20 + bf.byte_length, bf.byte_length)
+        bits = data[real + 20:real + size]
+        hit = all(bits[p // 8] & (1 << (p % 8)) for p in pos)
+        assert hit == (i >= 90)
