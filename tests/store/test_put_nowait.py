@@ -42,6 +42,8 @@ def test_nowait_put_leaves_a_new_segment_to_the_blocking_put(tmp_path):
         while True:
             r = store.put_message(Message("T", body), nowait=True)
             if r is None:
+                if store.commitlog.queue.last().remaining >= 600:
+                    continue  # the flush thread held the lock for a moment: try again
                 break
             assert r.status is PutStatus.PUT_OK and r.wrote_offset + r.wrote_bytes <= seg
             n += 1
