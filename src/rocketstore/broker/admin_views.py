@@ -33,7 +33,7 @@ SYSTEM_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "TBW102", "BenchmarkTest", "OF
 
 def is_system_topic(topic: str, config: Any = None) -> bool:
     """RocketMQ's ``TopicValidator.isSystemTopic`` (plus the cluster and broker name topics)."""
-    if topic in SYSTEM_TOPICS or topic.startswith("rmq_sys_"):
+    if topic in SYSTEM_TOPICS or topic.startswith("rmq_sys_") or topic.endswith("_REPLY_TOPIC"):
         return True
     if config is not None and topic in (getattr(config, "cluster_name", None),
                                         getattr(config, "broker_name", None)):

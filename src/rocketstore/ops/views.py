@@ -41,13 +41,8 @@ class PathUsage:
     path: str
     files_bytes: int
     disk_total_bytes: int
-    disk_free_bytes: int
-
-    @property
-    def disk_used_ratio(self) -> float:
-        if self.disk_total_bytes <= 0:
-            return 0.0
-        return (self.disk_total_bytes - self.disk_free_bytes) / self.disk_total_bytes
+    disk_free_bytes: int  # usable by the broker (not counting blocks reserved for root)
+    disk_used_ratio: float  # RocketMQ's: used / (used + usable), as ``df`` and mqadmin show
 
 
 @dataclass
@@ -93,7 +88,7 @@ def path_usage(kind: str, path: str) -> PathUsage:
         total, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
     except OSError:
         total = free = 0
-    return PathUsage(kind, path, _dir_bytes(path), total, free)
+    return PathUsage(kind, path, _dir_bytes(path), total, free, max(0.0, av.disk_ratio(path)))
 
 
 def store_paths(cfg: Any) -> list[tuple[str, str]]:
