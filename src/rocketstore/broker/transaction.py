@@ -577,17 +577,20 @@ class TransactionalMessageCheckService:
     async def run_once(self) -> int:
         """One pass; returns how many producers were asked."""
         sent = 0
+        missing: dict[str, int] = {}
         for req in await self.run(self.service.check):
             conn = self.connection_for(req.group)
             if conn is None:
-                log.warning("transaction check for group %s: no live producer connection",
-                            req.group)
+                missing[req.group] = missing.get(req.group, 0) + 1
                 continue
             try:
                 conn.notify(req.command)
                 sent += 1
             except Exception as exc:  # a closing connection: the next pass asks again
                 log.warning("transaction check for group %s failed: %s", req.group, exc)
+        for group, n in missing.items():
+            log.warning("transaction check: %d half message(s) of producer group %s, which has "
+                        "no live producer connection; asking again next pass", n, group)
         return sent
 
 

@@ -109,6 +109,10 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
             await broker.stop()
             raise click.ClickException(f"cannot serve metrics/console on {broker_cfg.host} "
                                        f"({ops_ports}): {exc.strerror or exc}") from exc
+    stop = asyncio.Event()  # handlers first: a SIGTERM right after "ready" stops cleanly
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     if as_json:
         click.echo(json.dumps(ready))
     else:
@@ -119,10 +123,6 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
             if name in ready:
                 click.echo(f"{name}: {ready[name]}")
     sys.stdout.flush()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
     finally:

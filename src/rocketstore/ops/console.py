@@ -178,7 +178,11 @@ class Console:
         return self._page(request, "topic.html", active="topics", t=tv, groups=gvs)
 
     def groups(self, request: Request) -> Response:
-        return self._page(request, "groups.html", groups=self.source.groups())
+        show_system = request.query_params.get("system") == "1"
+        gvs = self.source.groups()
+        shown = [g for g in gvs if show_system or not g.system]
+        return self._page(request, "groups.html", groups=shown, show_system=show_system,
+                          hidden=len(gvs) - len(shown))
 
     def group(self, request: Request) -> Response:
         name = request.path_params["group"]

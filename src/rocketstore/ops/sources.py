@@ -14,6 +14,11 @@ from . import views
 from .state import OpsState
 
 
+def _group_counts(names: list[str]) -> dict[str, int]:
+    system = sum(1 for g in names if views.is_system_group(g))
+    return {"groups": len(names) - system, "system_groups": system}
+
+
 class LocalSource:
     """Views over an ``OpsState``: a running broker, or a store directory read-only."""
 
@@ -71,7 +76,7 @@ class LocalSource:
                 "topics": sum(1 for t in tvs if not t.system),
                 "system_topics": sum(1 for t in tvs if t.system),
                 "messages": sum(t.messages for t in tvs if not t.system),
-                "groups": len(self.group_names()),
+                **_group_counts(self.group_names()),
                 "commitlog_bytes": rt.max_phy_offset - rt.min_phy_offset,
                 "min_phy_offset": rt.min_phy_offset, "max_phy_offset": rt.max_phy_offset,
                 "dispatch_behind_bytes": rt.dispatch_behind_bytes,
@@ -239,7 +244,7 @@ class RemoteSource:
                 "topics": sum(1 for t in tvs if not t.system),
                 "system_topics": sum(1 for t in tvs if t.system),
                 "messages": sum(t.messages for t in tvs if not t.system),
-                "groups": len(self.group_names()),
+                **_group_counts(self.group_names()),
                 "commitlog_bytes": sum(_int(i.get("commitLogMaxOffset")) -
                                        _int(i.get("commitLogMinOffset")) for i in infos),
                 "min_phy_offset": None, "max_phy_offset": None,
@@ -298,7 +303,8 @@ class RemoteSource:
             conn = await self.client.consumer_connection(name, a)
             if conn:
                 break
-        gv = views.GroupView(name, online=bool(conn and conn.get("connectionSet")))
+        gv = views.GroupView(name, online=bool(conn and conn.get("connectionSet")),
+                             system=views.is_system_group(name))
         if conn:
             gv.consume_type = str(conn.get("consumeType") or "")
             gv.message_model = str(conn.get("messageModel") or "")

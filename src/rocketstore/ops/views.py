@@ -195,6 +195,7 @@ class GroupView:
     broker offset, committed offset and lag (``consume_stats``: RocketMQ's consume stats)."""
     group: str
     online: bool
+    system: bool = False
     consume_type: str = ""
     message_model: str = ""
     consume_from_where: str = ""
@@ -219,6 +220,16 @@ class GroupView:
         return out
 
 
+SYSTEM_GROUPS = frozenset({"TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP",
+                           "CID_ONS-HTTP-PROXY", "CID_ONSAPI_PULL", "CID_ONSAPI_PERMISSION",
+                           "CID_ONSAPI_OWNER", "SCHEDULE_CONSUMER", "rocketstore_cli"})
+
+
+def is_system_group(group: str) -> bool:
+    """RocketMQ's built-in groups (``MixAll``), which its dashboard files under "system"."""
+    return group in SYSTEM_GROUPS or group.startswith("CID_RMQ_SYS_")
+
+
 def group_names(offsets: Any, consumers: Any, subgroups: Any = None) -> list[str]:
     """Groups with live clients, committed offsets or a subscription-group config."""
     return [g for g in av.all_group_names(offsets, consumers, subgroups)
@@ -230,7 +241,8 @@ def group_view(store: Any, topics: Any, offsets: Any, consumers: Any, group: str
     """Committed offsets, lag per queue and the live clients of one consumer group."""
     now = now_ms() if now is None else now
     conn = av.consumer_connection(consumers, group)
-    gv = GroupView(group, online=bool(conn and conn["connectionSet"]))
+    gv = GroupView(group, online=bool(conn and conn["connectionSet"]),
+                   system=is_system_group(group))
     if conn is not None:
         gv.consume_type, gv.message_model = conn["consumeType"], conn["messageModel"]
         gv.consume_from_where = conn["consumeFromWhere"]
