@@ -252,7 +252,8 @@ class MessagingService(services.MessagingServiceServicer):
             sub = out.subscription
             sub.receive_batch_size = RECEIVE_BATCH_SIZE
             sub.long_polling_timeout.CopyFrom(to_duration(LONG_POLLING_MS))
-            sub.fifo = False
+            cfg = self.p.subgroups.get(sub.group.name) if self.p.subgroups is not None else None
+            sub.fifo = bool(getattr(cfg, "consume_message_orderly", False))
             bp = out.backoff_policy
             bp.max_attempts = self.p.max_reconsume_times(sub.group.name) + 1
             levels = list(self.p.delay_levels_ms[2:]) or [10_000]
