@@ -180,3 +180,36 @@ def test_immunity_time_defers_the_first_check(env):
     assert env.check(lambda: env.born + 7_200_000) == []  # past the immunity: settled anyway
     assert env.offsets.query(SYS_GROUP, HALF_TOPIC, 0) == 2
     assert env.real() == []
+
+
+def test_transactions_in_a_store_written_by_rocketmq(rocketmq_store, rocketmq_manifest):
+    """RocketMQ 4.9.7's half, committed and op records (the fixture's stock flow): a repeated
+    END_TRANSACTION for them commits nothing, and the check settles them as RocketMQ does."""
+    from ..conftest import fixture_config
+
+    clean, _ = rocketmq_store
+    flow = [m for m in rocketmq_manifest["messages"] if "stock flow" in m["role"]]
+    halves = [m for m in flow if m["role"].startswith("txn-half")]
+    commits = [m for m in flow if m["role"].startswith("txn-commit")]
+    assert len(halves) == 2 and len(commits) == 2
+    with MessageStore(fixture_config(clean, rocketmq_manifest)) as store:
+        conf = os.path.join(str(clean), "config-test")
+        offsets = ConsumerOffsetManager(conf)
+        svc = TransactionalMessageService(store, TopicConfigManager(conf), offsets,
+                                          store.put_message, TransactionConfig(timeout_ms=1000))
+        assert store.wait_dispatched(10)
+        real_before = {m["storedQueueId"]: store.get_max_offset_in_queue("DevOrders",
+                                                                          m["storedQueueId"])
+                       for m in commits}
+        # RocketMQ's op records carry no key: the op queue itself says these are decided
+        for h in halves:
+            res = svc.end_transaction(EndTransactionRequest(
+                "DevTxGroup", h["logicsOffset"], h["wroteOffset"], TRANSACTION_COMMIT_TYPE))
+            assert res == (0, None)
+        assert svc.check(later) == []  # both decided: nobody is asked
+        assert offsets.query(SYS_GROUP, HALF_TOPIC, 0) == 2
+        assert offsets.query(SYS_GROUP, OP_TOPIC, 0) == 2
+        assert store.wait_dispatched(10)
+        for q, n in real_before.items():
+            assert store.get_max_offset_in_queue("DevOrders", q) == n  # nothing new
+        assert store.get_max_offset_in_queue(OP_TOPIC, 0) == 2  # and no second op record

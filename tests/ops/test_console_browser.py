@@ -147,7 +147,8 @@ def cells(page, selector: str) -> list[list[str]]:
 def test_overview_shows_the_broker_and_a_live_tps_chart(console, page):
     page.goto(console.url + "/")
     row = cells(page, "#brokers")[0]
-    assert row[0] == "broker-a" and row[2] == console.srv.broker and row[3] == console.srv.namesrv
+    assert row[0] == "broker-a" and row[2] == console.srv.broker and row[3] == "V4_9_7"
+    assert console.srv.namesrv in page.inner_text("h1")
     assert int(page.inner_text("#card-topics")) >= 3  # Orders, Sensors, Clicks (+ retry topics)
     assert int(page.inner_text("#card-groups")) == 2  # audit, billing
     # the chart is drawn by uPlot from /api/tps and keeps updating
@@ -157,6 +158,7 @@ def test_overview_shows_the_broker_and_a_live_tps_chart(console, page):
     series = page.evaluate("() => fetch('/api/tps').then(r => r.json())")
     assert max(series["put_tps"]) > 0, series
     assert page.locator("#tps-chart .u-legend").inner_text().count("TPS") >= 2
+    assert page.locator("details.runtime-info").count() == 1
     kinds = [r[0] for r in cells(page, "#paths")]
     assert kinds[:3] == ["commitlog", "consumequeue", "index"]
     shot(page, console, "overview")
@@ -170,7 +172,7 @@ def test_topics_and_queues(console, page):
     assert "TBW102" not in rows  # system topics are hidden unless asked for
     shot(page, console, "topics")
     click_through(page, "text=Orders")
-    queues = {int(r[0]): (int(r[1]), int(r[2])) for r in cells(page, "#queues")}
+    queues = {int(r[1]): (int(r[2]), int(r[3])) for r in cells(page, "#queues")}
     assert {q: hi for q, (lo, hi) in queues.items() if hi} == console.per_queue
     groups = {r[0]: r for r in cells(page, "#topic-groups")}
     expected_audit_lag = sum(n - console.committed[q] for q, n in console.per_queue.items())
@@ -196,7 +198,7 @@ def test_consumer_groups_with_lag(console, page):
     shot(page, console, "groups")
     click_through(page, "text=audit")
     progress = cells(page, "#progress")
-    got = {int(r[1]): (int(r[2]), int(r[3]), int(r[4])) for r in progress if r[0] == "Orders"}
+    got = {int(r[2]): (int(r[3]), int(r[4]), int(r[5])) for r in progress if r[0] == "Orders"}
     for q, n in console.per_queue.items():
         assert got[q] == (n, console.committed[q], n - console.committed[q])
     page.goto(console.url + "/groups/billing")

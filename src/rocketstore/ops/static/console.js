@@ -26,10 +26,10 @@
     data = [j.t, j.put_tps, j.get_tps];
     if (!plot) { make(); } else { plot.setData(data); }
     var n = j.t.length;
-    if (n) {
-      var put = document.getElementById("put-tps"), get = document.getElementById("get-tps");
-      if (put) { put.textContent = j.put_tps[n - 1].toFixed(1); }
-      if (get) { get.textContent = j.get_tps[n - 1].toFixed(1); }
+    var puts = document.querySelectorAll("#brokers .put-tps"), gets = document.querySelectorAll("#brokers .get-tps");
+    if (n && puts.length === 1 && gets.length === 1) {  // one broker: its live rate
+      puts[0].textContent = j.put_tps[n - 1].toFixed(1);
+      gets[0].textContent = j.get_tps[n - 1].toFixed(1);
     }
     el.setAttribute("data-points", String(n));
   }
