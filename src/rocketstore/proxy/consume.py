@@ -86,7 +86,7 @@ class Consumption:
         the broker's queues ("broker acting queue", id -1)."""
         tc = self.p.topics.get(topic)
         qs: list[tuple[str, int]] = []
-        if not fifo and self.p.topics.get(RETRY_PREFIX + group) is not None:
+        if not fifo:  # watched even before it exists: a revive creates it
             qs.append((RETRY_PREFIX + group, 0))
         n = tc.read_queue_nums
         self._rr = (self._rr + 1) % max(n, 1)
@@ -111,6 +111,9 @@ class Consumption:
                     out.extend(found)
                     if pos is not None:
                         positions.append(pos)
+                    continue
+                if self.p.topics.get(topic) is None:  # the retry topic, not created yet
+                    positions.append((topic, qid, 0))
                     continue
                 offset = self.p.offsets.query(group, topic, qid)
                 if offset < 0:
