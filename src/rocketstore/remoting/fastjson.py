@@ -89,7 +89,17 @@ def dumps(obj: Any, *, bare_int_keys: bool = False) -> str:
     return "".join(out)
 
 
+_SCALARS = (str, int, float, bool)
+_dump_flat = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode
+
+
 def _encode(obj: Any, out: list[str], bare: bool) -> None:
+    if type(obj) is dict or type(obj) is ObjectKey:
+        # a flat bean (every key a str, every value a scalar): the C encoder writes it whole
+        items = obj.items() if type(obj) is dict else obj._items
+        if all(type(k) is str and type(v) in _SCALARS and v == v for k, v in items):
+            out.append(_dump_flat(dict(items)))
+            return
     if isinstance(obj, Mapping):
         out.append("{")
         first = True
