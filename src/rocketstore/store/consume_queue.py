@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..format.layouts import CQ_DTYPE, CQ_FILLER, CQ_UNIT_SIZE, name_to_offset, offset_to_name
+from ..format.layouts import CQ_DTYPE, CQ_FILLER, CQ_UNIT, CQ_UNIT_SIZE, name_to_offset, offset_to_name
 from .mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)
@@ -136,6 +136,27 @@ class ConsumeQueue:
                 i = j
             self.max_physic_offset = int(phys[-1]) + int(sizes[-1])
             return n
+
+    def put_unit(self, queue_offset: int, phy: int, size: int, tags_code: int) -> int:
+        """One unit, plain Python (``put_units``'s rules and bytes without numpy's per-call
+        cost, for the reput's tiny batches); returns 1 if it was new."""
+        with self.lock:
+            if phy + size <= self.max_physic_offset:
+                return 0
+            logic = queue_offset * CQ_UNIT_SIZE
+            current = self.queue.max_offset()
+            if logic < current:  # built before: the CQ is ahead of a re-dispatch
+                return 0
+            if logic > current and self.queue.files:  # a gap: see ``_dense``
+                self._dense(current, np.array([logic]), np.array([phy]), np.array([size]),
+                            np.array([tags_code]))
+                return 0
+            mf = self._file_for(logic)
+            pos = logic - mf.file_from_offset
+            CQ_UNIT.pack_into(mf.mm, pos, phy, size, tags_code)
+            mf.wrote_position = max(mf.wrote_position, pos + CQ_UNIT_SIZE)
+            self.max_physic_offset = phy + size
+            return 1
 
     def _dense(self, current: int, logic, phys, sizes, tags):
         """Keep the units that continue the queue without a gap; a record whose queue offset
