@@ -217,3 +217,33 @@ def test_transactions_commit_rollback_and_the_servers_check(tmp_path):
         assert sorted(g["body"] for g in got) == ["tx-commit", "tx-orphan"]
     finally:
         assert srv.stop() == 0, srv.log()
+
+
+def test_push_consumer_retries_and_a_fifo_push_consumer_dead_letters(tmp_path):
+    """The 5.x PushConsumer: a failure comes back later (ChangeInvisibleDuration by the client's
+    backoff); in a FIFO group a message that keeps failing is forwarded to the DLQ by the client
+    (ForwardMessageToDeadLetterQueue) and the rest of the queue goes on in order."""
+    py = client_python()
+    store = str(tmp_path / "store")
+    make_groups(store, G_fifo_push={"consume_message_orderly": True, "retry_max_times": 1})
+    srv = start_grpc_server(store, {"PushT": 2, "FifoPushT": 1}, "--message-delay-level",
+                            "1s 1s 1s 1s 1s")
+    try:
+        run_client(py, tmp_path, "produce", srv.grpc, "PushT", "4", "normal")
+        seen = run_client(py, tmp_path, "push", srv.grpc, "PushT", "G_push", "4",
+                          "normal-body-2", "40", timeout=90)
+        ok = {s["body"] for s in seen if not s["failed"]}
+        assert ok == {f"normal-body-{i}" for i in range(4)}
+        retried = [s for s in seen if s["body"] == "normal-body-2"]
+        assert [(s["attempt"], s["failed"]) for s in retried] == [(1, True), (2, False)]
+
+        fifo = run_client(py, tmp_path, "produce", srv.grpc, "FifoPushT", "4", "fifo", "1")
+        seen = run_client(py, tmp_path, "push", srv.grpc, "FifoPushT", "G_fifo_push", "3",
+                          "always:fifo-body-1", "40", timeout=90)
+        assert [s["body"] for s in seen if not s["failed"]] == \
+            ["fifo-body-0", "fifo-body-2", "fifo-body-3"]  # in order, body-1 given up
+    finally:
+        assert srv.stop() == 0, srv.log()
+    with MessageStore(_small(store)) as s:
+        dlq = s.get_message("check", "%DLQ%G_fifo_push", 0, 0, 32).messages
+    assert [m.uniq_key for m in dlq] == [fifo[1]["message_id"]]
