@@ -226,6 +226,9 @@ def test_message_search_by_key_then_detail(console, page):
         "#properties tr", "rs => rs.map(r => [r.cells[0].innerText, r.cells[1].innerText])")}
     assert props["KEYS"] == "order-17" and props["TAGS"] == "paid"
     assert props["UNIQ_KEY"] == console.order_ids[17].msg_id
+    body_url = page.get_attribute("#download", "href")
+    raw = page.request.get(console.url + body_url)
+    assert raw.status == 200 and json.loads(raw.body()) == body
     shot(page, console, "message")
 
 
