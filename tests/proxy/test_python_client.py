@@ -241,3 +241,28 @@ def test_push_consumer_retries_and_a_fifo_push_consumer_dead_letters(tmp_path):
     with MessageStore(_small(store)) as s:
         dlq = s.get_message("check", "%DLQ%G_fifo_push", 0, 0, 32).messages
     assert [m.uniq_key for m in dlq] == [fifo[1]["message_id"]]
+
+
+def test_cpp_4x_client_reads_what_the_5x_client_sent(tmp_path):
+    """Apache's C++ 4.x client (PyPI rocketmq==0.4.4) pulls gRPC-sent messages: same id."""
+    from ..broker.test_interop_cpp_client import _interop_python
+    from ..broker.test_interop_cpp_client import _run as run_cpp
+
+    py5, py4 = client_python(), _interop_python()
+    srv = start_grpc_server(str(tmp_path / "store"), {"ToCpp": 2})
+    try:
+        sent = run_client(py5, tmp_path, "produce", srv.grpc, "ToCpp", "6", "normal")
+        c = PullConsumer("CG_wait", srv.namesrv)
+        try:
+            deadline = time.monotonic() + 10  # until the reput has dispatched all six
+            while sum(c.max_offset("ToCpp", q) for q in range(2)) < 6:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        finally:
+            c.shutdown()
+        pulled = run_cpp(py4, tmp_path, "pull", srv.namesrv, "ToCpp", "CG_cpp")
+        assert {(m["id"], m["body"]) for m in pulled} == \
+            {(s["message_id"], s["body"]) for s in sent}
+        assert all(m["tags"] == f"Tag{int(m['body'].rsplit('-', 1)[1]) % 2}" for m in pulled)
+    finally:
+        assert srv.stop() == 0, srv.log()
