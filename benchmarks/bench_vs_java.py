@@ -185,8 +185,8 @@ CPP_DRIVER = r'''
 import sys, time, json
 from rocketmq.client import Producer, Message
 ns, topic, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
-p = Producer("bench_cpp_" + str(time.time_ns()))
-p.set_name_server_address(ns)
+p = Producer("bench_cpp_" + str(time.time_ns()), timeout=15000)
+p.set_namesrv_addr(ns)
 p.start()
 body = "x" * 1024
 def one():

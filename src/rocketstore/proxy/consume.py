@@ -237,9 +237,25 @@ class Consumption:
                                   "receipt handle is not in flight (acked or expired)")
         return rh, ck
 
-    def _ack_one(self, group: str, topic: str, handle: str) -> None:
-        rh, ck = self._resolve(group, topic, handle)
-        self.pop.ack(ck, rh.offset)
+    def _ack_many(self, group: str, topic: str, handles: list[str]) -> list:
+        """Ack every handle; one ack record per checkpoint. A status per handle."""
+        results: list = []
+        by_ck: dict = {}
+        for handle in handles:
+            try:
+                rh, ck = self._resolve(group, topic, handle)
+            except ValidationError as exc:
+                results.append(status(exc.code, str(exc)))
+                continue
+            offsets = by_ck.setdefault(id(ck), (ck, []))[1]
+            if rh.offset in offsets:
+                results.append(status(pb.INVALID_RECEIPT_HANDLE, "acked twice in one request"))
+                continue
+            offsets.append(rh.offset)
+            results.append(status(pb.OK))
+        for ck, offsets in by_ck.values():
+            self.pop.ack(ck, offsets)
+        return results
 
     async def ack(self, req: Any) -> Any:
         group, topic = req.group.name, req.topic.name
@@ -248,15 +264,11 @@ class Consumption:
             check_topic(topic)
         except ValidationError as exc:
             return pb.AckMessageResponse(status=status(exc.code, str(exc)))
-        entries = []
-        for e in req.entries:
-            try:
-                await self.p.run(self._ack_one, group, topic, e.receipt_handle)
-                st = status(pb.OK)
-            except ValidationError as exc:
-                st = status(exc.code, str(exc))
-            entries.append(pb.AckMessageResultEntry(message_id=e.message_id,
-                                                    receipt_handle=e.receipt_handle, status=st))
+        handles = [e.receipt_handle for e in req.entries]
+        results = await self.p.run(self._ack_many, group, topic, handles)
+        entries = [pb.AckMessageResultEntry(message_id=e.message_id,
+                                            receipt_handle=e.receipt_handle, status=st)
+                   for e, st in zip(req.entries, results)]
         codes = {e.status.code for e in entries}
         overall = status(codes.pop()) if len(codes) == 1 else status(pb.MULTIPLE_RESULTS)
         if len(entries) == 1:

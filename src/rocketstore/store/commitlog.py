@@ -219,6 +219,31 @@ class CommitLog:
             return None
         return mf.mm[pos:pos + size]
 
+    def read_record_views(self, offsets: list[int], sizes: list[int]) -> list[memoryview | None]:
+        """``read_record`` for many (offset, expected size) pairs, as zero-copy views of the
+        segments; None where no whole record of that size is there. Consecutive offsets in one
+        segment (a queue's records) share one segment lookup."""
+        out: list[memoryview | None] = []
+        mf = None
+        lo = hi = 0
+        mv = None
+        blank = fbatch.BLANK_MAGIC_CODE
+        for off, size in zip(offsets, sizes):
+            if mf is None or not lo <= off < hi:
+                mf = self.queue.find(off)
+                if mf is None:
+                    out.append(None)
+                    continue
+                lo, hi = mf.file_from_offset, mf.file_from_offset + self.file_size
+                mv = memoryview(mf.mm)
+            pos = off - lo
+            if size <= 8 or pos + size > mf.wrote_position:
+                out.append(None)
+                continue
+            got, magic = read_header(mf.mm, pos)
+            out.append(mv[pos:pos + size] if got == size and magic != blank else None)
+        return out
+
     def look_message(self, offset: int, *, with_body: bool = True) -> MessageExt | None:
         """Decode the record at ``offset``; None if out of range, blank or not a record."""
         loc = self._locate(offset)
