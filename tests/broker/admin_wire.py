@@ -125,7 +125,7 @@ def check_shape(obj: Any, shape: dict[str, str], optional: dict[str, str] | None
 
 
 def call(addr: str, code: int, fields: dict | None = None, body: bytes = b"",
-         timeout: float = 20.0) -> RemotingCommand:
+         timeout: float = 60.0) -> RemotingCommand:
     """Send one request on a new connection, return the response."""
     host, port = addr.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=timeout) as s:
@@ -155,7 +155,7 @@ class HeldClient:
     def __init__(self, addr: str, client_id: str, producer_groups=(), consumer_groups=(),
                  keepalive_s: float = 10.0) -> None:
         host, port = addr.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=20)
+        self.sock = socket.create_connection((host, int(port)), timeout=60)
         self.sock.settimeout(None)
         self.codec = RemotingConnection()
         self.client_id = client_id
@@ -212,7 +212,7 @@ class HeldClient:
     def heartbeat(self) -> RemotingCommand:
         return self.request(34, {}, self.heartbeat_body)
 
-    def wait(self, pred, timeout: float = 20.0) -> RemotingCommand:
+    def wait(self, pred, timeout: float = 60.0) -> RemotingCommand:
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:

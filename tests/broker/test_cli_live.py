@@ -98,7 +98,7 @@ def test_consumers_online(live):
 def test_consumers_from_store_once_offsets_persisted(live):
     srv = live["srv"]
     path = os.path.join(srv.store, "config", "consumerOffset.json")
-    deadline = time.monotonic() + 30  # the broker persists offsets every 5 s
+    deadline = time.monotonic() + 90  # the broker persists offsets every 5 s
     while not (os.path.exists(path) and f"{TOPIC}@LiveCG" in open(path).read()):
         assert time.monotonic() < deadline, "offsets never persisted"
         time.sleep(0.2)

@@ -72,7 +72,7 @@ class OfflineState:
     def __init__(self, store: Any, store_dir: str) -> None:
         from ..broker.config import BrokerConfig
         from ..broker.consumers import ConsumerManager
-        from ..broker.state import ConsumerOffsetManager, TopicConfig, TopicConfigManager
+        from ..broker.state import ConsumerOffsetManager, TopicConfigManager
         from ..broker.subgroups import SubscriptionGroupManager
         config_dir = os.path.join(store_dir, "config")
         self.store = store
@@ -80,8 +80,10 @@ class OfflineState:
         self.topics = TopicConfigManager(config_dir)
         for topic, qids in store.topics().items():  # queues on disk without a topics.json entry
             if self.topics.get(topic) is None:
-                n = max(qids) + 1
-                self.topics._topics[topic] = TopicConfig(topic, n, n)
+                try:  # in memory only: nothing is written to the store directory
+                    self.topics.create(topic, max(qids) + 1, persist=False)
+                except ValueError:
+                    continue
         self.offsets = ConsumerOffsetManager(config_dir)
         self.consumers = ConsumerManager()
         self.subgroups = SubscriptionGroupManager(config_dir, auto_create=False)
