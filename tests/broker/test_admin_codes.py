@@ -189,7 +189,8 @@ def test_view_message_by_id_33(env):
 
 def test_query_consume_queue_321(env):
     srv = env["srv"]
-    q0 = [parse_message_id(s.offset_msg_id)[1] for s in env["sent"] if s.message_queue.queue_id == 0]
+    q0 = [parse_message_id(s.offset_msg_id)[1] for s in env["sent"]
+          if s.message_queue.queue_id == 0]
     r = w.call(srv.broker, 321, {"topic": TOPIC, "queueId": 0, "index": 1, "count": 3,
                                  "consumerGroup": "AdminCG"})
     assert r.code == 0
@@ -252,7 +253,8 @@ def test_broker_config_26_25(env):
     w.check_shape(version, w.DATA_VERSION)
     props = dict(line.split("=", 1) for line in r.body.decode().splitlines())
     assert props["fileReservedTime"] == "72" and props["brokerName"] == "broker-a"
-    assert props["flushDiskType"] == "ASYNC_FLUSH" and props["listenPort"] == srv.broker.split(":")[1]
+    assert props["flushDiskType"] == "ASYNC_FLUSH"
+    assert props["listenPort"] == srv.broker.split(":")[1]
     assert w.call(srv.broker, 25, {}, b"fileReservedTime=49\ndeleteWhen=05\n").code == 0
     r2 = w.call(srv.broker, 26)
     props = dict(line.split("=", 1) for line in r2.body.decode().splitlines())

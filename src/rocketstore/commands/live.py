@@ -196,7 +196,8 @@ def status(namesrv, broker, store_dir, as_json):
 # -- consumers ---------------------------------------------------------------------------------
 def consumers_online(client: Any, group: str | None) -> list[dict]:
     brokers = client.brokers()
-    names = [group] if group else sorted({g for b in brokers for g in client.group_names(b["addr"])})
+    names = [group] if group else sorted({g for b in brokers
+                                          for g in client.group_names(b["addr"])})
     out = []
     for g in names:
         if g.startswith(("%RETRY%", "%DLQ%")) or (not group and g in SYSTEM_GROUPS):
