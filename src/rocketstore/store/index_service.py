@@ -225,7 +225,7 @@ class IndexService:
             return
         f = self.last_file()
         end = f.end_phy_offset
-        offsets = recs.commitlog_offset
+        offsets = recs.offsets
         mask = offsets >= end
         if not mask.any():
             return
