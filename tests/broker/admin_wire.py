@@ -196,11 +196,21 @@ class HeldClient:
         self.sock.close()
 
 
+def java_string_hash(s: str) -> int:
+    """``String.hashCode`` (what a Java client puts in ``codeSet``), for ASCII tags."""
+    h = 0
+    for ch in s:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
 def consumer_data(group: str, topic: str, expr: str = "*") -> dict:
+    """A consumer group's heartbeat entry as RocketMQ's Java client builds it."""
     tags = [] if expr == "*" else [t.strip() for t in expr.split("||")]
     return {"groupName": group, "consumeType": "CONSUME_PASSIVELY",
             "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
             "unitMode": False,
             "subscriptionDataSet": [{"topic": topic, "subString": expr, "tagsSet": tags,
-                                     "codeSet": [], "subVersion": 1, "classFilterMode": False,
+                                     "codeSet": [java_string_hash(t) for t in tags],
+                                     "subVersion": 1, "classFilterMode": False,
                                      "expressionType": "TAG"}]}

@@ -19,14 +19,17 @@ from rocketstore.format.message import (TRANSACTION_COMMIT_TYPE, TRANSACTION_MAS
 
 from ..conftest import small_config
 
-NOW = int(time.time() * 1000)
-BORN = NOW - 600_000  # the half messages were born ten minutes ago...
-LATER = NOW + 60_000  # ...and the check runs (in the test's clock) after they were stored
+
+
+def later() -> int:
+    """The check's clock: a minute from now, so after every record stored so far."""
+    return int(time.time() * 1000) + 60_000
 
 
 class Env:
     def __init__(self, root: str) -> None:
         self.root = root
+        self.born = int(time.time() * 1000) - 600_000  # half messages born ten minutes ago
         self.cfg = small_config(root)
         self.store = MessageStore(self.cfg).__enter__()
         conf = os.path.join(root, "config")
@@ -37,9 +40,10 @@ class Env:
                                                TransactionConfig(timeout_ms=1000, check_max=3,
                                                                  file_reserved_time_h=10**6))
 
-    def half(self, body: bytes, topic: str = "Real", qid: int = 1, born: int = BORN,
+    def half(self, body: bytes, topic: str = "Real", qid: int = 1, born: int | None = None,
              **props: str):
-        msg = Message(topic=topic, body=body, queue_id=qid, born_timestamp=born,
+        msg = Message(topic=topic, body=body, queue_id=qid,
+                      born_timestamp=self.born if born is None else born,
                       sys_flag=TRANSACTION_PREPARED_TYPE,
                       properties={"TRAN_MSG": "true", "PGROUP": "PG",
                                   "UNIQ_KEY": create_uniq_key(), **props})
@@ -108,14 +112,14 @@ def test_crash_between_committed_copy_and_op_record_commits_once(env):
     # what a crash right after the committed copy leaves behind: the copy, no op record
     assert env.store.put_message(committed_message(half)).status.name == "PUT_OK"
     env.reopen()
-    assert env.check(lambda: LATER) == []  # decided already: nobody is asked
+    assert env.check(lambda: later()) == []  # decided already: nobody is asked
     assert env.end(r, half, TRANSACTION_COMMIT_TYPE) == (0, None)  # a late duplicate
     code, remark = env.end(r, half, TRANSACTION_ROLLBACK_TYPE)
     assert code != 0 and "already committed" in remark
     assert [m.body for m in env.real()] == [b"once"]
     ops = env.real(OP_TOPIC, 0)
     assert [int(o.body) for o in ops] == [half.queue_offset]  # one op record, not three
-    env.check(lambda: LATER)
+    env.check(lambda: later())
     assert env.offsets.query(SYS_GROUP, HALF_TOPIC, 0) == 1
     assert env.offsets.query(SYS_GROUP, OP_TOPIC, 0) == 1
 
@@ -128,7 +132,7 @@ def test_check_copies_forward_counts_and_discards(env):
     assert env.end(young_r, young, TRANSACTION_ROLLBACK_TYPE) == (0, None)
     r, half = env.half(b"undecided")
     for n in (1, 2, 3):
-        asked = env.check(lambda: LATER + n)
+        asked = env.check(lambda: later() + n)
         assert len(asked) == 1 and asked[0].group == "PG"
         cmd = asked[0].command
         assert cmd.code == 39 and cmd.is_oneway
@@ -138,7 +142,7 @@ def test_check_copies_forward_counts_and_discards(env):
         assert copy.queue_offset == int(cmd.ext_fields["tranStateTableOffset"]) == n + 1
         assert copy.properties["TRANSACTION_CHECK_TIMES"] == str(n)
         assert env.offsets.query(SYS_GROUP, HALF_TOPIC, 0) == n + 1  # past the original
-    assert env.check(lambda: LATER + 9) == []  # checked check_max times: given up
+    assert env.check(lambda: later() + 9) == []  # checked check_max times: given up
     given_up = env.real("TRANS_CHECK_MAX_TIME_TOPIC", 0)
     assert [m.body for m in given_up] == [b"undecided"]
     assert env.real() == []
@@ -151,28 +155,63 @@ def test_check_copies_forward_counts_and_discards(env):
 
 def test_answer_for_an_older_copy_settles_every_copy(env):
     r, half = env.half(b"late")
-    [req] = env.check(lambda: LATER)
+    [req] = env.check(lambda: later())
     # the producer's own END_TRANSACTION for the original arrives after the check copied it
     assert env.end(r, half, TRANSACTION_COMMIT_TYPE) == (0, None)
-    assert env.check(lambda: LATER + 1) == []  # the copy is not asked about
+    assert env.check(lambda: later() + 1) == []  # the copy is not asked about
     # and the answer to the check, about the copy, commits nothing more
     cmd = req.command
     assert env.svc.end_transaction(EndTransactionRequest(
         "PG", int(cmd.ext_fields["tranStateTableOffset"]), int(cmd.ext_fields["commitLogOffset"]),
         TRANSACTION_COMMIT_TYPE, True)) == (0, None)
     assert [m.body for m in env.real()] == [b"late"]
-    env.check(lambda: LATER + 2)
+    env.check(lambda: later() + 2)
     assert env.offsets.query(SYS_GROUP, HALF_TOPIC, 0) == 2
-    assert env.offsets.query(SYS_GROUP, OP_TOPIC, 0) == 2
+    # one op record, for the copy: the original was settled by the check before its answer came
+    assert [int(o.body) for o in env.real(OP_TOPIC, 0)] == [1]
+    assert env.offsets.query(SYS_GROUP, OP_TOPIC, 0) == 1
 
 
 def test_immunity_time_defers_the_first_check(env):
     r, half = env.half(b"slow", CHECK_IMMUNITY_TIME_IN_SECONDS="3600")
-    assert env.check(lambda: LATER) == []  # older than transactionTimeOut, not than 1 h
+    assert env.check(lambda: later()) == []  # older than transactionTimeOut, not than 1 h
     copies = env.real(HALF_TOPIC, 0)
     assert len(copies) == 2 and copies[1].properties["TRAN_PREPARED_QUEUE_OFFSET"] == "0"
     assert env.end(r, half, TRANSACTION_ROLLBACK_TYPE) == (0, None)  # decided meanwhile
-    assert env.check(lambda: LATER + 1) == []
-    assert env.check(lambda: BORN + 7_200_000) == []  # past the immunity: settled anyway
+    assert env.check(lambda: later() + 1) == []
+    assert env.check(lambda: env.born + 7_200_000) == []  # past the immunity: settled anyway
     assert env.offsets.query(SYS_GROUP, HALF_TOPIC, 0) == 2
     assert env.real() == []
+
+
+def test_transactions_in_a_store_written_by_rocketmq(rocketmq_store, rocketmq_manifest):
+    """RocketMQ 4.9.7's half, committed and op records (the fixture's stock flow): a repeated
+    END_TRANSACTION for them commits nothing, and the check settles them as RocketMQ does."""
+    from ..conftest import fixture_config
+
+    clean, _ = rocketmq_store
+    flow = [m for m in rocketmq_manifest["messages"] if "stock flow" in m["role"]]
+    halves = [m for m in flow if m["role"].startswith("txn-half")]
+    commits = [m for m in flow if m["role"].startswith("txn-commit")]
+    assert len(halves) == 2 and len(commits) == 2
+    with MessageStore(fixture_config(clean, rocketmq_manifest)) as store:
+        conf = os.path.join(str(clean), "config-test")
+        offsets = ConsumerOffsetManager(conf)
+        svc = TransactionalMessageService(store, TopicConfigManager(conf), offsets,
+                                          store.put_message, TransactionConfig(timeout_ms=1000))
+        assert store.wait_dispatched(10)
+        real_before = {m["storedQueueId"]: store.get_max_offset_in_queue("DevOrders",
+                                                                          m["storedQueueId"])
+                       for m in commits}
+        # RocketMQ's op records carry no key: the op queue itself says these are decided
+        for h in halves:
+            res = svc.end_transaction(EndTransactionRequest(
+                "DevTxGroup", h["logicsOffset"], h["wroteOffset"], TRANSACTION_COMMIT_TYPE))
+            assert res == (0, None)
+        assert svc.check(later) == []  # both decided: nobody is asked
+        assert offsets.query(SYS_GROUP, HALF_TOPIC, 0) == 2
+        assert offsets.query(SYS_GROUP, OP_TOPIC, 0) == 2
+        assert store.wait_dispatched(10)
+        for q, n in real_before.items():
+            assert store.get_max_offset_in_queue("DevOrders", q) == n  # nothing new
+        assert store.get_max_offset_in_queue(OP_TOPIC, 0) == 2  # and no second op record

@@ -110,3 +110,50 @@ def test_console_refuses_a_directory_that_is_not_a_store(tmp_path):
                         "--port", "0"], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "not a store" in r.stderr and "Traceback" not in r.stderr
     assert os.listdir(empty) == []
+
+
+def test_console_of_a_running_cluster_through_admin_requests(tmp_path):
+    srv = start_server(str(tmp_path / "store"))
+    console = None
+    try:
+        with Producer("p", srv.namesrv) as p, PullConsumer("remote-readers", srv.namesrv) as c:
+            t0 = int(time.time() * 1000)
+            sent = [p.send("Remote", f"remote {i}".encode(), keys=[f"r{i}"], queue_id=i % 2)
+                    for i in range(6)]
+            t1 = int(time.time() * 1000)
+            until(lambda: c.max_offset("Remote", 1) >= 3)
+            c.commit_offset("Remote", 0, 1)
+        port = free_port()
+        console = subprocess.Popen([sys.executable, "-m", "rocketstore.cli", "console",
+                                    "--namesrv", srv.namesrv, "--port", str(port), "--json"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ready = json.loads(console.stdout.readline() or "{}")
+        assert ready.get("cluster") == srv.namesrv, console.stderr.read()
+        base = f"http://127.0.0.1:{port}"
+        o = get_json(base + "/api/overview")
+        assert [(b["name"], b["addr"], b["put_total"]) for b in o["brokers"]] == \
+            [("broker-a", srv.broker, 6)]
+        topics = {t["topic"]: t for t in get_json(base + "/api/topics")}
+        assert topics["Remote"]["messages"] == 6
+        assert {q["queue_id"]: q["max_offset"] for q in topics["Remote"]["queues"]} == \
+            {0: 3, 1: 3, 2: 0, 3: 0}
+        groups = {g["group"]: g for g in get_json(base + "/api/groups")}
+        assert groups["remote-readers"]["lag"] == 5  # committed 1 of 3 on queue 0, none on 1
+        by_key = get_json(base + "/api/messages?mode=key&topic=Remote&key=r4")
+        assert [m["body_preview"] for m in by_key] == ["remote 4"]
+        by_id = get_json(base + f"/api/messages?mode=id&msg_id={sent[3].offset_msg_id}")
+        assert [m["msg_id"] for m in by_id] == [sent[3].offset_msg_id]
+        by_uniq = get_json(base + f"/api/messages?mode=id&msg_id={sent[2].msg_id}&topic=Remote")
+        assert [m["msg_id"] for m in by_uniq] == [sent[2].offset_msg_id]
+        window = get_json(base + f"/api/messages?mode=time&topic=Remote&begin={t0}&end={t1}")
+        assert sorted(m["body_preview"] for m in window) == [f"remote {i}" for i in range(6)]
+        assert "remote 1" in get_text(base + f"/message/{sent[1].offset_msg_id}")
+        assert until(lambda: get_json(base + "/api/tps")["t"], 15)  # the chart's samples
+        # pulls for the search committed nothing: the group still lags the same
+        assert {g["group"]: g["lag"] for g in get_json(base + "/api/groups")}["remote-readers"] == 5
+    finally:
+        if console is not None:
+            console.send_signal(signal.SIGTERM)
+            console.communicate(timeout=30)
+        assert srv.stop() == 0, srv.log()
+    assert console.returncode == 0

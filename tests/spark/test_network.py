@@ -71,7 +71,7 @@ def cluster(tmp_path_factory):
 
 
 def _read(spark, ns, **opts):
-    r = spark.read.format("rocketmq").option("namesrv", ns.addr)
+    r = spark.read.format("rocketmq").option("namesrv", getattr(ns, "addr", ns))
     for k, v in opts.items():
         r = r.option(k, v)
     return r.load()
@@ -251,3 +251,111 @@ def test_stream_offsets_new_topics_and_max_offsets(spark, cluster, tmp_path):
     offsets = sorted(os.listdir(os.path.join(ck, "offsets")))
     last = open(os.path.join(ck, "offsets", offsets[-1])).read().splitlines()[-1]
     assert set(json.loads(last)) == {"StreamA", "StreamB"}
+
+
+def test_data_loss_fails_loudly_or_skips(spark, tmp_path):
+    """Offsets the broker's retention deleted: DataLossError, or skipped with
+    failOnDataLoss=false — batch and streaming, as Spark's Kafka source."""
+    from tests.broker.conftest import start_server
+    every_hour = ";".join(f"{h:02d}" for h in range(24))
+    srv = start_server(str(tmp_path / "s"), "-o", "mapped_file_size_commitlog=4096",
+                       "-o", "mapped_file_size_consume_queue=200", "-o", "file_reserved_time=0",
+                       "-o", f"delete_when={every_hour}", "-o", "clean_resource_interval=100")
+    try:
+        ns = srv.namesrv
+        from rocketstore.client import ClientInstance
+        from rocketstore.remoting.codes import RequestCode
+        ci = ClientInstance(ns)
+        LoopThread.shared().run(ci.invoke(srv.broker, RequestCode.UPDATE_AND_CREATE_TOPIC,
+                                          {"topic": "Lossy", "readQueueNums": 1,
+                                           "writeQueueNums": 1, "perm": 6}))
+        ci.close()
+        with Producer("loss-pg", ns) as p:
+            for i in range(10):
+                p.send("Lossy", b"early-%03d" % i + b"." * 100)
+        out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
+
+        def stream(**opts):
+            r = (spark.readStream.format("rocketmq").option("namesrv", ns)
+                 .option("topic", "Lossy").option("startingOffsets", "earliest"))
+            for k, v in opts.items():
+                r = r.option(k, v)
+            q = (r.load().select("queue_offset", "body").writeStream.format("parquet")
+                 .option("checkpointLocation", ck).trigger(availableNow=True).start(out))
+            try:
+                q.awaitTermination(180)
+            except Exception as exc:  # the query failed: StreamingQueryException
+                return str(exc)
+            return None if q.exception() is None else str(q.exception())
+
+        assert stream() is None
+        assert spark.read.parquet(out).count() == 10
+        with Producer("loss-pg", ns) as p:
+            for i in range(10, 250):
+                p.send("Lossy", b"late-%03d" % i + b"." * 100)
+        with PullConsumer("loss-cg", ns) as c:
+            assert wait_for(lambda: c.min_offset("Lossy", 0) > 10, timeout=60)
+            err = stream()
+            assert err is not None and "were deleted" in err and "failOnDataLoss" in err
+            lo = c.min_offset("Lossy", 0)
+            hi = c.max_offset("Lossy", 0)
+            assert stream(failOnDataLoss="false") is None
+            got = sorted(r.queue_offset for r in spark.read.parquet(out).collect())
+            # the first 10 rows, then everything from where the broker still had data
+            assert got[:10] == list(range(10)) and got[-1] == hi - 1 and len(got) >= 10
+            assert min(got[10:]) >= 10 and set(range(max(lo, got[10]), hi)) <= set(got)
+            # batch: an explicit start below the oldest offset
+            spec = json.dumps({"Lossy": {"broker-a:0": 0}})
+            from pyspark.errors import PySparkException
+            from py4j.protocol import Py4JJavaError
+            with pytest.raises((PySparkException, Py4JJavaError)) as ei:
+                _read(spark, ns, topic="Lossy", startingOffsets=spec).count()
+            assert "were deleted" in str(ei.value)
+            lo = c.min_offset("Lossy", 0)
+            n = _read(spark, ns, topic="Lossy", startingOffsets=spec,
+                      failOnDataLoss="false").count()
+            assert n == hi - lo or n == hi - c.min_offset("Lossy", 0)
+    finally:
+        srv.stop()
+
+
+@pytest.mark.timeout(600)
+def test_java_name_server_and_broker_beside_ours(spark, tmp_path):
+    """RocketMQ 4.9.7's name server with its own broker and a ``serve`` broker registered: the
+    source reads both (the Java broker answers at most 32 messages a pull), the sink writes."""
+    from tests.cluster.java_rocketmq import rocketmq_home, start_java_broker, start_java_namesrv
+    home = rocketmq_home()
+    jns = start_java_namesrv(home, str(tmp_path / "jns"))
+    started = []
+    try:
+        started.append(start_java_broker(home, str(tmp_path / "jb"), jns.addr, "broker-java"))
+        started.append(start_cluster_broker(str(tmp_path), jns.addr, "broker-py"))
+        assert wait_for(lambda: _route_has(jns.addr, "TBW102", {"broker-java", "broker-py"}),
+                        timeout=60)
+        # the topic on both brokers: created by an admin request to each
+        from rocketstore.client import ClientInstance
+        from rocketstore.remoting.codes import RequestCode
+        ci = ClientInstance(jns.addr)
+        for addr in (started[0].addr, started[1].broker):
+            LoopThread.shared().run(ci.invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC,
+                                              {"topic": "Mixed", "readQueueNums": 2,
+                                               "writeQueueNums": 2, "perm": 6,
+                                               "topicFilterType": "SINGLE_TAG"}))
+        ci.close()
+        assert wait_for(lambda: _route_has(jns.addr, "Mixed", {"broker-java", "broker-py"}),
+                        timeout=60)
+        _send(jns.addr, "Mixed", [b"mixed-%d" % i for i in range(150)], tags="t")
+        want = sorted((b, m.body) for b, m in _pull_all(jns.addr, "Mixed"))
+        assert {b for b, _ in want} == {"broker-java", "broker-py"} and len(want) == 150
+        df = _read(spark, jns.addr, topic="Mixed", pullBatchSize=64)
+        got = sorted((r.store_host, r.body) for r in df.select("store_host", "body").collect())
+        host = {"broker-java": started[0].addr, "broker-py": started[1].broker}
+        assert got == sorted((host[b], body) for b, body in want)
+        src = spark.createDataFrame([(f"j-{i}",) for i in range(20)], "body STRING")
+        src.write.format("rocketmq").option("namesrv", jns.addr).option("topic", "Mixed") \
+            .mode("append").save()
+        assert wait_for(lambda: len(_pull_all(jns.addr, "Mixed")) == 170)
+    finally:
+        for p in reversed(started):
+            p.stop()
+        jns.stop()

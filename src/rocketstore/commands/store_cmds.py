@@ -101,7 +101,10 @@ def put(store_dir, topic, tags, keys, queue_id, props, config, as_json, bodies):
 
 
 @click.command("get")
-@store_option
+@click.option("--store", "store_dir", default=None, type=click.Path(file_okay=False),
+              help="Store root directory (or --namesrv / --broker for a running broker).")
+@click.option("--namesrv", default=None, metavar="HOST:PORT", help="Read through a name server.")
+@click.option("--broker", default=None, metavar="HOST:PORT", help="Read through one broker.")
 @click.option("--topic", required=True)
 @click.option("--queue", "queue_id", required=True, type=int)
 @click.option("--offset", required=True, type=int)
@@ -109,17 +112,23 @@ def put(store_dir, topic, tags, keys, queue_id, props, config, as_json, bodies):
 @click.option("--subscription", default=None, help='Tag expression, e.g. "TagA || TagB".')
 @config_option
 @json_option
-def get(store_dir, topic, queue_id, offset, max_msgs, subscription, config, as_json):
-    """Read messages of one queue from OFFSET."""
-    with open_store_read_only(store_dir, config) as store:
-        g = store.get_message("cli", topic, queue_id, offset, max_msgs, subscription)
-    res = {"status": g.status.name, "next_begin_offset": g.next_begin_offset,
-           "min_offset": g.min_offset, "max_offset": g.max_offset,
-           "messages": [message_dict(m) for m in g.messages]}
+def get(store_dir, namesrv, broker, topic, queue_id, offset, max_msgs, subscription, config,
+        as_json):
+    """Read messages of one queue from OFFSET (from a store, or through a running broker)."""
+    from .live import check_target, get_via_broker
+    if check_target(namesrv, broker, store_dir) != "--store":
+        res = get_via_broker(namesrv, broker, topic, queue_id, offset, max_msgs, subscription)
+    else:
+        with open_store_read_only(store_dir, config) as store:
+            g = store.get_message("cli", topic, queue_id, offset, max_msgs, subscription)
+        res = {"status": g.status.name, "next_begin_offset": g.next_begin_offset,
+               "min_offset": g.min_offset, "max_offset": g.max_offset,
+               "messages": [message_dict(m) for m in g.messages]}
     if as_json:
         emit_json(res)
         return
-    click.echo(f"{res['status']} next={g.next_begin_offset} min={g.min_offset} max={g.max_offset}")
+    click.echo(f"{res['status']} next={res['next_begin_offset']} min={res['min_offset']} "
+               f"max={res['max_offset']}")
     for m in res["messages"]:
         body = m.get("body", m.get("body_hex", ""))
         click.echo(f"  [{m['queue_offset']}] {m['msg_id']} tags={m['tags']} keys={','.join(m['keys'])} "

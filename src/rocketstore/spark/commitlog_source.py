@@ -65,7 +65,10 @@ class ReadOptions:
         self.root = opts.get("path")
         if not self.root:
             raise ValueError("rocketmq source: give the store directory, e.g. .load('/path/to/store')")
-        self.cl_dir = commitlog_dir(self.root, opts.get("commitlogdir"))
+        # made absolute here, on the driver (planning): executors run in other directories
+        self.root = os.path.abspath(self.root)
+        cl = opts.get("commitlogdir")
+        self.cl_dir = commitlog_dir(self.root, os.path.abspath(cl) if cl else None)
         self.check_crc = _bool(opts.get("checkcrc"))
         split = str(opts.get("splitsize", "auto")).strip().lower()
         self.split_size: int | None = None if split == "auto" else int(split)

@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..format.layouts import CQ_DTYPE, CQ_FILLER, CQ_UNIT_SIZE, name_to_offset, offset_to_name
+from ..format.layouts import CQ_DTYPE, CQ_FILLER, CQ_UNIT, CQ_UNIT_SIZE, name_to_offset, offset_to_name
 from .mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)
@@ -147,6 +147,26 @@ class ConsumeQueue:
                 self.max_physic_offset = max(self.max_physic_offset,
                                              int((phys[real] + sizes[real]).max()))
             return n
+
+    def put_unit(self, queue_offset: int, phy: int, size: int, tags_code: int) -> int:
+        """One unit, plain Python (``put_units``'s rules and bytes without numpy's per-call
+        cost, for the reput's tiny batches); returns 1 if it was new."""
+        with self.lock:
+            if phy + size <= self.max_physic_offset:
+                return 0
+            logic = queue_offset * CQ_UNIT_SIZE
+            if logic == self.queue.max_offset() or not self.queue.files:
+                mf = self._file_for(logic)
+                pos = logic - mf.file_from_offset
+                CQ_UNIT.pack_into(mf.mm, pos, phy, size, tags_code)
+                mf.wrote_position = max(mf.wrote_position, pos + CQ_UNIT_SIZE)
+                self.max_physic_offset = phy + size
+                return 1
+        # not at the queue's end (a hole, a re-dispatch, a gap): the general rules, ``_place``
+        i64 = np.int64
+        return self.put_units(np.array([queue_offset], dtype=i64), np.array([phy], dtype=i64),
+                              np.array([size], dtype=i64), np.array([tags_code], dtype=i64))
+
 
     def _place(self, current: int, logic, phys, sizes, tags):
         """Units that do not simply continue the queue (a record missing from it, or one whose
