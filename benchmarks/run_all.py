@@ -12,7 +12,8 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPTS = ["bench_store.py", "bench_index.py", "bench_durability.py", "bench_broker.py", "bench_spark.py"]
+SCRIPTS = ["bench_store.py", "bench_index.py", "bench_durability.py", "bench_broker.py", "bench_spark.py",
+           "bench_ops.py", "bench_grpc.py"]
 
 
 def main() -> int:

@@ -11,7 +11,7 @@ FORBIDDEN = {
     "remoting": {"store", "broker", "client", "spark", "commands", "cli", "ops"},
     "client": {"store", "broker", "spark", "commands", "cli", "ops"},
     "broker": {"spark", "commands", "cli", "client", "ops"},
-    "spark": {"broker", "client", "remoting", "commands", "cli", "ops"},
+    "spark": {"broker", "remoting", "commands", "cli", "ops"},  # network source: over client
     "ops": {"spark", "commands", "cli"},
     "proxy": {"spark", "client", "remoting", "commands", "cli", "ops"},
 }

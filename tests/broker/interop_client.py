@@ -74,6 +74,48 @@ def push(namesrv, topic, group, n, orderly=False):
     print(json.dumps(got))
 
 
+def hold(namesrv, topic, group, n):
+    """A producer and a push consumer that stay online until stdin closes; one JSON line per
+    event on stdout: {"event": "msg", ...} per consumed message, {"event": "ready"} once the
+    first ``n`` sent messages were consumed."""
+    lock, out_lock = threading.Lock(), threading.Lock()
+    count = [0]
+
+    def emit(obj):
+        with out_lock:
+            print(json.dumps(obj), flush=True)
+
+    def cb(m):
+        emit({"event": "msg", **_msg(m)})
+        with lock:
+            count[0] += 1
+
+    c = PushConsumer(group)
+    c.set_namesrv_addr(namesrv)
+    c.subscribe(topic, cb)
+    c.start()
+    p = Producer("PG_hold", timeout=15000)
+    p.set_namesrv_addr(namesrv)
+    p.start()
+    try:
+        for i in range(n):
+            m = Message(topic)
+            m.set_tags("TagA")
+            m.set_body(f"hold-{i}")
+            p.send_sync(m)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            with lock:
+                if count[0] >= n:
+                    break
+            time.sleep(0.05)
+        emit({"event": "ready"})
+        sys.stdin.read()  # until the test closes our stdin
+    finally:
+        p.shutdown()
+        c.shutdown()
+
+
 def push_retry(namesrv, topic, group, n):
     """Fail the first delivery of every even message; finish once all succeeded."""
     deliveries, ok, lock, done = [], set(), threading.Lock(), threading.Event()
@@ -130,6 +172,8 @@ if __name__ == "__main__":
         produce_orderly(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif mode == "push-orderly":
         push(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), orderly=True)
+    elif mode == "hold":
+        hold(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
     elif mode == "push-retry":
         push_retry(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
     else:

@@ -134,3 +134,78 @@ def test_cpp_orderly_producer_and_orderly_push_consumer_keep_order(tmp_path):
         queues.setdefault(key, set()).add(m["queue_id"])
     assert per_key == {str(k): list(range(20)) for k in range(5)}  # every order, in order
     assert all(len(q) == 1 for q in queues.values())
+
+
+def test_cpp_clients_in_admin_views_and_reset(tmp_path):
+    """A live C++ producer and push consumer as mqadmin sees them (producerConnection,
+    consumerConnection, consumerProgress), and resetOffsetByTime re-delivering to the C++
+    consumer."""
+    import threading
+
+    from . import admin_wire as w
+
+    py = _interop_python()
+    srv = start_server(str(tmp_path / "store"))
+    n = 8
+    proc = subprocess.Popen([py, str(DRIVER), "hold", srv.namesrv, "HoldTopic", "CG_hold", str(n)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "HOME": str(tmp_path)})
+    events: list[dict] = []
+    ready = threading.Event()
+
+    def reader():
+        for line in proc.stdout:
+            ev = json.loads(line)
+            events.append(ev)
+            if ev["event"] == "ready":
+                ready.set()
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    try:
+        assert ready.wait(120), f"driver never ready: {events} {proc.stderr.read()[-2000:]}"
+        bodies = lambda: sorted(e["body"] for e in events if e["event"] == "msg")  # noqa: E731
+        assert bodies() == sorted(f"hold-{i}" for i in range(n))
+
+        deadline = time.monotonic() + 30  # the producer heartbeats on its own schedule
+        while (r := w.call(srv.broker, 204, {"producerGroup": "PG_hold"})).code != 0:
+            assert time.monotonic() < deadline, r.remark
+            time.sleep(0.2)
+        [conn] = w.body(r)["connectionSet"]
+        w.check_shape(conn, w.CONNECTION)
+        assert conn["language"] == "CPP"
+
+        c = w.body(w.call(srv.broker, 203, {"consumerGroup": "CG_hold"}))
+        w.check_shape(c, w.CONSUMER_CONNECTION)
+        assert [x["language"] for x in c["connectionSet"]] == ["CPP"]
+        assert (c["consumeType"], c["messageModel"]) == ("CONSUME_PASSIVELY", "CLUSTERING")
+        assert "HoldTopic" in c["subscriptionTable"]
+
+        # everything consumed and (after the client's 5 s commit) no lag
+        deadline = time.monotonic() + 30
+        while True:
+            stats = w.body(w.call(srv.broker, 208, {"consumerGroup": "CG_hold",
+                                                    "topic": "HoldTopic"}))
+            rows = list(stats["offsetTable"].values())
+            if sum(r["consumerOffset"] for r in rows) == n:
+                break
+            assert time.monotonic() < deadline, rows
+            time.sleep(0.5)
+        assert sum(r["brokerOffset"] for r in rows) == n
+
+        r = w.call(srv.broker, 222, {"topic": "HoldTopic", "group": "CG_hold", "timestamp": 0,
+                                     "isForce": "true"})
+        assert r.code == 0, r.remark
+        from collections import Counter
+        deadline = time.monotonic() + 60
+        while min(Counter(bodies()).values()) < 2:  # every message delivered again
+            assert time.monotonic() < deadline, f"not re-delivered after reset: {bodies()}"
+            time.sleep(0.2)
+        assert set(bodies()) == {f"hold-{i}" for i in range(n)}
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        assert srv.stop() == 0, srv.log()

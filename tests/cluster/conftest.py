@@ -46,6 +46,7 @@ def start_namesrv() -> NameServer:
 
 
 def start_cluster_broker(root: str, namesrv: str, name: str, *extra: str):
+    os.makedirs(root, exist_ok=True)
     return start_server(os.path.join(root, name), "--namesrv", namesrv, "--broker-name", name,
                         *extra)
 

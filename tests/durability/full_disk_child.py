@@ -115,11 +115,15 @@ def dispatch_scenario(mnt: str) -> None:
         out["statuses"][r.status.name] = out["statuses"].get(r.status.name, 0) + 1
         if r.ok:
             acked.append((seq, r.wrote_offset))
+        elif r.status.name == "SERVICE_NOT_AVAILABLE":
+            out.setdefault("refused_because", r.error)
+    out["health_while_full"] = store.dispatch_health().ok
     out["dispatch_error_while_full"] = type(store.reput.last_error).__name__
     out["dispatched_while_full"] = store.wait_dispatched(1)
     out["cq_max_while_full"] = store.get_max_offset_in_queue("Full", 0)
     os.unlink(os.path.join(mnt, "ballast"))
     out["dispatched_after_free"] = store.wait_dispatched(10)
+    out["health_after_free"] = store.dispatch_health().ok
     out["readable_after_free"] = _check(store, acked)
     out["acked"] = len(acked)
     r = _put(store, 1000)

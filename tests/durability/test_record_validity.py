@@ -20,6 +20,7 @@ from rocketstore.errors import CorruptRecordError
 from rocketstore.format.batch import decode_records
 from rocketstore.format.layouts import CQ_UNIT
 from rocketstore.format.message import BLANK, decode_message, encode_message, patch_record
+from rocketstore.store.verify import verify_store
 
 from .helpers import small_config
 
@@ -300,3 +301,5 @@ def test_queue_offsets_restarting_at_zero_truncate_nothing(tmp_path):
         with open(os.path.join(root, "commitlog", f"{0:020d}"), "rb") as fh:
             assert fh.read(len(seg))[:records[-1][3] + records[-1][4]] == \
                 seg[:records[-1][3] + records[-1][4]]
+        report = verify_store(root, small_config(root))
+        assert report.ok, [str(p) for p in report.problems]

@@ -16,7 +16,12 @@ def _state(store):
     return store.get_max_phy_offset(), store.get_max_offset_in_queue(TOPIC, 0)
 
 
-def _assert_readable(store, count):
+BODY = b"Once, there was a chance for me!"  # put_n's body, followed by the message number
+
+
+def _assert_readable(store, count, number_of=lambda q: q):
+    """Queue offsets 0..count-1 hold exactly the messages the test wrote: ``number_of(q)`` is
+    the number ``put_n`` gave the message that must sit at queue offset ``q``."""
     store.wait_dispatched(10)
     off = 0
     while off < count:
@@ -24,7 +29,8 @@ def _assert_readable(store, count):
         assert g.status is GetStatus.FOUND, (off, g.status)
         for m in g.messages:
             assert m.queue_offset == off
-            assert m.body.endswith(str(m.queue_offset).encode()) or True
+            assert m.body == BODY + str(number_of(off)).encode(), (off, m.body)
+            assert m.keys == [f"k{number_of(off)}"]
             off += 1
     assert store.get_max_offset_in_queue(TOPIC, 0) == count
 
@@ -77,17 +83,20 @@ def test_recover(tmp_path):
     cq_max = _damaged_round(root, cfg, 200, abnormal=True)
     assert cq_max == 300
     # 4. writing continues: new records reuse the truncated offsets and are fully indexed
+    def after_300(q):  # messages 1000.. follow the 300 that survived
+        return q if q < 300 else 1000 + q - 300
+
     with MessageStore(cfg) as store:
         rs = put_n(store, 100, TOPIC, start=1000)
         store.wait_dispatched(10)
         assert rs[0].queue_offset == 300
-        _assert_readable(store, 400)
+        _assert_readable(store, 400, after_300)
         for i in (1000, 1050, 1099):
             got = store.query_message(TOPIC, f"k{i}").messages
             assert [m.queue_offset for m in got] == [300 + i - 1000]
     with MessageStore(cfg) as store:
         assert store.recovery_report.truncated_at is None
-        _assert_readable(store, 400)
+        _assert_readable(store, 400, after_300)
 
 
 def test_recover_writes_continue_across_segment_boundary(tmp_path):
@@ -106,5 +115,6 @@ def test_recover_writes_continue_across_segment_boundary(tmp_path):
         assert store.get_max_offset_in_queue(TOPIC, 0) == victim.queue_offset
         put_n(store, 10, TOPIC, start=500)
         store.wait_dispatched(10)
-        _assert_readable(store, victim.queue_offset + 10)
+        v = victim.queue_offset
+        _assert_readable(store, v + 10, lambda q: q if q < v else 500 + q - v)
         assert store.query_message(TOPIC, "k505").messages

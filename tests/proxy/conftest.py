@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from rocketstore.broker.state import TopicConfigManager
+from rocketstore.broker.subgroups import SubscriptionGroupConfig, SubscriptionGroupManager
 
 from ..broker.conftest import Server, start_server
 
@@ -43,10 +44,23 @@ def run_client(py: str, tmp_path: Path, *args: str, timeout: float = 120):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def run_script(py: str, tmp_path: Path, *steps: tuple, timeout: float = 180) -> list:
+    """Run several driver commands in one client process (saves a start-up per step)."""
+    return run_client(py, tmp_path, "script", json.dumps([list(map(str, st)) for st in steps]),
+                      timeout=timeout)
+
+
 def make_topics(store: str, topics: dict[str, int]) -> None:
     tm = TopicConfigManager(os.path.join(store, "config"))
     for name, queues in topics.items():
         tm.create(name, queues)
+
+
+def make_groups(store: str, **groups: dict) -> None:
+    """Subscription group configs, as mqadmin updateSubGroup leaves them."""
+    sg = SubscriptionGroupManager(os.path.join(store, "config"))
+    for name, kw in groups.items():
+        sg.update(SubscriptionGroupConfig(name, **kw))
 
 
 def start_grpc_server(store: str, topics: dict[str, int], *extra: str) -> Server:

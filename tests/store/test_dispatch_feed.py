@@ -31,10 +31,10 @@ def test_feed_columns_equal_decoded_columns(tmp_path):
             assert store.put_messages([Message("B", b"b%d" % j, tags="TagB", keys=[f"bk{j}"], queue_id=3)
                                        for j in range(4)]).ok
         items = list(store.commitlog.dispatch_feed)
-        assert items and items[0][0] == start
+        assert items and items[0].start == start
         fed = []
         for it in items:
-            fed.append(DecodedRecords.from_dispatch_columns(*it[2:]))
+            fed.append(DecodedRecords.from_dispatch_columns(*it.columns()))
         decoded = []
         for mf, pos, stop in store.commitlog.iter_segments(start, store.get_max_phy_offset()):
             decoded.append(decode_records(mf.mm, pos, stop, base_offset=mf.file_from_offset))

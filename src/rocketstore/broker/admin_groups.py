@@ -17,9 +17,11 @@ code  request                               body of the answer (fastjson)
 Reset offset (mqadmin ``resetOffsetByTime``): the new offset of each write queue is the first
 message stored at or after the timestamp (``-1`` = the max offset); unless forced, a queue
 keeps its committed offset when that is already lower. The broker commits the new offsets and
-sends RESET_CONSUMER_CLIENT_OFFSET (220, oneway, body ``ResetOffsetBody`` — or the C++ list
-form ``ResetOffsetBodyForC`` when asked with ``isC``) to every online client of the group, which
-drops what it has in flight and pulls from there. With nobody online it answers
+sends RESET_CONSUMER_CLIENT_OFFSET (220, oneway, body ``ResetOffsetBody`` — or the list form
+``ResetOffsetBodyForC`` that the C++ client parses) to every online client of the group, which
+drops what it has in flight and pulls from there. RocketMQ picks the list form only when the
+*requesting tool* is C++, so a C++ consumer never understands a reset from Java's mqadmin; here
+each consumer gets the form for its own language, and a C++ tool gets the list form for all. With nobody online it answers
 CONSUMER_NOT_ONLINE, which makes mqadmin fall back to committing offsets itself (codes 208, 29,
 15), exactly as against RocketMQ. One deliberate difference: RocketMQ refuses the whole reset
 when the group has never committed on one of the queues; here such a queue is reset too.
@@ -134,8 +136,8 @@ def handlers(broker: "Broker") -> dict[int, Any]:
     async def reset_offset(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         topic, group = cmd.require_str("topic"), cmd.require_str("group")
         timestamp = cmd.require_int("timestamp")
-        force = cmd.get_bool("isForce", True)
-        for_cpp = cmd.get_bool("isC")
+        force = cmd.get_bool("isForce", False)
+        for_cpp = cmd.language == "CPP"  # RocketMQ: the list body when the requester is C++
         tc = broker.topics.get(topic)
         if tc is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR,
@@ -150,12 +152,15 @@ def handlers(broker: "Broker") -> dict[int, Any]:
                                timestamp, force)
         for qid, off in new.items():
             broker.offsets.commit(group, topic, qid, off)
-        notify = RemotingCommand.request(
-            RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
-            {"topic": topic, "group": group, "timestamp": timestamp, "isForce": False},
-            reset_offset_body(topic, cfg.broker_name, new, for_cpp), oneway=True,
-            language="JAVA")
+        info = broker.consumers.group(group)
+        langs = {id(ch.connection): ch.language for ch in info.channels.values()} if info else {}
         for c in conns:
+            notify = RemotingCommand.request(
+                RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+                {"topic": topic, "group": group, "timestamp": timestamp, "isForce": False},
+                reset_offset_body(topic, cfg.broker_name, new,
+                                  for_cpp or langs.get(id(c)) == "CPP"),
+                oneway=True, language="JAVA")
             try:
                 c.notify(notify)
             except Exception:  # a closing connection: it goes away by itself

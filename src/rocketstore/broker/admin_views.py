@@ -33,7 +33,7 @@ SYSTEM_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "TBW102", "BenchmarkTest", "OF
 
 def is_system_topic(topic: str, config: Any = None) -> bool:
     """RocketMQ's ``TopicValidator.isSystemTopic`` (plus the cluster and broker name topics)."""
-    if topic in SYSTEM_TOPICS or topic.startswith("rmq_sys_"):
+    if topic in SYSTEM_TOPICS or topic.startswith("rmq_sys_") or topic.endswith("_REPLY_TOPIC"):
         return True
     if config is not None and topic in (getattr(config, "cluster_name", None),
                                         getattr(config, "broker_name", None)):
@@ -221,15 +221,21 @@ def consumer_connection(consumers: Any, group: str) -> dict | None:
 
 
 def subscription_data(sub: Any) -> dict:
-    """RocketMQ's ``SubscriptionData`` for one subscription of a consumer group."""
+    """RocketMQ's ``SubscriptionData`` for one subscription of a consumer group: as the client
+    sent it in its heartbeat (as RocketMQ keeps it), tag sets filled in where it sent none."""
     expr = sub.sub_string or "*"
     raw = getattr(sub, "raw", None) or {}
-    expression_type = str(raw.get("expressionType") or "TAG")
-    tags: list[str] = []
-    if expression_type == "TAG" and expr.strip() not in ("*", ""):
-        tags = [t.strip() for t in expr.split("||") if t.strip()]
+    expression_type = str(getattr(sub, "expression_type", None) or raw.get("expressionType")
+                          or "TAG")
+    tags = [str(t) for t in raw["tagsSet"]] if isinstance(raw.get("tagsSet"), list) else None
+    if tags is None:
+        tags = [t.strip() for t in expr.split("||") if t.strip()] \
+            if expression_type == "TAG" and expr.strip() not in ("*", "") else []
+    codes = raw.get("codeSet") if isinstance(raw.get("codeSet"), list) else None
+    if codes is None:
+        codes = [java_hash(t) for t in tags]
     return {"classFilterMode": bool(raw.get("classFilterMode", False)),
-            "codeSet": [java_hash(t) for t in tags] if tags else list(raw.get("codeSet") or []),
+            "codeSet": [int(c) for c in codes if str(c).lstrip("-").isdigit()],
             "expressionType": expression_type, "subString": expr,
             "subVersion": int(sub.sub_version), "tagsSet": tags, "topic": sub.topic}
 
@@ -336,6 +342,7 @@ def runtime_info(store: Any, store_config: Any, broker_config: Any, stats: Any,
         n = stats.put_msgs.total
         info["putMessageAverageSize"] = str(stats.put_bytes.total / n if n else 0.0)
     health = getattr(store, "dispatch_error", None)
+    info["dispatchHealthy"] = "false" if health else "true"
     if health:
         info["dispatchError"] = str(health)
     return {k: str(v) for k, v in info.items()}

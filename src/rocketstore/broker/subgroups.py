@@ -34,6 +34,7 @@ _JSON_NAMES = {
     "broker_id": "brokerId",
     "which_broker_when_consume_slowly": "whichBrokerWhenConsumeSlowly",
     "notify_consumer_ids_changed_enable": "notifyConsumerIdsChangedEnable",
+    "consume_message_orderly": "consumeMessageOrderly",
 }
 
 
@@ -48,9 +49,13 @@ class SubscriptionGroupConfig:
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
+    consume_message_orderly: bool = False  # 5.x: FIFO consumption for gRPC (pop) consumers
 
     def to_json(self) -> dict:
-        return {_JSON_NAMES[f.name]: getattr(self, f.name) for f in fields(self)}
+        d = {_JSON_NAMES[f.name]: getattr(self, f.name) for f in fields(self)}
+        if not self.consume_message_orderly:  # RocketMQ 4.9's shape unless a 5.x FIFO group
+            del d["consumeMessageOrderly"]
+        return d
 
     @classmethod
     def from_json(cls, d: dict) -> "SubscriptionGroupConfig":

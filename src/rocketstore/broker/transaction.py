@@ -33,8 +33,9 @@ UNIQ_KEY. Before committing, the service asks whether that transaction was alrea
 in memory for decisions made since start, otherwise through the index: a COMMIT_TYPE record with
 that key on the real topic, or an op record with that key (so a late or repeated COMMIT, a
 check answer for an older copy, or a crash between the committed copy and its op record never
-yields a second delivery, and a rollback is never overturned). On start, lookups wait until the
-reput has indexed what was in the CommitLog at start.
+yields a second delivery, and a rollback is never overturned). RocketMQ's own op records carry
+no key; for those, the op records not yet settled are read once into memory. On start, lookups
+wait until the reput has indexed what was in the CommitLog at start.
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERTY_PRODUCER_GROUP,
@@ -71,6 +72,7 @@ PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
 MAX_PROCESS_TIME_MS = 60_000  # one queue's share of a check pass
 OP_BATCH = 32
+MAX_REMEMBERED = 100_000  # decisions kept in memory (older ones are found through the index)
 _STORED = ("PUT_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
 _STATE_NAMES = {TRANSACTION_COMMIT_TYPE: "COMMIT", TRANSACTION_ROLLBACK_TYPE: "ROLLBACK"}
 
@@ -110,7 +112,10 @@ def to_half(msg: Message) -> Message:
 
 
 def committed_message(half: MessageExt) -> Message:
-    """``endMessageTransaction``: the copy delivered on the real topic."""
+    """``endMessageTransaction``: the copy delivered on the real topic, with the UNIQ_KEY of
+    the half message. RocketMQ 4.9.7 clears REAL_TOPIC, REAL_QID and TRAN_MSG only after it has
+    serialised the properties, so its committed records still carry them (and a consumed
+    message re-sent as is becomes a half message again); we store what it means to store."""
     props = dict(half.properties)
     topic = props.pop(PROPERTY_REAL_TOPIC)
     qid = int(props.pop(PROPERTY_REAL_QUEUE_ID))
@@ -187,12 +192,6 @@ class CheckRequest:
     command: RemotingCommand
 
 
-@dataclass
-class _Decision:
-    state: int  # TRANSACTION_COMMIT_TYPE or TRANSACTION_ROLLBACK_TYPE
-    op_offsets: set[int] = field(default_factory=set)  # half queue offsets with an op record
-
-
 class _OpScan:
     """The op queue read from its settled offset: which half offsets are decided, and which op
     records are done with (their half record lies before the settled half offset)."""
@@ -201,6 +200,7 @@ class _OpScan:
         self.store, self.queue_id, self.half_offset = store, queue_id, half_offset
         self.base = self.next = op_offset
         self.removed: dict[int, list[int]] = {}
+        self.seen: set[int] = set()  # every half offset an op record read so far names
         self.done: list[int] = []
         self.exhausted = False
         self.fill()
@@ -219,6 +219,8 @@ class _OpScan:
                 half_off = int(m.body.decode("ascii")) if m.tags == REMOVE_TAG else -1
             except (UnicodeDecodeError, ValueError):
                 half_off = -1
+            if half_off >= 0:
+                self.seen.add(half_off)
             if half_off < self.half_offset:  # settled already, or not an op record
                 self.done.append(m.queue_offset)
             else:
@@ -234,9 +236,9 @@ class _OpScan:
 
     def find(self, half_off: int) -> bool:
         """Read the rest of the op queue until ``half_off`` turns up."""
-        while half_off not in self.removed and not self.exhausted:
+        while half_off not in self.seen and not self.exhausted:
             self.fill()
-        return self.pop(half_off)
+        return self.pop(half_off) or half_off in self.seen
 
     def settled_offset(self) -> int:
         off = self.base
@@ -257,10 +259,13 @@ class TransactionalMessageService:
         self.store, self.topics, self.offsets, self.put = store, topics, offsets, put
         self.config = config
         self._locks = [threading.Lock() for _ in range(64)]
-        self._decided: OrderedDict[str, _Decision] = OrderedDict()
+        self._decided: OrderedDict[str, int] = OrderedDict()  # txid -> COMMIT/ROLLBACK/NOT
         self._decided_lock = threading.Lock()
+        self._evicted = False  # once the oldest decisions are forgotten, ask the index
         self._start_phy = store.get_max_phy_offset()
         self._caught_up = False
+        self._op_offsets: set[tuple[int, int]] | None = None  # half records with an op record,
+        # from the settled op offsets on (loaded on first use, pruned as the check settles)
 
     # -- prepare ----------------------------------------------------------------------------------
     def half_message(self, msg: Message) -> Message:
@@ -292,44 +297,70 @@ class TransactionalMessageService:
     def _decide(self, half: MessageExt, state: int) -> tuple[int, str | None]:
         prior = self.decision(half)
         if prior is not None:
-            self._write_op_once(half, prior)
-            if prior.state == state:
+            self._write_op_once(half)
+            if prior in (state, TRANSACTION_NOT_TYPE):
                 return ResponseCode.SUCCESS, None
             return (ResponseCode.SYSTEM_ERROR, f"transaction {half.uniq_key} was already "
-                    f"{'committed' if prior.state == TRANSACTION_COMMIT_TYPE else 'rolled back'}")
+                    f"{'committed' if prior == TRANSACTION_COMMIT_TYPE else 'rolled back'}")
         if state == TRANSACTION_COMMIT_TYPE:
             r = self.put(committed_message(half))
             if r.status.name not in _STORED:
                 code = ResponseCode.MESSAGE_ILLEGAL if r.status.name in (
                     "MESSAGE_ILLEGAL", "PROPERTIES_SIZE_EXCEEDED") else ResponseCode.SYSTEM_ERROR
                 return code, f"commit of {half.uniq_key} failed: {r.status.name} {r.error or ''}"
-        self._write_op_once(half, self._remember(half, state))
+        self._remember(half, state)
+        self._write_op_once(half)
         return ResponseCode.SUCCESS, None
 
     # -- what was decided -----------------------------------------------------------------------
-    def decision(self, half: MessageExt) -> _Decision | None:
-        """How the transaction of ``half`` (any copy of it) was decided, or None."""
-        txid = half.uniq_key
-        if not txid:
-            return None
-        with self._decided_lock:
-            d = self._decided.get(txid)
-        if d is not None or self.store_index_off():
-            return d
-        self._await_startup_dispatch()
-        real = half.properties.get(PROPERTY_REAL_TOPIC, "")
-        commits = [m for m in self._query(real, txid)
-                   if m.uniq_key == txid and m.sys_flag & TRANSACTION_MASK == TRANSACTION_COMMIT_TYPE]
-        ops = [m for m in self._query(OP_TOPIC, txid) if txid in m.keys]
-        if not commits and not ops:
-            return None
-        d = self._remember(half, TRANSACTION_COMMIT_TYPE if commits else TRANSACTION_ROLLBACK_TYPE)
+    def decision(self, half: MessageExt) -> int | None:
+        """How the transaction of ``half`` (any copy of it) was decided: COMMIT_TYPE,
+        ROLLBACK_TYPE, NOT_TYPE (decided, outcome unknown), or None (undecided)."""
+        txid = half.uniq_key or ""
+        if txid:
+            with self._decided_lock:
+                d = self._decided.get(txid)
+                if d is not None:
+                    return d
+                # every decision about a half record stored since start was made here and is
+                # still in memory: no index lookup needed for it
+                if half.commitlog_offset >= self._start_phy and not self._evicted:
+                    return None
+        commits: list[MessageExt] = []
+        ops: list[MessageExt] = []
+        if txid and not self.store_index_off():
+            self._await_startup_dispatch()
+            real = half.properties.get(PROPERTY_REAL_TOPIC, "")
+            commits = [m for m in self._query(real, txid) if m.uniq_key == txid
+                       and m.sys_flag & TRANSACTION_MASK == TRANSACTION_COMMIT_TYPE]
+            ops = [m for m in self._query(OP_TOPIC, txid) if txid in m.keys]
+        known = self._known_ops()
         for m in ops:
             try:
-                d.op_offsets.add(int(m.body.decode("ascii")))
+                known.add((m.queue_id, int(m.body.decode("ascii"))))
             except (UnicodeDecodeError, ValueError):
                 pass
-        return d
+        if commits or ops:
+            state = TRANSACTION_COMMIT_TYPE if commits else TRANSACTION_ROLLBACK_TYPE
+        elif (half.queue_id, half.queue_offset) in known:
+            state = TRANSACTION_NOT_TYPE
+        else:
+            return None
+        self._remember(half, state)
+        return state
+
+    def _known_ops(self) -> set[tuple[int, int]]:
+        """(half queue, half offset) of every op record from the settled op offsets on."""
+        if self._op_offsets is None:
+            known: set[tuple[int, int]] = set()
+            tc = self.topics.get(HALF_TOPIC)
+            for qid in range(tc.read_queue_nums if tc else 1):
+                scan = _OpScan(self.store, qid, self._settled(OP_TOPIC, qid), 0)
+                while not scan.exhausted:
+                    scan.fill()
+                known.update((qid, o) for o in scan.seen)
+            self._op_offsets = known
+        return self._op_offsets
 
     def store_index_off(self) -> bool:
         return getattr(getattr(self.store, "cfg", None), "message_index_enable", True) is False
@@ -339,21 +370,25 @@ class TransactionalMessageService:
             return []
         return list(self.store.query_message(topic, key, 64).messages)
 
-    def _remember(self, half: MessageExt, state: int) -> _Decision:
+    def _remember(self, half: MessageExt, state: int) -> None:
+        if not half.uniq_key:
+            return
         with self._decided_lock:
-            d = self._decided.get(half.uniq_key or "")
-            if d is None:
-                d = self._decided[half.uniq_key or ""] = _Decision(state)
-                while len(self._decided) > 200_000:
-                    self._decided.popitem(last=False)
-            return d
+            self._decided.setdefault(half.uniq_key, state)
+            while len(self._decided) > MAX_REMEMBERED:
+                self._decided.popitem(last=False)
+                self._evicted = True
 
-    def _write_op_once(self, half: MessageExt, d: _Decision) -> None:
-        if half.queue_offset in d.op_offsets:
+    def _write_op_once(self, half: MessageExt) -> None:
+        """The op record of this half record, unless it has one or the check settled past it."""
+        key = (half.queue_id, half.queue_offset)
+        known = self._known_ops()
+        if key in known or half.queue_offset < self.offsets.query(SYS_GROUP, HALF_TOPIC,
+                                                                  half.queue_id):
             return
         r = self.put(op_message(half))
         if r.status.name in _STORED:
-            d.op_offsets.add(half.queue_offset)
+            known.add(key)
         else:  # the check service asks again; the decision above answers it
             log.error("op record for %s (half offset %d) not written: %s", half.uniq_key,
                       half.queue_offset, r.status.name)
@@ -384,8 +419,10 @@ class TransactionalMessageService:
         check requests for what is old enough to ask about (blocking)."""
         clock = now_ms or (lambda: int(time.time() * 1000))
         tc = self.topics.get(HALF_TOPIC)
-        if tc is None:
-            return []
+        if tc is None:  # half records without a topic config (say, a store from elsewhere)
+            if self.store.get_max_offset_in_queue(HALF_TOPIC, 0) <= 0:
+                return []
+            tc = self.topics.create(HALF_TOPIC, 1)
         out: list[CheckRequest] = []
         for qid in range(tc.read_queue_nums):
             out += self._check_queue(qid, clock)
@@ -400,8 +437,9 @@ class TransactionalMessageService:
         half_off, op_off = self._settled(HALF_TOPIC, qid), self._settled(OP_TOPIC, qid)
         ops = _OpScan(self.store, qid, op_off, half_off)
         out: list[CheckRequest] = []
+        end = self.store.get_max_offset_in_queue(HALF_TOPIC, qid)  # copies made now wait
         i, nulls = half_off, 0
-        while clock() - start <= MAX_PROCESS_TIME_MS:
+        while i < end and clock() - start <= MAX_PROCESS_TIME_MS:
             if ops.pop(i):
                 i += 1
                 continue
@@ -419,6 +457,8 @@ class TransactionalMessageService:
             i += step
         if i != half_off:
             self.offsets.commit(SYS_GROUP, HALF_TOPIC, qid, i)
+            if self._op_offsets is not None:  # settled: no END_TRANSACTION names these again
+                self._op_offsets = {k for k in self._op_offsets if k[0] != qid or k[1] >= i}
         new_op = ops.settled_offset()
         if new_op != op_off:
             self.offsets.commit(SYS_GROUP, OP_TOPIC, qid, new_op)
@@ -449,7 +489,7 @@ class TransactionalMessageService:
                     props[PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET] = str(m.queue_offset)
                     return 1 if self._put_ok(renewed_half(m, props)) else None
                 if prep != -1:
-                    if ops.find(prep):
+                    if ops.find(prep) or self._settle_if_decided(m):
                         return 1
                     return 1 if self._put_ok(renewed_half(m, props)) else None
         elif 0 <= age < immunity:
@@ -459,9 +499,7 @@ class TransactionalMessageService:
         if not (age > immunity or age <= -1):
             return None
         with self._lock_for(m):
-            d = self.decision(m)
-            if d is not None:  # decided through another copy of it
-                self._write_op_once(m, d)
+            if self._settle_if_decided(m):  # decided through another copy of it
                 return 1
             r = self.put(renewed_half(m, props))
         if r.status.name not in _STORED:
@@ -473,6 +511,12 @@ class TransactionalMessageService:
         if group:
             out.append(CheckRequest(group, check_request(copy)))
         return 1
+
+    def _settle_if_decided(self, m: MessageExt) -> bool:
+        if self.decision(m) is None:
+            return False
+        self._write_op_once(m)
+        return True
 
     def _put_ok(self, msg: Message) -> bool:
         return self.put(msg).status.name in _STORED
@@ -535,17 +579,20 @@ class TransactionalMessageCheckService:
     async def run_once(self) -> int:
         """One pass; returns how many producers were asked."""
         sent = 0
+        missing: dict[str, int] = {}
         for req in await self.run(self.service.check):
             conn = self.connection_for(req.group)
             if conn is None:
-                log.warning("transaction check for group %s: no live producer connection",
-                            req.group)
+                missing[req.group] = missing.get(req.group, 0) + 1
                 continue
             try:
                 conn.notify(req.command)
                 sent += 1
             except Exception as exc:  # a closing connection: the next pass asks again
                 log.warning("transaction check for group %s failed: %s", req.group, exc)
+        for group, n in missing.items():
+            log.warning("transaction check: %d half message(s) of producer group %s, which has "
+                        "no live producer connection; asking again next pass", n, group)
         return sent
 
 

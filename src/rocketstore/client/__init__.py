@@ -9,6 +9,7 @@
 Blocking classes run on a shared background event loop; ``Async*`` classes are the same code
 for asyncio programs.
 """
+from .admin import AdminClient, AsyncAdminClient
 from .consumer import (AsyncPullConsumer, MessageSelector, PullConsumer, PullResult,
                        decode_messages)
 from .instance import ClientInstance, MessageQueue
@@ -18,6 +19,7 @@ from .transaction import (AsyncTransactionProducer, LocalTransactionState, Trans
                           TransactionSendResult)
 
 __all__ = ["AsyncProducer", "Producer", "SendResult", "AsyncPullConsumer", "PullConsumer",
-           "PullResult", "MessageSelector", "AsyncPushConsumer", "PushConsumer", "ClientInstance", "MessageQueue",
+           "AdminClient", "AsyncAdminClient", "PullResult", "MessageSelector",
+           "AsyncPushConsumer", "PushConsumer", "ClientInstance", "MessageQueue",
            "allocate_average", "decode_messages", "AsyncTransactionProducer",
            "LocalTransactionState", "TransactionProducer", "TransactionSendResult"]

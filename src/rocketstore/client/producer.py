@@ -61,7 +61,9 @@ def build_properties(tags: str | None, keys: Sequence[str] | str | None,
     if delay_level:
         props[PROPERTY_DELAY_TIME_LEVEL] = str(delay_level)
     props.setdefault(PROPERTY_WAIT_STORE_MSG_OK, "true")
-    props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_key or create_uniq_key()
+    # as RocketMQ's MessageClientIDSetter: a UNIQ_KEY the caller set is kept
+    props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = (
+        uniq_key or props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or create_uniq_key())
     return props
 
 
@@ -139,8 +141,10 @@ class AsyncProducer:
         raise ConnectionError(f"send to {topic} failed after {attempts} attempts: {last}")
 
     async def send_batch(self, topic: str, messages: Sequence[Message | bytes], *,
-                         queue_id: int | None = None, sharding_key: object = None) -> SendResult:
-        """Send many messages to one queue in one request (no delay levels in a batch)."""
+                         queue_id: int | None = None, sharding_key: object = None,
+                         mq: MessageQueue | None = None) -> SendResult:
+        """Send many messages to one queue in one request (no delay levels in a batch);
+        ``mq`` names the queue exactly (broker and queue id) when several brokers serve it."""
         if not messages:
             raise ValueError("empty batch")
         entries, ids = [], []
@@ -151,7 +155,7 @@ class AsyncProducer:
             props.pop(PROPERTY_WAIT_STORE_MSG_OK, None)
             ids.append(props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX])
             entries.append(BatchEntry(bytes(m.body), props, m.flag))
-        mq = await self._pick(topic, queue_id, sharding_key)
+        mq = mq or await self._pick(topic, queue_id, sharding_key)
         header = {"producerGroup": self.group, "topic": topic, "defaultTopic": "TBW102",
                   "defaultTopicQueueNums": 4, "queueId": mq.queue_id, "sysFlag": 0,
                   "bornTimestamp": int(time.time() * 1000), "flag": 0,

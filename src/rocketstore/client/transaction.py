@@ -19,8 +19,9 @@ half message no consumer sees. If the broker stored it (SEND_OK), the local-tran
 runs — in the caller's thread for the blocking class — and its answer goes to the broker in an
 END_TRANSACTION: COMMIT_MESSAGE delivers the message, ROLLBACK_MESSAGE drops it, UNKNOW (or an
 exception in the callback) leaves it for the broker's check. The transaction id is the message's
-UNIQ_KEY. The producer heartbeats its group to every broker of the cluster (at start and every
-``heartbeat_interval_s``), so the broker can ask it — or any other live producer of the group,
+UNIQ_KEY. The producer heartbeats its group to every broker of the cluster (at start, every
+``heartbeat_interval_s``, and at once to a broker it stores a half message on for the first
+time), so the broker can ask it — or any other live producer of the group,
 for instance one started after this process died — CHECK_TRANSACTION_STATE; the check listener
 gets the message (a ``MessageExt`` on its real topic) on a worker thread and its answer goes back
 as an END_TRANSACTION marked ``fromTransactionCheck``.
@@ -35,6 +36,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping, Sequence, Union
 
+from ..errors import BrokerError
 from ..format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_PRODUCER_GROUP,
                               PROPERTY_TRANSACTION_PREPARED, TRANSACTION_COMMIT_TYPE,
                               TRANSACTION_NOT_TYPE, TRANSACTION_PREPARED_TYPE,
@@ -103,6 +105,7 @@ class AsyncTransactionProducer:
         self._stop = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         self._heartbeat_task: asyncio.Task | None = None
+        self._registered: set[str] = set()  # brokers that have had a heartbeat from us
         self.instance.on_broker_request.append(self._on_broker_request)
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -131,14 +134,18 @@ class AsyncTransactionProducer:
         return out
 
     async def heartbeat(self) -> None:
+        for addr in await self.brokers():
+            await self._heartbeat_to(addr)
+
+    async def _heartbeat_to(self, addr: str) -> None:
         body = json.dumps({"clientID": self.instance.client_id,
                            "producerDataSet": [{"groupName": self.group}],
                            "consumerDataSet": []}).encode()
-        for addr in await self.brokers():
-            try:
-                await self.instance.invoke(addr, RequestCode.HEART_BEAT, None, body)
-            except (ConnectionError, TimeoutError) as exc:
-                log.warning("heartbeat to %s failed: %s", addr, exc)
+        try:
+            await self.instance.invoke(addr, RequestCode.HEART_BEAT, None, body)
+            self._registered.add(addr)
+        except (ConnectionError, TimeoutError, BrokerError) as exc:
+            log.warning("heartbeat to %s failed: %s", addr, exc)
 
     async def _heartbeat_loop(self) -> None:
         while not await sleep_or(self._stop, self.heartbeat_interval_s):
@@ -176,6 +183,9 @@ class AsyncTransactionProducer:
         r = await self.producer.send(topic, body, tags=tags, keys=keys, properties=props,
                                      queue_id=queue_id, sharding_key=sharding_key, flag=flag,
                                      sys_flag=TRANSACTION_PREPARED_TYPE)
+        addr = await self.instance.broker_addr(r.message_queue)
+        if addr not in self._registered:  # a broker that may ask us: make sure it knows us
+            await self._heartbeat_to(addr)
         props = build_properties(tags, keys, props, uniq_key=r.msg_id)
         return r, Message(topic=topic, body=body, properties=props,
                           queue_id=r.message_queue.queue_id, flag=flag)

@@ -2,6 +2,7 @@
 
     rocketstore query --store DIR --topic T --key K [--begin ISO] [--end ISO] [--max N] [--json]
     rocketstore query --store DIR --msg-id ID [--topic T] [--json]
+    rocketstore query --namesrv ADDR | --broker ADDR ...   (the same, through a running broker)
 
 ``--key`` is exact (topic and KEYS piece or UNIQ_KEY must match; hash collisions never show),
 newest first, at most ``--max`` (capped by ``max_msgs_num_batch``, 64 unless configured).
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import click
 
-from ._common import emit_json, json_option, parse_time_ms, store_option
+from ._common import emit_json, json_option, parse_time_ms
 from .store_cmds import config_option, message_dict, open_store_read_only
 
 
@@ -45,7 +46,10 @@ def _iso(ms: int) -> str:
 
 
 @click.command("query")
-@store_option
+@click.option("--store", "store_dir", default=None, type=click.Path(file_okay=False),
+              help="Store root directory (or --namesrv / --broker for a running broker).")
+@click.option("--namesrv", default=None, metavar="HOST:PORT", help="Query through a name server.")
+@click.option("--broker", default=None, metavar="HOST:PORT", help="Query through one broker.")
 @click.option("--topic", default=None, help="Topic (required with --key).")
 @click.option("--key", default=None, help="Message key or unique key, matched exactly.")
 @click.option("--msg-id", "msg_id", default=None, help="Offset message id (or a unique key).")
@@ -56,7 +60,8 @@ def _iso(ms: int) -> str:
 @click.option("--body/--no-body", default=True, show_default=True, help="Include bodies.")
 @config_option
 @json_option
-def command(store_dir, topic, key, msg_id, begin, end, max_num, body, config, as_json):
+def command(store_dir, namesrv, broker, topic, key, msg_id, begin, end, max_num, body, config,
+            as_json):
     """Query messages by key (exact, newest first) or by message id."""
     if (key is None) == (msg_id is None):
         raise click.UsageError("give exactly one of --key and --msg-id")
@@ -66,6 +71,23 @@ def command(store_dir, topic, key, msg_id, begin, end, max_num, body, config, as
         raise click.UsageError("--max must be positive")
     begin_ms = parse_time_ms(begin) or 0
     end_ms = parse_time_ms(end)
+    from .live import check_target, query_via_broker
+    if check_target(namesrv, broker, store_dir) != "--store":
+        msgs, how, meta = query_via_broker(namesrv, broker, topic, key, msg_id, max_num,
+                                           begin_ms, end_ms)
+        out = {"query": {"topic": topic, "key": key, "msg_id": msg_id, "begin": begin_ms,
+                         "end": end_ms, "max": max_num, "matched_by": how},
+               "count": len(msgs), **meta,
+               "messages": [message_dict(m, with_body=body) for m in msgs]}
+    else:
+        out = _query_store(store_dir, config, topic, key, msg_id, max_num, begin_ms, end_ms, body)
+        msgs = out["messages"]
+    _print(out, topic, key, msg_id, body, as_json)
+    if msg_id is not None and not msgs:
+        raise SystemExit(1)
+
+
+def _query_store(store_dir, config, topic, key, msg_id, max_num, begin_ms, end_ms, body) -> dict:
     with open_store_read_only(store_dir, config) as store:
         if key is not None:
             q = store.query_message(topic, key, max_num=max_num, begin=begin_ms, end=end_ms)
@@ -79,6 +101,11 @@ def command(store_dir, topic, key, msg_id, begin, end, max_num, body, config, as
                          "end": end_ms, "max": max_num, "matched_by": how},
                "count": len(msgs), **meta,
                "messages": [message_dict(m, with_body=body) for m in msgs]}
+    return out
+
+
+def _print(out: dict, topic, key, msg_id, body, as_json) -> None:
+    msgs = out["messages"]
     if as_json:
         emit_json(out)
     else:
@@ -91,5 +118,3 @@ def command(store_dir, topic, key, msg_id, begin, end, max_num, body, config, as
             if body:
                 line += f" body={m.get('body', m.get('body_hex', ''))[:80]!r}"
             click.echo(line)
-    if msg_id is not None and not msgs:
-        raise SystemExit(1)

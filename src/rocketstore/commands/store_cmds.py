@@ -101,7 +101,10 @@ def put(store_dir, topic, tags, keys, queue_id, props, config, as_json, bodies):
 
 
 @click.command("get")
-@store_option
+@click.option("--store", "store_dir", default=None, type=click.Path(file_okay=False),
+              help="Store root directory (or --namesrv / --broker for a running broker).")
+@click.option("--namesrv", default=None, metavar="HOST:PORT", help="Read through a name server.")
+@click.option("--broker", default=None, metavar="HOST:PORT", help="Read through one broker.")
 @click.option("--topic", required=True)
 @click.option("--queue", "queue_id", required=True, type=int)
 @click.option("--offset", required=True, type=int)
@@ -109,17 +112,23 @@ def put(store_dir, topic, tags, keys, queue_id, props, config, as_json, bodies):
 @click.option("--subscription", default=None, help='Tag expression, e.g. "TagA || TagB".')
 @config_option
 @json_option
-def get(store_dir, topic, queue_id, offset, max_msgs, subscription, config, as_json):
-    """Read messages of one queue from OFFSET."""
-    with open_store_read_only(store_dir, config) as store:
-        g = store.get_message("cli", topic, queue_id, offset, max_msgs, subscription)
-    res = {"status": g.status.name, "next_begin_offset": g.next_begin_offset,
-           "min_offset": g.min_offset, "max_offset": g.max_offset,
-           "messages": [message_dict(m) for m in g.messages]}
+def get(store_dir, namesrv, broker, topic, queue_id, offset, max_msgs, subscription, config,
+        as_json):
+    """Read messages of one queue from OFFSET (from a store, or through a running broker)."""
+    from .live import check_target, get_via_broker
+    if check_target(namesrv, broker, store_dir) != "--store":
+        res = get_via_broker(namesrv, broker, topic, queue_id, offset, max_msgs, subscription)
+    else:
+        with open_store_read_only(store_dir, config) as store:
+            g = store.get_message("cli", topic, queue_id, offset, max_msgs, subscription)
+        res = {"status": g.status.name, "next_begin_offset": g.next_begin_offset,
+               "min_offset": g.min_offset, "max_offset": g.max_offset,
+               "messages": [message_dict(m) for m in g.messages]}
     if as_json:
         emit_json(res)
         return
-    click.echo(f"{res['status']} next={g.next_begin_offset} min={g.min_offset} max={g.max_offset}")
+    click.echo(f"{res['status']} next={res['next_begin_offset']} min={res['min_offset']} "
+               f"max={res['max_offset']}")
     for m in res["messages"]:
         body = m.get("body", m.get("body_hex", ""))
         click.echo(f"  [{m['queue_offset']}] {m['msg_id']} tags={m['tags']} keys={','.join(m['keys'])} "
@@ -139,6 +148,7 @@ def inspect(store_dir, config, as_json):
             "read_only": True,
             "last_exit_ok": store.last_exit_ok,
             "recovery": vars(store.recovery_report),
+            "dispatch": store.dispatch_health().to_dict(),
             "commitlog": {"segment_size": cl.file_size, "min_offset": cl.min_offset(),
                           "max_offset": cl.max_offset(),
                           "segments": [{"name": mf.name, "wrote": mf.wrote_position}
@@ -158,6 +168,11 @@ def inspect(store_dir, config, as_json):
     click.echo(f"store {info['root']}  (last exit {'clean' if info['last_exit_ok'] else 'UNCLEAN'})")
     click.echo(f"commitlog: {len(c['segments'])} segment(s) of {c['segment_size']} bytes, "
                f"offsets {c['min_offset']}..{c['max_offset']}")
+    d = info["dispatch"]
+    click.echo(f"dispatch: {'ok' if d['ok'] else 'FAILING: ' + str(d['error'])}, "
+               f"{d['behind_bytes']} byte(s) behind")
+    for note in info["recovery"].get("notes", []):
+        click.echo(f"recovery note: {note}")
     for t, qs in info["topics"].items():
         click.echo(f"topic {t}: " + ", ".join(f"q{q['queue_id']}[{q['min_offset']}..{q['max_offset']})" for q in qs))
     for f in info["index"]:

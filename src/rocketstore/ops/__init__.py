@@ -18,7 +18,7 @@ class OpsServices:
     def __init__(self, broker: Any, *, host: str = "127.0.0.1", metrics_port: int | None = None,
                  console_port: int | None = None) -> None:
         from .metrics import BrokerCollector, new_registry
-        from .stats import HandlerLatency, TpsSampler
+        from .stats import HandlerLatency, TpsSampler, broker_totals
 
         self.broker = broker
         self.host = host
@@ -26,7 +26,7 @@ class OpsServices:
         self.registry = new_registry()
         self.latency = HandlerLatency(self.registry)
         if self.state.broker_stats is not None:
-            self.state.tps = TpsSampler(self.state.broker_stats)
+            self.state.tps = TpsSampler(broker_totals(self.state.broker_stats))
         self.registry.register(BrokerCollector(self.state))
         broker.handler_wrappers.append(self.latency.instrument)
         self.metrics_port = metrics_port
@@ -48,7 +48,8 @@ class OpsServices:
                 urls["metrics"] = self.metrics.url
             if self.console_port is not None:
                 from .console import ConsoleServer
-                self.console = ConsoleServer(self.state, self.host, self.console_port,
+                from .sources import LocalSource
+                self.console = ConsoleServer(LocalSource(self.state), self.host, self.console_port,
                                              registry=self.registry)
                 self.console.start()
                 urls["console"] = self.console.url

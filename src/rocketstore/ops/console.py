@@ -1,10 +1,10 @@
 """The web console: a Starlette app over ``ops.views``, served by uvicorn in its own thread.
 
-Theory of operation: every page is a server-rendered Jinja2 template over one view function
-(overview, topics, one topic, groups, one group, message search, one message); the same data
-is served as JSON under ``/api/`` for scripts. The only script in the pages draws the live TPS
+Theory of operation: every page is a server-rendered Jinja2 template over what one call to the
+console's *source* returns (``ops.sources``: overview, topics, one topic, groups, one group,
+message search, one message); the same data is served as JSON under ``/api/`` for scripts. The only script in the pages draws the live TPS
 chart with uPlot (vendored under ``static/``, nothing loads from elsewhere) from ``/api/tps``,
-which reads the broker's ``TpsSampler``. Handlers are plain functions, which Starlette runs on
+which the source samples once a second. Handlers are plain functions, which Starlette runs on
 its worker threads: a slow search never blocks the console's loop, and the console's loop is
 not the broker's — ``ConsoleServer`` runs uvicorn on a thread of its own, on a socket bound
 before the thread starts (so a busy port is an ``OSError`` at start, not a dead thread).
@@ -29,7 +29,6 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from . import views
-from .state import OpsState
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAX_RESULTS = 500
@@ -95,18 +94,19 @@ def _plain(obj: Any) -> Any:
 
 # -- the app --------------------------------------------------------------------------------------
 class Console:
-    """The console's pages and API over one ``OpsState``."""
+    """The console's pages and API over one source (``ops.sources``)."""
 
-    def __init__(self, state: OpsState, registry: Any = None) -> None:
-        self.state = state
+    def __init__(self, source: Any, registry: Any = None) -> None:
+        self.source = source
         self.templates = Jinja2Templates(directory=os.path.join(HERE, "templates"))
         env = self.templates.env
         env.filters.update(ts=fmt_ts, bytes=fmt_bytes, duration=fmt_duration)
-        env.globals.update(state=state, now_ms=views.now_ms)
+        env.globals.update(source=source, now_ms=views.now_ms)
         routes = [Route("/", self.overview), Route("/topics", self.topics),
                   Route("/topics/{topic:path}", self.topic), Route("/groups", self.groups),
                   Route("/groups/{group:path}", self.group), Route("/messages", self.messages),
                   Route("/message/{msg_id}", self.message),
+                  Route("/message/{msg_id}/body", self.message_body),
                   Route("/api/overview", self.api_overview), Route("/api/topics", self.api_topics),
                   Route("/api/groups", self.api_groups), Route("/api/messages", self.api_messages),
                   Route("/api/tps", self.api_tps),
@@ -117,39 +117,9 @@ class Console:
             routes.append(Mount("/metrics", make_asgi_app(registry)))
         self.app = Starlette(routes=routes)
 
-    def _store(self) -> Any:
-        store = self.state.store()
-        if store is None:
-            raise RuntimeError("the store is not open (the broker is starting or stopping)")
-        return store
-
     def _page(self, request: Request, name: str, status: int = 200, **ctx: Any) -> Response:
         ctx.setdefault("active", name.split(".")[0])
         return self.templates.TemplateResponse(request, name, ctx, status_code=status)
-
-    # -- data -----------------------------------------------------------------------------------
-    def overview_data(self) -> dict:
-        st, store = self.state, self._store()
-        rt = views.store_runtime(store, st.store_config)
-        tvs = views.topic_views(store, st.topics, st.broker_name)
-        groups = views.group_names(st.offsets, st.consumers, st.subgroups)
-        tps = st.tps.series() if st.tps is not None else None
-        last = {k: (v[-1] if v else 0.0) for k, v in tps.items()} if tps else {}
-        info = None
-        if st.broker_config is not None:
-            from ..broker.admin_views import runtime_info
-            info = runtime_info(store, st.store_config, st.broker_config, st.broker_stats)
-        return {"cluster": st.cluster_name, "broker": st.broker_name, "broker_id": 0,
-                "addr": st.broker_addr, "namesrv": st.namesrv_addr,
-                "store": st.store_config.store_path_root_dir, "read_only": st.read_only,
-                "started_ms": st.started_ms, "uptime_ms": views.now_ms() - st.started_ms,
-                "runtime": rt, "topics": sum(1 for t in tvs if not t.system),
-                "system_topics": sum(1 for t in tvs if t.system),
-                "messages": sum(t.messages for t in tvs if not t.system), "groups": len(groups),
-                "connections": st.connections(),
-                "totals": st.tps.totals() if st.tps is not None else None,
-                "put_tps": last.get("put_tps", 0.0), "get_tps": last.get("get_tps", 0.0),
-                "runtime_info": info}
 
     def search(self, params: Any) -> tuple[str, dict, list[views.MessageView]]:
         """Run the search the query string asks for: (mode, form values, results)."""
@@ -158,17 +128,17 @@ class Console:
                 for k in ("topic", "key", "msg_id", "begin", "end", "offset", "max")}
         max_num = int(form["max"]) if form["max"].isdigit() else 64
         max_num = max(1, min(max_num, MAX_RESULTS))
-        store = self._store()
+        src = self.source
         begin = parse_time(form["begin"], "begin")
         end = parse_time(form["end"], "end")
         if mode == "key":
             if not (form["topic"] and form["key"]):
                 return mode, form, []
-            found = views.find_by_key(store, form["topic"], form["key"], max_num, begin or 0, end)
+            found = src.find_by_key(form["topic"], form["key"], max_num, begin or 0, end)
         elif mode == "id":
             if not form["msg_id"]:
                 return mode, form, []
-            found = views.find_by_id(store, form["msg_id"], form["topic"] or None)
+            found = src.find_by_id(form["msg_id"], form["topic"] or None)
         elif mode == "time":
             if not form["topic"]:
                 return mode, form, []
@@ -177,59 +147,54 @@ class Console:
             end = end if end is not None else views.now_ms()
             if end < begin:
                 raise ValueError("end: the window ends before it begins")
-            found = views.find_by_time(store, form["topic"], begin, end, max_num)
+            found = src.find_by_time(form["topic"], begin, end, max_num)
         elif mode == "offset":
             if not form["offset"]:
                 return mode, form, []
             if not form["offset"].isdigit():
                 raise ValueError(f"offset: {form['offset']!r} is not a CommitLog offset")
-            found = views.find_by_offset(store, int(form["offset"]))
+            found = src.find_by_offset(int(form["offset"]))
         else:
             raise ValueError(f"mode: unknown search {mode!r} (key, id, time or offset)")
         return mode, form, found
 
     # -- pages ----------------------------------------------------------------------------------
     def overview(self, request: Request) -> Response:
-        return self._page(request, "overview.html", o=self.overview_data())
+        return self._page(request, "overview.html", o=self.source.overview())
 
     def topics(self, request: Request) -> Response:
         show_system = request.query_params.get("system") == "1"
-        tvs = views.topic_views(self._store(), self.state.topics, self.state.broker_name)
+        tvs = self.source.topics()
         shown = [t for t in tvs if show_system or not t.system]
         return self._page(request, "topics.html", topics=shown, show_system=show_system,
                           hidden=len(tvs) - len(shown))
 
     def topic(self, request: Request) -> Response:
         name = request.path_params["topic"]
-        store = self._store()
-        if name not in views.topic_names(store, self.state.topics):
+        tv = self.source.topic(name)
+        if tv is None:
             return self._page(request, "error.html", 404, active="topics",
                               message=f"topic {name!r} does not exist")
-        tv = views.topic_view(store, self.state.topics, name, self.state.broker_name)
-        gvs = [g for g in self._group_views(store) if name in g.topics]
+        gvs = [g for g in self.source.groups() if name in g.topics]
         return self._page(request, "topic.html", active="topics", t=tv, groups=gvs)
 
-    def _group_views(self, store: Any) -> list[views.GroupView]:
-        st = self.state
-        return views.group_views(store, st.topics, st.offsets, st.consumers, st.subgroups,
-                                 broker_name=st.broker_name, stats=st.broker_stats)
-
     def groups(self, request: Request) -> Response:
-        gvs = self._group_views(self._store())
-        return self._page(request, "groups.html", groups=gvs)
+        show_system = request.query_params.get("system") == "1"
+        gvs = self.source.groups()
+        shown = [g for g in gvs if show_system or not g.system]
+        return self._page(request, "groups.html", groups=shown, show_system=show_system,
+                          hidden=len(gvs) - len(shown))
 
     def group(self, request: Request) -> Response:
         name = request.path_params["group"]
-        st = self.state
-        if name not in views.group_names(st.offsets, st.consumers, st.subgroups):
+        g = self.source.group(name)
+        if g is None:
             return self._page(request, "error.html", 404, active="groups",
                               message=f"consumer group {name!r} is not known to this broker")
-        g = views.group_view(self._store(), st.topics, st.offsets, st.consumers, name,
-                             broker_name=st.broker_name, stats=st.broker_stats)
         return self._page(request, "group.html", active="groups", g=g)
 
     def messages(self, request: Request) -> Response:
-        topics = [t for t in views.topic_names(self._store(), self.state.topics)]
+        topics = self.source.topic_names()
         try:
             mode, form, found = self.search(request.query_params)
         except ValueError as exc:
@@ -243,22 +208,29 @@ class Console:
 
     def message(self, request: Request) -> Response:
         msg_id = request.path_params["msg_id"]
-        found = views.find_by_id(self._store(), msg_id)
+        found = self.source.find_by_id(msg_id, None)
         if not found:
             return self._page(request, "error.html", 404, active="messages",
                               message=f"no message with id {msg_id!r}")
         return self._page(request, "message.html", active="messages", m=found[0])
 
+    def message_body(self, request: Request) -> Response:
+        msg_id = request.path_params["msg_id"]
+        body = self.source.body(msg_id)
+        if body is None:
+            return Response(f"no message with id {msg_id!r}\n", 404, media_type="text/plain")
+        return Response(body, media_type="application/octet-stream", headers={
+            "Content-Disposition": f'attachment; filename="{msg_id}.bin"'})
+
     # -- JSON -----------------------------------------------------------------------------------
     def api_overview(self, request: Request) -> Response:
-        return JSONResponse(_plain(self.overview_data()))
+        return JSONResponse(_plain(self.source.overview()))
 
     def api_topics(self, request: Request) -> Response:
-        return JSONResponse(_plain(views.topic_views(self._store(), self.state.topics,
-                                                     self.state.broker_name)))
+        return JSONResponse(_plain(self.source.topics()))
 
     def api_groups(self, request: Request) -> Response:
-        return JSONResponse(_plain(self._group_views(self._store())))
+        return JSONResponse(_plain(self.source.groups()))
 
     def api_messages(self, request: Request) -> Response:
         try:
@@ -268,20 +240,21 @@ class Console:
         return JSONResponse(_plain(found))
 
     def api_tps(self, request: Request) -> Response:
-        if self.state.tps is None:
-            return JSONResponse({"available": False})
         try:
             since = float(request.query_params.get("since") or 0)
         except ValueError:
             since = 0.0
-        return JSONResponse({"available": True, **self.state.tps.series(since)})
+        series = self.source.tps(since)
+        if series is None:
+            return JSONResponse({"available": False})
+        return JSONResponse({"available": True, **series})
 
 
 class ConsoleServer:
     """uvicorn serving a ``Console`` on its own thread and event loop."""
 
-    def __init__(self, state: OpsState, host: str, port: int, *, registry: Any = None) -> None:
-        self.console = Console(state, registry)
+    def __init__(self, source: Any, host: str, port: int, *, registry: Any = None) -> None:
+        self.console = Console(source, registry)
         self.host = host
         self.port = port
         self._server: Any = None

@@ -8,6 +8,7 @@ drops it in ``stop()``: a scrape during shutdown sees ``None`` and reports what 
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -57,3 +58,64 @@ class OpsState:
     def connections(self) -> dict[str, int]:
         return {getattr(s, "name", "server"): len(getattr(s, "channels", ()))
                 for s in self.servers()}
+
+
+class StoreDirectorySource:
+    """A store directory read beside (or without) its broker: a read-only open, renewed.
+
+    A read-only open sees the store as of the moment it was made, so the source reopens it —
+    and re-reads ``config/*.json`` — when the last open is older than ``refresh_s``. The
+    previous open stays usable until the next renewal (a request that started on it finishes
+    on it), then it is closed. Nothing is ever written: no lock, no abort file, no config.
+    """
+
+    def __init__(self, path: str, refresh_s: float = 5.0) -> None:
+        import threading
+
+        from ..store.message_store import MessageStore
+
+        self.path = os.path.abspath(path)
+        self.refresh_s = refresh_s
+        self._lock = threading.Lock()
+        self._open_fn = MessageStore.open_read_only
+        self.store = self._open_fn(self.path)  # NotAStoreError for a directory that is not one
+        self._previous: Any = None
+        self._opened = time.monotonic()
+        self.state = OpsState(store=self.current, store_config=self.store.cfg,
+                              topics=None, offsets=None, read_only=True,
+                              broker_name=os.path.basename(self.path.rstrip(os.sep)) or "store")
+        self._load_config()
+
+    def _load_config(self) -> None:
+        from ..broker.consumers import ConsumerManager
+        from ..broker.producers import ProducerManager
+        from ..broker.state import ConsumerOffsetManager, TopicConfigManager
+        from ..broker.subgroups import SubscriptionGroupManager
+
+        config_dir = os.path.join(self.path, "config")
+        st = self.state
+        st.topics = TopicConfigManager(config_dir)
+        st.offsets = ConsumerOffsetManager(config_dir)
+        st.subgroups = SubscriptionGroupManager(config_dir, auto_create=False)
+        st.consumers, st.producers = ConsumerManager(), ProducerManager()  # nobody is online
+
+    def current(self) -> Any:
+        if self.refresh_s > 0 and time.monotonic() - self._opened >= self.refresh_s:
+            with self._lock:
+                if time.monotonic() - self._opened >= self.refresh_s:
+                    self._renew()
+        return self.store
+
+    def _renew(self) -> None:
+        fresh = self._open_fn(self.path)
+        old_previous, self._previous, self.store = self._previous, self.store, fresh
+        self._opened = time.monotonic()
+        self._load_config()
+        if old_previous is not None:
+            old_previous.shutdown()
+
+    def close(self) -> None:
+        for s in (self._previous, self.store):
+            if s is not None:
+                s.shutdown()
+        self._previous = None

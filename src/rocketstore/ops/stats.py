@@ -80,15 +80,26 @@ def _int(v: Any) -> int:
         return 0
 
 
-class TpsSampler:
-    """Samples the ``BrokerStats`` totals once a second; keeps ``keep`` samples for charts."""
+def broker_totals(stats: Any) -> Callable[[], dict[str, int]]:
+    """The running totals of a ``BrokerStats``, as ``TpsSampler`` reads them."""
+    def totals() -> dict[str, int]:
+        return {"put_msgs": stats.put_msgs.total, "get_msgs": stats.get_found.total,
+                "put_bytes": stats.put_bytes.total, "get_bytes": stats.get_transferred.total}
+    return totals
 
-    def __init__(self, stats: Any, interval_s: float = 1.0, keep: int = 600) -> None:
-        self.stats = stats
+
+class TpsSampler:
+    """Samples running totals (``put_msgs``, ``get_msgs``, ``put_bytes``, ``get_bytes``) every
+    ``interval_s``; keeps ``keep`` samples for charts."""
+
+    def __init__(self, totals: Callable[[], dict[str, int]], interval_s: float = 1.0,
+                 keep: int = 600) -> None:
+        self.totals = totals
         self.interval_s = interval_s
         self.samples: collections.deque = collections.deque(maxlen=keep)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.last_error: Exception | None = None
         self.run_once()
 
     def start(self) -> None:
@@ -106,15 +117,21 @@ class TpsSampler:
         while not self._stop.wait(self.interval_s):
             self.run_once()
 
-    def totals(self) -> dict[str, int]:
-        s = self.stats
-        return {"put_msgs": s.put_msgs.total, "get_msgs": s.get_found.total,
-                "put_bytes": s.put_bytes.total, "get_bytes": s.get_transferred.total}
-
     def run_once(self) -> None:
-        t = self.totals()
+        try:
+            t = self.totals()
+        except Exception as exc:  # a remote broker that does not answer: a gap in the chart
+            self.last_error = exc
+            return
+        self.last_error = None
         self.samples.append((time.time(), t["put_msgs"], t["get_msgs"], t["put_bytes"],
                              t["get_bytes"]))
+
+    def last_totals(self) -> dict[str, int] | None:
+        if not self.samples:
+            return None
+        _, put, get, put_b, get_b = self.samples[-1]
+        return {"put_msgs": put, "get_msgs": get, "put_bytes": put_b, "get_bytes": get_b}
 
     def series(self, since: float = 0.0) -> dict[str, list[float]]:
         """Per-interval rates: ``{"t": [...], "put_tps": [...], "get_tps": [...], ...}``."""

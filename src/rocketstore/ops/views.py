@@ -41,13 +41,8 @@ class PathUsage:
     path: str
     files_bytes: int
     disk_total_bytes: int
-    disk_free_bytes: int
-
-    @property
-    def disk_used_ratio(self) -> float:
-        if self.disk_total_bytes <= 0:
-            return 0.0
-        return (self.disk_total_bytes - self.disk_free_bytes) / self.disk_total_bytes
+    disk_free_bytes: int  # usable by the broker (not counting blocks reserved for root)
+    disk_used_ratio: float  # RocketMQ's: used / (used + usable), as ``df`` and mqadmin show
 
 
 @dataclass
@@ -93,7 +88,7 @@ def path_usage(kind: str, path: str) -> PathUsage:
         total, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
     except OSError:
         total = free = 0
-    return PathUsage(kind, path, _dir_bytes(path), total, free)
+    return PathUsage(kind, path, _dir_bytes(path), total, free, max(0.0, av.disk_ratio(path)))
 
 
 def store_paths(cfg: Any) -> list[tuple[str, str]]:
@@ -200,6 +195,7 @@ class GroupView:
     broker offset, committed offset and lag (``consume_stats``: RocketMQ's consume stats)."""
     group: str
     online: bool
+    system: bool = False
     consume_type: str = ""
     message_model: str = ""
     consume_from_where: str = ""
@@ -224,6 +220,16 @@ class GroupView:
         return out
 
 
+SYSTEM_GROUPS = frozenset({"TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP",
+                           "CID_ONS-HTTP-PROXY", "CID_ONSAPI_PULL", "CID_ONSAPI_PERMISSION",
+                           "CID_ONSAPI_OWNER", "SCHEDULE_CONSUMER", "rocketstore_cli"})
+
+
+def is_system_group(group: str) -> bool:
+    """RocketMQ's built-in groups (``MixAll``), which its dashboard files under "system"."""
+    return group in SYSTEM_GROUPS or group.startswith("CID_RMQ_SYS_")
+
+
 def group_names(offsets: Any, consumers: Any, subgroups: Any = None) -> list[str]:
     """Groups with live clients, committed offsets or a subscription-group config."""
     return [g for g in av.all_group_names(offsets, consumers, subgroups)
@@ -235,7 +241,8 @@ def group_view(store: Any, topics: Any, offsets: Any, consumers: Any, group: str
     """Committed offsets, lag per queue and the live clients of one consumer group."""
     now = now_ms() if now is None else now
     conn = av.consumer_connection(consumers, group)
-    gv = GroupView(group, online=bool(conn and conn["connectionSet"]))
+    gv = GroupView(group, online=bool(conn and conn["connectionSet"]),
+                   system=is_system_group(group))
     if conn is not None:
         gv.consume_type, gv.message_model = conn["consumeType"], conn["messageModel"]
         gv.consume_from_where = conn["consumeFromWhere"]

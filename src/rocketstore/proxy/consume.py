@@ -12,7 +12,8 @@ answers with a status first, then each message with its receipt handle.
 ``ReviveService`` wakes at the next invisible-time deadline (at least every
 ``revive_interval_s``) and revives what is due: a copy on ``%RETRY%<group>`` with
 ``reconsume_times + 1``, the same UNIQ_KEY and ``RETRY_TOPIC`` = the original topic, or — once the
-message has been delivered ``max_reconsume_times + 1`` times — a copy on ``%DLQ%<group>``.
+message has been delivered ``retryMaxTimes + 1`` times (the group's subscription config;
+the broker's ``maxReconsumeTimes`` without one) — a copy on ``%DLQ%<group>``.
 """
 from __future__ import annotations
 
@@ -53,12 +54,13 @@ class Consumption:
         self._rr = 0  # rotates the first queue a receive looks at
 
     # -- receive -----------------------------------------------------------------------------------
-    def _validate_receive(self, req: Any) -> tuple[str, str, str | None, int, int]:
+    def _validate_receive(self, req: Any) -> tuple[str, str, str | None, int, int, bool]:
         group, topic = req.group.name, req.message_queue.topic.name
         check_group(group)
         check_topic(topic)
         if self.p.topics.get(topic) is None:
             raise ValidationError(pb.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist")
+        fifo = bool(getattr(self.p.group_config(group), "consume_message_orderly", False))
         f = req.filter_expression
         if f.type == pb.SQL:
             raise ValidationError(pb.ILLEGAL_FILTER_EXPRESSION,
@@ -76,33 +78,43 @@ class Consumption:
         batch = req.batch_size or MAX_BATCH
         if not 0 < batch <= MAX_BATCH:
             raise ValidationError(pb.BAD_REQUEST, f"batch size {batch} not in [1, {MAX_BATCH}]")
-        return group, topic, (None if expr == "*" else expr), invisible, batch
+        return group, topic, (None if expr == "*" else expr), invisible, batch, fifo
 
-    def _queues(self, group: str, topic: str, queue_id: int) -> list[tuple[str, int]]:
+    def _queues(self, group: str, topic: str, fifo: bool = False) -> list[tuple[str, int]]:
+        """The group's retry queue, then every queue of the topic from a rotating start. As in
+        the 5.x proxy, the queue named in a receive only picks the broker: a pop reads all of
+        the broker's queues ("broker acting queue", id -1)."""
         tc = self.p.topics.get(topic)
         qs: list[tuple[str, int]] = []
-        if self.p.topics.get(RETRY_PREFIX + group) is not None:
+        if not fifo:  # watched even before it exists: a revive creates it
             qs.append((RETRY_PREFIX + group, 0))
-        if queue_id >= 0:
-            qs.append((topic, queue_id))
-        else:
-            n = tc.read_queue_nums
-            self._rr = (self._rr + 1) % max(n, 1)
-            qs.extend((topic, (self._rr + i) % n) for i in range(n))
+        n = tc.read_queue_nums
+        self._rr = (self._rr + 1) % max(n, 1)
+        qs.extend((topic, (self._rr + i) % n) for i in range(n))
         return qs
 
     def _pop_once(self, group: str, queues: list[tuple[str, int]], expr: str | None,
-                  invisible: int, batch: int) -> tuple[list[tuple[Any, MessageExt]], list]:
-        """Pop up to ``batch`` messages (blocking). Returns [(handle, message)] and the
-        (topic, queue, offset) positions to long-poll on when empty."""
+                  invisible: int, batch: int, fifo: bool = False) -> tuple[list, list]:
+        """Pop up to ``batch`` messages (blocking). Returns [(handle, message, attempt or
+        None)] and the (topic, queue, offset) positions to long-poll on when empty."""
         store = self.p.store
         lock = self._group_locks.setdefault(group, threading.Lock())
-        out: list[tuple[Any, MessageExt]] = []
+        out: list[tuple[Any, MessageExt, int | None]] = []
         positions = []
         with lock:
             for topic, qid in queues:
                 if len(out) >= batch:
                     break
+                if fifo:
+                    found, pos = self._pop_fifo(group, topic, qid, expr, invisible,
+                                                batch - len(out))
+                    out.extend(found)
+                    if pos is not None:
+                        positions.append(pos)
+                    continue
+                if self.p.topics.get(topic) is None:  # the retry topic, not created yet
+                    positions.append((topic, qid, 0))
+                    continue
                 offset = self.p.offsets.query(group, topic, qid)
                 if offset < 0:
                     offset = store.get_min_offset_in_queue(topic, qid)
@@ -119,12 +131,59 @@ class Consumption:
                 ck = self.pop.checkpoint(group, topic, qid, now, invisible,
                                          [(m.queue_offset, m.commitlog_offset) for m in msgs])
                 self.p.offsets.commit(group, topic, qid, g.next_begin_offset)
-                out.extend((self.pop.handle(ck, m.queue_offset), m) for m in msgs)
+                out.extend((self.pop.handle(ck, m.queue_offset), m, None) for m in msgs)
         return out, positions
+
+    def _pop_fifo(self, group: str, topic: str, qid: int, expr: str | None, invisible: int,
+                  room: int) -> tuple[list, tuple | None]:
+        """An orderly pop of one queue (see ``pop``): nothing while the group's batch there is
+        in flight; the batch's unacked messages again once it expired; else the next batch."""
+        store = self.p.store
+        now = int(time.time() * 1000)
+        ck = self.pop.fifo_checkpoint(group, topic, qid)
+        if ck is not None and ck.deadline > now:
+            return [], None  # locked until acked or expired
+        offset = self.p.offsets.query(group, topic, qid)
+        if offset < 0:
+            offset = store.get_min_offset_in_queue(topic, qid)
+        attempt, skip, end = 1, set(), -1
+        if ck is not None:  # expired: the same batch again, without what was acked
+            attempt, skip, end = ck.attempt + 1, set(ck.acked), ck.end
+            offset = min(offset, ck.start_offset)
+        limit = room if end < 0 else max(end - offset, 1)
+        g = store.get_message(group, topic, qid, offset, limit, expr)
+        msgs = [m for m in g.messages if m.queue_offset not in skip] \
+            if g.status.name == "FOUND" else []
+        if not msgs:
+            if ck is not None:  # nothing left of the expired batch: it is done
+                for o in list(ck.pending):
+                    self.pop.ack(ck, o)
+            elif g.status.name in _MOVED and g.next_begin_offset != offset:
+                self.p.offsets.commit(group, topic, qid, g.next_begin_offset)
+                offset = g.next_begin_offset
+            return [], (topic, qid, offset)
+        new_end = end if end >= 0 else g.next_begin_offset
+        max_times = self.p.max_reconsume_times(group)
+        if attempt > max_times + 1:  # attempts used up: dead-letter the batch, move on
+            for m in msgs:
+                self._put_copy(m, group, dlq=True, max_times=max_times)
+            for o in list(ck.pending) if ck is not None else ():
+                self.pop.ack(ck, o)
+            self.p.offsets.commit(group, topic, qid, max(new_end, offset))
+            return [], (topic, qid, new_end)
+        new = self.pop.checkpoint(group, topic, qid, now, invisible,
+                                  [(m.queue_offset, m.commitlog_offset) for m in msgs],
+                                  fifo=True, attempt=attempt, end=new_end, acked=skip)
+        return [(self.pop.handle(new, m.queue_offset), m, attempt) for m in msgs], None
+
+    def fifo_done(self, ck: Any) -> None:
+        """Every message of a FIFO batch is acked: the group's offset moves past it."""
+        if self.p.offsets.query(ck.group, ck.topic, ck.queue_id) < ck.end:
+            self.p.offsets.commit(ck.group, ck.topic, ck.queue_id, ck.end)
 
     async def receive(self, req: Any, context: Any) -> AsyncIterator[Any]:
         try:
-            group, topic, expr, invisible, batch = self._validate_receive(req)
+            group, topic, expr, invisible, batch, fifo = self._validate_receive(req)
         except ValidationError as exc:
             yield pb.ReceiveMessageResponse(status=status(exc.code, str(exc)))
             return
@@ -134,10 +193,10 @@ class Consumption:
         if remaining is not None:  # answer before the client gives up
             polling = min(polling, max(0, int(remaining * 1000) - 500))
         deadline = time.monotonic() + min(polling, MAX_POLLING_MS) / 1000.0
-        queues = self._queues(group, topic, req.message_queue.id)
+        queues = self._queues(group, topic, fifo)
         while True:
             found, positions = await self.p.run(self._pop_once, group, queues, expr, invisible,
-                                                batch)
+                                                batch, fifo)
             if found:
                 break
             left = deadline - time.monotonic()
@@ -145,6 +204,9 @@ class Consumption:
                 yield pb.ReceiveMessageResponse(status=status(pb.MESSAGE_NOT_FOUND,
                                                               "no new message"))
                 return
+            if not positions:  # every queue is locked by an in-flight FIFO batch
+                await asyncio.sleep(min(left, 0.2))
+                continue
             waits = [asyncio.ensure_future(self.p.hold.wait(t, q, o, left))
                      for t, q, o in positions]
             try:
@@ -153,11 +215,12 @@ class Consumption:
                 for w in waits:
                     w.cancel()
         yield pb.ReceiveMessageResponse(status=status(pb.OK))
-        for rh, m in found:
+        for rh, m, attempt in found:
             shown = m.properties.get(PROPERTY_RETRY_TOPIC, topic) \
                 if m.topic.startswith(RETRY_PREFIX) else m.topic
             yield pb.ReceiveMessageResponse(message=to_grpc_message(
-                m, topic=shown, receipt_handle=rh.encode(), invisible_ms=invisible))
+                m, topic=shown, receipt_handle=rh.encode(), invisible_ms=invisible,
+                attempt=attempt))
         yield pb.ReceiveMessageResponse(delivery_timestamp=to_timestamp(int(time.time() * 1000)))
 
     # -- ack, change invisible duration, forward to DLQ ------------------------------------------
@@ -174,9 +237,25 @@ class Consumption:
                                   "receipt handle is not in flight (acked or expired)")
         return rh, ck
 
-    def _ack_one(self, group: str, topic: str, handle: str) -> None:
-        rh, ck = self._resolve(group, topic, handle)
-        self.pop.ack(ck, rh.offset)
+    def _ack_many(self, group: str, topic: str, handles: list[str]) -> list:
+        """Ack every handle; one ack record per checkpoint. A status per handle."""
+        results: list = []
+        by_ck: dict = {}
+        for handle in handles:
+            try:
+                rh, ck = self._resolve(group, topic, handle)
+            except ValidationError as exc:
+                results.append(status(exc.code, str(exc)))
+                continue
+            offsets = by_ck.setdefault(id(ck), (ck, []))[1]
+            if rh.offset in offsets:
+                results.append(status(pb.INVALID_RECEIPT_HANDLE, "acked twice in one request"))
+                continue
+            offsets.append(rh.offset)
+            results.append(status(pb.OK))
+        for ck, offsets in by_ck.values():
+            self.pop.ack(ck, offsets)
+        return results
 
     async def ack(self, req: Any) -> Any:
         group, topic = req.group.name, req.topic.name
@@ -185,15 +264,11 @@ class Consumption:
             check_topic(topic)
         except ValidationError as exc:
             return pb.AckMessageResponse(status=status(exc.code, str(exc)))
-        entries = []
-        for e in req.entries:
-            try:
-                await self.p.run(self._ack_one, group, topic, e.receipt_handle)
-                st = status(pb.OK)
-            except ValidationError as exc:
-                st = status(exc.code, str(exc))
-            entries.append(pb.AckMessageResultEntry(message_id=e.message_id,
-                                                    receipt_handle=e.receipt_handle, status=st))
+        handles = [e.receipt_handle for e in req.entries]
+        results = await self.p.run(self._ack_many, group, topic, handles)
+        entries = [pb.AckMessageResultEntry(message_id=e.message_id,
+                                            receipt_handle=e.receipt_handle, status=st)
+                   for e, st in zip(req.entries, results)]
         codes = {e.status.code for e in entries}
         overall = status(codes.pop()) if len(codes) == 1 else status(pb.MULTIPLE_RESULTS)
         if len(entries) == 1:
@@ -266,9 +341,9 @@ class Consumption:
     def revive_due(self) -> int:
         """Revive every pending message whose invisible time passed (blocking); returns how
         many."""
-        max_times = self.p.config.max_reconsume_times
         n = 0
         for ck, offset, clog in self.pop.due():
+            max_times = self.p.max_reconsume_times(ck.group)
             old = self.p.store.look_message_by_offset(clog)
             if old is not None:
                 dlq = old.reconsume_times >= max_times  # delivered max_times + 1 times

@@ -183,7 +183,7 @@ _HIDDEN = SYSTEM_PROPERTY_NAMES
 
 
 def to_grpc_message(ext: MessageExt, *, topic: str | None = None, receipt_handle: str | None = None,
-                    invisible_ms: int | None = None) -> Any:
+                    invisible_ms: int | None = None, attempt: int | None = None) -> Any:
     """A stored record as the gRPC ``Message`` a consumer receives."""
     props = ext.properties
     sp = pb.SystemProperties(
@@ -195,7 +195,7 @@ def to_grpc_message(ext: MessageExt, *, topic: str | None = None, receipt_handle
         born_host=props.get(PROPERTY_BORN_HOST) or _host_only(ext.born_host),
         store_timestamp=to_timestamp(ext.store_timestamp), store_host=ext.store_host,
         queue_id=ext.queue_id, queue_offset=ext.queue_offset,
-        delivery_attempt=ext.reconsume_times + 1)
+        delivery_attempt=attempt or ext.reconsume_times + 1)
     if props.get(PROPERTY_TAGS):
         sp.tag = props[PROPERTY_TAGS]
     if props.get(PROPERTY_KEYS):

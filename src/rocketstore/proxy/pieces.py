@@ -32,6 +32,30 @@ class BrokerPieces:
     put_message: Callable[[Any], Any]  # blocking put of one store Message (sets store host)
     hold: Any  # PullHoldService: wait(topic, queue_id, offset, timeout_s)
     delay_levels_ms: Sequence[int] = field(default_factory=tuple)
+    transactions: Any = None  # broker.transaction.TransactionalMessageService, if running
+    producers: Any = None  # ProducerManager: where the transaction check finds a producer
+    subgroups: Any = None  # SubscriptionGroupManager: consumer groups (retryMaxTimes, enabled)
+
+    def group_config(self, group: str) -> Any:
+        """The group's subscription config, auto-created as RocketMQ does; raises
+        CONSUMER_GROUP_NOT_FOUND when auto-creation is off, FORBIDDEN when consuming is off."""
+        if self.subgroups is None:
+            return None
+        cfg = self.subgroups.ensure(group)
+        if cfg is None:
+            raise ValidationError(pb.CONSUMER_GROUP_NOT_FOUND,
+                                  f"consumer group {group!r} does not exist")
+        if not cfg.consume_enable:
+            raise ValidationError(pb.FORBIDDEN, f"consumer group {group!r} cannot consume")
+        return cfg
+
+    def max_reconsume_times(self, group: str) -> int:
+        """How often a message of ``group`` is retried (retryMaxTimes; the broker's
+        maxReconsumeTimes when the group has no config)."""
+        cfg = self.subgroups.get(group) if self.subgroups is not None else None
+        if cfg is not None and cfg.retry_max_times >= 0:
+            return cfg.retry_max_times
+        return self.config.max_reconsume_times
 
 
 def check_topic(name: str) -> None:

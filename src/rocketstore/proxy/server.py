@@ -28,7 +28,8 @@ class GrpcProxy:
         self.host = host
         self.port = port
         self.revive_topic = revive_topic(pieces.config.cluster_name)
-        self.pop = PopState(pieces.config.broker_name, self._write_revive, self._commit_revive)
+        self.pop = PopState(pieces.config.broker_name, self._write_revive, self._commit_revive,
+                            on_fifo_done=lambda ck: self.consumption.fifo_done(ck))
         self.consumption = Consumption(pieces, self.pop)
         self.service = MessagingService(pieces, self.consumption, lambda: self.port)
         self.revive = ReviveService(self.consumption)
@@ -88,6 +89,7 @@ class GrpcProxy:
 
     async def stop(self, grace_s: float = 2.0) -> None:
         if self._server is not None:
+            self.service.close_streams()
             await self._server.stop(grace_s)
             self._server = None
         await self.revive.stop()

@@ -15,6 +15,7 @@ are never created by a gRPC client, as in RocketMQ 5.
 """
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import time
@@ -25,6 +26,8 @@ from .consume import Consumption
 from .convert import ValidationError, to_store_message
 from .pieces import BrokerPieces, check_group, check_topic
 from .protocol import pb, services, status, to_duration
+from .telemetry import (TelemetryChannel, end_transaction, half_message, register_producer,
+                        unregister)
 
 log = logging.getLogger(__name__)
 CLIENT_ID_HEADER = "x-mq-client-id"
@@ -69,6 +72,8 @@ class MessagingService(services.MessagingServiceServicer):
         self._port_of = port_of  # () -> the gRPC port we listen on
         self._rr = itertools.count()
         self.clients: dict[str, dict] = {}  # client id -> {"settings", "group", "seen"}
+        self.channels: dict[str, TelemetryChannel] = {}  # client id -> its open Telemetry
+        self._pruned = time.time()
 
     # -- helpers -----------------------------------------------------------------------------------
     def _endpoints(self, asked: Any) -> Any:
@@ -92,7 +97,13 @@ class MessagingService(services.MessagingServiceServicer):
         if not cid:
             raise ValidationError(pb.CLIENT_ID_REQUIRED, "the x-mq-client-id header is required")
         c = self.clients.setdefault(cid, {"settings": None, "group": None})
-        c["seen"] = time.time()
+        now = c["seen"] = time.time()
+        if now - self._pruned > 60:  # forget clients silent for channelExpiredTimeout
+            self._pruned = now
+            limit = self.p.config.channel_expired_timeout_ms / 1000.0
+            for k in [k for k, v in self.clients.items()
+                      if now - v.get("seen", now) > limit and k not in self.channels]:
+                del self.clients[k]
         if group:
             c["group"] = group
         return cid
@@ -120,9 +131,13 @@ class MessagingService(services.MessagingServiceServicer):
             group = request.group.name if request.HasField("group") else ""
             if group and request.client_type != pb.PRODUCER:
                 check_group(group)
-            self._touch(context, group or None)
+                self.p.group_config(group)
+            cid = self._touch(context, group or None)
         except ValidationError as exc:
             return pb.HeartbeatResponse(status=status(exc.code, str(exc)))
+        channel = self.channels.get(cid)
+        if channel is not None and channel.topics:  # keep the producer registration alive
+            register_producer(self.p, channel, list(channel.topics))
         return pb.HeartbeatResponse(status=status(pb.OK))
 
     async def QueryAssignment(self, request: Any, context: Any) -> Any:
@@ -130,6 +145,7 @@ class MessagingService(services.MessagingServiceServicer):
             self._touch(context)
             check_group(request.group.name)
             tc = self._topic(request.topic.name)
+            self.p.group_config(request.group.name)
         except ValidationError as exc:
             return pb.QueryAssignmentResponse(status=status(exc.code, str(exc)))
         broker = self._broker(self._endpoints(request.endpoints))
@@ -141,7 +157,11 @@ class MessagingService(services.MessagingServiceServicer):
                                           assignments=[pb.Assignment(message_queue=mq)])
 
     async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
-        self.clients.pop(_client_id(context), None)
+        cid = _client_id(context)
+        self.clients.pop(cid, None)
+        channel = self.channels.pop(cid, None)
+        if channel is not None:
+            unregister(self.p, channel)
         return pb.NotifyClientTerminationResponse(status=status(pb.OK))
 
     # -- send --------------------------------------------------------------------------------------
@@ -161,17 +181,20 @@ class MessagingService(services.MessagingServiceServicer):
             if any(m.topic.name != topic for m in msgs):
                 raise ValidationError(pb.BAD_REQUEST, "all messages of a send need one topic")
             tc = self._topic(topic)
-            if msgs[0].system_properties.message_type == pb.TRANSACTION:
-                raise ValidationError(pb.NOT_IMPLEMENTED,
-                                      "transactional messages are not supported yet")
+            transactional = msgs[0].system_properties.message_type == pb.TRANSACTION
+            if transactional and len(msgs) > 1:
+                raise ValidationError(pb.BAD_REQUEST, "a transactional send carries one message")
+            if transactional and getattr(self.p.config, "reject_transaction_message", False):
+                raise ValidationError(pb.FORBIDDEN, "sending transaction message is forbidden")
             queue_id = self._queue_for(tc, msgs[0], len(msgs) == 1)
             max_body = self.p.store.cfg.max_message_size
             store_msgs = []
             for m in msgs:
-                sm = to_store_message(m, producer_group=cid, born_host=context.peer(),
+                # the topic is the producer group, as the 5.x proxy does for transaction checks
+                sm = to_store_message(m, producer_group=topic, born_host=context.peer(),
                                       max_body=max_body, levels_ms=self.p.delay_levels_ms)
                 sm.queue_id = queue_id
-                store_msgs.append(sm)
+                store_msgs.append(half_message(self.p, sm) if transactional else sm)
         except ValidationError as exc:
             return pb.SendMessageResponse(status=status(exc.code, str(exc)))
         entries = []
@@ -183,17 +206,23 @@ class MessagingService(services.MessagingServiceServicer):
                 continue
             name = r.status.name
             code = pb.OK if name == "PUT_OK" else _PUT_CODES.get(name, pb.INTERNAL_SERVER_ERROR)
+            ok = name in PUT_OK
             entries.append(pb.SendResultEntry(
                 status=status(code, "OK" if code == pb.OK else name),
-                message_id=sm.properties["UNIQ_KEY"] if name in PUT_OK else "",
-                offset=r.queue_offset if name in PUT_OK else 0))
+                message_id=sm.properties["UNIQ_KEY"] if ok else "",
+                transaction_id=r.msg_id if ok and transactional else "",
+                offset=r.queue_offset if ok else 0))
         codes = {e.status.code for e in entries}
         overall = entries[0].status if len(codes) == 1 else status(pb.MULTIPLE_RESULTS)
         return pb.SendMessageResponse(status=overall, entries=entries)
 
     async def EndTransaction(self, request: Any, context: Any) -> Any:
-        return pb.EndTransactionResponse(status=status(
-            pb.NOT_IMPLEMENTED, "transactions are not supported over gRPC yet"))
+        try:
+            self._touch(context)
+            self._topic(request.topic.name)
+        except ValidationError as exc:
+            return pb.EndTransactionResponse(status=status(exc.code, str(exc)))
+        return pb.EndTransactionResponse(status=await end_transaction(self.p, request))
 
     # -- consume -----------------------------------------------------------------------------------
     async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
@@ -230,9 +259,10 @@ class MessagingService(services.MessagingServiceServicer):
             sub = out.subscription
             sub.receive_batch_size = RECEIVE_BATCH_SIZE
             sub.long_polling_timeout.CopyFrom(to_duration(LONG_POLLING_MS))
-            sub.fifo = False
+            cfg = self.p.subgroups.get(sub.group.name) if self.p.subgroups is not None else None
+            sub.fifo = bool(getattr(cfg, "consume_message_orderly", False))
             bp = out.backoff_policy
-            bp.max_attempts = self.p.config.max_reconsume_times + 1
+            bp.max_attempts = self.p.max_reconsume_times(sub.group.name) + 1
             levels = list(self.p.delay_levels_ms[2:]) or [10_000]
             del bp.customized_backoff.next[:]
             bp.customized_backoff.next.extend(to_duration(ms) for ms in levels)
@@ -240,13 +270,44 @@ class MessagingService(services.MessagingServiceServicer):
 
     async def Telemetry(self, request_iterator: Any, context: Any) -> AsyncIterator[Any]:
         cid = _client_id(context)
-        async for cmd in request_iterator:
-            which = cmd.WhichOneof("command")
-            if which == "settings":
-                c = self.clients.setdefault(cid, {"settings": None, "group": None})
-                c["settings"], c["seen"] = cmd.settings, time.time()
-                if cmd.settings.HasField("subscription"):
-                    c["group"] = cmd.settings.subscription.group.name
-                yield pb.TelemetryCommand(status=status(pb.OK),
-                                          settings=self._settings_reply(cmd.settings))
-            # thread stack traces, verify results: nothing to do with them here
+        channel = TelemetryChannel(cid, context.peer())
+        old = self.channels.get(cid)
+        self.channels[cid] = channel
+        if old is not None:
+            unregister(self.p, old)
+
+        async def read() -> None:
+            try:
+                async for cmd in request_iterator:
+                    if cmd.WhichOneof("command") == "settings":
+                        channel.send(self._on_settings(cid, channel, cmd.settings))
+                    # thread stack traces, verify results: nothing to do with them here
+            except (asyncio.CancelledError, Exception):  # the client went away
+                pass
+            finally:
+                channel.close()
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while (item := await channel.next()) is not None:
+                yield item
+        finally:
+            reader.cancel()
+            unregister(self.p, channel)
+            if self.channels.get(cid) is channel:
+                del self.channels[cid]
+
+    def _on_settings(self, cid: str, channel: TelemetryChannel, settings: Any) -> Any:
+        c = self.clients.setdefault(cid, {"settings": None, "group": None})
+        c["settings"], c["seen"] = settings, time.time()
+        if settings.HasField("subscription"):
+            c["group"] = settings.subscription.group.name
+        elif settings.HasField("publishing"):
+            topics = [t.name for t in settings.publishing.topics if self.p.topics.get(t.name)]
+            register_producer(self.p, channel, topics)
+        return pb.TelemetryCommand(status=status(pb.OK), settings=self._settings_reply(settings))
+
+    def close_streams(self) -> None:
+        """End every Telemetry stream (shutdown)."""
+        for channel in list(self.channels.values()):
+            unregister(self.p, channel)

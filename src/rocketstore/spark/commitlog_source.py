@@ -65,7 +65,10 @@ class ReadOptions:
         self.root = opts.get("path")
         if not self.root:
             raise ValueError("rocketmq source: give the store directory, e.g. .load('/path/to/store')")
-        self.cl_dir = commitlog_dir(self.root, opts.get("commitlogdir"))
+        # made absolute here, on the driver (planning): executors run in other directories
+        self.root = os.path.abspath(self.root)
+        cl = opts.get("commitlogdir")
+        self.cl_dir = commitlog_dir(self.root, os.path.abspath(cl) if cl else None)
         self.check_crc = _bool(opts.get("checkcrc"))
         split = str(opts.get("splitsize", "auto")).strip().lower()
         self.split_size: int | None = None if split == "auto" else int(split)
@@ -278,14 +281,32 @@ class CommitLogDataSource(DataSource):
     def schema(self) -> str:
         return SCHEMA_DDL
 
-    def reader(self, schema) -> PlainCommitLogReader:
+    def _network(self) -> bool:
+        """No path but a name server: the network source and sink (``network_source``)."""
+        return not self.options.get("path") and bool(self.options.get("namesrv"))
+
+    def reader(self, schema) -> DataSourceReader:
+        if self._network():
+            from .network_source import NetworkReader
+            return NetworkReader(self.options, schema)
         if str(self.options.get("pushdown", "true")).lower() == "false":
             return PlainCommitLogReader(self.options, schema)
         return CommitLogReader(self.options, schema)
 
     def streamReader(self, schema):
+        if self._network():
+            from .network_source import NetworkStreamReader
+            return NetworkStreamReader(self.options, schema)
         from .stream import CommitLogStreamReader
         return CommitLogStreamReader(self.options, schema)
+
+    def writer(self, schema, overwrite: bool):
+        from .network_sink import RocketMQWriter
+        return RocketMQWriter(self.options, schema)
+
+    def streamWriter(self, schema, overwrite: bool):
+        from .network_sink import RocketMQStreamWriter
+        return RocketMQStreamWriter(self.options, schema)
 
 
 class CommitLogAliasDataSource(CommitLogDataSource):

@@ -82,6 +82,11 @@ def checkpointed_offset(checkpoint: str) -> int | None:
     return None
 
 
+def _absolute_uri(path: str) -> str:
+    """A local path made absolute; a URI (``s3a://…``, ``hdfs://…``) is left alone."""
+    return path if "://" in path else os.path.abspath(path)
+
+
 def plan(root: str, out: str, checkpoint: str | None = None) -> tuple[int, int]:
     """(offset this export starts from, confirmed offset it will reach without ``follow``)."""
     from .segments import confirmed_offset, list_segments
@@ -126,6 +131,9 @@ def export(root: str, out: str, *, follow: bool = False, spark=None, master: str
     ``on_progress(done_bytes, total_bytes)`` is called as batches complete; ``should_stop``
     ends a ``follow`` run cleanly (Ctrl-C does too).
     """
+    # absolute on the driver: executors of a cluster run in other directories
+    root, out = os.path.abspath(root), _absolute_uri(out)
+    checkpoint = _absolute_uri(checkpoint) if checkpoint else checkpoint
     if not os.path.isdir(os.path.join(root, "commitlog")):
         raise FileNotFoundError(f"{root}: not a store (no commitlog directory)")
     spark = spark or get_session(master)

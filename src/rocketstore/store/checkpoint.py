@@ -15,11 +15,13 @@ A checkpoint that lags is always safe: abnormal recovery just walks back further
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import threading
 
-from ..errors import CorruptFileError
 from ..format.layouts import CHECKPOINT, CHECKPOINT_SIZE
+
+log = logging.getLogger(__name__)
 
 
 def fsync_dir(path: str) -> None:
@@ -73,7 +75,11 @@ class StoreCheckpoint:
             with open(path, "rb") as fh:
                 data = fh.read(CHECKPOINT.size)
             if len(data) < CHECKPOINT.size:
-                raise CorruptFileError(path, f"checkpoint of {len(data)} bytes, want {CHECKPOINT_SIZE}")
+                # derived state: read as "nothing known durable", so an abnormal recovery walks
+                # back to the first segment (safe, only slower); rewritten by the next flush
+                log.warning("%s: checkpoint of %d bytes (want %d) read as zeros", path, len(data),
+                            CHECKPOINT_SIZE)
+                data = bytes(CHECKPOINT.size)
             (self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
              self.master_flushed_offset, self.confirm_phy_offset) = CHECKPOINT.unpack(data)
         self._logics_durable: int | None = None  # no cap until a store tracks durability

@@ -15,15 +15,17 @@ of 20) and named by their first logical byte. Theory of operation:
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from typing import Callable
 
 import numpy as np
 
-from ..format.layouts import CQ_DTYPE, CQ_FILLER, CQ_UNIT_SIZE, name_to_offset, offset_to_name
+from ..format.layouts import CQ_DTYPE, CQ_FILLER, CQ_UNIT, CQ_UNIT_SIZE, name_to_offset, offset_to_name
 from .mapped_file_queue import MappedFileQueue
 
+log = logging.getLogger(__name__)
 UNIT_DTYPE = np.dtype(CQ_DTYPE)
 FILLER_SIZE = 0x7FFFFFFF
 
@@ -112,6 +114,11 @@ class ConsumeQueue:
                 logic, phys, sizes, tags = logic[fresh], phys[fresh], sizes[fresh], tags[fresh]
                 if len(logic) == 0:
                     return 0
+            if self.queue.files and (int(logic[0]) != current
+                                     or (len(logic) > 1 and (np.diff(logic) != CQ_UNIT_SIZE).any())):
+                logic, phys, sizes, tags = self._dense(current, logic, phys, sizes, tags)
+                if len(logic) == 0:
+                    return 0
             data = encode_units(phys, sizes, tags)
             i = 0
             n = len(logic)
@@ -129,6 +136,44 @@ class ConsumeQueue:
                 i = j
             self.max_physic_offset = int(phys[-1]) + int(sizes[-1])
             return n
+
+    def put_unit(self, queue_offset: int, phy: int, size: int, tags_code: int) -> int:
+        """One unit, plain Python (``put_units``'s rules and bytes without numpy's per-call
+        cost, for the reput's tiny batches); returns 1 if it was new."""
+        with self.lock:
+            if phy + size <= self.max_physic_offset:
+                return 0
+            logic = queue_offset * CQ_UNIT_SIZE
+            current = self.queue.max_offset()
+            if logic < current:  # built before: the CQ is ahead of a re-dispatch
+                return 0
+            if logic > current and self.queue.files:  # a gap: see ``_dense``
+                self._dense(current, np.array([logic]), np.array([phy]), np.array([size]),
+                            np.array([tags_code]))
+                return 0
+            mf = self._file_for(logic)
+            pos = logic - mf.file_from_offset
+            CQ_UNIT.pack_into(mf.mm, pos, phy, size, tags_code)
+            mf.wrote_position = max(mf.wrote_position, pos + CQ_UNIT_SIZE)
+            self.max_physic_offset = phy + size
+            return 1
+
+    def _dense(self, current: int, logic, phys, sizes, tags):
+        """Keep the units that continue the queue without a gap; a record whose queue offset
+        jumps ahead (a damaged field RocketMQ's layout check cannot see) gets no unit — it stays
+        in the CommitLog, readable by offset and key — so the records after it still land at
+        their own positions."""
+        keep = np.zeros(len(logic), dtype=bool)
+        cur = current
+        for k, lo in enumerate(logic.tolist()):
+            if lo == cur:
+                keep[k] = True
+                cur += CQ_UNIT_SIZE
+            elif lo > cur:
+                log.error("ConsumeQueue %s/%d: record at CommitLog offset %d has queue offset %d, "
+                          "the queue is at %d: no unit written", self.topic, self.queue_id,
+                          int(phys[k]), lo // CQ_UNIT_SIZE, cur // CQ_UNIT_SIZE)
+        return logic[keep], phys[keep], sizes[keep], tags[keep]
 
     def _file_for(self, logic_offset: int):
         q = self.queue

@@ -210,6 +210,13 @@ class IndexFile:
         if not private:
             try:
                 self._mm = mmap.mmap(fd, self.file_size)
+            except BaseException:
+                if _create:  # leave no half-made file behind: a retry creates it again
+                    try:
+                        os.unlink(path)
+                    except OSError:
+                        pass
+                raise
             finally:
                 os.close(fd)
         self._slots = np.ndarray((hash_slot_num,), dtype=">i4", buffer=self._mm, offset=INDEX_HEADER_SIZE)

@@ -102,11 +102,18 @@ class MappedFile:
         fd = open_sized_file(path, file_size, create=create, readonly=readonly)
         try:
             self.mm = mmap.mmap(fd, file_size, access=mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE)
-        except BaseException:
+        except BaseException as exc:
             try:
                 os.close(fd)
             except OSError:
                 pass
+            if create:  # leave no half-made file behind: a retry creates it again (O_EXCL)
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+            if isinstance(exc, OSError):
+                raise StoreError(f"{path}: cannot map: {exc.strerror}") from exc
             raise
         self._fd = fd
         self.wrote_position = 0 if create else file_size

@@ -307,11 +307,12 @@ class MessageStore:
             self.index_service.flush()
 
     # -- write ----------------------------------------------------------------------------------
-    def put_message(self, msg: Message) -> PutMessageResult:
-        return self.put_path.put([msg], batch=False)
+    def put_message(self, msg: Message, *, nowait: bool = False) -> PutMessageResult:
+        """``nowait=True`` (for event loops): None instead of blocking, nothing written."""
+        return self.put_path.put([msg], batch=False, nowait=nowait)  # type: ignore[return-value]
 
-    def put_messages(self, msgs: Sequence[Message]) -> PutMessageResult:
-        return self.put_path.put(list(msgs), batch=True)
+    def put_messages(self, msgs: Sequence[Message], *, nowait: bool = False) -> PutMessageResult:
+        return self.put_path.put(list(msgs), batch=True, nowait=nowait)  # type: ignore[return-value]
 
     # -- read -----------------------------------------------------------------------------------
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int = 32,
@@ -386,6 +387,16 @@ class MessageStore:
 
     def dispatch_behind_bytes(self) -> int:
         return self.reput.behind_bytes()
+
+    def dispatch_health(self):
+        """``DispatchHealth``: ``ok`` False while dispatch (ConsumeQueue / index building) is
+        failing — it retries on its own, and puts are refused until it recovers."""
+        return self.reput.health()
+
+    @property
+    def dispatch_error(self) -> str | None:
+        """The current dispatch failure, None while dispatch is healthy."""
+        return self.reput.health().error
 
     def wait_dispatched(self, timeout: float | None = 5.0) -> bool:
         return self.reput.wait_dispatched(timeout)

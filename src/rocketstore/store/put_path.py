@@ -3,7 +3,8 @@
 | input                                                   | status                     |
 |---------------------------------------------------------|----------------------------|
 | store shut down / not writeable (disk full) / a failed  | SERVICE_NOT_AVAILABLE      |
-| CommitLog sync (``FlushService.last_error``)            |                            |
+| CommitLog sync (``FlushService.last_error``) / dispatch |                            |
+| failing (``ReputService.stalled``) / read-only open     |                            |
 | not a Message, empty/illegal topic, topic > 127 chars,  | MESSAGE_ILLEGAL            |
 | negative queue id, body > max_message_size, bad types   |                            |
 | properties string > 32767 bytes                         | PROPERTIES_SIZE_EXCEEDED   |
@@ -64,12 +65,20 @@ class PutPath:
         self.writeable = True  # cleared by the clean service when the disk is nearly full
         self._delays = parse_delay_levels(cfg.message_delay_level)
 
-    def put(self, msgs: list[Message], batch: bool) -> PutMessageResult:
+    def put(self, msgs: list[Message], batch: bool, nowait: bool = False) -> PutMessageResult | None:
+        """Put ``msgs``; with ``nowait`` (ASYNC_FLUSH only) None means "would block, nothing
+        written: put again without ``nowait``" (see ``CommitLog.append``)."""
         if self.cfg.read_only:
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE, error="store is open read-only")
+        if nowait and self.cfg.sync_flush:
+            return None  # a SYNC_FLUSH put waits for its group commit by definition
         if not self.running or not self.writeable:
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE,
                                     error="store is shut down" if not self.running else "store not writeable")
+        if self.reput.stalled:  # consumers would not see it: RocketMQ's makeLogicsQueueError
+            return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE,
+                                    error=f"dispatch cannot progress at CommitLog offset "
+                                          f"{self.reput.reput_from}: {self.reput.last_error}")
         if self.flush.last_error is not None:  # a failed sync: nothing more can be promised
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE,
                                     error=f"CommitLog flush failed: {self.flush.last_error}")
@@ -108,12 +117,14 @@ class PutPath:
         except (MessageTooLarge, ValueError, TypeError, AttributeError) as exc:
             return PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error=str(exc))
         try:
-            res = self.commitlog.append(encoded)
+            res = self.commitlog.append(encoded, nowait=nowait)
         except RecordTooLarge as exc:
             return PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error=str(exc))
         except (DiskFullError, StoreError, OSError) as exc:
             log.error("cannot append: %s", exc)
             return PutMessageResult(PutStatus.CREATE_MAPPED_FILE_FAILED, error=str(exc))
+        if res is None:
+            return None
         if not cfg.sync_flush:
             self.reput.wakeup()  # under SYNC_FLUSH dispatch reads durable bytes: it polls (10 ms)
         status = PutStatus.PUT_OK

@@ -140,6 +140,9 @@ class RecoveryReport:
     cq_units_dropped: dict[str, int] = field(default_factory=dict)  # "topic/qid" -> units
     index_files_dropped: int = 0
     notes: list[str] = field(default_factory=list)
+    # "topic/qid" -> first CommitLog offset whose unit that ConsumeQueue lacked on disk
+    # (dispatch behind: rebuilt by this open; beside a live writer, its dispatch lag)
+    cq_behind: dict[str, int] = field(default_factory=dict)
 
     @property
     def dropped_anything(self) -> bool:
@@ -249,7 +252,7 @@ def recover(commitlog: CommitLog, cqs: ConsumeQueueTable, checkpoint: StoreCheck
             cq.truncate_dirty_logic(valid_end)
     for key, phy in scan.behind.items():
         if phy < valid_end:
-            report.notes.append(f"ConsumeQueue {key[0]}/{key[1]} behind the CommitLog from {phy}: rebuilt")
+            report.cq_behind[f"{key[0]}/{key[1]}"] = phy
     _note_cq_drops(report, before, cqs)
     index_restart = None
     if index_service is not None:

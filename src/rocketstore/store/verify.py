@@ -8,9 +8,10 @@ Theory of operation. Three passes over the files, none through the ``MessageStor
    Each segment is decoded from its start with the batch decoder, body CRC checked: a blank
    record must fill the segment's rest; the data of a non-last segment must end in a blank
    record (unless every later segment is an empty preallocated one: a warning, as RocketMQ's
-   allocate-ahead leaves); the last segment's data must end at zeros. Every record's PHYSICALOFFSET must be its
-   own offset; queue offsets must grow by one per ``(topic, queue)`` (prepared and rollback
-   records carry 0 and are not counted). Non-zero bytes after the end of data are a *warning*:
+   allocate-ahead leaves); the last segment's data must end at zeros. A record is valid by
+   ``format.record``'s rule (RocketMQ's); a PHYSICALOFFSET other than the record's offset and
+   queue offsets that do not grow by one per ``(topic, queue)`` (they restart at 0 when a topic
+   is re-created) are *warnings*. Non-zero bytes after the end of data are a *warning*:
    a crash residue that the next open zeroes.
 2. **ConsumeQueues.** File names follow each other; every unit between the queue's first real
    unit and its end must point at a record of the CommitLog (or below its min offset: cleaned
@@ -265,15 +266,15 @@ def _check_record_fields(recs, path: str, report: VerifyReport, next_qo: dict) -
     expect = (recs.base_offset + recs.pos).tolist()
     for p, e in zip(phys, expect):
         if p != e:
-            report.add(ERROR, path, e, f"record says PHYSICALOFFSET {p}")
+            report.add(WARNING, path, e, f"record says PHYSICALOFFSET {p} (RocketMQ accepts it)")
     tran = (recs.sys_flag & TRANSACTION_MASK).tolist()
     for t, topic, q, qo, e in zip(tran, recs.topic, recs.queue_id.tolist(), recs.queue_offset.tolist(), expect):
         if t in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
             continue
         key = (topic, q)
         want = next_qo.get(key)
-        if want is not None and qo != want:
-            report.add(ERROR, path, e, f"{topic}/{q}: queue offset {qo}, expected {want}")
+        if want is not None and qo != want:  # legal: offsets restart when a topic is re-created
+            report.add(WARNING, path, e, f"{topic}/{q}: queue offset {qo} after {want - 1}")
         next_qo[key] = qo + 1
 
 
@@ -325,16 +326,17 @@ def _verify_queue(topic: str, qid: int, qdir: str, fsize: int, report: VerifyRep
     real = units["size"] != FILLER_SIZE
     first_real = int(np.argmax(real)) if real.any() else n
     qoffs, idx = records.queue(topic, qid)
-    _check_units(units, first_real, base, qoffs, idx, records, qdir, files, fsize, report)
+    _check_units(units, first_real, base, topic, qid, records, qdir, files, fsize, report)
     report.cq_units += n - first_real
     covered = base + n
-    behind = int(np.count_nonzero(qoffs >= covered)) if len(qoffs) else 0
+    last_phy = int(units["offset"][n - 1]) if n > first_real else -1
+    behind = int(np.count_nonzero((qoffs >= covered) & (records.phy[idx] > last_phy))) if len(qoffs) else 0
     if behind:
         report.add(WARNING, last_path, covered * CQ_UNIT_SIZE,
                    f"{topic}/{qid}: {behind} record(s) not yet in the ConsumeQueue (rebuilt on open)")
 
 
-def _check_units(units, first_real, base, qoffs, idx, records, qdir, files, fsize, report) -> None:
+def _check_units(units, first_real, base, topic, qid, records, qdir, files, fsize, report) -> None:
     """Every unit from ``first_real`` against the record with its queue offset (vectorised;
     only the findings are walked in Python)."""
     u = units[first_real:]
@@ -348,11 +350,17 @@ def _check_units(units, first_real, base, qoffs, idx, records, qdir, files, fsiz
                    f"unit {int(qo[k])}: ConsumeQueue-ext unit at {int(tags[k])} missing")
     filler = size == FILLER_SIZE
     cleaned = phy < records.min_offset
-    j = np.minimum(np.searchsorted(qoffs, qo), max(len(qoffs) - 1, 0))
-    found = (qoffs[j] == qo) if len(qoffs) else np.zeros(len(u), dtype=bool)
-    r = idx[j] if len(qoffs) else j
-    same = found & (records.phy[r] == phy) & (records.size[r] == size) & (records.tags[r] == tags) \
-        if len(qoffs) else found
+    # match units to records by CommitLog offset: a queue's offsets may restart at 0 (topic
+    # deleted and re-created), so a queue offset alone does not name one record
+    n_rec = len(records.phy)
+    j = np.minimum(np.searchsorted(records.phy, phy), max(n_rec - 1, 0))
+    found = (records.phy[j] == phy) if n_rec else np.zeros(len(u), dtype=bool)
+    r = j
+    if n_rec:
+        same = found & (records.qid[r] == qid) & (records.topic_arr[r] == topic) \
+            & (records.qoff[r] == qo) & (records.size[r] == size) & (records.tags[r] == tags)
+    else:
+        same = found
     bad = np.flatnonzero(filler | (~cleaned & ~same))
     for k in bad.tolist():
         i = first_real + k
@@ -361,11 +369,12 @@ def _check_units(units, first_real, base, qoffs, idx, records, qdir, files, fsiz
         if filler[k]:
             report.add(ERROR, where, q * CQ_UNIT_SIZE, "filler unit after real units")
         elif not found[k]:
-            report.add(ERROR, where, q * CQ_UNIT_SIZE, f"unit {q} -> CommitLog {p}: no record with that queue offset")
+            report.add(ERROR, where, q * CQ_UNIT_SIZE, f"unit {q} -> CommitLog {p}: not the start of a record")
         else:
             rr = int(r[k])
             report.add(ERROR, where, q * CQ_UNIT_SIZE,
-                       f"unit {q} = ({p}, {sz}, {tg}) but the record is "
+                       f"unit {q} = ({p}, {sz}, {tg}) of {topic}/{qid} but the record is "
+                       f"{records.topic_arr[rr]}/{int(records.qid[rr])} #{int(records.qoff[rr])} "
                        f"({int(records.phy[rr])}, {int(records.size[rr])}, {int(records.tags[rr])})")
 
 

@@ -11,8 +11,8 @@ import org.apache.rocketmq.common.message.MessageExt;
 
 /**
  * RocketMQ 4.9.7's TransactionMQProducer against a broker: TxnProducer NAMESRV GROUP TOPIC N.
- * Sends N transactions of each kind (commit-i, rollback-i, unknown-i); a check answers COMMIT
- * for unknown-i and ROLLBACK for anything else. Prints one line per event and DONE once every
+ * Sends N transactions of each kind (commit-i, rollback-i, unknown-i); a check answers
+ * ROLLBACK for rollback-i and COMMIT for the others. Prints one line per event and DONE once every
  * unknown-i was checked (or after 60 s).
  */
 public class TxnProducer {
@@ -36,8 +36,8 @@ public class TxnProducer {
                 System.out.println("CHECK " + body + " " + msg.getTopic() + " " + msg.getTransactionId());
                 System.out.flush();
                 checked.add(body);
-                return body.startsWith("unknown") ? LocalTransactionState.COMMIT_MESSAGE
-                    : LocalTransactionState.ROLLBACK_MESSAGE;
+                return body.startsWith("rollback") ? LocalTransactionState.ROLLBACK_MESSAGE
+                    : LocalTransactionState.COMMIT_MESSAGE;
             }
         });
         producer.start();

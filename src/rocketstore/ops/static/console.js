@@ -13,7 +13,10 @@
     var s = size();
     plot = new uPlot({
       width: s.width, height: s.height,
-      scales: { x: { time: true }, y: { range: function (u, min, max) { return [0, Math.max(5, max * 1.15)]; } } },
+      scales: { x: { time: true, range: function (u, min, max) {  // at least the last minute
+                     if (min == null || max == null) { var now = Date.now() / 1000; return [now - 60, now]; }
+                     return [Math.min(min, max - 60), max]; } },
+                y: { range: function (u, min, max) { return [0, Math.max(5, max * 1.15)]; } } },
       series: [{}, { label: "Put TPS", stroke: "#2f80c2", width: 2, fill: "rgba(47,128,194,0.08)" },
                    { label: "Get TPS", stroke: "#1e8e5a", width: 2 }],
       axes: [{}, { label: "messages / s", size: 60 }]
@@ -26,10 +29,10 @@
     data = [j.t, j.put_tps, j.get_tps];
     if (!plot) { make(); } else { plot.setData(data); }
     var n = j.t.length;
-    if (n) {
-      var put = document.getElementById("put-tps"), get = document.getElementById("get-tps");
-      if (put) { put.textContent = j.put_tps[n - 1].toFixed(1); }
-      if (get) { get.textContent = j.get_tps[n - 1].toFixed(1); }
+    var puts = document.querySelectorAll("#brokers .put-tps"), gets = document.querySelectorAll("#brokers .get-tps");
+    if (n && puts.length === 1 && gets.length === 1) {  // one broker: its live rate
+      puts[0].textContent = j.put_tps[n - 1].toFixed(1);
+      gets[0].textContent = j.get_tps[n - 1].toFixed(1);
     }
     el.setAttribute("data-points", String(n));
   }

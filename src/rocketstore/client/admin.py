@@ -1,0 +1,252 @@
+"""``AdminClient``: RocketMQ's admin requests from Python (what ``mqadmin`` asks a cluster).
+
+    from rocketstore.client import AdminClient
+    with AdminClient(namesrv="127.0.0.1:9876") as admin:      # or broker="127.0.0.1:10911"
+        admin.brokers()                      # [{"name", "cluster", "addr"}]
+        admin.topic_stats("Orders")          # per queue: min/max offset, last update
+        admin.consume_stats("group")         # per queue: broker/consumer offset, lag
+        admin.runtime_info(addr)             # the broker's runtime KVTable
+
+Works against ``rocketstore serve`` and against RocketMQ's own name server and brokers: the
+requests are RocketMQ 4.9's (codes 21, 28, 33, 43, 106, 201-208, 11, 12) and the answers are
+parsed with the fastjson dialect they use (``remoting.fastjson``), so ``MessageQueue`` map keys
+come back as plain rows. With only ``broker=`` given, that one broker is the whole cluster.
+Blocking methods run on the shared client event loop; ``AsyncAdminClient`` is the same for
+asyncio programs.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import BrokerError
+from ..format.message import MessageExt, parse_message_id
+from ..remoting import fastjson
+from ..remoting.codes import PULL_FLAG_SUBSCRIPTION, RequestCode, ResponseCode
+from ..remoting.command import RemotingCommand
+from ._sync import LoopThread
+from .consumer import decode_messages
+from .transport import ConnectionPool
+
+
+def _mq_rows(table: dict, value_name: str | None = None) -> list[dict]:
+    rows = []
+    for key, val in table.items():
+        row = {"topic": key["topic"], "brokerName": key["brokerName"],
+               "queueId": int(key["queueId"])}
+        if isinstance(val, dict):
+            row.update(val)
+        else:
+            row[value_name or "value"] = val
+        rows.append(row)
+    rows.sort(key=lambda r: (r["topic"], r["brokerName"], r["queueId"]))
+    return rows
+
+
+class AsyncAdminClient:
+    def __init__(self, namesrv: str | None = None, broker: str | None = None, *,
+                 timeout_s: float = 10.0) -> None:
+        if not namesrv and not broker:
+            raise ValueError("give a name server or a broker address")
+        self.namesrv_addrs = [a.strip() for a in (namesrv or "").replace(";", ",").split(",")
+                              if a.strip()]
+        self.broker = broker
+        self.timeout_s = timeout_s
+        self.pool = ConnectionPool()
+
+    async def call(self, addr: str, code: int, fields: dict | None = None, body: bytes = b"",
+                   ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
+        cmd = RemotingCommand.request(code, fields or {}, body, language="JAVA")
+        return await self.pool.invoke_ok(addr, cmd, self.timeout_s, ok)
+
+    async def _namesrv_call(self, code: int, fields: dict | None = None) -> RemotingCommand:
+        last: Exception | None = None
+        for addr in self.namesrv_addrs:
+            try:
+                return await self.call(addr, code, fields)
+            except (ConnectionError, TimeoutError) as exc:
+                last = exc
+        raise ConnectionError(f"no name server answered: {last}")
+
+    # -- cluster --------------------------------------------------------------------------------
+    async def brokers(self) -> list[dict]:
+        """Every master broker: name, cluster and address (GET_BROKER_CLUSTER_INFO)."""
+        if not self.namesrv_addrs:
+            conf = await self.broker_config(self.broker)  # type: ignore[arg-type]
+            return [{"name": conf.get("brokerName", ""),
+                     "cluster": conf.get("brokerClusterName", ""), "addr": self.broker}]
+        info = fastjson.loads((await self._namesrv_call(RequestCode.GET_BROKER_CLUSTER_INFO)).body)
+        cluster_of = {b: c for c, names in (info.get("clusterAddrTable") or {}).items()
+                      for b in names}
+        out = []
+        for name, bd in sorted((info.get("brokerAddrTable") or {}).items()):
+            addrs = {int(k): v for k, v in (bd.get("brokerAddrs") or {}).items()}
+            if 0 in addrs:
+                out.append({"name": name, "cluster": bd.get("cluster") or cluster_of.get(name, ""),
+                            "addr": addrs[0]})
+        return out
+
+    async def broker_addrs(self) -> list[str]:
+        if self.broker:
+            return [self.broker]
+        return [b["addr"] for b in await self.brokers()]
+
+    async def runtime_info(self, addr: str) -> dict[str, str]:
+        resp = await self.call(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
+        return dict(fastjson.loads(resp.body).get("table") or {})
+
+    async def broker_config(self, addr: str) -> dict[str, str]:
+        """GET_BROKER_CONFIG: the broker's settings under RocketMQ's names."""
+        resp = await self.call(addr, RequestCode.GET_BROKER_CONFIG)
+        out = {}
+        for line in resp.body.decode("utf-8", "replace").splitlines():
+            k, sep, v = line.partition("=")
+            if sep and k.strip():
+                out[k.strip()] = v.strip()
+        return out
+
+    # -- topics ---------------------------------------------------------------------------------
+    async def topic_configs(self, addr: str) -> dict[str, dict]:
+        resp = await self.call(addr, RequestCode.GET_ALL_TOPIC_CONFIG)
+        return dict(fastjson.loads(resp.body).get("topicConfigTable") or {})
+
+    async def topic_stats(self, topic: str, addr: str | None = None) -> list[dict]:
+        """Per queue: topic, brokerName, queueId, minOffset, maxOffset, lastUpdateTimestamp."""
+        rows = []
+        for a in [addr] if addr else await self.broker_addrs():
+            try:
+                resp = await self.call(a, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})
+            except BrokerError as exc:
+                if exc.code == ResponseCode.TOPIC_NOT_EXIST:
+                    continue
+                raise
+            rows += _mq_rows(fastjson.loads(resp.body).get("offsetTable") or {})
+        return rows
+
+    # -- groups ---------------------------------------------------------------------------------
+    async def group_names(self, addr: str) -> list[str]:
+        """Groups a broker knows: configured subscription groups and groups with offsets."""
+        names = set()
+        resp = await self.call(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        names.update((fastjson.loads(resp.body).get("subscriptionGroupTable") or {}).keys())
+        resp = await self.call(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
+        for key in (fastjson.loads(resp.body).get("offsetTable") or {}):
+            names.add(str(key).rpartition("@")[2])
+        return sorted(n for n in names if n)
+
+    async def consume_stats(self, group: str, topic: str | None = None,
+                            addr: str | None = None) -> dict:
+        """{"consumeTps": float, "queues": [...]} with brokerOffset, consumerOffset, lag."""
+        tps, rows = 0.0, []
+        fields = {"consumerGroup": group, **({"topic": topic} if topic else {})}
+        for a in [addr] if addr else await self.broker_addrs():
+            b = fastjson.loads((await self.call(a, RequestCode.GET_CONSUME_STATS, fields)).body)
+            tps += float(b.get("consumeTps") or 0.0)
+            rows += _mq_rows(b.get("offsetTable") or {})
+        for r in rows:
+            r["lag"] = max(0, int(r.get("brokerOffset", 0)) - int(r.get("consumerOffset", 0)))
+        return {"group": group, "consumeTps": tps, "queues": rows,
+                "totalLag": sum(r["lag"] for r in rows)}
+
+    async def consumer_connection(self, group: str, addr: str) -> dict | None:
+        resp = await self.call(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST,
+                               {"consumerGroup": group},
+                               ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE))
+        return fastjson.loads(resp.body) if resp.code == ResponseCode.SUCCESS else None
+
+    # -- messages -------------------------------------------------------------------------------
+    async def route_broker(self, topic: str) -> str:
+        if self.broker:
+            return self.broker
+        resp = await self._namesrv_call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        route = fastjson.loads(resp.body)
+        for bd in route.get("brokerDatas") or []:
+            addrs = {int(k): v for k, v in (bd.get("brokerAddrs") or {}).items()}
+            if 0 in addrs:
+                return addrs[0]
+        raise ConnectionError(f"topic {topic} has no master broker")
+
+    async def pull(self, topic: str, queue_id: int, offset: int, max_nums: int = 32,
+                   group: str = "rocketstore_cli",
+                   subscription: str = "*") -> tuple[int, dict, list[MessageExt]]:
+        """One PULL_MESSAGE without committing anything: (code, header fields, messages)."""
+        addr = await self.route_broker(topic)
+        resp = await self.call(addr, RequestCode.PULL_MESSAGE,
+                               {"consumerGroup": group, "topic": topic, "queueId": queue_id,
+                                "queueOffset": offset, "maxMsgNums": max_nums,
+                                "sysFlag": PULL_FLAG_SUBSCRIPTION,
+                                "commitOffset": 0, "suspendTimeoutMillis": 0,
+                                "subscription": subscription, "subVersion": 0,
+                                "expressionType": "TAG"},
+                               ok=(ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND,
+                                   ResponseCode.PULL_RETRY_IMMEDIATELY,
+                                   ResponseCode.PULL_OFFSET_MOVED))
+        msgs = decode_messages(resp.body) if resp.code == ResponseCode.SUCCESS else []
+        return resp.code, dict(resp.ext_fields), msgs
+
+    async def query_message(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
+                            end: int | None = None, unique_key: bool = False) -> list[MessageExt]:
+        """QUERY_MESSAGE on every broker: messages of ``topic`` whose key (or unique key) is
+        ``key``, newest first."""
+        fields = {"topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": begin,
+                  "endTimestamp": end if end is not None else (1 << 63) - 1}
+        if unique_key:
+            fields["_UNIQUE_KEY_QUERY"] = "true"
+        out: list[MessageExt] = []
+        for a in await self.broker_addrs():
+            resp = await self.call(a, RequestCode.QUERY_MESSAGE, fields,
+                                   ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
+            if resp.code == ResponseCode.SUCCESS:
+                out += decode_messages(resp.body)
+        keep = [m for m in out if m.topic == topic and (key in (m.keys or []) or m.uniq_key == key)]
+        keep.sort(key=lambda m: -m.store_timestamp)
+        return keep[:max_num]
+
+    async def view_message(self, msg_id: str) -> MessageExt | None:
+        """VIEW_MESSAGE_BY_ID: the message an offset message id names (its store host, or the
+        one broker this client was given)."""
+        host, offset = parse_message_id(msg_id)
+        port = host.rpartition(":")[2]
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{msg_id} is not an offset message id")
+        addr = self.broker or host
+        resp = await self.call(addr, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset},
+                               ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
+        if resp.code != ResponseCode.SUCCESS or not resp.body:
+            return None
+        msgs = decode_messages(resp.body)
+        return msgs[0] if msgs else None
+
+    async def close(self) -> None:
+        self.pool.close()
+
+
+class AdminClient:
+    """Blocking facade of ``AsyncAdminClient``."""
+
+    def __init__(self, namesrv: str | None = None, broker: str | None = None, **kw: Any) -> None:
+        self._lt = LoopThread.shared()
+
+        async def make() -> AsyncAdminClient:
+            return AsyncAdminClient(namesrv, broker, **kw)
+        self._impl = self._lt.run(make())
+
+    def __getattr__(self, name: str) -> Any:
+        fn = getattr(self._impl, name)
+        if not callable(fn):
+            return fn
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._lt.run(fn(*args, **kwargs))
+        return call
+
+    def close(self) -> None:
+        self._lt.run(self._impl.close())
+
+    def __enter__(self) -> "AdminClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["AdminClient", "AsyncAdminClient"]

@@ -1,0 +1,217 @@
+"""``TransactionalMessageService`` on a real store, with the clock in the test's hand: crash
+windows, immunity times and the settled offsets, which are hard to hit through a live broker."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from rocketstore import Message, MessageStore
+from rocketstore.broker.state import ConsumerOffsetManager, TopicConfigManager
+from rocketstore.broker.transaction import (HALF_TOPIC, OP_TOPIC, SYS_GROUP,
+                                            EndTransactionRequest, TransactionConfig,
+                                            TransactionalMessageService, committed_message,
+                                            is_transactional)
+from rocketstore.format.message import (TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK,
+                                        TRANSACTION_NOT_TYPE, TRANSACTION_PREPARED_TYPE,
+                                        TRANSACTION_ROLLBACK_TYPE, create_uniq_key)
+
+from ..conftest import small_config
+
+
+
+def later() -> int:
+    """The check's clock: a minute from now, so after every record stored so far."""
+    return int(time.time() * 1000) + 60_000
+
+
+class Env:
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.born = int(time.time() * 1000) - 600_000  # half messages born ten minutes ago
+        self.cfg = small_config(root)
+        self.store = MessageStore(self.cfg).__enter__()
+        conf = os.path.join(root, "config")
+        self.topics = TopicConfigManager(conf)
+        self.offsets = ConsumerOffsetManager(conf)
+        self.svc = TransactionalMessageService(self.store, self.topics, self.offsets,
+                                               self.store.put_message,
+                                               TransactionConfig(timeout_ms=1000, check_max=3,
+                                                                 file_reserved_time_h=10**6))
+
+    def half(self, body: bytes, topic: str = "Real", qid: int = 1, born: int | None = None,
+             **props: str):
+        msg = Message(topic=topic, body=body, queue_id=qid,
+                      born_timestamp=self.born if born is None else born,
+                      sys_flag=TRANSACTION_PREPARED_TYPE,
+                      properties={"TRAN_MSG": "true", "PGROUP": "PG",
+                                  "UNIQ_KEY": create_uniq_key(), **props})
+        assert is_transactional(msg)
+        r = self.store.put_message(self.svc.half_message(msg))
+        assert r.status.name == "PUT_OK"
+        assert self.store.wait_dispatched(5)
+        return r, self.store.look_message_by_offset(r.wrote_offset)
+
+    def check(self, clock):
+        """One check pass, once the reput has dispatched what the last one wrote."""
+        assert self.store.wait_dispatched(5)
+        return self.svc.check(clock)
+
+    def end(self, r, half, state: int):
+        return self.svc.end_transaction(EndTransactionRequest(
+            "PG", r.queue_offset, r.wrote_offset, state, msg_id=half.uniq_key))
+
+    def real(self, topic: str = "Real", qid: int = 1) -> list:
+        assert self.store.wait_dispatched(5)
+        return self.store.get_message("CG", topic, qid, 0, 64).messages or []
+
+    def reopen(self) -> None:
+        self.offsets.persist(True)
+        self.store.__exit__(None, None, None)
+        self.__init__(self.root)
+
+    def close(self) -> None:
+        self.store.__exit__(None, None, None)
+
+
+@pytest.fixture
+def env(tmp_path):
+    e = Env(str(tmp_path / "store"))
+    yield e
+    e.close()
+
+
+def test_half_record_layout_and_commit(env):
+    r, half = env.half(b"pay")
+    assert half.topic == HALF_TOPIC and half.queue_id == 0
+    assert half.sys_flag & TRANSACTION_MASK == TRANSACTION_NOT_TYPE  # dispatched, hidden
+    assert half.properties["REAL_TOPIC"] == "Real" and half.properties["REAL_QID"] == "1"
+    assert env.real() == []
+    assert env.end(r, half, TRANSACTION_COMMIT_TYPE) == (0, None)
+    [m] = env.real()
+    assert m.body == b"pay" and m.sys_flag & TRANSACTION_MASK == TRANSACTION_COMMIT_TYPE
+    assert m.prepared_transaction_offset == r.wrote_offset and m.uniq_key == half.uniq_key
+    [op] = env.real(OP_TOPIC, 0)
+    assert op.tags == "d" and op.body == str(half.queue_offset).encode()
+    assert op.keys == [half.uniq_key]
+    # wrong group / wrong queue offset / not a half record: refused, nothing written
+    bad = EndTransactionRequest("OTHER", r.queue_offset, r.wrote_offset, TRANSACTION_COMMIT_TYPE)
+    assert env.svc.end_transaction(bad)[0] != 0
+    bad = EndTransactionRequest("PG", r.queue_offset + 5, r.wrote_offset, TRANSACTION_COMMIT_TYPE)
+    assert env.svc.end_transaction(bad)[0] != 0
+    bad = EndTransactionRequest("PG", 0, m.commitlog_offset, TRANSACTION_COMMIT_TYPE)
+    assert env.svc.end_transaction(bad)[0] != 0
+    assert env.svc.end_transaction(EndTransactionRequest(
+        "PG", r.queue_offset, r.wrote_offset, TRANSACTION_NOT_TYPE)) is None  # UNKNOW: no answer
+    assert len(env.real()) == 1
+
+
+def test_crash_between_committed_copy_and_op_record_commits_once(env):
+    r, half = env.half(b"once")
+    # what a crash right after the committed copy leaves behind: the copy, no op record
+    assert env.store.put_message(committed_message(half)).status.name == "PUT_OK"
+    env.reopen()
+    assert env.check(lambda: later()) == []  # decided already: nobody is asked
+    assert env.end(r, half, TRANSACTION_COMMIT_TYPE) == (0, None)  # a late duplicate
+    code, remark = env.end(r, half, TRANSACTION_ROLLBACK_TYPE)
+    assert code != 0 and "already committed" in remark
+    assert [m.body for m in env.real()] == [b"once"]
+    ops = env.real(OP_TOPIC, 0)
+    assert [int(o.body) for o in ops] == [half.queue_offset]  # one op record, not three
+    env.check(lambda: later())
+    assert env.offsets.query(SYS_GROUP, HALF_TOPIC, 0) == 1
+    assert env.offsets.query(SYS_GROUP, OP_TOPIC, 0) == 1
+
+
+def test_check_copies_forward_counts_and_discards(env):
+    young_r, young = env.half(b"young", born=int(time.time() * 1000))
+    # younger than transactionTimeOut (1 s): not yet asked, and it holds the walk back
+    assert env.check(lambda: young.store_timestamp + 10) == []
+    assert env.offsets.query(SYS_GROUP, HALF_TOPIC, 0) in (-1, 0)
+    assert env.end(young_r, young, TRANSACTION_ROLLBACK_TYPE) == (0, None)
+    r, half = env.half(b"undecided")
+    for n in (1, 2, 3):
+        asked = env.check(lambda: later() + n)
+        assert len(asked) == 1 and asked[0].group == "PG"
+        cmd = asked[0].command
+        assert cmd.code == 39 and cmd.is_oneway
+        assert cmd.ext_fields["transactionId"] == half.uniq_key
+        copy = env.store.look_message_by_offset(int(cmd.ext_fields["commitLogOffset"]))
+        assert copy.topic == HALF_TOPIC and copy.uniq_key == half.uniq_key
+        assert copy.queue_offset == int(cmd.ext_fields["tranStateTableOffset"]) == n + 1
+        assert copy.properties["TRANSACTION_CHECK_TIMES"] == str(n)
+        assert env.offsets.query(SYS_GROUP, HALF_TOPIC, 0) == n + 1  # past the original
+    assert env.check(lambda: later() + 9) == []  # checked check_max times: given up
+    given_up = env.real("TRANS_CHECK_MAX_TIME_TOPIC", 0)
+    assert [m.body for m in given_up] == [b"undecided"]
+    assert env.real() == []
+    # the producer answers the last check after all: still delivered exactly once
+    assert env.svc.end_transaction(EndTransactionRequest(
+        "PG", int(cmd.ext_fields["tranStateTableOffset"]), int(cmd.ext_fields["commitLogOffset"]),
+        TRANSACTION_COMMIT_TYPE)) == (0, None)
+    assert [m.body for m in env.real()] == [b"undecided"]
+
+
+def test_answer_for_an_older_copy_settles_every_copy(env):
+    r, half = env.half(b"late")
+    [req] = env.check(lambda: later())
+    # the producer's own END_TRANSACTION for the original arrives after the check copied it
+    assert env.end(r, half, TRANSACTION_COMMIT_TYPE) == (0, None)
+    assert env.check(lambda: later() + 1) == []  # the copy is not asked about
+    # and the answer to the check, about the copy, commits nothing more
+    cmd = req.command
+    assert env.svc.end_transaction(EndTransactionRequest(
+        "PG", int(cmd.ext_fields["tranStateTableOffset"]), int(cmd.ext_fields["commitLogOffset"]),
+        TRANSACTION_COMMIT_TYPE, True)) == (0, None)
+    assert [m.body for m in env.real()] == [b"late"]
+    env.check(lambda: later() + 2)
+    assert env.offsets.query(SYS_GROUP, HALF_TOPIC, 0) == 2
+    # one op record, for the copy: the original was settled by the check before its answer came
+    assert [int(o.body) for o in env.real(OP_TOPIC, 0)] == [1]
+    assert env.offsets.query(SYS_GROUP, OP_TOPIC, 0) == 1
+
+
+def test_immunity_time_defers_the_first_check(env):
+    r, half = env.half(b"slow", CHECK_IMMUNITY_TIME_IN_SECONDS="3600")
+    assert env.check(lambda: later()) == []  # older than transactionTimeOut, not than 1 h
+    copies = env.real(HALF_TOPIC, 0)
+    assert len(copies) == 2 and copies[1].properties["TRAN_PREPARED_QUEUE_OFFSET"] == "0"
+    assert env.end(r, half, TRANSACTION_ROLLBACK_TYPE) == (0, None)  # decided meanwhile
+    assert env.check(lambda: later() + 1) == []
+    assert env.check(lambda: env.born + 7_200_000) == []  # past the immunity: settled anyway
+    assert env.offsets.query(SYS_GROUP, HALF_TOPIC, 0) == 2
+    assert env.real() == []
+
+
+def test_transactions_in_a_store_written_by_rocketmq(rocketmq_store, rocketmq_manifest):
+    """RocketMQ 4.9.7's half, committed and op records (the fixture's stock flow): a repeated
+    END_TRANSACTION for them commits nothing, and the check settles them as RocketMQ does."""
+    from ..conftest import fixture_config
+
+    clean, _ = rocketmq_store
+    flow = [m for m in rocketmq_manifest["messages"] if "stock flow" in m["role"]]
+    halves = [m for m in flow if m["role"].startswith("txn-half")]
+    commits = [m for m in flow if m["role"].startswith("txn-commit")]
+    assert len(halves) == 2 and len(commits) == 2
+    with MessageStore(fixture_config(clean, rocketmq_manifest)) as store:
+        conf = os.path.join(str(clean), "config-test")
+        offsets = ConsumerOffsetManager(conf)
+        svc = TransactionalMessageService(store, TopicConfigManager(conf), offsets,
+                                          store.put_message, TransactionConfig(timeout_ms=1000))
+        assert store.wait_dispatched(10)
+        real_before = {m["storedQueueId"]: store.get_max_offset_in_queue("DevOrders",
+                                                                          m["storedQueueId"])
+                       for m in commits}
+        # RocketMQ's op records carry no key: the op queue itself says these are decided
+        for h in halves:
+            res = svc.end_transaction(EndTransactionRequest(
+                "DevTxGroup", h["logicsOffset"], h["wroteOffset"], TRANSACTION_COMMIT_TYPE))
+            assert res == (0, None)
+        assert svc.check(later) == []  # both decided: nobody is asked
+        assert offsets.query(SYS_GROUP, HALF_TOPIC, 0) == 2
+        assert offsets.query(SYS_GROUP, OP_TOPIC, 0) == 2
+        assert store.wait_dispatched(10)
+        for q, n in real_before.items():
+            assert store.get_max_offset_in_queue("DevOrders", q) == n  # nothing new
+        assert store.get_max_offset_in_queue(OP_TOPIC, 0) == 2  # and no second op record
