@@ -173,6 +173,7 @@ def test_topics_and_queues(console, page):
     assert int(rows["Orders"][3]) == ORDERS
     assert int(rows["Sensors"][3]) == 10
     assert "TBW102" not in rows  # system topics are hidden unless asked for
+    assert float(rows["Clicks"][6]) > 0  # live traffic
     shot(page, console, "topics")
     click_through(page, "text=Orders")
     queues = {int(r[1]): (int(r[2]), int(r[3])) for r in cells(page, "#queues")}
