@@ -247,3 +247,14 @@ def test_many_transactions_decided_out_of_order(env):
     assert env.offsets.query(SYS_GROUP, HALF_TOPIC, 0) == 130  # 100 halves + 30 copies
     assert env.offsets.query(SYS_GROUP, OP_TOPIC, 0) == env.store.get_max_offset_in_queue(
         OP_TOPIC, 0) == 100
+
+
+def test_which_sends_are_half_messages():
+    def m(sys_flag=0, reconsume=0, **props):
+        return Message(topic="T", body=b"", sys_flag=sys_flag, reconsume_times=reconsume,
+                       properties=props)
+    assert is_transactional(m(TRAN_MSG="true")) and is_transactional(m(TRAN_MSG="TRUE"))
+    assert is_transactional(m(sys_flag=TRANSACTION_PREPARED_TYPE))  # the flag alone is enough
+    assert not is_transactional(m(TRAN_MSG="false")) and not is_transactional(m())
+    # a pre-4.6.1 client re-sending a consumed transactional message for a delayed retry
+    assert not is_transactional(m(reconsume=1, TRAN_MSG="true", DELAY="3"))
