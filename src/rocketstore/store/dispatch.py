@@ -95,7 +95,7 @@ class ConsumeQueueTable:
         return max((cq.max_physic_offset for cq in self.queues.values()), default=-1)
 
 
-TINY_BATCH = 8  # records; at most this many are dispatched in plain Python, not numpy
+TINY_BATCH = 24  # records; at most this many are dispatched in plain Python, not numpy
 
 
 class ConsumeQueueDispatcher:
