@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from typing import Any
 
@@ -147,11 +148,15 @@ def body(resp: RemotingCommand) -> Any:
 
 
 class HeldClient:
-    """A client connection that stays open: heartbeats and receives the broker's requests."""
+    """A client connection that stays open: it heartbeats every ``keepalive_s`` (as a real
+    client does, so neither our broker nor RocketMQ's drops it however long a test runs) and
+    collects the requests the broker sends it (a reader thread owns the socket)."""
 
-    def __init__(self, addr: str, client_id: str, producer_groups=(), consumer_groups=()) -> None:
+    def __init__(self, addr: str, client_id: str, producer_groups=(), consumer_groups=(),
+                 keepalive_s: float = 10.0) -> None:
         host, port = addr.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=20)
+        self.sock.settimeout(None)
         self.codec = RemotingConnection()
         self.client_id = client_id
         self.heartbeat_body = json.dumps({
@@ -159,11 +164,49 @@ class HeldClient:
             "producerDataSet": [{"groupName": g} for g in producer_groups],
             "consumerDataSet": list(consumer_groups)}).encode()
         self.received: list[RemotingCommand] = []
+        self.closed = False
+        self._cond = threading.Condition()
+        self._send_lock = threading.Lock()
+        self._keepalive_opaques: set[int] = set()
+        threading.Thread(target=self._read, daemon=True).start()
+        self._stop = threading.Event()
+        threading.Thread(target=self._keepalive, args=(keepalive_s,), daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            while True:
+                data = self.sock.recv(1 << 20)
+                if not data:
+                    break
+                self.codec.receive_data(data)
+                with self._cond:
+                    while isinstance(c := self.codec.next_command(), RemotingCommand):
+                        if not (c.is_response and c.opaque in self._keepalive_opaques):
+                            self.received.append(c)
+                    self._cond.notify_all()
+        except OSError:
+            pass
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+
+    def _keepalive(self, every_s: float) -> None:
+        while not self._stop.wait(every_s):
+            try:
+                cmd = self._send(34, {}, self.heartbeat_body)
+                self._keepalive_opaques.add(cmd.opaque)
+            except OSError:
+                return
+
+    def _send(self, code: int, fields: dict, body: bytes) -> RemotingCommand:
+        cmd = RemotingCommand.request(code, fields, body, language="JAVA")
+        cmd.version = 401  # V4_9_4, a client new enough for every broker feature
+        with self._send_lock:
+            self.sock.sendall(self.codec.send(cmd))
+        return cmd
 
     def request(self, code: int, fields: dict | None = None, body: bytes = b"") -> RemotingCommand:
-        cmd = RemotingCommand.request(code, fields or {}, body, language="JAVA")
-        cmd.version = 401  # V4_9_4, a client new enough for every broker feature
-        self.sock.sendall(self.codec.send(cmd))
+        cmd = self._send(code, fields or {}, body)
         return self.wait(lambda c: c.is_response and c.opaque == cmd.opaque)
 
     def heartbeat(self) -> RemotingCommand:
@@ -171,28 +214,25 @@ class HeldClient:
 
     def wait(self, pred, timeout: float = 20.0) -> RemotingCommand:
         deadline = time.monotonic() + timeout
-        while True:
-            for c in self.received:
-                if pred(c):
-                    self.received.remove(c)
-                    return c
+        with self._cond:
             while True:
-                c = self.codec.next_command()
-                if not isinstance(c, RemotingCommand):
-                    break
-                self.received.append(c)
-            if any(pred(c) for c in self.received):
-                continue
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("nothing matching arrived")
-            self.sock.settimeout(left)
-            data = self.sock.recv(1 << 20)
-            if not data:
-                raise ConnectionError("closed")
-            self.codec.receive_data(data)
+                for c in self.received:
+                    if pred(c):
+                        self.received.remove(c)
+                        return c
+                if self.closed:
+                    raise ConnectionError("closed")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("nothing matching arrived")
+                self._cond.wait(left)
 
     def close(self) -> None:
+        self._stop.set()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.sock.close()
 
 

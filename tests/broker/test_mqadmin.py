@@ -118,7 +118,7 @@ def targets(tmp_path_factory):
             procs.append(subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, env=env))
             wait_for_line(str(base / log), "boot success", procs[-1])
         java = fill("java", f"127.0.0.1:{ns_port}", f"127.0.0.1:{b_port}")
-        yield {"ours": ours, "java": java, "srv": srv}
+        yield {"ours": ours, "java": java, "srv": srv, "java_store": str(store)}
         ours.held.close()
         java.held.close()
     finally:
@@ -350,3 +350,29 @@ def test_unknown_subcommand_code_stays_unsupported(targets):
     assert "not supported" in out or "205" in out or "failed" in out.lower(), out
     assert shutil.which("true")  # the broker stays up for the other tests
     assert w.call(targets["ours"].broker, 28).code == 0
+
+
+def test_live_cli_against_rocketmq_itself(targets):
+    """``rocketstore topics|consumers`` through RocketMQ's own name server, and on the store
+    directory its broker is writing (opened read-only beside it)."""
+    import json as _json
+
+    from click.testing import CliRunner
+
+    from rocketstore.cli import main
+
+    java = targets["java"]
+    r = CliRunner().invoke(main, ["consumers", "--namesrv", java.namesrv, "--group", "OpsCG",
+                                  "--json"])
+    assert r.exit_code == 0, r.output
+    [g] = _json.loads(r.output)["groups"]
+    lags = {q["queueId"]: q["lag"] for q in g["queues"] if q["topic"] == TOPIC}
+    assert lags == {0: 3, 1: 0, 2: 0, 3: 0}
+    r = CliRunner().invoke(main, ["topics", "--namesrv", java.namesrv, "--json"])
+    assert r.exit_code == 0, r.output
+    rows = {t["topic"]: t for t in _json.loads(r.output)["topics"]}
+    assert rows[TOPIC]["messages"] == 10
+    r = CliRunner().invoke(main, ["topics", "--store", targets["java_store"], "--json"])
+    assert r.exit_code == 0, r.output
+    rows = {t["topic"]: t for t in _json.loads(r.output)["topics"]}
+    assert rows[TOPIC]["messages"] == 10 and rows[TOPIC]["writeQueueNums"] == 4

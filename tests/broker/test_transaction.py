@@ -168,6 +168,8 @@ def _driver(namesrv: str, *args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, text=True)
 
 
+@pytest.mark.crash
+@pytest.mark.timeout(180)
 def test_producer_killed_mid_transaction_new_producer_answers_check(txn_server):
     srv = txn_server
     child = _driver(srv.namesrv, "PG_killed", "TxnKill", "hang", "3")
@@ -190,6 +192,8 @@ def test_producer_killed_mid_transaction_new_producer_answers_check(txn_server):
     assert set(asked) == set(txids)
 
 
+@pytest.mark.crash
+@pytest.mark.timeout(240)
 def test_broker_sigkill_between_half_and_commit(tmp_path):
     """Half messages stored, broker SIGKILLed before any decision reached it: after a restart on
     the same store every one is still there, is checked, and is delivered exactly once."""
@@ -231,6 +235,8 @@ def test_broker_sigkill_between_half_and_commit(tmp_path):
         assert srv.stop() == 0, srv.log()
 
 
+@pytest.mark.interop
+@pytest.mark.timeout(400)
 def test_java_transaction_mq_producer(tmp_path):
     """RocketMQ 4.9.7's own TransactionMQProducer: commit, rollback, unknown → check → commit."""
     home = os.environ.get("ROCKETMQ_HOME")
@@ -273,6 +279,8 @@ def _java_transactions(home: str, txn_server, tmp_path: Path) -> None:
         assert m.tags == f"Tag{kind}" and m.keys == [f"key-{m.body.decode()}"]
 
 
+@pytest.mark.interop
+@pytest.mark.timeout(400)
 def test_our_transaction_producer_against_java_broker(tmp_path):
     """Our client against RocketMQ 4.9.7's own broker: the broker side is the reference."""
     from tests.cluster.java_rocketmq import (rocketmq_home, start_java_broker,

@@ -50,7 +50,8 @@ def scrape_until(url: str, ok, timeout: float = 20.0) -> dict:
 @pytest.fixture
 def metrics_server(tmp_path):
     port = free_port()
-    srv = start_server(str(tmp_path / "store"), "--metrics-port", str(port))
+    srv = start_server(str(tmp_path / "store"), "--metrics-port", str(port),
+                       "-o", "flush_commitlog_thorough_interval=500")  # flush lag drains soon
     yield srv, f"http://127.0.0.1:{port}/metrics"
     assert srv.stop() == 0, srv.log()
 

@@ -7,6 +7,7 @@ line of output. Commands::
     receive  EP TOPIC GROUP WANT INVISIBLE_S ACK [ROUNDS] [TAG] [BATCH]   ACK = ack | noack
     bad      EP TOPIC                                         send errors as the client sees them
     txn      EP TOPIC WAIT_S     commit one, roll back one, leave one to the server's check
+    script   JSON                 several of these in one process: [[cmd, arg, ...], ...]
     push     EP TOPIC GROUP WANT_OK FAIL_BODY SECONDS   a PushConsumer whose listener fails
                                                          FAIL_BODY on its first delivery
                                                          (always, for "always:<body>")
@@ -159,10 +160,15 @@ def push(ep: str, topic: str, group: str, want_ok: str, fail: str, seconds: str)
     return listener.seen
 
 
+COMMANDS = {"produce": produce, "receive": receive, "bad": bad, "txn": txn, "push": push}
+
+
 def main() -> None:
     cmd, *args = sys.argv[1:]
-    result = {"produce": produce, "receive": receive, "bad": bad, "txn": txn,
-              "push": push}[cmd](*args)
+    if cmd == "script":  # several commands in one process: [[cmd, arg...], ...] -> [result...]
+        result = [COMMANDS[c](*a) for c, *a in json.loads(args[0])]
+    else:
+        result = COMMANDS[cmd](*args)
     print(json.dumps(result))
 
 

@@ -136,7 +136,7 @@ def handlers(broker: "Broker") -> dict[int, Any]:
     async def reset_offset(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         topic, group = cmd.require_str("topic"), cmd.require_str("group")
         timestamp = cmd.require_int("timestamp")
-        force = cmd.get_bool("isForce", True)
+        force = cmd.get_bool("isForce", False)
         for_cpp = cmd.language == "CPP"  # RocketMQ: the list body when the requester is C++
         tc = broker.topics.get(topic)
         if tc is None:

@@ -94,7 +94,9 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
     except OSError as exc:  # port in use, address not available...
         raise click.ClickException(
             f"cannot listen on {broker_cfg.host} (broker port {broker_cfg.port}, name server "
-            f"port {broker_cfg.namesrv_port}): {exc.strerror or exc}") from exc
+            f"port {broker_cfg.namesrv_port}"
+            + (f", gRPC port {broker_cfg.grpc_port}" if broker_cfg.grpc_port is not None else "")
+            + f"): {exc.strerror or exc}") from exc
     ready = {"event": "ready", "broker": f"{broker_cfg.host}:{broker_cfg.port}",
              "namesrv": (f"{broker_cfg.host}:{broker_cfg.namesrv_port}"
                          if broker_cfg.namesrv_port is not None else broker_cfg.namesrv_addr),

@@ -106,6 +106,7 @@ class Console:
                   Route("/topics/{topic:path}", self.topic), Route("/groups", self.groups),
                   Route("/groups/{group:path}", self.group), Route("/messages", self.messages),
                   Route("/message/{msg_id}", self.message),
+                  Route("/message/{msg_id}/body", self.message_body),
                   Route("/api/overview", self.api_overview), Route("/api/topics", self.api_topics),
                   Route("/api/groups", self.api_groups), Route("/api/messages", self.api_messages),
                   Route("/api/tps", self.api_tps),
@@ -212,6 +213,14 @@ class Console:
             return self._page(request, "error.html", 404, active="messages",
                               message=f"no message with id {msg_id!r}")
         return self._page(request, "message.html", active="messages", m=found[0])
+
+    def message_body(self, request: Request) -> Response:
+        msg_id = request.path_params["msg_id"]
+        body = self.source.body(msg_id)
+        if body is None:
+            return Response(f"no message with id {msg_id!r}\n", 404, media_type="text/plain")
+        return Response(body, media_type="application/octet-stream", headers={
+            "Content-Disposition": f'attachment; filename="{msg_id}.bin"'})
 
     # -- JSON -----------------------------------------------------------------------------------
     def api_overview(self, request: Request) -> Response:

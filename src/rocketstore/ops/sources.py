@@ -129,6 +129,11 @@ class LocalSource:
     def find_by_offset(self, offset: int) -> list[views.MessageView]:
         return views.find_by_offset(self._store(), offset)
 
+    def body(self, msg_id: str) -> bytes | None:
+        """The whole body of the message an offset id names (None if there is none)."""
+        m = self._store().view_message_by_id(msg_id.strip())
+        return m.body if m is not None and m.msg_id.upper() == msg_id.strip().upper() else None
+
     # -- live -------------------------------------------------------------------------------
     def tps(self, since: float = 0.0) -> dict | None:
         return self.state.tps.series(since) if self.state.tps is not None else None
@@ -347,6 +352,13 @@ class RemoteSource:
             msgs = self._run(self.client.query_message(topic, msg_id, 32, unique_key=True))
             return [views.message_view(x) for x in msgs if x.uniq_key == msg_id]
         return []
+
+    def body(self, msg_id: str) -> bytes | None:
+        try:
+            m = self._run(self.client.view_message(msg_id.strip()))
+        except (ValueError, ConnectionError, OSError):
+            return None
+        return m.body if m is not None and m.msg_id.upper() == msg_id.strip().upper() else None
 
     def find_by_offset(self, offset: int) -> list[views.MessageView]:
         raise ValueError("offset: a CommitLog offset names a message on one broker only; "

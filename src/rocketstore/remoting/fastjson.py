@@ -173,6 +173,8 @@ def _value(s: str, pos: int, depth: int) -> tuple[Any, int]:
     if ch in "{[":
         try:  # standard JSON below this point: the C scanner does it
             return _raw_decode(s, pos)
+        except RecursionError as exc:
+            raise ValueError(f"JSON nested too deeply at char {pos}") from exc
         except ValueError:
             pass
         if ch == "{":
