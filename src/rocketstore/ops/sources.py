@@ -90,7 +90,12 @@ class LocalSource:
         return views.topic_names(self._store(), self.state.topics)
 
     def topics(self) -> list[views.TopicView]:
-        return views.topic_views(self._store(), self.state.topics, self.state.broker_name)
+        tvs = views.topic_views(self._store(), self.state.topics, self.state.broker_name)
+        stats = self.state.broker_stats
+        if stats is not None:
+            for tv in tvs:
+                tv.put_tps = stats.topic_put_tps(tv.topic)
+        return tvs
 
     def topic(self, name: str) -> views.TopicView | None:
         store = self._store()

@@ -140,6 +140,7 @@ class TopicView:
     perm: int
     system: bool
     queues: list[av.QueueStats] = field(default_factory=list)
+    put_tps: float | None = None  # messages/s over the last minute, when a broker knows it
 
     @property
     def messages(self) -> int:
