@@ -207,6 +207,12 @@ def test_consumer_groups_with_lag(console, page):
         assert got[q] == (n, console.committed[q], n - console.committed[q])
     page.goto(console.url + "/groups/billing")
     assert page.locator("#clients tbody tr").count() == 1
+    # the console's port serves the broker's /metrics too: one live client in billing
+    from prometheus_client.parser import text_string_to_metric_families
+    text = page.request.get(console.url + "/metrics").text()
+    conns = {s.labels["consumer_group"]: s.value for f in text_string_to_metric_families(text)
+             for s in f.samples if s.name == "rocketmq_consumer_connections"}
+    assert conns["billing"] == 1 and conns["audit"] == 0
     shot(page, console, "group")
 
 

@@ -13,6 +13,7 @@ at a record that does not fit in the range (not yet fully written). What counts 
 """
 from __future__ import annotations
 
+import re
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -131,6 +132,13 @@ class DecodedRecords:
         return len(self.pos)
 
     @property
+    def offsets(self) -> np.ndarray:
+        """Where each record actually is in the CommitLog (``base_offset + pos``). Writers of
+        derived files use this, not the PHYSICALOFFSET field, which a damaged record (valid
+        by RocketMQ's rule, which does not check it) may misstate."""
+        return self.base_offset + self.pos
+
+    @property
     def next_offset(self) -> int:
         """CommitLog offset right after the last whole record (or at the blank)."""
         return self.base_offset + self.end
@@ -201,6 +209,7 @@ def scan_boundaries(buf, start: int, end: int, limit: int | None = None) -> tupl
 
 _topic_cache: dict[bytes, str] = {}
 _SEP = 0xFF  # never a byte of valid UTF-8: separates records in one gathered buffer
+_ESCAPED = re.compile("[\udc80-\udcff]")
 
 
 def _gather_strings(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> list[str]:
@@ -219,7 +228,9 @@ def _gather_strings(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) ->
     gathered[sep_pos] = _SEP
     text = gathered.tobytes().decode("utf-8", "surrogateescape")
     parts = text.split("\udcff")
-    if len(parts) != n:  # a raw 0xFF inside a string: fall back to one decode per record
+    if len(parts) != n or _ESCAPED.search(text.replace("\udcff", "")):
+        # a raw 0xFF or other invalid UTF-8 inside a string: decode each record as Java does
+        # (replacement characters), never leaving lone surrogates in a str
         mv = memoryview(arr)
         return [bytes(mv[s:s + ln]).decode("utf-8", "replace")
                 for s, ln in zip(starts.tolist(), lengths.tolist())]
