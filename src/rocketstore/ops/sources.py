@@ -105,19 +105,21 @@ class LocalSource:
 
     def group_names(self) -> list[str]:
         st = self.state
-        return views.group_names(st.offsets, st.consumers, st.subgroups)
+        return views.settled(views.group_names, st.offsets, st.consumers, st.subgroups)
 
     def groups(self) -> list[views.GroupView]:
         st = self.state
-        return views.group_views(self._store(), st.topics, st.offsets, st.consumers, st.subgroups,
-                                 broker_name=st.broker_name, stats=st.broker_stats)
+        return views.settled(views.group_views, self._store(), st.topics, st.offsets,
+                             st.consumers, st.subgroups, broker_name=st.broker_name,
+                             stats=st.broker_stats)
 
     def group(self, name: str) -> views.GroupView | None:
         if name not in self.group_names():
             return None
         st = self.state
-        return views.group_view(self._store(), st.topics, st.offsets, st.consumers, name,
-                                broker_name=st.broker_name, stats=st.broker_stats)
+        return views.settled(views.group_view, self._store(), st.topics, st.offsets,
+                             st.consumers, name, broker_name=st.broker_name,
+                             stats=st.broker_stats)
 
     # -- messages ---------------------------------------------------------------------------
     def find_by_key(self, topic: str, key: str, max_num: int, begin: int,
@@ -144,7 +146,7 @@ class LocalSource:
         return self.state.tps.series(since) if self.state.tps is not None else None
 
 
-TOOLS_GROUP = "TOOLS_CONSUMER"  # the group RocketMQ's own tools read with (MixAll.TOOLS_CONSUMER_GROUP)
+TOOLS_GROUP = "TOOLS_CONSUMER"  # what RocketMQ's own tools read with (MixAll.TOOLS_CONSUMER_GROUP)
 
 
 def _first_rate(value: str | None) -> float:

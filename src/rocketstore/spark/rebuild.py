@@ -111,7 +111,7 @@ def scan_range(rng: SegmentRange, delay_levels_ms=None, check_crc: bool = False,
             parts["t"].append(ids[sel])
             parts["q"].append(rec.queue_id[sel])
             parts["qo"].append(rec.queue_offset[sel])
-            parts["phy"].append(rec.commitlog_offset[sel])
+            parts["phy"].append(rec.offsets[sel])
             parts["size"].append(rec.size[sel].astype(np.int64))
             parts["tags"].append(rec.tags_code[sel])
             if ext_specs is not None:
@@ -125,7 +125,7 @@ def scan_range(rng: SegmentRange, delay_levels_ms=None, check_crc: bool = False,
         hashes, owner = index_key_hash_columns(rec)
         if len(owner):
             parts["kh"].append(hashes.astype(np.int32, copy=False))
-            parts["kp"].append(rec.commitlog_offset[owner])
+            parts["kp"].append(rec.offsets[owner])
             parts["kt"].append(rec.store_timestamp[owner])
 
     def cat(name: str, dtype) -> np.ndarray:

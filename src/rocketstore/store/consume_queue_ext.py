@@ -231,7 +231,7 @@ class ConsumeQueueExtDispatcher:
         for i in idx.tolist():
             groups.setdefault((topics[i], qids[i]), []).append(i)
         new_tags = recs.tags_code.copy()
-        ends = (recs.commitlog_offset + recs.size.astype(np.int64))
+        ends = (recs.offsets + recs.size.astype(np.int64))
         for key, members in groups.items():
             sel = np.asarray(members, dtype=np.int64)
             cq = self.cq_table.find(*key)
