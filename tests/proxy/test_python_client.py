@@ -198,7 +198,7 @@ def test_pop_state_survives_a_restart(tmp_path):
 
 def test_transactions_commit_rollback_and_the_servers_check(tmp_path):
     py = client_python()
-    conf = write_conf(tmp_path / "broker.conf", transactionTimeOut=1000,
+    conf = write_conf(tmp_path / "broker.conf", transactionTimeOut=3000,
                       transactionCheckInterval=500)
     srv = start_grpc_server(str(tmp_path / "store"), {"TxTopic": 2}, "--config", conf)
     try:

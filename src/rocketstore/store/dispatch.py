@@ -107,7 +107,7 @@ def _queue_dir_safe(topic: str, queue_id: int) -> bool:
     return True
 
 
-TINY_BATCH = 8  # records; at most this many are dispatched in plain Python, not numpy
+TINY_BATCH = 24  # records; at most this many are dispatched in plain Python, not numpy
 
 
 class ConsumeQueueDispatcher:

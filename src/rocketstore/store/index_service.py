@@ -220,7 +220,7 @@ class IndexService:
                 break
         return n
 
-    tiny_batch = 8  # records; at most this many are indexed in plain Python, not numpy
+    tiny_batch = 24  # records; at most this many are indexed in plain Python, not numpy
 
     def dispatch(self, recs) -> None:
         """Index a decoded batch (``DecodedRecords``); see the module doc."""
