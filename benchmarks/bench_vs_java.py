@@ -39,7 +39,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BODY = b"x" * 1024
-JAVA_TPS = re.compile(r"Send TPS: (\d+) Max RT\(ms\): (\d+) Average RT\(ms\):\s*([\d.]+)")
+JAVA_TPS = re.compile(r"Send TPS: (\d+) Max RT\(ms\): (\d+) Average RT\(ms\):\s*([\d.]+) "
+                      r"Send Failed: (\d+) Response Failed: (\d+)")
 JAVA_CONSUME = re.compile(r"TPS: (\d+) FAIL")
 
 
@@ -159,25 +160,32 @@ class JavaBroker:
 # ---- clients -------------------------------------------------------------------------------------
 def _python_sender(namesrv: str, topic: str, conns: int, seconds: float, q) -> None:
     from rocketstore.client import AsyncProducer
+    from rocketstore.errors import BrokerError
 
     async def main() -> None:
         prods = [AsyncProducer("bench", namesrv) for _ in range(conns)]
         for p in prods:
             await p.send(topic, BODY)
         lat: list[float] = []
+        failed = 0
         deadline = time.perf_counter() + seconds
 
         async def worker(p) -> None:
+            nonlocal failed
             while True:
                 t0 = time.perf_counter()
                 if t0 >= deadline:
                     return
-                await p.send(topic, BODY)
+                try:
+                    await p.send(topic, BODY)
+                except (BrokerError, ConnectionError, TimeoutError):
+                    failed += 1  # e.g. the Java broker's flow control: counted, not timed
+                    continue
                 lat.append(time.perf_counter() - t0)
         await asyncio.gather(*(worker(p) for p in prods))
         for p in prods:
             await p.shutdown()
-        q.put(lat)
+        q.put((lat, failed))
     asyncio.run(main())
 
 
@@ -192,16 +200,20 @@ body = "x" * 1024
 def one():
     m = Message(topic); m.set_body(body); p.send_sync(m)
 one()
-lat = []
+lat, failed = [], 0
 deadline = time.perf_counter() + seconds
 while True:
     t0 = time.perf_counter()
     if t0 >= deadline:
         break
-    one()
+    try:
+        one()
+    except Exception:
+        failed += 1
+        continue
     lat.append(time.perf_counter() - t0)
 p.shutdown()
-print(json.dumps(lat))
+print(json.dumps([lat, failed]))
 '''
 
 
@@ -228,11 +240,15 @@ def run_senders(kind: str, namesrv: str, topic: str, senders: int, seconds: floa
               for c in per]
         for p in ps:
             p.start()
+        failed = 0
         for _ in ps:
-            lat += q.get(timeout=seconds + 120)
+            got, bad = q.get(timeout=seconds + 120)
+            lat += got
+            failed += bad
         for p in ps:
             p.join(30)
         extra["processes"] = procs_n
+        extra["failed"] = failed
     elif kind == "cpp":
         py = cpp_python()
         if py is None:
@@ -241,10 +257,18 @@ def run_senders(kind: str, namesrv: str, topic: str, senders: int, seconds: floa
         ps = [subprocess.Popen([py, "-c", CPP_DRIVER, namesrv, topic, str(seconds)], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
               for _ in range(senders)]
+        failed = 0
         for p in ps:
             out, _ = p.communicate(timeout=seconds + 120)
-            lat += json.loads(out.strip().splitlines()[-1])
+            lines = out.strip().splitlines()
+            if not lines:
+                failed += 1
+                continue
+            got, bad = json.loads(lines[-1])
+            lat += got
+            failed += bad
         extra["processes"] = senders
+        extra["failed"] = failed
     elif kind == "java":
         if not java_home:
             return {"skipped": "ROCKETMQ_HOME not set"}
@@ -258,11 +282,12 @@ def run_senders(kind: str, namesrv: str, topic: str, senders: int, seconds: floa
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGTERM)
             out, _ = p.communicate(timeout=30)
-        windows = [(int(a), int(b), float(c)) for a, b, c in JAVA_TPS.findall(out)]
+        windows = [(int(a), int(b), float(c), int(d) + int(e))
+                   for a, b, c, d, e in JAVA_TPS.findall(out)]
         if not windows:
             return {"error": "producer-bench printed no TPS line", "output": out[-500:]}
-        tps, max_rt, avg_rt = windows[-1]
-        return {"msgs_per_s": tps, "avg_ms": avg_rt, "max_ms": max_rt,
+        tps, max_rt, avg_rt, failed = windows[-1]
+        return {"msgs_per_s": tps, "avg_ms": avg_rt, "max_ms": max_rt, "failed": failed,
                 "client_cpu_s": round(children_cpu_s() - cpu0, 2),
                 "client_cpu_per_msg_us": round((children_cpu_s() - cpu0) / max(1, tps * run_s) * 1e6, 1),
                 "note": "producer-bench's last 10 s window; it reports average and max RT only"}
@@ -372,6 +397,7 @@ def bench_broker(broker, clients: list[str], senders: list[int], seconds: float,
 
 
 def main() -> None:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the brokers on the way out
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--brokers", default="ours,java")
     ap.add_argument("--clients", default="java,python,cpp")

@@ -173,6 +173,7 @@ def test_topics_and_queues(console, page):
     assert int(rows["Orders"][3]) == ORDERS
     assert int(rows["Sensors"][3]) == 10
     assert "TBW102" not in rows  # system topics are hidden unless asked for
+    assert float(rows["Clicks"][6]) > 0  # live traffic
     shot(page, console, "topics")
     click_through(page, "text=Orders")
     queues = {int(r[1]): (int(r[2]), int(r[3])) for r in cells(page, "#queues")}
@@ -206,6 +207,12 @@ def test_consumer_groups_with_lag(console, page):
         assert got[q] == (n, console.committed[q], n - console.committed[q])
     page.goto(console.url + "/groups/billing")
     assert page.locator("#clients tbody tr").count() == 1
+    # the console's port serves the broker's /metrics too: one live client in billing
+    from prometheus_client.parser import text_string_to_metric_families
+    text = page.request.get(console.url + "/metrics").text()
+    conns = {s.labels["consumer_group"]: s.value for f in text_string_to_metric_families(text)
+             for s in f.samples if s.name == "rocketmq_consumer_connections"}
+    assert conns["billing"] == 1 and conns["audit"] == 0
     shot(page, console, "group")
 
 

@@ -311,10 +311,12 @@ class CommitLog:
 
     def first_record_timestamp(self, mf: MappedFile) -> int:
         """Store time of a segment's first record, or 0 if it does not start with a message."""
-        size, magic = read_header(mf.mm, 0)
+        _size, magic = read_header(mf.mm, 0)  # isMappedFileMatchedRecover reads the field as is
         if magic not in (fbatch.MESSAGE_MAGIC_CODE, fbatch.MESSAGE_MAGIC_CODE_V2):
             return 0
-        return self.store_timestamp_at(mf.file_from_offset, size) if size > 0 else 0
+        sys_flag = int.from_bytes(mf.mm[SYSFLAG_POS:SYSFLAG_POS + 4], "big", signed=True)
+        p = store_timestamp_pos(sys_flag)
+        return int.from_bytes(mf.mm[p:p + 8], "big", signed=True)
 
     def truncate(self, offset: int) -> None:
         self.queue.truncate_dirty(offset)

@@ -220,7 +220,7 @@ class IndexService:
                 break
         return n
 
-    tiny_batch = 8  # records; at most this many are indexed in plain Python, not numpy
+    tiny_batch = 24  # records; at most this many are indexed in plain Python, not numpy
 
     def dispatch(self, recs) -> None:
         """Index a decoded batch (``DecodedRecords``); see the module doc."""
@@ -230,7 +230,7 @@ class IndexService:
         end = f.end_phy_offset
         if len(recs) <= self.tiny_batch:
             return self._dispatch_tiny(recs, end)
-        offsets = recs.commitlog_offset
+        offsets = recs.offsets
         mask = offsets >= end
         if not mask.any():
             return
@@ -249,7 +249,7 @@ class IndexService:
         and chaining a few keys with numpy costs ~100 µs of per-call overhead."""
         uniq, kprops, topics = recs.uniq_keys(), recs.keys(), recs.topic
         keys: list[tuple[int, int, int]] = []
-        for i, (off, sys_flag, ts) in enumerate(zip(recs.commitlog_offset.tolist(),
+        for i, (off, sys_flag, ts) in enumerate(zip(recs.offsets.tolist(),
                                                     recs.sys_flag.tolist(),
                                                     recs.store_timestamp.tolist())):
             if off < end or sys_flag & TRANSACTION_MASK == TRANSACTION_ROLLBACK_TYPE:

@@ -39,6 +39,7 @@ from .results import PutMessageResult, PutStatus
 
 log = logging.getLogger(__name__)
 
+DISPATCH_RECHECK_S = 0.2  # a put waits this long for a failing dispatch to retry before refusing
 _ILLEGAL_TOPIC = re.compile(r"[\x00-\x1f/\\]")
 
 
@@ -75,7 +76,8 @@ class PutPath:
         if not self.running or not self.writeable:
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE,
                                     error="store is shut down" if not self.running else "store not writeable")
-        if self.reput.stalled:  # consumers would not see it: RocketMQ's makeLogicsQueueError
+        if self.reput.stalled and not self.reput.recheck(DISPATCH_RECHECK_S):
+            # consumers would not see it: RocketMQ's makeLogicsQueueError
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE,
                                     error=f"dispatch cannot progress at CommitLog offset "
                                           f"{self.reput.reput_from}: {self.reput.last_error}")

@@ -27,7 +27,7 @@ from ..format.layouts import CQ_UNIT_SIZE
 from ..format.message import decode_message
 from .commitlog import CommitLog
 from . import ext_filter
-from .consume_queue import ConsumeQueue
+from .consume_queue import FILLER_SIZE, ConsumeQueue
 from .results import GetMessageResult, GetStatus
 
 log = logging.getLogger(__name__)
@@ -119,8 +119,8 @@ def get_message(cfg: StoreConfig, commitlog: CommitLog, cq: ConsumeQueue | None,
     i = 0
     for i in range(len(offs)):
         off_py, size_py = offs[i], sizes[i]
-        if off_py < next_phy_file_start:
-            continue
+        if off_py < next_phy_file_start or size_py == FILLER_SIZE:
+            continue  # (a filler unit stands for a queue offset no record has)
         if buffers:
             in_disk = (max_phy - off_py) > memory_limit
             if len(buffers) >= max_msgs:
@@ -141,8 +141,9 @@ def get_message(cfg: StoreConfig, commitlog: CommitLog, cq: ConsumeQueue | None,
         if raw is None or len(raw) != size_py:
             if not buffers:
                 result.status = GetStatus.MESSAGE_WAS_REMOVING
-            next_phy_file_start = commitlog.roll_next_file(off_py)
-            continue
+            if commitlog.segment_at(off_py) is None:  # the segment was removed: skip the rest of it
+                next_phy_file_start = commitlog.roll_next_file(off_py)
+            continue  # (one damaged record costs only itself)
         if message_filter is not None and not ext_filter.record_matches(message_filter, raw):
             if not buffers:
                 result.status = GetStatus.NO_MATCHED_MESSAGE
