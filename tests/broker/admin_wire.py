@@ -142,6 +142,17 @@ def call(addr: str, code: int, fields: dict | None = None, body: bytes = b"",
             codec.receive_data(data)
 
 
+def wait_dispatched(broker: str, topic: str, expected: dict[int, int],
+                    timeout: float = 60.0) -> None:
+    """Until every queue's max offset (GET_MAX_OFFSET) is as expected: puts are acknowledged
+    before the reput has written their ConsumeQueue units, in RocketMQ as here."""
+    deadline = time.monotonic() + timeout
+    for qid, n in expected.items():
+        while int(call(broker, 30, {"topic": topic, "queueId": qid}).ext_fields["offset"]) < n:
+            assert time.monotonic() < deadline, f"{topic}:{qid} never reached {n}"
+            time.sleep(0.05)
+
+
 def body(resp: RemotingCommand) -> Any:
     assert resp.body, f"no body (code {resp.code}, remark {resp.remark!r})"
     return fastjson.loads(resp.body)

@@ -37,6 +37,7 @@ def env(tmp_path_factory):
                 sent.append(p.send(TOPIC, b"body-%d" % i, tags="TagA", keys=[f"k{i}"],
                                    queue_id=i % 2))
         t1 = int(time.time() * 1000)
+        w.wait_dispatched(srv.broker, TOPIC, {0: 5, 1: 5})
         held = w.HeldClient(srv.broker, "127.0.0.1@admin-test", producer_groups=["AdminPG"],
                             consumer_groups=[w.consumer_data("AdminCG", TOPIC, "TagA || TagB")])
         assert held.heartbeat().code == 0
@@ -327,6 +328,7 @@ def test_delete_topic_215_216(env):
     with Producer("DoomPG", srv.namesrv) as p:
         assert p.send("DoomedT", b"a", queue_id=0).queue_offset == 0
         assert p.send("DoomedT", b"b", queue_id=0).queue_offset == 1
+    w.wait_dispatched(srv.broker, "DoomedT", {0: 2})
     cq_dir = os.path.join(srv.store, "consumequeue", "DoomedT")
     assert os.path.isdir(cq_dir)
     assert w.call(srv.broker, 215, {"topic": "DoomedT"}).code == 0

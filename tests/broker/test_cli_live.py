@@ -27,6 +27,7 @@ def live(tmp_path_factory):
         with Producer("LivePG", srv.namesrv) as p:
             sent = [p.send(TOPIC, b"live-%d" % i, tags="A" if i % 2 else "B", keys=[f"lk{i}"],
                            queue_id=0 if i < 7 else 1) for i in range(10)]
+        w.wait_dispatched(srv.broker, TOPIC, {0: 7, 1: 3})
         held = w.HeldClient(srv.broker, "127.0.0.1@live", consumer_groups=[
             w.consumer_data("LiveCG", TOPIC)])
         assert held.heartbeat().code == 0

@@ -71,6 +71,7 @@ def fill(name: str, namesrv: str, broker: str) -> Target:
         for i in range(10):
             sent.append(p.send(TOPIC, b"ops-%d" % i, tags="TagA", keys=[f"key{i}"],
                                queue_id=i % 2))
+    w.wait_dispatched(broker, TOPIC, {0: 5, 1: 5})
     held = w.HeldClient(broker, "127.0.0.1@ops", producer_groups=["OpsPG"],
                         consumer_groups=[w.consumer_data("OpsCG", TOPIC, "TagA")])
     assert held.heartbeat().code == 0
