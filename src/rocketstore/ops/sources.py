@@ -1,5 +1,7 @@
 """Where the console's numbers come from: ``LocalSource`` reads one broker's state in process
-(``serve --console``) or a store directory (``console --store``).
+(``serve --console``) or a store directory (``console --store``); ``RemoteSource`` reads a
+running cluster — ours, Apache RocketMQ's, or both — through the admin requests ``mqadmin``
+sends (``console --namesrv``).
 
 Theory of operation: the console's pages ask a source for plain data — an overview dict, topic
 and group views, message search results, a TPS series — and never touch a store or a manager
