@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from typing import Any
 
@@ -124,7 +125,7 @@ def check_shape(obj: Any, shape: dict[str, str], optional: dict[str, str] | None
 
 
 def call(addr: str, code: int, fields: dict | None = None, body: bytes = b"",
-         timeout: float = 20.0) -> RemotingCommand:
+         timeout: float = 60.0) -> RemotingCommand:
     """Send one request on a new connection, return the response."""
     host, port = addr.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=timeout) as s:
@@ -141,17 +142,32 @@ def call(addr: str, code: int, fields: dict | None = None, body: bytes = b"",
             codec.receive_data(data)
 
 
+def wait_dispatched(broker: str, topic: str, expected: dict[int, int],
+                    timeout: float = 60.0) -> None:
+    """Until every queue's max offset (GET_MAX_OFFSET) is as expected: puts are acknowledged
+    before the reput has written their ConsumeQueue units, in RocketMQ as here."""
+    deadline = time.monotonic() + timeout
+    for qid, n in expected.items():
+        while int(call(broker, 30, {"topic": topic, "queueId": qid}).ext_fields["offset"]) < n:
+            assert time.monotonic() < deadline, f"{topic}:{qid} never reached {n}"
+            time.sleep(0.05)
+
+
 def body(resp: RemotingCommand) -> Any:
     assert resp.body, f"no body (code {resp.code}, remark {resp.remark!r})"
     return fastjson.loads(resp.body)
 
 
 class HeldClient:
-    """A client connection that stays open: heartbeats and receives the broker's requests."""
+    """A client connection that stays open: it heartbeats every ``keepalive_s`` (as a real
+    client does, so neither our broker nor RocketMQ's drops it however long a test runs) and
+    collects the requests the broker sends it (a reader thread owns the socket)."""
 
-    def __init__(self, addr: str, client_id: str, producer_groups=(), consumer_groups=()) -> None:
+    def __init__(self, addr: str, client_id: str, producer_groups=(), consumer_groups=(),
+                 keepalive_s: float = 10.0) -> None:
         host, port = addr.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=20)
+        self.sock = socket.create_connection((host, int(port)), timeout=60)
+        self.sock.settimeout(None)
         self.codec = RemotingConnection()
         self.client_id = client_id
         self.heartbeat_body = json.dumps({
@@ -159,48 +175,93 @@ class HeldClient:
             "producerDataSet": [{"groupName": g} for g in producer_groups],
             "consumerDataSet": list(consumer_groups)}).encode()
         self.received: list[RemotingCommand] = []
+        self.closed = False
+        self._cond = threading.Condition()
+        self._send_lock = threading.Lock()
+        self._keepalive_opaques: set[int] = set()
+        threading.Thread(target=self._read, daemon=True).start()
+        self._stop = threading.Event()
+        threading.Thread(target=self._keepalive, args=(keepalive_s,), daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            while True:
+                data = self.sock.recv(1 << 20)
+                if not data:
+                    break
+                self.codec.receive_data(data)
+                with self._cond:
+                    while isinstance(c := self.codec.next_command(), RemotingCommand):
+                        if not (c.is_response and c.opaque in self._keepalive_opaques):
+                            self.received.append(c)
+                    self._cond.notify_all()
+        except OSError:
+            pass
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+
+    def _keepalive(self, every_s: float) -> None:
+        while not self._stop.wait(every_s):
+            try:
+                cmd = self._send(34, {}, self.heartbeat_body)
+                self._keepalive_opaques.add(cmd.opaque)
+            except OSError:
+                return
+
+    def _send(self, code: int, fields: dict, body: bytes) -> RemotingCommand:
+        cmd = RemotingCommand.request(code, fields, body, language="JAVA")
+        cmd.version = 401  # V4_9_4, a client new enough for every broker feature
+        with self._send_lock:
+            self.sock.sendall(self.codec.send(cmd))
+        return cmd
 
     def request(self, code: int, fields: dict | None = None, body: bytes = b"") -> RemotingCommand:
-        cmd = RemotingCommand.request(code, fields or {}, body, language="JAVA")
-        cmd.version = 401  # V4_9_4, a client new enough for every broker feature
-        self.sock.sendall(self.codec.send(cmd))
+        cmd = self._send(code, fields or {}, body)
         return self.wait(lambda c: c.is_response and c.opaque == cmd.opaque)
 
     def heartbeat(self) -> RemotingCommand:
         return self.request(34, {}, self.heartbeat_body)
 
-    def wait(self, pred, timeout: float = 20.0) -> RemotingCommand:
+    def wait(self, pred, timeout: float = 60.0) -> RemotingCommand:
         deadline = time.monotonic() + timeout
-        while True:
-            for c in self.received:
-                if pred(c):
-                    self.received.remove(c)
-                    return c
+        with self._cond:
             while True:
-                c = self.codec.next_command()
-                if not isinstance(c, RemotingCommand):
-                    break
-                self.received.append(c)
-            if any(pred(c) for c in self.received):
-                continue
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("nothing matching arrived")
-            self.sock.settimeout(left)
-            data = self.sock.recv(1 << 20)
-            if not data:
-                raise ConnectionError("closed")
-            self.codec.receive_data(data)
+                for c in self.received:
+                    if pred(c):
+                        self.received.remove(c)
+                        return c
+                if self.closed:
+                    raise ConnectionError("closed")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("nothing matching arrived")
+                self._cond.wait(left)
 
     def close(self) -> None:
+        self._stop.set()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.sock.close()
 
 
+def java_string_hash(s: str) -> int:
+    """``String.hashCode`` (what a Java client puts in ``codeSet``), for ASCII tags."""
+    h = 0
+    for ch in s:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
 def consumer_data(group: str, topic: str, expr: str = "*") -> dict:
+    """A consumer group's heartbeat entry as RocketMQ's Java client builds it."""
     tags = [] if expr == "*" else [t.strip() for t in expr.split("||")]
     return {"groupName": group, "consumeType": "CONSUME_PASSIVELY",
             "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
             "unitMode": False,
             "subscriptionDataSet": [{"topic": topic, "subString": expr, "tagsSet": tags,
-                                     "codeSet": [], "subVersion": 1, "classFilterMode": False,
+                                     "codeSet": [java_string_hash(t) for t in tags],
+                                     "subVersion": 1, "classFilterMode": False,
                                      "expressionType": "TAG"}]}

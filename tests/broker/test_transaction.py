@@ -168,6 +168,8 @@ def _driver(namesrv: str, *args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, text=True)
 
 
+@pytest.mark.crash
+@pytest.mark.timeout(180)
 def test_producer_killed_mid_transaction_new_producer_answers_check(txn_server):
     srv = txn_server
     child = _driver(srv.namesrv, "PG_killed", "TxnKill", "hang", "3")
@@ -190,6 +192,8 @@ def test_producer_killed_mid_transaction_new_producer_answers_check(txn_server):
     assert set(asked) == set(txids)
 
 
+@pytest.mark.crash
+@pytest.mark.timeout(240)
 def test_broker_sigkill_between_half_and_commit(tmp_path):
     """Half messages stored, broker SIGKILLed before any decision reached it: after a restart on
     the same store every one is still there, is checked, and is delivered exactly once."""
@@ -231,12 +235,22 @@ def test_broker_sigkill_between_half_and_commit(tmp_path):
         assert srv.stop() == 0, srv.log()
 
 
-def test_java_transaction_mq_producer(txn_server, tmp_path):
+@pytest.mark.interop
+@pytest.mark.timeout(400)
+def test_java_transaction_mq_producer(tmp_path):
     """RocketMQ 4.9.7's own TransactionMQProducer: commit, rollback, unknown → check → commit."""
     home = os.environ.get("ROCKETMQ_HOME")
     if not home or not os.path.exists(os.path.join(home, "javac-rmq")):
         pytest.skip("RocketMQ 4.9.7 Java build not found: set ROCKETMQ_HOME to the output of "
                     "shared/tools/rocketmq-java/build.sh to run the Java client test")
+    txn_server = start_server(str(tmp_path / "store"), "--config", txn_conf(tmp_path))
+    try:
+        _java_transactions(home, txn_server, tmp_path)
+    finally:
+        assert txn_server.stop() == 0, txn_server.log()
+
+
+def _java_transactions(home: str, txn_server, tmp_path: Path) -> None:
     classes = tmp_path / "classes"
     classes.mkdir()
     src = Path(__file__).with_name("java") / "TxnProducer.java"
@@ -265,6 +279,8 @@ def test_java_transaction_mq_producer(txn_server, tmp_path):
         assert m.tags == f"Tag{kind}" and m.keys == [f"key-{m.body.decode()}"]
 
 
+@pytest.mark.interop
+@pytest.mark.timeout(400)
 def test_our_transaction_producer_against_java_broker(tmp_path):
     """Our client against RocketMQ 4.9.7's own broker: the broker side is the reference."""
     from tests.cluster.java_rocketmq import (rocketmq_home, start_java_broker,
@@ -301,3 +317,41 @@ def _try_send(p):
         return p.send_message_in_transaction("TxnJB", b"commit", lambda m, a: COMMIT)
     except Exception:  # the Java broker registers its topics at the name server every 30 s
         return None
+
+
+def test_async_producer_with_coroutine_callbacks(txn_server):
+    import asyncio
+
+    from rocketstore.client import AsyncTransactionProducer
+
+    async def main():
+        checked = []
+
+        async def check(msg):
+            checked.append(msg.body)
+            return COMMIT
+
+        async def local(msg, arg):
+            await asyncio.sleep(0)
+            return UNKNOW if arg == "later" else COMMIT
+
+        p = AsyncTransactionProducer("PG_async", txn_server.namesrv, check_listener=check)
+        await p.start()
+        try:
+            r1 = await p.send_message_in_transaction("TxnAsync", b"now", local, arg="now")
+            r2 = await p.send_message_in_transaction("TxnAsync", b"later", local, arg="later")
+            assert (r1.local_transaction_state, r2.local_transaction_state) == (COMMIT, UNKNOW)
+            for _ in range(450):
+                if checked:
+                    break
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(0.5)  # the END_TRANSACTION after the check
+        finally:
+            await p.shutdown()
+        return checked
+
+    checked = asyncio.run(main())
+    assert checked[:1] == [b"later"]
+    got = wait_for(lambda: (lambda d: d if len(d) >= 2 else None)(
+        delivered(txn_server.namesrv, "TxnAsync")), what="both messages")
+    assert bodies(got) == [b"later", b"now"]

@@ -38,8 +38,10 @@ def ensure_chromium() -> str:
     pytest.skip(why)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    """One Chromium per test module. Playwright's sync API keeps an event loop running in this
+    thread while it is open, so it must be closed before other modules' ``asyncio.run``."""
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
     path = ensure_chromium()
     with sync_api.sync_playwright() as p:

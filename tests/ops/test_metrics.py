@@ -50,7 +50,8 @@ def scrape_until(url: str, ok, timeout: float = 20.0) -> dict:
 @pytest.fixture
 def metrics_server(tmp_path):
     port = free_port()
-    srv = start_server(str(tmp_path / "store"), "--metrics-port", str(port))
+    srv = start_server(str(tmp_path / "store"), "--metrics-port", str(port),
+                       "-o", "flush_commitlog_thorough_interval=500")  # flush lag drains soon
     yield srv, f"http://127.0.0.1:{port}/metrics"
     assert srv.stop() == 0, srv.log()
 
@@ -127,7 +128,8 @@ def test_metrics_after_sends_and_pulls(metrics_server, tmp_path):
     assert value(s, "process_resident_memory_bytes") > 0
 
 
-def test_metrics_port_in_use_is_a_clear_error(tmp_path):
+@pytest.mark.parametrize("option", ["--metrics-port", "--console"])
+def test_a_busy_ops_port_is_a_clear_error(tmp_path, option):
     import socket
     import subprocess
     import sys
@@ -138,8 +140,8 @@ def test_metrics_port_in_use_is_a_clear_error(tmp_path):
         port = busy.getsockname()[1]
         r = subprocess.run([sys.executable, "-m", "rocketstore.cli", "serve", "--store",
                             str(tmp_path / "s"), "--port", "0", "--namesrv-port", "0",
-                            "--metrics-port", str(port)],
+                            option, str(port)],
                            capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
-    assert "metrics" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert "metrics/console" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not os.path.exists(tmp_path / "s" / "abort")  # the store was closed cleanly

@@ -44,6 +44,12 @@ def run_client(py: str, tmp_path: Path, *args: str, timeout: float = 120):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def run_script(py: str, tmp_path: Path, *steps: tuple, timeout: float = 180) -> list:
+    """Run several driver commands in one client process (saves a start-up per step)."""
+    return run_client(py, tmp_path, "script", json.dumps([list(map(str, st)) for st in steps]),
+                      timeout=timeout)
+
+
 def make_topics(store: str, topics: dict[str, int]) -> None:
     tm = TopicConfigManager(os.path.join(store, "config"))
     for name, queues in topics.items():

@@ -7,6 +7,10 @@ line of output. Commands::
     receive  EP TOPIC GROUP WANT INVISIBLE_S ACK [ROUNDS] [TAG] [BATCH]   ACK = ack | noack
     bad      EP TOPIC                                         send errors as the client sees them
     txn      EP TOPIC WAIT_S     commit one, roll back one, leave one to the server's check
+    script   JSON                 several of these in one process: [[cmd, arg, ...], ...]
+    push     EP TOPIC GROUP WANT_OK FAIL_BODY SECONDS   a PushConsumer whose listener fails
+                                                         FAIL_BODY on its first delivery
+                                                         (always, for "always:<body>")
 """
 from __future__ import annotations
 
@@ -15,8 +19,9 @@ import math
 import sys
 import time
 
-from rocketmq import (ClientConfiguration, Credentials, FilterExpression, Message, Producer,
-                      SimpleConsumer, TransactionChecker, TransactionResolution)
+from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExpression, Message,
+                      MessageListener, Producer, PushConsumer, SimpleConsumer, TransactionChecker,
+                      TransactionResolution)
 
 
 def _cfg(ep: str) -> ClientConfiguration:
@@ -126,9 +131,44 @@ def txn(ep: str, topic: str, wait_s: str) -> dict:
     return {"ids": ids, "asked": checker.asked}
 
 
+class _Listener(MessageListener):
+    def __init__(self, fail: str) -> None:
+        self.always = fail.startswith("always:")
+        self.fail = fail.split(":", 1)[1] if self.always else fail
+        self.seen: list[dict] = []
+
+    def consume(self, message):
+        body = message.body.decode()
+        failed = body == self.fail and (self.always or message.delivery_attempt == 1)
+        self.seen.append({"body": body, "attempt": message.delivery_attempt,
+                          "message_id": message.message_id, "failed": failed})
+        return ConsumeResult.FAILURE if failed else ConsumeResult.SUCCESS
+
+
+def push(ep: str, topic: str, group: str, want_ok: str, fail: str, seconds: str) -> list:
+    listener = _Listener(fail)
+    c = PushConsumer(_cfg(ep), group, listener, {topic: FilterExpression("*")})
+    c.startup()
+    try:
+        deadline = time.monotonic() + float(seconds)
+        while time.monotonic() < deadline and \
+                sum(not s["failed"] for s in listener.seen) < int(want_ok):
+            time.sleep(0.1)
+        time.sleep(0.5)  # let the last acks and forwards go out
+    finally:
+        c.shutdown()
+    return listener.seen
+
+
+COMMANDS = {"produce": produce, "receive": receive, "bad": bad, "txn": txn, "push": push}
+
+
 def main() -> None:
     cmd, *args = sys.argv[1:]
-    result = {"produce": produce, "receive": receive, "bad": bad, "txn": txn}[cmd](*args)
+    if cmd == "script":  # several commands in one process: [[cmd, arg...], ...] -> [result...]
+        result = [COMMANDS[c](*a) for c, *a in json.loads(args[0])]
+    else:
+        result = COMMANDS[cmd](*args)
     print(json.dumps(result))
 
 

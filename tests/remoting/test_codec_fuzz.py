@@ -137,3 +137,32 @@ def mutated_streams(draw) -> bytes:
 @given(data=mutated_streams())
 def test_mutated_frames_decode_or_raise_remote_protocol_error(data):
     drain(data)
+
+
+any_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)  # no lone surrogates
+json_commands = st.builds(
+    RemotingCommand, code=st.integers(-2**31, 2**31 - 1), language=any_text,
+    version=st.integers(-2**31, 2**31 - 1), opaque=st.integers(-2**31, 2**31 - 1),
+    flag=st.integers(0, 3), remark=st.none() | any_text,
+    ext_fields=st.dictionaries(any_text, any_text, max_size=5))
+
+
+@settings(max_examples=300, deadline=None)
+@given(cmd=json_commands)
+def test_hand_built_json_header_equals_json_dumps(cmd):
+    from rocketstore.remoting.header import _encode_json_fast, _encode_json_generic, encode_header
+    fast = _encode_json_fast(cmd)
+    assert fast is not None and fast == _encode_json_generic(cmd)
+    assert encode_header(cmd) == fast
+    c = RemotingConnection()
+    c.receive_data(c.send(cmd))
+    back = c.next_command()
+    assert (back.code, back.language, back.opaque, back.remark, back.ext_fields) == \
+        (cmd.code, cmd.language, cmd.opaque, cmd.remark, cmd.ext_fields)
+
+
+def test_unusual_field_types_take_the_generic_json_path():
+    from rocketstore.remoting.header import _encode_json_fast, encode_header
+    cmd = RemotingCommand(code=10, ext_fields={"n": 5, "s": "x"})  # a non-str ext value
+    assert _encode_json_fast(cmd) is None
+    assert b'"extFields":{"n":5,"s":"x"}' in encode_header(cmd)

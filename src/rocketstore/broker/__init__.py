@@ -7,15 +7,20 @@ Checked with real clients: Apache's C++ client (PyPI ``rocketmq==0.4.4``: produc
 push with committed offsets, retry through ``%RETRY%``, orderly produce/consume) and the
 pure-JavaScript ``ali-ons@3.12.0`` (produce, push with oneway offset commits); see
 ``tests/broker/test_interop_*.py``; transactions with RocketMQ 4.9.7's Java
-``TransactionMQProducer`` (``tests/broker/test_transaction.py``). Requests served: 10, 11, 12,
-14, 15, 17, 29-38, 41, 42, 105, 106, 310, 320, and the broker sends 39 (CHECK_TRANSACTION_STATE)
-and 40; anything else gets REQUEST_CODE_NOT_SUPPORTED. Not supported: SQL92 filters, ACL
+``TransactionMQProducer`` (``tests/broker/test_transaction.py``); RocketMQ 4.9.7's ``mqadmin``
+(``tests/broker/test_mqadmin.py``). Requests served: 10, 11, 12, 14, 15, 17, 21, 25, 26, 28,
+29-38, 41-43, 45, 105, 106, 200-204, 206-208, 215, 222, 300, 305, 310, 320, 321 on the broker
+(and 101, 216, 219, 224, 304 on the name server); the broker sends 39
+(CHECK_TRANSACTION_STATE), 40 and 220 (RESET_CONSUMER_CLIENT_OFFSET); anything else gets
+REQUEST_CODE_NOT_SUPPORTED. Not supported: SQL92 filters, ACL
 (credentials are ignored), slaves/HA, the 5.x gRPC proxy protocol.
 
 ``controller.Broker`` wires the pieces; ``server`` is the asyncio I/O; ``namesrv``, ``send``,
-``pull``, ``admin`` and ``transaction`` hold the request handlers; ``longpoll``, ``schedule``
+``pull``, ``admin``, ``admin_topics``, ``admin_groups``, ``admin_runtime``, ``admin_namesrv`` and
+``transaction`` hold the request handlers (``admin_views`` computes what the admin requests, the
+console and ``rocketstore topics|status|consumers`` report); ``longpoll``, ``schedule``
 and ``transaction`` run the long-polling, delay-level and transaction-check services;
-``state`` and ``consumers`` keep broker state.
+``state``, ``consumers``, ``producers``, ``subgroups`` and ``stats`` keep broker state.
 """
 
 from .config import BrokerConfig

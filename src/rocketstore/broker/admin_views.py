@@ -146,7 +146,7 @@ def groups_of_topic(offsets: Any, consumers: Any, topic: str) -> list[str]:
 
 
 def consumer_group_names(consumers: Any) -> list[str]:
-    return sorted(getattr(consumers, "_groups", {}))
+    return consumers.group_names()
 
 
 def all_group_names(offsets: Any, consumers: Any, subgroups: Any = None) -> list[str]:
@@ -221,15 +221,21 @@ def consumer_connection(consumers: Any, group: str) -> dict | None:
 
 
 def subscription_data(sub: Any) -> dict:
-    """RocketMQ's ``SubscriptionData`` for one subscription of a consumer group."""
+    """RocketMQ's ``SubscriptionData`` for one subscription of a consumer group: as the client
+    sent it in its heartbeat (as RocketMQ keeps it), tag sets filled in where it sent none."""
     expr = sub.sub_string or "*"
     raw = getattr(sub, "raw", None) or {}
-    expression_type = str(raw.get("expressionType") or "TAG")
-    tags: list[str] = []
-    if expression_type == "TAG" and expr.strip() not in ("*", ""):
-        tags = [t.strip() for t in expr.split("||") if t.strip()]
+    expression_type = str(getattr(sub, "expression_type", None) or raw.get("expressionType")
+                          or "TAG")
+    tags = [str(t) for t in raw["tagsSet"]] if isinstance(raw.get("tagsSet"), list) else None
+    if tags is None:
+        tags = [t.strip() for t in expr.split("||") if t.strip()] \
+            if expression_type == "TAG" and expr.strip() not in ("*", "") else []
+    codes = raw.get("codeSet") if isinstance(raw.get("codeSet"), list) else None
+    if codes is None:
+        codes = [java_hash(t) for t in tags]
     return {"classFilterMode": bool(raw.get("classFilterMode", False)),
-            "codeSet": [java_hash(t) for t in tags] if tags else list(raw.get("codeSet") or []),
+            "codeSet": [int(c) for c in codes if str(c).lstrip("-").isdigit()],
             "expressionType": expression_type, "subString": expr,
             "subVersion": int(sub.sub_version), "tagsSet": tags, "topic": sub.topic}
 

@@ -39,12 +39,13 @@ class Subscription:
     sub_string: str = "*"
     sub_version: int = 0
     expression_type: str = "TAG"  # or "SQL92"
+    raw: dict = field(default_factory=dict, compare=False)  # SubscriptionData as the client sent it
 
     @classmethod
     def from_json(cls, d: dict) -> "Subscription":
         return cls(topic=str(d.get("topic", "")), sub_string=str(d.get("subString") or "*"),
                    sub_version=int(d.get("subVersion") or 0),
-                   expression_type=str(d.get("expressionType") or "TAG"))
+                   expression_type=str(d.get("expressionType") or "TAG"), raw=dict(d))
 
 
 @dataclass
@@ -131,6 +132,10 @@ class ConsumerManager:
             if not info.channels:
                 del self._groups[group]
         return sorted(set(changed))
+
+    def group_names(self) -> list[str]:
+        """Every group with at least one live client."""
+        return sorted(self._groups)
 
     def group(self, group: str) -> ConsumerGroupInfo | None:
         return self._groups.get(group)

@@ -87,12 +87,13 @@ class Broker:
             return await self.writer.submit(fn, *args)
         return await self.run(fn, *args)
 
-    def put_blocking(self, msg: Message) -> Any:
-        """Put one message (blocking). The store itself reroutes a ``DELAY`` level through
-        ``SCHEDULE_TOPIC_XXXX``, as RocketMQ's CommitLog does."""
+    def put_blocking(self, msg: Message, nowait: bool = False) -> Any:
+        """Put one message (blocking; ``nowait``: None rather than block, see ``PutWriter``).
+        The store itself reroutes a ``DELAY`` level through ``SCHEDULE_TOPIC_XXXX``, as
+        RocketMQ's CommitLog does."""
         if msg.store_host is None:
             msg.store_host = self.store_host
-        return self.store.put_message(msg)
+        return self.store.put_message(msg, nowait=nowait)
 
     def notify_consumer_ids_changed(self, group: str) -> None:
         """Tell every live consumer of ``group`` to rebalance now (oneway, code 40)."""
@@ -126,7 +127,7 @@ class Broker:
         if self.config.enable_calc_filter_bit_map:
             self.store.set_filter_bitmap_source(self.filters.bitmaps)
         if not getattr(self.store_config, "sync_flush", False):
-            self.writer = PutWriter(self.loop)
+            self.writer = PutWriter(self.loop, inline=(self.put_blocking, self.store.put_messages))
         try:
             await self._start_servers()
         except BaseException:

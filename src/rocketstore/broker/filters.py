@@ -27,11 +27,14 @@ import logging
 import os
 import threading
 import time
+
+import numpy as np
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from ..filter import SelectorSyntaxError, compile_sql92, is_tag_type
-from ..filter.bloom import BloomFilter, BloomFilterData
+from ..filter.bitmap import FilterSpec, compute_bitmaps
+from ..filter.bloom import BloomFilter, BloomFilterData, hit_mask
 from ..filter.expression import Expr
 from .state import load_json_lenient, write_json_atomic
 
@@ -171,28 +174,16 @@ class ConsumerFilterRegistry:
     # -- the dispatcher's question --------------------------------------------------------------
     def bitmaps(self, topics: Sequence[str], props_of: Callable[[int], Mapping[str, str]],
                 store_timestamps: Sequence[int]) -> list[bytes | None]:
-        """The filter bitmap of each message (``CommitLogDispatcherCalcBitMap``): None for a
-        topic without SQL92 consumers, else the OR of the bloom positions of every registered
-        group whose expression matches (groups registered after the message was stored are
-        left out: the pull path never consults their bits for such messages)."""
-        out: list[bytes | None] = []
-        cache: dict[str, list[ConsumerFilterData]] = {}
-        nbytes = self.bloom.byte_length
-        for j, (topic, ts) in enumerate(zip(topics, store_timestamps)):
-            datas = cache.get(topic)
-            if datas is None:
-                datas = cache[topic] = [d for d in self.by_topic(topic)
-                                        if d.compiled is not None and self.bloom.is_valid(d.bloom)]
-            if not datas:
-                out.append(None)
-                continue
-            bits = bytearray(nbytes)
-            props = props_of(j)
-            for d in datas:
-                if d.msg_in_live(ts) and d.compiled.matches(props):  # type: ignore[union-attr]
-                    self.bloom.hash_to(d.bloom, bits)  # type: ignore[arg-type]
-            out.append(bytes(bits))
-        return out
+        """The filter bitmap of each message (``CommitLogDispatcherCalcBitMap``, the rule of
+        ``filter.bitmap.compute_bitmaps``: groups registered after the message was stored are
+        left out, the pull path never consults their bits for such messages)."""
+        specs: dict[str, list[FilterSpec]] = {}
+        for topic in set(topics):
+            specs[topic] = [FilterSpec(topic, d.consumer_group, d.expression, d.born_time,
+                                       d.bloom.bit_pos, d.bloom.bit_num)  # type: ignore[union-attr]
+                            for d in self.by_topic(topic)
+                            if d.compiled is not None and self.bloom.is_valid(d.bloom)]
+        return compute_bitmaps(specs, topics, props_of, store_timestamps)
 
     # -- persistence --------------------------------------------------------------------------
     def clean(self, now_ms: int | None = None) -> None:
@@ -277,6 +268,29 @@ class ExpressionMessageFilter:
         if not hit:
             self.bitmap_checks += 1
         return hit
+
+    @property
+    def bitmap_bytes(self) -> int:
+        """Bitmap length the group's positions need (0: no prefilter possible)."""
+        d = self.data
+        return d.bloom.bit_num // 8 if self.bloom_valid and d is not None and d.bloom else 0
+
+    def matches_units(self, store_ts: np.ndarray, has_bitmap: np.ndarray,
+                      bitmaps: np.ndarray | None) -> np.ndarray:
+        """``matches_unit`` for a batch: units whose bitmap lacks a group position are False."""
+        n = len(store_ts)
+        ok = np.ones(n, dtype=bool)
+        d = self.data
+        if d is None or d.compiled is None or d.bloom is None or bitmaps is None or \
+                not self.bloom_valid or bitmaps.shape[1] * 8 != d.bloom.bit_num:
+            return ok
+        live = has_bitmap & (store_ts > d.born_time)
+        hit = np.ones(n, dtype=bool)
+        for byte, mask in hit_mask(d.bloom):
+            hit &= (bitmaps[:, byte] & mask) == mask
+        ok = ~live | hit
+        self.bitmap_checks += int(n - ok.sum())
+        return ok
 
     def matches_properties(self, props: Mapping[str, str]) -> bool:
         d = self.data

@@ -18,6 +18,7 @@ the same correlation id and reply-to and sends it with code 324/325. The broker 
 """
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,8 @@ from .namesrv import ensure_topic
 
 if TYPE_CHECKING:
     from .controller import Broker
+
+log = logging.getLogger(__name__)
 
 PROPERTY_REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
 PROPERTY_CORRELATION_ID = "CORRELATION_ID"
@@ -66,9 +69,11 @@ async def push_reply(broker: "Broker", conn: Any, h: dict, props: dict[str, str]
                                   language="JAVA")
     try:
         answer = await channel.call(req, PUSH_TIMEOUT_S)
-    except (ConnectionError, TimeoutError, OSError):
+    except (ConnectionError, TimeoutError, OSError) as exc:
+        log.warning("push reply message to %s failed: %r", sender, exc)
         return False, f"push reply message to {sender}fail."
     if answer.code != ResponseCode.SUCCESS:
+        log.warning("push reply message to %s failed: %s %s", sender, answer.code, answer.remark)
         return False, f"push reply message to {sender}fail."
     return True, None
 

@@ -44,7 +44,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERTY_PRODUCER_GROUP,
@@ -72,6 +72,7 @@ PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
 MAX_PROCESS_TIME_MS = 60_000  # one queue's share of a check pass
 OP_BATCH = 32
+MAX_REMEMBERED = 100_000  # decisions kept in memory (older ones are found through the index)
 _STORED = ("PUT_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
 _STATE_NAMES = {TRANSACTION_COMMIT_TYPE: "COMMIT", TRANSACTION_ROLLBACK_TYPE: "ROLLBACK"}
 
@@ -191,13 +192,6 @@ class CheckRequest:
     command: RemotingCommand
 
 
-@dataclass
-class _Decision:
-    state: int  # TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE, or NOT_TYPE: decided, how
-    # is unknown (an op record without a key, written by RocketMQ, and no committed copy found)
-    op_offsets: set[tuple[int, int]] = field(default_factory=set)  # (queue, offset) with an op
-
-
 class _OpScan:
     """The op queue read from its settled offset: which half offsets are decided, and which op
     records are done with (their half record lies before the settled half offset)."""
@@ -265,8 +259,9 @@ class TransactionalMessageService:
         self.store, self.topics, self.offsets, self.put = store, topics, offsets, put
         self.config = config
         self._locks = [threading.Lock() for _ in range(64)]
-        self._decided: OrderedDict[str, _Decision] = OrderedDict()
+        self._decided: OrderedDict[str, int] = OrderedDict()  # txid -> COMMIT/ROLLBACK/NOT
         self._decided_lock = threading.Lock()
+        self._evicted = False  # once the oldest decisions are forgotten, ask the index
         self._start_phy = store.get_max_phy_offset()
         self._caught_up = False
         self._op_offsets: set[tuple[int, int]] | None = None  # half records with an op record,
@@ -302,28 +297,35 @@ class TransactionalMessageService:
     def _decide(self, half: MessageExt, state: int) -> tuple[int, str | None]:
         prior = self.decision(half)
         if prior is not None:
-            self._write_op_once(half, prior)
-            if prior.state in (state, TRANSACTION_NOT_TYPE):
+            self._write_op_once(half)
+            if prior in (state, TRANSACTION_NOT_TYPE):
                 return ResponseCode.SUCCESS, None
             return (ResponseCode.SYSTEM_ERROR, f"transaction {half.uniq_key} was already "
-                    f"{'committed' if prior.state == TRANSACTION_COMMIT_TYPE else 'rolled back'}")
+                    f"{'committed' if prior == TRANSACTION_COMMIT_TYPE else 'rolled back'}")
         if state == TRANSACTION_COMMIT_TYPE:
             r = self.put(committed_message(half))
             if r.status.name not in _STORED:
                 code = ResponseCode.MESSAGE_ILLEGAL if r.status.name in (
                     "MESSAGE_ILLEGAL", "PROPERTIES_SIZE_EXCEEDED") else ResponseCode.SYSTEM_ERROR
                 return code, f"commit of {half.uniq_key} failed: {r.status.name} {r.error or ''}"
-        self._write_op_once(half, self._remember(half, state))
+        self._remember(half, state)
+        self._write_op_once(half)
         return ResponseCode.SUCCESS, None
 
     # -- what was decided -----------------------------------------------------------------------
-    def decision(self, half: MessageExt) -> _Decision | None:
-        """How the transaction of ``half`` (any copy of it) was decided, or None."""
+    def decision(self, half: MessageExt) -> int | None:
+        """How the transaction of ``half`` (any copy of it) was decided: COMMIT_TYPE,
+        ROLLBACK_TYPE, NOT_TYPE (decided, outcome unknown), or None (undecided)."""
         txid = half.uniq_key or ""
-        with self._decided_lock:
-            d = self._decided.get(txid) if txid else None
-        if d is not None:
-            return d
+        if txid:
+            with self._decided_lock:
+                d = self._decided.get(txid)
+                if d is not None:
+                    return d
+                # every decision about a half record stored since start was made here and is
+                # still in memory: no index lookup needed for it
+                if half.commitlog_offset >= self._start_phy and not self._evicted:
+                    return None
         commits: list[MessageExt] = []
         ops: list[MessageExt] = []
         if txid and not self.store_index_off():
@@ -332,22 +334,23 @@ class TransactionalMessageService:
             commits = [m for m in self._query(real, txid) if m.uniq_key == txid
                        and m.sys_flag & TRANSACTION_MASK == TRANSACTION_COMMIT_TYPE]
             ops = [m for m in self._query(OP_TOPIC, txid) if txid in m.keys]
-        if commits or ops:
-            d = self._remember(half, TRANSACTION_COMMIT_TYPE if commits else
-                               TRANSACTION_ROLLBACK_TYPE)
-        elif (half.queue_id, half.queue_offset) in self._known_ops():
-            d = self._remember(half, TRANSACTION_NOT_TYPE)
-            d.op_offsets.add((half.queue_id, half.queue_offset))
-        else:
-            return None
+        known = self._known_ops()
         for m in ops:
             try:
-                d.op_offsets.add((m.queue_id, int(m.body.decode("ascii"))))
+                known.add((m.queue_id, int(m.body.decode("ascii"))))
             except (UnicodeDecodeError, ValueError):
                 pass
-        return d
+        if commits or ops:
+            state = TRANSACTION_COMMIT_TYPE if commits else TRANSACTION_ROLLBACK_TYPE
+        elif (half.queue_id, half.queue_offset) in known:
+            state = TRANSACTION_NOT_TYPE
+        else:
+            return None
+        self._remember(half, state)
+        return state
 
     def _known_ops(self) -> set[tuple[int, int]]:
+        """(half queue, half offset) of every op record from the settled op offsets on."""
         if self._op_offsets is None:
             known: set[tuple[int, int]] = set()
             tc = self.topics.get(HALF_TOPIC)
@@ -367,25 +370,25 @@ class TransactionalMessageService:
             return []
         return list(self.store.query_message(topic, key, 64).messages)
 
-    def _remember(self, half: MessageExt, state: int) -> _Decision:
+    def _remember(self, half: MessageExt, state: int) -> None:
         if not half.uniq_key:
-            return _Decision(state)
+            return
         with self._decided_lock:
-            d = self._decided.get(half.uniq_key)
-            if d is None:
-                d = self._decided[half.uniq_key] = _Decision(state)
-                while len(self._decided) > 200_000:
-                    self._decided.popitem(last=False)
-            return d
+            self._decided.setdefault(half.uniq_key, state)
+            while len(self._decided) > MAX_REMEMBERED:
+                self._decided.popitem(last=False)
+                self._evicted = True
 
-    def _write_op_once(self, half: MessageExt, d: _Decision) -> None:
+    def _write_op_once(self, half: MessageExt) -> None:
+        """The op record of this half record, unless it has one or the check settled past it."""
         key = (half.queue_id, half.queue_offset)
-        if key in d.op_offsets:
+        known = self._known_ops()
+        if key in known or half.queue_offset < self.offsets.query(SYS_GROUP, HALF_TOPIC,
+                                                                  half.queue_id):
             return
         r = self.put(op_message(half))
         if r.status.name in _STORED:
-            d.op_offsets.add(key)
-            self._known_ops().add(key)
+            known.add(key)
         else:  # the check service asks again; the decision above answers it
             log.error("op record for %s (half offset %d) not written: %s", half.uniq_key,
                       half.queue_offset, r.status.name)
@@ -510,10 +513,9 @@ class TransactionalMessageService:
         return 1
 
     def _settle_if_decided(self, m: MessageExt) -> bool:
-        d = self.decision(m)
-        if d is None:
+        if self.decision(m) is None:
             return False
-        self._write_op_once(m, d)
+        self._write_op_once(m)
         return True
 
     def _put_ok(self, msg: Message) -> bool:
@@ -577,17 +579,20 @@ class TransactionalMessageCheckService:
     async def run_once(self) -> int:
         """One pass; returns how many producers were asked."""
         sent = 0
+        missing: dict[str, int] = {}
         for req in await self.run(self.service.check):
             conn = self.connection_for(req.group)
             if conn is None:
-                log.warning("transaction check for group %s: no live producer connection",
-                            req.group)
+                missing[req.group] = missing.get(req.group, 0) + 1
                 continue
             try:
                 conn.notify(req.command)
                 sent += 1
             except Exception as exc:  # a closing connection: the next pass asks again
                 log.warning("transaction check for group %s failed: %s", req.group, exc)
+        for group, n in missing.items():
+            log.warning("transaction check: %d half message(s) of producer group %s, which has "
+                        "no live producer connection; asking again next pass", n, group)
         return sent
 
 

@@ -94,11 +94,14 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
     except OSError as exc:  # port in use, address not available...
         raise click.ClickException(
             f"cannot listen on {broker_cfg.host} (broker port {broker_cfg.port}, name server "
-            f"port {broker_cfg.namesrv_port}): {exc.strerror or exc}") from exc
+            f"port {broker_cfg.namesrv_port}"
+            + (f", gRPC port {broker_cfg.grpc_port}" if broker_cfg.grpc_port is not None else "")
+            + f"): {exc.strerror or exc}") from exc
     ready = {"event": "ready", "broker": f"{broker_cfg.host}:{broker_cfg.port}",
              "namesrv": (f"{broker_cfg.host}:{broker_cfg.namesrv_port}"
                          if broker_cfg.namesrv_port is not None else broker_cfg.namesrv_addr),
-             "store": store_cfg.store_path_root_dir}
+             "store": store_cfg.store_path_root_dir,
+             "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0]}
     if broker_cfg.grpc_port is not None:
         ready["grpc"] = f"{broker_cfg.host}:{broker_cfg.grpc_port}"
     if ops is not None:
@@ -108,6 +111,10 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
             await broker.stop()
             raise click.ClickException(f"cannot serve metrics/console on {broker_cfg.host} "
                                        f"({ops_ports}): {exc.strerror or exc}") from exc
+    stop = asyncio.Event()  # handlers first: a SIGTERM right after "ready" stops cleanly
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     if as_json:
         click.echo(json.dumps(ready))
     else:
@@ -118,10 +125,6 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
             if name in ready:
                 click.echo(f"{name}: {ready[name]}")
     sys.stdout.flush()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
     finally:
@@ -203,5 +206,6 @@ def command(store_dir, host, port, namesrv_port, namesrv_addr, broker_name, conf
         broker_cfg.namesrv_port = None
     if not host_given:
         store_cfg.store_host = f"{host}:{broker_cfg.port}"
-    asyncio.run(_serve(store_cfg, broker_cfg, as_json,
-                       {"metrics_port": metrics_port, "console_port": console_port}))
+    from ..broker.eventloop import run as run_loop  # uvloop when installed
+    run_loop(_serve(store_cfg, broker_cfg, as_json,
+                    {"metrics_port": metrics_port, "console_port": console_port}))

@@ -13,6 +13,7 @@ at a record that does not fit in the range (not yet fully written). What counts 
 """
 from __future__ import annotations
 
+import re
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -51,6 +52,28 @@ _HDR = struct.Struct(">ii")
 def _gather(arr: np.ndarray, pos: np.ndarray, width: int, dtype: str) -> np.ndarray:
     idx = pos[:, None] + np.arange(width, dtype=np.int64)
     return arr[idx].view(dtype).ravel()
+
+
+# The fixed head of every record, TOTALSIZE .. BORNTIMESTAMP, read in one gather per batch.
+HEAD_DTYPE = np.dtype({"names": ["size", "magic", "body_crc", "queue_id", "flag", "queue_offset",
+                                 "commitlog_offset", "sys_flag", "born_timestamp"],
+                       "formats": [">i4", ">i4", ">i4", ">i4", ">i4", ">i8", ">i8", ">i4", ">i8"],
+                       "offsets": [R.TOTALSIZE_POS, R.MAGIC_POS, R.BODYCRC_POS, R.QUEUEID_POS,
+                                   R.FLAG_POS, R.QUEUEOFFSET_POS, R.PHYSICALOFFSET_POS,
+                                   R.SYSFLAG_POS, R.BORNTIMESTAMP_POS],
+                       "itemsize": R.BORNHOST_POS})
+# RECONSUMETIMES .. BODYLENGTH, after the hosts (so at a per-record position): one more gather.
+TAIL_DTYPE = np.dtype({"names": ["reconsume_times", "prepared_transaction_offset", "body_len"],
+                       "formats": [">i4", ">i8", ">i4"],
+                       "offsets": [0, R.PREPARED_TX_OFFSET_POS - R.RECONSUMETIMES_POS,
+                                   R.BODYLENGTH_POS - R.RECONSUMETIMES_POS],
+                       "itemsize": R.BODY_POS - R.RECONSUMETIMES_POS})
+
+
+def _gather_struct(arr: np.ndarray, pos: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``dtype``-sized rows starting at each of ``pos``, as one structured array."""
+    idx = pos[:, None] + np.arange(dtype.itemsize, dtype=np.int64)
+    return arr[idx].reshape(-1).view(dtype)
 
 
 @dataclass
@@ -131,6 +154,13 @@ class DecodedRecords:
         return len(self.pos)
 
     @property
+    def offsets(self) -> np.ndarray:
+        """Where each record actually is in the CommitLog (``base_offset + pos``). Writers of
+        derived files use this, not the PHYSICALOFFSET field, which a damaged record (valid
+        by RocketMQ's rule, which does not check it) may misstate."""
+        return self.base_offset + self.pos
+
+    @property
     def next_offset(self) -> int:
         """CommitLog offset right after the last whole record (or at the blank)."""
         return self.base_offset + self.end
@@ -201,6 +231,7 @@ def scan_boundaries(buf, start: int, end: int, limit: int | None = None) -> tupl
 
 _topic_cache: dict[bytes, str] = {}
 _SEP = 0xFF  # never a byte of valid UTF-8: separates records in one gathered buffer
+_ESCAPED = re.compile("[\udc80-\udcff]")
 
 
 def _gather_strings(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> list[str]:
@@ -219,7 +250,9 @@ def _gather_strings(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) ->
     gathered[sep_pos] = _SEP
     text = gathered.tobytes().decode("utf-8", "surrogateescape")
     parts = text.split("\udcff")
-    if len(parts) != n:  # a raw 0xFF inside a string: fall back to one decode per record
+    if len(parts) != n or _ESCAPED.search(text.replace("\udcff", "")):
+        # a raw 0xFF or other invalid UTF-8 inside a string: decode each record as Java does
+        # (replacement characters), never leaving lone surrogates in a str
         mv = memoryview(arr)
         return [bytes(mv[s:s + ln]).decode("utf-8", "replace")
                 for s, ln in zip(starts.tolist(), lengths.tolist())]
@@ -240,14 +273,16 @@ def decode_records(buf, start: int = 0, end: int | None = None, *, base_offset: 
     positions, stop_pos, stop = scan_boundaries(buf, start, end, max_records)
     arr = np.frombuffer(buf, dtype=np.uint8)
     pos = np.asarray(positions, dtype=np.int64)
-    size = _gather(arr, pos, 4, ">i4").astype(np.int32)
-    magic = _gather(arr, pos + 4, 4, ">i4").astype(np.int32)
-    sys_flag = _gather(arr, pos + R.SYSFLAG_POS, 4, ">i4").astype(np.int32)
+    head = _gather_struct(arr, pos, HEAD_DTYPE)  # every fixed field before the hosts at once
+    size = head["size"].astype(np.int32)
+    magic = head["magic"].astype(np.int32)
+    sys_flag = head["sys_flag"].astype(np.int32)
     d_born = np.where(sys_flag & BORNHOST_V6_FLAG, R.HOST_V6_EXTRA, 0).astype(np.int64)
     d_store = np.where(sys_flag & STOREHOSTADDRESS_V6_FLAG, R.HOST_V6_EXTRA, 0).astype(np.int64)
     tail = pos + d_born + d_store
+    after_hosts = _gather_struct(arr, tail + R.RECONSUMETIMES_POS, TAIL_DTYPE)
     # Java reads a negative BODYLENGTH / PROPERTIESLENGTH as none (``format.record`` rule 3, 5)
-    body_len = np.clip(_gather(arr, tail + R.BODYLENGTH_POS, 4, ">i4").astype(np.int64), 0, None)
+    body_len = np.clip(after_hosts["body_len"].astype(np.int64), 0, None)
     body_pos = tail + R.BODY_POS
     v2 = magic == MESSAGE_MAGIC_CODE_V2
     topic_len_pos = body_pos + body_len
@@ -277,7 +312,7 @@ def decode_records(buf, start: int = 0, end: int | None = None, *, base_offset: 
         return _truncated(buf, base_offset, positions[:bad], start, positions[bad], STOP_CORRUPT,
                           "TOTALSIZE does not match the fields", check_crc, delay_levels_ms)
     if check_crc:
-        crc = _gather(arr, pos + R.BODYCRC_POS, 4, ">i4")
+        crc = head["body_crc"]
         mv = memoryview(buf)
         for i, (bp, bl, c) in enumerate(zip(body_pos.tolist(), body_len.tolist(), crc.tolist())):
             if bl > 0 and (zlib.crc32(mv[bp:bp + bl]) & 0x7FFFFFFF) != c:
@@ -304,16 +339,16 @@ def decode_records(buf, start: int = 0, end: int | None = None, *, base_offset: 
         tags_code = np.zeros(len(topics), dtype=np.int64)
     return DecodedRecords(
         base_offset=base_offset, pos=pos, size=size, magic=magic,
-        body_crc=_gather(arr, pos + R.BODYCRC_POS, 4, ">i4").astype(np.int32),
-        queue_id=_gather(arr, pos + R.QUEUEID_POS, 4, ">i4").astype(np.int32),
-        flag=_gather(arr, pos + R.FLAG_POS, 4, ">i4").astype(np.int32),
-        queue_offset=_gather(arr, pos + R.QUEUEOFFSET_POS, 8, ">i8").astype(np.int64),
-        commitlog_offset=_gather(arr, pos + R.PHYSICALOFFSET_POS, 8, ">i8").astype(np.int64),
+        body_crc=head["body_crc"].astype(np.int32),
+        queue_id=head["queue_id"].astype(np.int32),
+        flag=head["flag"].astype(np.int32),
+        queue_offset=head["queue_offset"].astype(np.int64),
+        commitlog_offset=head["commitlog_offset"].astype(np.int64),
         sys_flag=sys_flag,
-        born_timestamp=_gather(arr, pos + R.BORNTIMESTAMP_POS, 8, ">i8").astype(np.int64),
+        born_timestamp=head["born_timestamp"].astype(np.int64),
         store_timestamp=store_ts,
-        reconsume_times=_gather(arr, tail + R.RECONSUMETIMES_POS, 4, ">i4").astype(np.int32),
-        prepared_transaction_offset=_gather(arr, tail + R.PREPARED_TX_OFFSET_POS, 8, ">i8").astype(np.int64),
+        reconsume_times=after_hosts["reconsume_times"].astype(np.int32),
+        prepared_transaction_offset=after_hosts["prepared_transaction_offset"].astype(np.int64),
         body_pos=body_pos, body_len=body_len.astype(np.int32), topic=topics, props_raw=props,
         tags_code=tags_code, end=stop_pos, stop=stop)
 

@@ -1,13 +1,14 @@
-"""The web console: a Starlette app over ``ops.views``, served by uvicorn in its own thread.
+"""The web console: a Starlette app over ``ops.sources``, served by uvicorn in its own thread.
 
 Theory of operation: every page is a server-rendered Jinja2 template over what one call to the
 console's *source* returns (``ops.sources``: overview, topics, one topic, groups, one group,
-message search, one message); the same data is served as JSON under ``/api/`` for scripts. The only script in the pages draws the live TPS
-chart with uPlot (vendored under ``static/``, nothing loads from elsewhere) from ``/api/tps``,
-which the source samples once a second. Handlers are plain functions, which Starlette runs on
-its worker threads: a slow search never blocks the console's loop, and the console's loop is
-not the broker's — ``ConsoleServer`` runs uvicorn on a thread of its own, on a socket bound
-before the thread starts (so a busy port is an ``OSError`` at start, not a dead thread).
+message search, one message); the same data is served as JSON under ``/api/`` for scripts.
+The only script in the pages draws the live TPS chart with uPlot (vendored under ``static/``,
+nothing loads from elsewhere) from ``/api/tps``, which the source samples once a second.
+Handlers are plain functions, which Starlette runs on its worker threads: a slow search never
+blocks the console's loop, and the console's loop is not the broker's — ``ConsoleServer`` runs
+uvicorn on a thread of its own, on a socket bound before the thread starts (so a busy port is
+an ``OSError`` at start, not a dead thread).
 
 Nothing here writes: the console reads the store and the broker's state tables only.
 """
@@ -106,6 +107,7 @@ class Console:
                   Route("/topics/{topic:path}", self.topic), Route("/groups", self.groups),
                   Route("/groups/{group:path}", self.group), Route("/messages", self.messages),
                   Route("/message/{msg_id}", self.message),
+                  Route("/message/{msg_id}/body", self.message_body),
                   Route("/api/overview", self.api_overview), Route("/api/topics", self.api_topics),
                   Route("/api/groups", self.api_groups), Route("/api/messages", self.api_messages),
                   Route("/api/tps", self.api_tps),
@@ -178,7 +180,11 @@ class Console:
         return self._page(request, "topic.html", active="topics", t=tv, groups=gvs)
 
     def groups(self, request: Request) -> Response:
-        return self._page(request, "groups.html", groups=self.source.groups())
+        show_system = request.query_params.get("system") == "1"
+        gvs = self.source.groups()
+        shown = [g for g in gvs if show_system or not g.system]
+        return self._page(request, "groups.html", groups=shown, show_system=show_system,
+                          hidden=len(gvs) - len(shown))
 
     def group(self, request: Request) -> Response:
         name = request.path_params["group"]
@@ -208,6 +214,14 @@ class Console:
             return self._page(request, "error.html", 404, active="messages",
                               message=f"no message with id {msg_id!r}")
         return self._page(request, "message.html", active="messages", m=found[0])
+
+    def message_body(self, request: Request) -> Response:
+        msg_id = request.path_params["msg_id"]
+        body = self.source.body(msg_id)
+        if body is None:
+            return Response(f"no message with id {msg_id!r}\n", 404, media_type="text/plain")
+        return Response(body, media_type="application/octet-stream", headers={
+            "Content-Disposition": f'attachment; filename="{msg_id}.bin"'})
 
     # -- JSON -----------------------------------------------------------------------------------
     def api_overview(self, request: Request) -> Response:

@@ -1,5 +1,7 @@
 """Where the console's numbers come from: ``LocalSource`` reads one broker's state in process
-(``serve --console``) or a store directory (``console --store``).
+(``serve --console``) or a store directory (``console --store``); ``RemoteSource`` reads a
+running cluster — ours, Apache RocketMQ's, or both — through the admin requests ``mqadmin``
+sends (``console --namesrv``).
 
 Theory of operation: the console's pages ask a source for plain data — an overview dict, topic
 and group views, message search results, a TPS series — and never touch a store or a manager
@@ -12,6 +14,11 @@ from typing import Any
 
 from . import views
 from .state import OpsState
+
+
+def _group_counts(names: list[str]) -> dict[str, int]:
+    system = sum(1 for g in names if views.is_system_group(g))
+    return {"groups": len(names) - system, "system_groups": system}
 
 
 class LocalSource:
@@ -71,7 +78,7 @@ class LocalSource:
                 "topics": sum(1 for t in tvs if not t.system),
                 "system_topics": sum(1 for t in tvs if t.system),
                 "messages": sum(t.messages for t in tvs if not t.system),
-                "groups": len(self.group_names()),
+                **_group_counts(self.group_names()),
                 "commitlog_bytes": rt.max_phy_offset - rt.min_phy_offset,
                 "min_phy_offset": rt.min_phy_offset, "max_phy_offset": rt.max_phy_offset,
                 "dispatch_behind_bytes": rt.dispatch_behind_bytes,
@@ -85,7 +92,12 @@ class LocalSource:
         return views.topic_names(self._store(), self.state.topics)
 
     def topics(self) -> list[views.TopicView]:
-        return views.topic_views(self._store(), self.state.topics, self.state.broker_name)
+        tvs = views.topic_views(self._store(), self.state.topics, self.state.broker_name)
+        stats = self.state.broker_stats
+        if stats is not None:
+            for tv in tvs:
+                tv.put_tps = stats.topic_put_tps(tv.topic)
+        return tvs
 
     def topic(self, name: str) -> views.TopicView | None:
         store = self._store()
@@ -95,19 +107,21 @@ class LocalSource:
 
     def group_names(self) -> list[str]:
         st = self.state
-        return views.group_names(st.offsets, st.consumers, st.subgroups)
+        return views.settled(views.group_names, st.offsets, st.consumers, st.subgroups)
 
     def groups(self) -> list[views.GroupView]:
         st = self.state
-        return views.group_views(self._store(), st.topics, st.offsets, st.consumers, st.subgroups,
-                                 broker_name=st.broker_name, stats=st.broker_stats)
+        return views.settled(views.group_views, self._store(), st.topics, st.offsets,
+                             st.consumers, st.subgroups, broker_name=st.broker_name,
+                             stats=st.broker_stats)
 
     def group(self, name: str) -> views.GroupView | None:
         if name not in self.group_names():
             return None
         st = self.state
-        return views.group_view(self._store(), st.topics, st.offsets, st.consumers, name,
-                                broker_name=st.broker_name, stats=st.broker_stats)
+        return views.settled(views.group_view, self._store(), st.topics, st.offsets,
+                             st.consumers, name, broker_name=st.broker_name,
+                             stats=st.broker_stats)
 
     # -- messages ---------------------------------------------------------------------------
     def find_by_key(self, topic: str, key: str, max_num: int, begin: int,
@@ -124,12 +138,17 @@ class LocalSource:
     def find_by_offset(self, offset: int) -> list[views.MessageView]:
         return views.find_by_offset(self._store(), offset)
 
+    def body(self, msg_id: str) -> bytes | None:
+        """The whole body of the message an offset id names (None if there is none)."""
+        m = self._store().view_message_by_id(msg_id.strip())
+        return m.body if m is not None and m.msg_id.upper() == msg_id.strip().upper() else None
+
     # -- live -------------------------------------------------------------------------------
     def tps(self, since: float = 0.0) -> dict | None:
         return self.state.tps.series(since) if self.state.tps is not None else None
 
 
-TOOLS_GROUP = "TOOLS_CONSUMER"  # the group RocketMQ's own tools read with (MixAll.TOOLS_CONSUMER_GROUP)
+TOOLS_GROUP = "TOOLS_CONSUMER"  # what RocketMQ's own tools read with (MixAll.TOOLS_CONSUMER_GROUP)
 
 
 def _first_rate(value: str | None) -> float:
@@ -239,7 +258,7 @@ class RemoteSource:
                 "topics": sum(1 for t in tvs if not t.system),
                 "system_topics": sum(1 for t in tvs if t.system),
                 "messages": sum(t.messages for t in tvs if not t.system),
-                "groups": len(self.group_names()),
+                **_group_counts(self.group_names()),
                 "commitlog_bytes": sum(_int(i.get("commitLogMaxOffset")) -
                                        _int(i.get("commitLogMinOffset")) for i in infos),
                 "min_phy_offset": None, "max_phy_offset": None,
@@ -298,7 +317,8 @@ class RemoteSource:
             conn = await self.client.consumer_connection(name, a)
             if conn:
                 break
-        gv = views.GroupView(name, online=bool(conn and conn.get("connectionSet")))
+        gv = views.GroupView(name, online=bool(conn and conn.get("connectionSet")),
+                             system=views.is_system_group(name))
         if conn:
             gv.consume_type = str(conn.get("consumeType") or "")
             gv.message_model = str(conn.get("messageModel") or "")
@@ -341,6 +361,13 @@ class RemoteSource:
             msgs = self._run(self.client.query_message(topic, msg_id, 32, unique_key=True))
             return [views.message_view(x) for x in msgs if x.uniq_key == msg_id]
         return []
+
+    def body(self, msg_id: str) -> bytes | None:
+        try:
+            m = self._run(self.client.view_message(msg_id.strip()))
+        except (ValueError, ConnectionError, OSError):
+            return None
+        return m.body if m is not None and m.msg_id.upper() == msg_id.strip().upper() else None
 
     def find_by_offset(self, offset: int) -> list[views.MessageView]:
         raise ValueError("offset: a CommitLog offset names a message on one broker only; "

@@ -33,6 +33,18 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def settled(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Call a view that walks the broker's live tables (which the event loop changes while we
+    read from another thread); retry when a table changed size under the walk."""
+    for attempt in range(3):
+        try:
+            return fn(*args, **kwargs)
+        except RuntimeError as exc:
+            if "changed size during iteration" not in str(exc) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 # -- the store ------------------------------------------------------------------------------------
 @dataclass
 class PathUsage:
@@ -140,6 +152,7 @@ class TopicView:
     perm: int
     system: bool
     queues: list[av.QueueStats] = field(default_factory=list)
+    put_tps: float | None = None  # messages/s over the last minute, when a broker knows it
 
     @property
     def messages(self) -> int:
@@ -195,6 +208,7 @@ class GroupView:
     broker offset, committed offset and lag (``consume_stats``: RocketMQ's consume stats)."""
     group: str
     online: bool
+    system: bool = False
     consume_type: str = ""
     message_model: str = ""
     consume_from_where: str = ""
@@ -219,6 +233,16 @@ class GroupView:
         return out
 
 
+SYSTEM_GROUPS = frozenset({"TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP",
+                           "CID_ONS-HTTP-PROXY", "CID_ONSAPI_PULL", "CID_ONSAPI_PERMISSION",
+                           "CID_ONSAPI_OWNER", "SCHEDULE_CONSUMER", "rocketstore_cli"})
+
+
+def is_system_group(group: str) -> bool:
+    """RocketMQ's built-in groups (``MixAll``), which its dashboard files under "system"."""
+    return group in SYSTEM_GROUPS or group.startswith("CID_RMQ_SYS_")
+
+
 def group_names(offsets: Any, consumers: Any, subgroups: Any = None) -> list[str]:
     """Groups with live clients, committed offsets or a subscription-group config."""
     return [g for g in av.all_group_names(offsets, consumers, subgroups)
@@ -230,7 +254,8 @@ def group_view(store: Any, topics: Any, offsets: Any, consumers: Any, group: str
     """Committed offsets, lag per queue and the live clients of one consumer group."""
     now = now_ms() if now is None else now
     conn = av.consumer_connection(consumers, group)
-    gv = GroupView(group, online=bool(conn and conn["connectionSet"]))
+    gv = GroupView(group, online=bool(conn and conn["connectionSet"]),
+                   system=is_system_group(group))
     if conn is not None:
         gv.consume_type, gv.message_model = conn["consumeType"], conn["messageModel"]
         gv.consume_from_where = conn["consumeFromWhere"]

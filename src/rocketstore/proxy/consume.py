@@ -86,7 +86,7 @@ class Consumption:
         the broker's queues ("broker acting queue", id -1)."""
         tc = self.p.topics.get(topic)
         qs: list[tuple[str, int]] = []
-        if not fifo and self.p.topics.get(RETRY_PREFIX + group) is not None:
+        if not fifo:  # watched even before it exists: a revive creates it
             qs.append((RETRY_PREFIX + group, 0))
         n = tc.read_queue_nums
         self._rr = (self._rr + 1) % max(n, 1)
@@ -111,6 +111,9 @@ class Consumption:
                     out.extend(found)
                     if pos is not None:
                         positions.append(pos)
+                    continue
+                if self.p.topics.get(topic) is None:  # the retry topic, not created yet
+                    positions.append((topic, qid, 0))
                     continue
                 offset = self.p.offsets.query(group, topic, qid)
                 if offset < 0:
@@ -234,9 +237,25 @@ class Consumption:
                                   "receipt handle is not in flight (acked or expired)")
         return rh, ck
 
-    def _ack_one(self, group: str, topic: str, handle: str) -> None:
-        rh, ck = self._resolve(group, topic, handle)
-        self.pop.ack(ck, rh.offset)
+    def _ack_many(self, group: str, topic: str, handles: list[str]) -> list:
+        """Ack every handle; one ack record per checkpoint. A status per handle."""
+        results: list = []
+        by_ck: dict = {}
+        for handle in handles:
+            try:
+                rh, ck = self._resolve(group, topic, handle)
+            except ValidationError as exc:
+                results.append(status(exc.code, str(exc)))
+                continue
+            offsets = by_ck.setdefault(id(ck), (ck, []))[1]
+            if rh.offset in offsets:
+                results.append(status(pb.INVALID_RECEIPT_HANDLE, "acked twice in one request"))
+                continue
+            offsets.append(rh.offset)
+            results.append(status(pb.OK))
+        for ck, offsets in by_ck.values():
+            self.pop.ack(ck, offsets)
+        return results
 
     async def ack(self, req: Any) -> Any:
         group, topic = req.group.name, req.topic.name
@@ -245,15 +264,11 @@ class Consumption:
             check_topic(topic)
         except ValidationError as exc:
             return pb.AckMessageResponse(status=status(exc.code, str(exc)))
-        entries = []
-        for e in req.entries:
-            try:
-                await self.p.run(self._ack_one, group, topic, e.receipt_handle)
-                st = status(pb.OK)
-            except ValidationError as exc:
-                st = status(exc.code, str(exc))
-            entries.append(pb.AckMessageResultEntry(message_id=e.message_id,
-                                                    receipt_handle=e.receipt_handle, status=st))
+        handles = [e.receipt_handle for e in req.entries]
+        results = await self.p.run(self._ack_many, group, topic, handles)
+        entries = [pb.AckMessageResultEntry(message_id=e.message_id,
+                                            receipt_handle=e.receipt_handle, status=st)
+                   for e, st in zip(req.entries, results)]
         codes = {e.status.code for e in entries}
         overall = status(codes.pop()) if len(codes) == 1 else status(pb.MULTIPLE_RESULTS)
         if len(entries) == 1:

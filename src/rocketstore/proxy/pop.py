@@ -9,7 +9,8 @@ to ``%RETRY%<group>`` with ``reconsume_times + 1`` (or, once the group's attempt
 
     ck   {"g": group, "t": topic, "q": queue id, "so": start offset, "pt": pop time (ms),
           "it": invisible time (ms), "o": [[queue offset, commitlog offset], ...]}
-    ack  {"g": group, "t": topic, "q": queue id, "so": start offset, "pt": pop time, "o": offset}
+    ack  {"g": group, "t": topic, "q": queue id, "so": start offset, "pt": pop time,
+          "o": offset, or [offsets] when one AckMessage acks several of a checkpoint}
 
 FIFO groups (``consumeMessageOrderly``) pop orderly: a checkpoint marked ``"f": 1`` (with the
 delivery attempt ``"a"``, the batch end ``"e"`` and the offsets already acked ``"k"``) locks its
@@ -173,8 +174,9 @@ class PopState:
                 elif tags == ACK_TAG:
                     key = (str(d["g"]), str(d["t"]), int(d["q"]), int(d["so"]), int(d["pt"]))
                     ck = self._cks.get(key)
-                    if ck is not None:
-                        self._resolve_one(ck, int(d["o"]))
+                    offsets = d["o"] if isinstance(d["o"], list) else [d["o"]]
+                    for o in offsets if ck is not None else ():
+                        self._resolve_one(ck, int(o))
             except (ValueError, KeyError, TypeError):
                 continue  # a record we do not understand: not ours to act on
         return len(self._cks)
@@ -233,15 +235,17 @@ class PopState:
             ck = self._cks.get(key)
             return ck if ck is not None and rh.offset in ck.pending else None
 
-    def ack(self, ck: Checkpoint, queue_offset: int) -> None:
-        """Mark one message of ``ck`` done (acked, changed or revived): an ack record, then
-        forget it."""
+    def ack(self, ck: Checkpoint, queue_offset: int | list[int]) -> None:
+        """Mark messages of ``ck`` done (acked, changed or revived): one ack record for all of
+        them (RocketMQ's batch ack), then forget them."""
+        offsets = queue_offset if isinstance(queue_offset, list) else [queue_offset]
         body = {"g": ck.group, "t": ck.topic, "q": ck.queue_id, "so": ck.start_offset,
-                "pt": ck.pop_time, "o": queue_offset}
+                "pt": ck.pop_time, "o": offsets[0] if len(offsets) == 1 else offsets}
         qoff = self._write(ACK_TAG, json.dumps(body).encode())
         with self._lock:
             self._revive_end = max(self._revive_end, qoff + 1)
-            self._resolve_one(ck, queue_offset)
+            for o in offsets:
+                self._resolve_one(ck, o)
 
     def change_invisible(self, ck: Checkpoint, queue_offset: int, invisible_ms: int
                          ) -> ReceiptHandle:

@@ -73,6 +73,7 @@ class MessagingService(services.MessagingServiceServicer):
         self._rr = itertools.count()
         self.clients: dict[str, dict] = {}  # client id -> {"settings", "group", "seen"}
         self.channels: dict[str, TelemetryChannel] = {}  # client id -> its open Telemetry
+        self._pruned = time.time()
 
     # -- helpers -----------------------------------------------------------------------------------
     def _endpoints(self, asked: Any) -> Any:
@@ -96,7 +97,13 @@ class MessagingService(services.MessagingServiceServicer):
         if not cid:
             raise ValidationError(pb.CLIENT_ID_REQUIRED, "the x-mq-client-id header is required")
         c = self.clients.setdefault(cid, {"settings": None, "group": None})
-        c["seen"] = time.time()
+        now = c["seen"] = time.time()
+        if now - self._pruned > 60:  # forget clients silent for channelExpiredTimeout
+            self._pruned = now
+            limit = self.p.config.channel_expired_timeout_ms / 1000.0
+            for k in [k for k, v in self.clients.items()
+                      if now - v.get("seen", now) > limit and k not in self.channels]:
+                del self.clients[k]
         if group:
             c["group"] = group
         return cid

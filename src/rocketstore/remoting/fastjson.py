@@ -16,8 +16,9 @@ Theory of operation: ``dumps`` is ``json.dumps`` except that a dict key may be a
 (a frozen, hashable mapping, written as an object) or an ``int`` (written bare only when
 ``bare_int_keys`` is set; standard quoted keys otherwise, which fastjson reads back just the
 same). ``loads`` is a small recursive-descent parser over the same grammar: object keys may be
-strings, numbers or objects (returned as ``int``/``float`` and ``ObjectKey``); everything else
-is standard JSON and uses the ``json`` module's own string and number scanners.
+strings, numbers or objects (returned as ``int``/``float`` and ``ObjectKey``); any value that
+is standard JSON throughout (a map key object, an ``OffsetWrapper``) is handed whole to the
+``json`` module's C scanner, so only the non-standard levels are walked in Python.
 """
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ class ObjectKey(Mapping[str, Any]):
     __slots__ = ("_items", "_hash")
 
     def __init__(self, data: Mapping[str, Any] | None = None, **kw: Any) -> None:
-        items = dict(data or {}, **kw)
-        self._items = tuple(sorted((k, _freeze(v)) for k, v in items.items()))
+        items = dict(data or {}, **kw) if kw else (data if type(data) is dict else dict(data or {}))
+        self._items = tuple(sorted([(k, _freeze(v)) for k, v in items.items()]))
         self._hash = hash(self._items)
 
     def __getitem__(self, key: str) -> Any:
@@ -65,9 +66,12 @@ class ObjectKey(Mapping[str, Any]):
 
 
 def _freeze(v: Any) -> Any:
-    if isinstance(v, Mapping) and not isinstance(v, ObjectKey):
+    t = type(v)
+    if t is str or t is int or t is float or t is bool or v is None or t is ObjectKey:
+        return v
+    if isinstance(v, Mapping):
         return ObjectKey(v)
-    if isinstance(v, list):
+    if isinstance(v, (list, tuple)):
         return tuple(_freeze(x) for x in v)
     return v
 
@@ -85,7 +89,17 @@ def dumps(obj: Any, *, bare_int_keys: bool = False) -> str:
     return "".join(out)
 
 
+_SCALARS = (str, int, float, bool)
+_dump_flat = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode
+
+
 def _encode(obj: Any, out: list[str], bare: bool) -> None:
+    if type(obj) is dict or type(obj) is ObjectKey:
+        # a flat bean (every key a str, every value a scalar): the C encoder writes it whole
+        items = obj.items() if type(obj) is dict else obj._items
+        if all(type(k) is str and type(v) in _SCALARS and v == v for k, v in items):
+            out.append(_dump_flat(dict(items)))
+            return
     if isinstance(obj, Mapping):
         out.append("{")
         first = True
@@ -131,6 +145,7 @@ def _encode_key(k: Any, out: list[str], bare: bool) -> None:
 _WS = re.compile(r"[ \t\n\r]*")
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?")
 _scanstring = json.decoder.scanstring  # type: ignore[attr-defined]
+_raw_decode = json.JSONDecoder().raw_decode
 _MAX_DEPTH = 200
 
 
@@ -155,9 +170,15 @@ def _value(s: str, pos: int, depth: int) -> tuple[Any, int]:
     if pos >= len(s):
         raise ValueError("unexpected end of JSON")
     ch = s[pos]
-    if ch == "{":
-        return _object(s, pos + 1, depth + 1)
-    if ch == "[":
+    if ch in "{[":
+        try:  # standard JSON below this point: the C scanner does it
+            return _raw_decode(s, pos)
+        except RecursionError as exc:
+            raise ValueError(f"JSON nested too deeply at char {pos}") from exc
+        except ValueError:
+            pass
+        if ch == "{":
+            return _object(s, pos + 1, depth + 1)
         return _array(s, pos + 1, depth + 1)
     if ch == '"':
         return _scanstring(s, pos + 1)

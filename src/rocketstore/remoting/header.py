@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import struct
+from json.encoder import encode_basestring as _json_str  # what json.dumps(ensure_ascii=False) writes
 
 from ..errors import RemoteProtocolError
 from .codes import SERIALIZE_JSON, SERIALIZE_ROCKETMQ, LanguageCode
@@ -51,6 +52,43 @@ def encode_header(cmd: RemotingCommand) -> bytes:
         return _encode_binary(cmd)
     if cmd.serialize_type != SERIALIZE_JSON:
         raise ValueError(f"unknown serialize type {cmd.serialize_type}")
+    fast = _encode_json_fast(cmd)
+    if fast is not None:
+        return fast
+    return _encode_json_generic(cmd)
+
+
+_INT = int.__repr__
+
+
+def _encode_json_fast(cmd: RemotingCommand) -> bytes | None:
+    """The bytes of ``_encode_json_generic`` built by hand (no dict, no encoder object) for the
+    usual command: int code/flag/opaque/version, str language/remark/ext values. None for
+    anything else, which takes the generic path."""
+    code, flag, opaque, version = cmd.code, cmd.flag, cmd.opaque, cmd.version
+    lang, remark, ext = cmd.language, cmd.remark, cmd.ext_fields
+    if not (type(code) is int and type(flag) is int and type(opaque) is int
+            and type(version) is int and type(lang) is str
+            and (remark is None or type(remark) is str)):
+        return None
+    parts = ['{"code":', _INT(code)]
+    if ext:
+        items = []
+        for k, v in ext.items():
+            if type(k) is not str or type(v) is not str:
+                return None
+            items.append(f"{_json_str(k)}:{_json_str(v)}")
+        parts.append(',"extFields":{')
+        parts.append(",".join(items))
+        parts.append("}")
+    parts.append(f',"flag":{_INT(flag)},"language":{_json_str(lang)},"opaque":{_INT(opaque)}')
+    if remark is not None:
+        parts.append(f',"remark":{_json_str(remark)}')
+    parts.append(f',"serializeTypeCurrentRPC":"JSON","version":{_INT(version)}}}')
+    return "".join(parts).encode("utf-8")
+
+
+def _encode_json_generic(cmd: RemotingCommand) -> bytes:
     obj: dict[str, object] = {"code": cmd.code}
     if cmd.ext_fields:
         obj["extFields"] = cmd.ext_fields

@@ -53,7 +53,10 @@ from ..format.batch import parse_delay_levels
 from ..format.index_layout import index_file_name
 from ..format.message import TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE
 from ..store.checkpoint import StoreCheckpoint, fsync_dir
+from ..filter.bitmap import compute_bitmaps, load_filter_specs
+from ..format.cq_ext import encode_unit
 from ..store.consume_queue import queue_dir, write_cq_units
+from ..store.consume_queue_ext import EXT_DIR, write_ext_stream
 from ..store.index_file import IndexFile, index_key_hash_columns, plan_index_files
 from .segments import SegmentRange, auto_split_size, list_segments, plan_ranges, read_range
 
@@ -84,12 +87,19 @@ class RangeScan:
     key_phy: np.ndarray
     key_ts: np.ndarray
     records: int = 0
+    cq_ts: np.ndarray | None = None  # store times of the CQ units (ConsumeQueue-ext only)
+    cq_bitmaps: list | None = None  # their SQL92 bitmaps (bytes or None; ext only)
 
 
-def scan_range(rng: SegmentRange, delay_levels_ms=None, check_crc: bool = False) -> RangeScan:
-    """Decode one range into CQ units and index keys (runs in Spark tasks or locally)."""
+def scan_range(rng: SegmentRange, delay_levels_ms=None, check_crc: bool = False,
+               ext_specs: dict | None = None) -> RangeScan:
+    """Decode one range into CQ units and index keys (runs in Spark tasks or locally).
+
+    ``ext_specs`` (``filter.bitmap.load_filter_specs``; ``{}`` for none) also collects what
+    the ConsumeQueue-ext units need: store times and SQL92 bitmaps."""
     tid: dict[str, int] = {}
-    parts: dict[str, list] = {k: [] for k in ("t", "q", "qo", "phy", "size", "tags", "kh", "kp", "kt")}
+    parts: dict[str, list] = {k: [] for k in ("t", "q", "qo", "phy", "size", "tags", "kh", "kp", "kt",
+                                              "ts", "bm")}
     last_ts, records = -1, 0
     for _buf, rec in read_range(rng, check_crc=check_crc, delay_levels_ms=delay_levels_ms):
         records += len(rec)
@@ -101,14 +111,21 @@ def scan_range(rng: SegmentRange, delay_levels_ms=None, check_crc: bool = False)
             parts["t"].append(ids[sel])
             parts["q"].append(rec.queue_id[sel])
             parts["qo"].append(rec.queue_offset[sel])
-            parts["phy"].append(rec.commitlog_offset[sel])
+            parts["phy"].append(rec.offsets[sel])
             parts["size"].append(rec.size[sel].astype(np.int64))
             parts["tags"].append(rec.tags_code[sel])
+            if ext_specs is not None:
+                parts["ts"].append(rec.store_timestamp[sel])
+                order = sel.tolist()
+                parts["bm"].extend(compute_bitmaps(
+                    ext_specs, [rec.topic[i] for i in order],
+                    lambda j, rec=rec, order=order: rec.properties[order[j]],
+                    rec.store_timestamp[sel].tolist()))
             last_ts = int(rec.store_timestamp[sel[-1]])
         hashes, owner = index_key_hash_columns(rec)
         if len(owner):
             parts["kh"].append(hashes.astype(np.int32, copy=False))
-            parts["kp"].append(rec.commitlog_offset[owner])
+            parts["kp"].append(rec.offsets[owner])
             parts["kt"].append(rec.store_timestamp[owner])
 
     def cat(name: str, dtype) -> np.ndarray:
@@ -117,7 +134,9 @@ def scan_range(rng: SegmentRange, delay_levels_ms=None, check_crc: bool = False)
     return RangeScan(rng.start, rng.end, list(tid), cat("t", np.int32), cat("q", np.int32),
                      cat("qo", np.int64), cat("phy", np.int64), cat("size", np.int64),
                      cat("tags", np.int64), last_ts, cat("kh", np.int32), cat("kp", np.int64),
-                     cat("kt", np.int64), records)
+                     cat("kt", np.int64), records,
+                     cat("ts", np.int64) if ext_specs is not None else None,
+                     parts["bm"] if ext_specs is not None else None)
 
 
 @dataclass
@@ -178,7 +197,7 @@ def store_config(root: str, cfg: StoreConfig | None = None) -> StoreConfig:
 
 
 def _scan_spark(spark, ranges: list[SegmentRange], delay, check_crc: bool,
-                on_task: Callable[[int], None] | None) -> list[RangeScan]:
+                on_task: Callable[[int], None] | None, ext_specs: dict | None = None) -> list[RangeScan]:
     sc = spark.sparkContext
     group = f"rocketstore-rebuild-{os.getpid()}-{time.monotonic_ns()}"
     out: dict = {}
@@ -187,7 +206,7 @@ def _scan_spark(spark, ranges: list[SegmentRange], delay, check_crc: bool,
         try:
             sc.setJobGroup(group, "rocketstore rebuild: scan CommitLog ranges")
             rdd = sc.parallelize(ranges, max(1, len(ranges)))
-            out["scans"] = rdd.map(lambda r: scan_range(r, delay, check_crc)).collect()
+            out["scans"] = rdd.map(lambda r: scan_range(r, delay, check_crc, ext_specs)).collect()
         except BaseException as exc:  # surfaced on the calling thread
             out["error"] = exc
 
@@ -220,16 +239,25 @@ def _completed_tasks(sc, group: str) -> int:
     return n
 
 
-def write_consume_queues(scans: list[RangeScan], cq_root: str, file_size: int) -> tuple[int, int]:
-    """All units of each queue in one ``write_cq_units`` call; returns (queues, units)."""
+def write_consume_queues(scans: list[RangeScan], cq_root: str, file_size: int,
+                         ext_root: str | None = None,
+                         ext_file_size: int = 48 << 20) -> tuple[int, int]:
+    """All units of each queue in one ``write_cq_units`` call; returns (queues, units).
+
+    With ``ext_root`` each queue also gets its ConsumeQueue-ext stream (units in queue order,
+    ``write_ext_stream``) and its units carry the ext addresses in the tags slot."""
     gid: dict[str, int] = {}
-    cols = {k: [] for k in ("t", "q", "qo", "phy", "size", "tags")}
+    cols = {k: [] for k in ("t", "q", "qo", "phy", "size", "tags", "ts")}
+    bitmaps: list = []
     for s in scans:
         remap = np.array([gid.setdefault(t, len(gid)) for t in s.topics] or [0], dtype=np.int64)
         cols["t"].append(remap[s.cq_topic] if len(s.cq_topic) else s.cq_topic.astype(np.int64))
         cols["q"].append(s.cq_queue.astype(np.int64))
         for k, a in (("qo", s.cq_queue_offset), ("phy", s.cq_phy), ("size", s.cq_size), ("tags", s.cq_tags)):
             cols[k].append(a)
+        if ext_root is not None:
+            cols["ts"].append(s.cq_ts if s.cq_ts is not None else np.zeros(len(s.cq_phy), np.int64))
+            bitmaps.extend(s.cq_bitmaps if s.cq_bitmaps is not None else [None] * len(s.cq_phy))
     c = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in cols.items()}
     n = len(c["t"])
     if n == 0:
@@ -245,7 +273,15 @@ def write_consume_queues(scans: list[RangeScan], cq_root: str, file_size: int) -
         sel = order[a:b]
         k = int(key_sorted[a])
         d = queue_dir(cq_root, topics[k >> 32], k & 0xFFFFFFFF)
-        write_cq_units(d, file_size, c["qo"][sel], c["phy"][sel], c["size"][sel], c["tags"][sel])
+        tags = c["tags"][sel]
+        if ext_root is not None:
+            by_qo = sel[np.argsort(c["qo"][sel], kind="stable")]
+            units = [encode_unit(t, ts, bitmaps[i]) for t, ts, i in
+                     zip(c["tags"][by_qo].tolist(), c["ts"][by_qo].tolist(), by_qo.tolist())]
+            addrs = write_ext_stream(queue_dir(ext_root, topics[k >> 32], k & 0xFFFFFFFF),
+                                     ext_file_size, units)
+            sel, tags = by_qo, np.asarray(addrs, dtype=np.int64)
+        write_cq_units(d, file_size, c["qo"][sel], c["phy"][sel], c["size"][sel], tags)
     return len(starts), n
 
 
@@ -306,12 +342,12 @@ def _exchange(a: str, b: str) -> bool:
     return True
 
 
-def swap_in(root: str, staging: str) -> None:
-    """Replace ``consumequeue/`` and ``index/`` with the staged trees."""
+def swap_in(root: str, staging: str, derived: tuple[str, ...] = DERIVED) -> None:
+    """Replace ``consumequeue/`` and ``index/`` (and ``consumequeue_ext/``) with the staged trees."""
     old = os.path.join(root, OLD)
     shutil.rmtree(old, ignore_errors=True)
     os.makedirs(old)
-    for name in DERIVED:
+    for name in derived:
         live, new = os.path.join(root, name), os.path.join(staging, name)
         os.makedirs(new, exist_ok=True)
         if os.path.exists(live) and _exchange(live, new):
@@ -352,6 +388,8 @@ def rebuild(root: str, *, engine: str = "spark", cfg: StoreConfig | None = None,
         ranges = plan_ranges(segs, split_size=split_size)
         res.segments, res.ranges = len(segs), len(ranges)
         delay = parse_delay_levels(cfg.message_delay_level)
+        ext = cfg.enable_consume_queue_ext or os.path.isdir(os.path.join(root, EXT_DIR))
+        ext_specs = load_filter_specs(os.path.join(root, "config", "consumerFilter.json")) if ext else None
         done = [0]
 
         def tick(n: int) -> None:
@@ -360,11 +398,11 @@ def rebuild(root: str, *, engine: str = "spark", cfg: StoreConfig | None = None,
                 on_progress("scan", done[0], len(ranges))
 
         if engine == "spark":
-            scans = _scan_spark(spark, ranges, delay, check_crc, tick)
+            scans = _scan_spark(spark, ranges, delay, check_crc, tick, ext_specs)
         else:
             scans = []
             for r in ranges:
-                scans.append(scan_range(r, delay, check_crc))
+                scans.append(scan_range(r, delay, check_crc, ext_specs))
                 tick(1)
         scans.sort(key=lambda s: s.start)
         res.records = sum(s.records for s in scans)
@@ -372,13 +410,14 @@ def rebuild(root: str, *, engine: str = "spark", cfg: StoreConfig | None = None,
         staging = os.path.join(root, STAGING)
         shutil.rmtree(staging, ignore_errors=True)
         os.makedirs(staging)
-        res.queues, res.cq_units = write_consume_queues(scans, os.path.join(staging, "consumequeue"),
-                                                        cfg.cq_file_size)
+        res.queues, res.cq_units = write_consume_queues(
+            scans, os.path.join(staging, "consumequeue"), cfg.cq_file_size,
+            os.path.join(staging, EXT_DIR) if ext else None, cfg.mapped_file_size_consume_queue_ext)
         res.index_files, res.index_keys, index_end = write_index_files(
             scans, os.path.join(staging, "index"), cfg)
         _fsync_tree(staging)
         t2 = time.monotonic()
-        swap_in(root, staging)
+        swap_in(root, staging, DERIVED + ((EXT_DIR,) if ext else ()))
         ck = StoreCheckpoint(os.path.join(root, "checkpoint"))
         logics = max((s.cq_last_ts for s in scans), default=-1)
         if logics > 0:

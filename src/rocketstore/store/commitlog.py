@@ -92,64 +92,81 @@ class CommitLog:
         self.queue.load()
 
     # -- write ------------------------------------------------------------------------------------
-    def append(self, records: Sequence[EncodedMessage]) -> AppendResult:
+    def append(self, records: Sequence[EncodedMessage], *,
+               nowait: bool = False) -> AppendResult | None:
         """Append one record or one batch atomically (same segment, consecutive offsets).
 
         Raises ``RecordTooLarge`` if it can never fit and ``DiskFullError``/``StoreError`` when a
-        new segment cannot be created; nothing is written in either case.
+        new segment cannot be created; nothing is written in either case. With ``nowait`` it
+        returns None instead of waiting: when the lock is held (a putter, the flush thread's
+        snapshot) or the records need a new segment (creating one means file I/O), so an event
+        loop can append in place and hand only those rare cases to a thread.
         """
         total = sum(len(r.data) for r in records)
         if total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
             raise RecordTooLarge(f"{total} bytes do not fit in a {self.file_size}-byte segment")
-        with self.lock:
-            now = int(time.time() * 1000)
-            if now < self._last_ts:
-                now = self._last_ts  # store time never goes backwards within a process
-            self._last_ts = now
+        if not nowait:
+            with self.lock:
+                return self._append_locked(records, total)
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
+            mf = self.queue.last()
+            if mf is None or total + END_FILE_MIN_BLANK_LENGTH > mf.remaining:
+                return None
+            return self._append_locked(records, total)
+        finally:
+            self.lock.release()
+
+    def _append_locked(self, records: Sequence[EncodedMessage], total: int) -> AppendResult:
+        now = int(time.time() * 1000)
+        if now < self._last_ts:
+            now = self._last_ts  # store time never goes backwards within a process
+        self._last_ts = now
+        mf = self.queue.get_last_mapped_file(0)
+        assert mf is not None
+        if total + END_FILE_MIN_BLANK_LENGTH > mf.remaining:
+            if mf.remaining >= END_FILE_MIN_BLANK_LENGTH:
+                encode_blank(mf.mm, mf.wrote_position, mf.remaining)
+            mf.wrote_position = self.file_size
             mf = self.queue.get_last_mapped_file(0)
             assert mf is not None
-            if total + END_FILE_MIN_BLANK_LENGTH > mf.remaining:
-                if mf.remaining >= END_FILE_MIN_BLANK_LENGTH:
-                    encode_blank(mf.mm, mf.wrote_position, mf.remaining)
-                mf.wrote_position = self.file_size
-                mf = self.queue.get_last_mapped_file(0)
-                assert mf is not None
-            pos = mf.wrote_position
-            phys = mf.file_from_offset + pos
-            table = self.topic_queue_table
-            queue_offsets = []
-            sizes = []
-            start_pos = pos
-            mm = mf.mm
-            data = records[0].data if len(records) == 1 else b"".join(r.data for r in records)
-            # crash safety: everything but the first record's TOTALSIZE+MAGIC goes in first and
-            # is patched; the 8-byte header is written last, so a process killed mid-append
-            # leaves zeros at ``pos`` (the end of valid data), never a whole-looking record
-            # with unpatched offsets
-            head = bytes(data[:8])
-            mm[pos + 8:pos + total] = memoryview(data)[8:]
-            for rec in records:
-                key = (rec.topic, rec.queue_id)
-                tran = rec.sys_flag & TRANSACTION_MASK
-                if tran == TRANSACTION_PREPARED_TYPE or tran == TRANSACTION_ROLLBACK_TYPE:
-                    qo = 0
-                else:
-                    qo = table.get(key, 0)
-                    table[key] = qo + 1
-                n = len(rec.data)
-                patch_record(mm, pos, rec.store_ts_pos, qo, phys, now)
-                queue_offsets.append(qo)
-                sizes.append(n)
-                pos += n
-                phys += n
-            mm[start_pos:start_pos + 8] = head
-            mf.store_timestamp = now
-            mf.wrote_position = pos
-            first = mf.file_from_offset + start_pos
-            feed = self.dispatch_feed
-            if feed is not None and len(feed) < DISPATCH_FEED_CAP:
-                feed.append(self._feed_item(records, first, sizes, queue_offsets, now))
-            return AppendResult(first, sizes, queue_offsets, now)
+        pos = mf.wrote_position
+        phys = mf.file_from_offset + pos
+        table = self.topic_queue_table
+        queue_offsets = []
+        sizes = []
+        start_pos = pos
+        mm = mf.mm
+        data = records[0].data if len(records) == 1 else b"".join(r.data for r in records)
+        # crash safety: everything but the first record's TOTALSIZE+MAGIC goes in first and
+        # is patched; the 8-byte header is written last, so a process killed mid-append
+        # leaves zeros at ``pos`` (the end of valid data), never a whole-looking record
+        # with unpatched offsets
+        head = bytes(data[:8])
+        mm[pos + 8:pos + total] = memoryview(data)[8:]
+        for rec in records:
+            key = (rec.topic, rec.queue_id)
+            tran = rec.sys_flag & TRANSACTION_MASK
+            if tran == TRANSACTION_PREPARED_TYPE or tran == TRANSACTION_ROLLBACK_TYPE:
+                qo = 0
+            else:
+                qo = table.get(key, 0)
+                table[key] = qo + 1
+            n = len(rec.data)
+            patch_record(mm, pos, rec.store_ts_pos, qo, phys, now)
+            queue_offsets.append(qo)
+            sizes.append(n)
+            pos += n
+            phys += n
+        mm[start_pos:start_pos + 8] = head
+        mf.store_timestamp = now
+        mf.wrote_position = pos
+        first = mf.file_from_offset + start_pos
+        feed = self.dispatch_feed
+        if feed is not None and len(feed) < DISPATCH_FEED_CAP:
+            feed.append(self._feed_item(records, first, sizes, queue_offsets, now))
+        return AppendResult(first, sizes, queue_offsets, now)
 
     def _feed_item(self, records: Sequence[EncodedMessage], first: int, sizes: list[int],
                    queue_offsets: list[int], now: int) -> FeedItem:
@@ -201,6 +218,31 @@ class CommitLog:
         if size <= 8 or pos + size > wrote or magic == fbatch.BLANK_MAGIC_CODE:
             return None
         return mf.mm[pos:pos + size]
+
+    def read_record_views(self, offsets: list[int], sizes: list[int]) -> list[memoryview | None]:
+        """``read_record`` for many (offset, expected size) pairs, as zero-copy views of the
+        segments; None where no whole record of that size is there. Consecutive offsets in one
+        segment (a queue's records) share one segment lookup."""
+        out: list[memoryview | None] = []
+        mf = None
+        lo = hi = 0
+        mv = None
+        blank = fbatch.BLANK_MAGIC_CODE
+        for off, size in zip(offsets, sizes):
+            if mf is None or not lo <= off < hi:
+                mf = self.queue.find(off)
+                if mf is None:
+                    out.append(None)
+                    continue
+                lo, hi = mf.file_from_offset, mf.file_from_offset + self.file_size
+                mv = memoryview(mf.mm)
+            pos = off - lo
+            if size <= 8 or pos + size > mf.wrote_position:
+                out.append(None)
+                continue
+            got, magic = read_header(mf.mm, pos)
+            out.append(mv[pos:pos + size] if got == size and magic != blank else None)
+        return out
 
     def look_message(self, offset: int, *, with_body: bool = True) -> MessageExt | None:
         """Decode the record at ``offset``; None if out of range, blank or not a record."""
@@ -269,10 +311,12 @@ class CommitLog:
 
     def first_record_timestamp(self, mf: MappedFile) -> int:
         """Store time of a segment's first record, or 0 if it does not start with a message."""
-        size, magic = read_header(mf.mm, 0)
+        _size, magic = read_header(mf.mm, 0)  # isMappedFileMatchedRecover reads the field as is
         if magic not in (fbatch.MESSAGE_MAGIC_CODE, fbatch.MESSAGE_MAGIC_CODE_V2):
             return 0
-        return self.store_timestamp_at(mf.file_from_offset, size) if size > 0 else 0
+        sys_flag = int.from_bytes(mf.mm[SYSFLAG_POS:SYSFLAG_POS + 4], "big", signed=True)
+        p = store_timestamp_pos(sys_flag)
+        return int.from_bytes(mf.mm[p:p + 8], "big", signed=True)
 
     def truncate(self, offset: int) -> None:
         self.queue.truncate_dirty(offset)

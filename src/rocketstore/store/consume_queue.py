@@ -22,12 +22,13 @@ from typing import Callable
 
 import numpy as np
 
-from ..format.layouts import CQ_DTYPE, CQ_FILLER, CQ_UNIT_SIZE, name_to_offset, offset_to_name
+from ..format.layouts import CQ_DTYPE, CQ_FILLER, CQ_UNIT, CQ_UNIT_SIZE, name_to_offset, offset_to_name
 from .mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)
 UNIT_DTYPE = np.dtype(CQ_DTYPE)
 FILLER_SIZE = 0x7FFFFFFF
+GAP_FILL_MAX = 1024  # units of filler a queue-offset gap may get (further: a damaged field)
 
 
 def encode_units(phys: np.ndarray, sizes: np.ndarray, tags: np.ndarray) -> bytes:
@@ -62,11 +63,13 @@ class ConsumeQueue:
     def load(self) -> None:
         self.queue.load()
 
-    def recover(self) -> None:
-        """Find the first invalid unit in the last three files; drop what follows it."""
+    def recover(self) -> int:
+        """Find the first invalid unit in the last three files; drop what follows it. Returns
+        how many valid-looking units after that point were dropped (0 for a clean tail; more
+        means damage inside the queue, which dispatch must rebuild)."""
         files = self.queue.files
         if not files:
-            return
+            return 0
         idx = max(0, len(files) - 3)
         process = files[idx].file_from_offset
         for mf in files[idx:]:
@@ -80,11 +83,21 @@ class ConsumeQueue:
             process = mf.file_from_offset + n_valid * CQ_UNIT_SIZE
             if n_valid < len(arr):
                 break
+        dropped = 0
+        for mf in files:
+            if mf.file_from_offset + self.file_size <= process:
+                continue
+            arr = np.frombuffer(mf.mm, dtype=UNIT_DTYPE)
+            start = max(0, (process - mf.file_from_offset) // CQ_UNIT_SIZE)
+            tail = arr[start:]
+            dropped += int(np.count_nonzero((tail["offset"] >= 0) & (tail["size"] > 0)
+                                            & (tail["size"] != FILLER_SIZE)))
         self.queue.truncate_dirty(process)
         first = self.queue.first()
         if first is not None and self.min_logic_offset < first.file_from_offset:
             self.min_logic_offset = first.file_from_offset
         self._skip_leading_filler()
+        return dropped
 
     def _skip_leading_filler(self) -> None:
         """Filler units below the first real unit are not readable: min starts after them."""
@@ -109,14 +122,9 @@ class ConsumeQueue:
                 return 0
             current = self.queue.max_offset()
             logic = queue_offsets.astype(np.int64) * CQ_UNIT_SIZE
-            fresh = logic >= current
-            if not fresh.all():  # built before: the CQ is ahead of this re-dispatch
-                logic, phys, sizes, tags = logic[fresh], phys[fresh], sizes[fresh], tags[fresh]
-                if len(logic) == 0:
-                    return 0
-            if self.queue.files and (int(logic[0]) != current
-                                     or (len(logic) > 1 and (np.diff(logic) != CQ_UNIT_SIZE).any())):
-                logic, phys, sizes, tags = self._dense(current, logic, phys, sizes, tags)
+            in_order = (len(logic) < 2 or bool((np.diff(logic) == CQ_UNIT_SIZE).all()))
+            if not (in_order and (int(logic[0]) == current or not self.queue.files)):
+                logic, phys, sizes, tags = self._place(current, logic, phys, sizes, tags)
                 if len(logic) == 0:
                     return 0
             data = encode_units(phys, sizes, tags)
@@ -134,25 +142,88 @@ class ConsumeQueue:
                 mf.mm[pos:pos + (j - i) * CQ_UNIT_SIZE] = data[i * CQ_UNIT_SIZE:j * CQ_UNIT_SIZE]
                 mf.wrote_position = max(mf.wrote_position, pos + (j - i) * CQ_UNIT_SIZE)
                 i = j
-            self.max_physic_offset = int(phys[-1]) + int(sizes[-1])
+            real = sizes != FILLER_SIZE
+            if real.any():
+                self.max_physic_offset = max(self.max_physic_offset,
+                                             int((phys[real] + sizes[real]).max()))
             return n
 
-    def _dense(self, current: int, logic, phys, sizes, tags):
-        """Keep the units that continue the queue without a gap; a record whose queue offset
-        jumps ahead (a damaged field RocketMQ's layout check cannot see) gets no unit — it stays
-        in the CommitLog, readable by offset and key — so the records after it still land at
-        their own positions."""
-        keep = np.zeros(len(logic), dtype=bool)
-        cur = current
-        for k, lo in enumerate(logic.tolist()):
+    def put_unit(self, queue_offset: int, phy: int, size: int, tags_code: int) -> int:
+        """One unit, plain Python (``put_units``'s rules and bytes without numpy's per-call
+        cost, for the reput's tiny batches); returns 1 if it was new."""
+        with self.lock:
+            if phy + size <= self.max_physic_offset:
+                return 0
+            logic = queue_offset * CQ_UNIT_SIZE
+            if logic == self.queue.max_offset() or not self.queue.files:
+                mf = self._file_for(logic)
+                pos = logic - mf.file_from_offset
+                CQ_UNIT.pack_into(mf.mm, pos, phy, size, tags_code)
+                mf.wrote_position = max(mf.wrote_position, pos + CQ_UNIT_SIZE)
+                self.max_physic_offset = phy + size
+                return 1
+        # not at the queue's end (a hole, a re-dispatch, a gap): the general rules, ``_place``
+        i64 = np.int64
+        return self.put_units(np.array([queue_offset], dtype=i64), np.array([phy], dtype=i64),
+                              np.array([size], dtype=i64), np.array([tags_code], dtype=i64))
+
+
+    def _place(self, current: int, logic, phys, sizes, tags):
+        """Units that do not simply continue the queue (a record missing from it, or one whose
+        queue offset field is damaged in a way RocketMQ's layout check cannot see):
+
+        * at the queue's end: written; below it: written only over a filler unit (a hole),
+          else skipped as dispatched before;
+        * ahead of the end by at most ``GAP_FILL_MAX`` units: the hole gets filler units
+          (consumers skip them) and the unit its own position, so later records still land at
+          theirs; further ahead (a damaged field): no unit — the record stays in the CommitLog,
+          readable by offset and key.
+        """
+        out_l, out_p, out_s, out_t = [], [], [], []
+        placed_filler: dict[int, int] = {}  # fillers of this call: position -> index in out_*
+        cur = current if self.queue.files else int(logic[0])  # a new queue starts at its first
+        for lo, ph, sz, tg in zip(logic.tolist(), phys.tolist(), sizes.tolist(), tags.tolist()):
             if lo == cur:
-                keep[k] = True
                 cur += CQ_UNIT_SIZE
-            elif lo > cur:
+            elif lo < cur:
+                k = placed_filler.pop(lo, None)
+                if k is not None:  # fills a hole this call made
+                    out_p[k], out_s[k], out_t[k] = ph, sz, tg
+                    continue
+                if lo >= current or not self._is_filler(lo):
+                    continue  # dispatched before
+            elif lo - cur <= GAP_FILL_MAX * CQ_UNIT_SIZE:
+                log.warning("ConsumeQueue %s/%d: record at CommitLog offset %d has queue offset "
+                            "%d, the queue is at %d: filler units in between", self.topic,
+                            self.queue_id, ph, lo // CQ_UNIT_SIZE, cur // CQ_UNIT_SIZE)
+                for f in range(cur, lo, CQ_UNIT_SIZE):
+                    placed_filler[f] = len(out_l)
+                    out_l.append(f)
+                    out_p.append(0)
+                    out_s.append(FILLER_SIZE)
+                    out_t.append(0)
+                cur = lo + CQ_UNIT_SIZE
+            else:
                 log.error("ConsumeQueue %s/%d: record at CommitLog offset %d has queue offset %d, "
-                          "the queue is at %d: no unit written", self.topic, self.queue_id,
-                          int(phys[k]), lo // CQ_UNIT_SIZE, cur // CQ_UNIT_SIZE)
-        return logic[keep], phys[keep], sizes[keep], tags[keep]
+                          "far ahead of the queue's %d: no unit written", self.topic, self.queue_id,
+                          ph, lo // CQ_UNIT_SIZE, cur // CQ_UNIT_SIZE)
+                continue
+            out_l.append(lo)
+            out_p.append(ph)
+            out_s.append(sz)
+            out_t.append(tg)
+        i64 = np.int64
+        return (np.asarray(out_l, dtype=i64), np.asarray(out_p, dtype=i64),
+                np.asarray(out_s, dtype=i64), np.asarray(out_t, dtype=i64))
+
+    def _is_filler(self, logic_offset: int) -> bool:
+        mf = self.queue.find(logic_offset)
+        if mf is None:
+            return False
+        pos = logic_offset - mf.file_from_offset
+        if pos + CQ_UNIT_SIZE > mf.wrote_position:
+            return False
+        return int(np.frombuffer(mf.mm, dtype=UNIT_DTYPE, count=1, offset=pos)[0]["size"]) == FILLER_SIZE
 
     def _file_for(self, logic_offset: int):
         q = self.queue

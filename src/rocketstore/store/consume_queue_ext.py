@@ -77,27 +77,28 @@ class ConsumeQueueExt:
         out: list[int] = []
         with self.lock:
             run: list[bytes] = []
+            pending = 0  # bytes in ``run``, not yet copied to ``mf``
             mf = None
+            limit = cq_ext.MAX_REAL_OFFSET - self.queue.max_offset()
             for data in units:
                 size = len(data)
-                if size > cq_ext.MAX_EXT_UNIT_SIZE or \
-                        self.queue.max_offset() + size > cq_ext.MAX_REAL_OFFSET:
+                if size > cq_ext.MAX_EXT_UNIT_SIZE or size > limit:
                     out.append(1)
                     continue
                 if mf is None or mf.is_full():
                     self._flush_run(mf, run)
-                    run = []
+                    run, pending = [], 0
                     mf = self.queue.get_last_mapped_file(0)
-                pending = sum(map(len, run))
                 if size > self.file_size - (mf.wrote_position + pending) - cq_ext.END_BLANK_DATA_LENGTH:
                     self._flush_run(mf, run)
-                    run = []
+                    run, pending = [], 0
                     mf.mm[mf.wrote_position:mf.wrote_position + 2] = cq_ext.END_MARK
                     mf.wrote_position = self.file_size
                     mf = self.queue.get_last_mapped_file(0)
-                    pending = 0
                 out.append(decorate(mf.file_from_offset + mf.wrote_position + pending))
                 run.append(data)
+                pending += size
+                limit -= size
             self._flush_run(mf, run)
         return out
 
@@ -231,7 +232,7 @@ class ConsumeQueueExtDispatcher:
         for i in idx.tolist():
             groups.setdefault((topics[i], qids[i]), []).append(i)
         new_tags = recs.tags_code.copy()
-        ends = (recs.commitlog_offset + recs.size.astype(np.int64))
+        ends = (recs.offsets + recs.size.astype(np.int64))
         for key, members in groups.items():
             sel = np.asarray(members, dtype=np.int64)
             cq = self.cq_table.find(*key)
@@ -292,3 +293,40 @@ def read_ext_tags(qdir: str, tags: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         else:
             out[k] = unit.tags_code
     return out, missing
+
+
+def layout_ext_stream(sizes: Sequence[int], file_size: int) -> tuple[list[int], list[int]]:
+    """Where ``ConsumeQueueExt.put`` places units of these sizes in a new stream: (real offset
+    of each unit, real offsets of the end marks written where a unit did not fit)."""
+    offsets: list[int] = []
+    marks: list[int] = []
+    file_from, pos = 0, 0
+    for size in sizes:
+        if size > file_size - pos - cq_ext.END_BLANK_DATA_LENGTH:
+            marks.append(file_from + pos)
+            file_from, pos = file_from + file_size, 0
+        offsets.append(file_from + pos)
+        pos += size
+    return offsets, marks
+
+
+def write_ext_stream(directory: str, file_size: int, units: Sequence[bytes]) -> list[int]:
+    """Write a queue's ext stream from scratch into plain pre-sized files (the ``rebuild``
+    writer, same bytes as the dispatcher's); returns each unit's address."""
+    offsets, marks = layout_ext_stream([len(u) for u in units], file_size)
+    if not units:
+        return []
+    os.makedirs(directory, exist_ok=True)
+    nfiles = offsets[-1] // file_size + 1
+    files = [bytearray(file_size) for _ in range(nfiles)]
+    for off, data in zip(offsets, units):
+        f, pos = divmod(off, file_size)
+        files[f][pos:pos + len(data)] = data
+    for off in marks:
+        f, pos = divmod(off, file_size)
+        files[f][pos:pos + 2] = cq_ext.END_MARK
+    from ..format.layouts import offset_to_name
+    for i, data in enumerate(files):
+        with open(os.path.join(directory, offset_to_name(i * file_size)), "wb") as fh:
+            fh.write(data)
+    return [decorate(o) for o in offsets]

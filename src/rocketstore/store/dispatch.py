@@ -32,6 +32,7 @@ import numpy as np
 from ..config import StoreConfig
 from ..format import batch as fbatch
 from ..format.batch import DecodedRecords
+from ..format.record import MESSAGE_MAGICS
 from ..format.message import TRANSACTION_MASK, TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE
 from .commitlog import CommitLog, FeedItem
 from .consume_queue import ConsumeQueue, queue_dir
@@ -44,6 +45,7 @@ COALESCE_WAIT_S = 0.001
 ArrivalListener = Callable[[str, int, int], None]
 RETRY_MIN_S = 0.05
 RETRY_MAX_S = 2.0
+RECHECK_QUIET_S = 1.0  # after a put's early retry failed, refuse without waiting this long
 
 
 class Dispatcher(Protocol):
@@ -95,18 +97,35 @@ class ConsumeQueueTable:
         return max((cq.max_physic_offset for cq in self.queues.values()), default=-1)
 
 
+def _queue_dir_safe(topic: str, queue_id: int) -> bool:
+    """Whether ``consumequeue/<topic>/<queue_id>`` is a safe directory: the put path never
+    stores other names; a damaged record may carry any."""
+    if not topic or topic in (".", "..") or queue_id < 0:
+        return False
+    if any(c in topic for c in "/\\\x00") or len(topic.encode("utf-8", "surrogatepass")) > 255:
+        return False
+    return True
+
+
+TINY_BATCH = 24  # records; at most this many are dispatched in plain Python, not numpy
+
+
 class ConsumeQueueDispatcher:
     """Writes the units of NOT / COMMIT records; prepared and rollback records are skipped."""
 
-    def __init__(self, table: ConsumeQueueTable, on_logics_timestamp: Callable[[int], None]) -> None:
+    def __init__(self, table: ConsumeQueueTable, on_logics_timestamp: Callable[[int], None],
+                 tiny_batch: int = TINY_BATCH) -> None:
         self.table = table
         self.on_logics_timestamp = on_logics_timestamp
         self.touched: dict[tuple[str, int], int] = {}
+        self.tiny_batch = tiny_batch
 
     def dispatch(self, recs: DecodedRecords) -> None:
         n = len(recs)
         if n == 0:
             return
+        if n <= self.tiny_batch:
+            return self._dispatch_tiny(recs)
         tran = recs.sys_flag & TRANSACTION_MASK
         ok = (tran == TRANSACTION_NOT_TYPE) | (tran == TRANSACTION_COMMIT_TYPE)
         groups: dict[tuple[str, int], list[int]] = {}
@@ -114,14 +133,41 @@ class ConsumeQueueDispatcher:
         qids = recs.queue_id.tolist()
         for i in np.flatnonzero(ok).tolist():
             groups.setdefault((topics[i], qids[i]), []).append(i)
+        for key in [k for k in groups if not _queue_dir_safe(*k)]:
+            idx = groups.pop(key)
+            log.error("no ConsumeQueue for %d record(s) from CommitLog offset %d: topic %r queue %d "
+                      "cannot name a directory (a damaged record)", len(idx),
+                      int(recs.offsets[idx[0]]), key[0], key[1])
         for key, idx_list in groups.items():
             idx = np.asarray(idx_list, dtype=np.int64)
             cq = self.table.find_or_create(*key)
-            cq.put_units(recs.queue_offset[idx], recs.commitlog_offset[idx],
+            cq.put_units(recs.queue_offset[idx], recs.offsets[idx],
                          recs.size[idx].astype(np.int64), recs.tags_code[idx])
             self.touched[key] = cq.max_offset_in_queue()
         if ok.any():
             self.on_logics_timestamp(int(recs.store_timestamp[np.flatnonzero(ok)[-1]]))
+
+    def _dispatch_tiny(self, recs: DecodedRecords) -> None:
+        """``dispatch`` unit by unit: a single message costs ~40 numpy calls the other way."""
+        topics, last_ts = recs.topic, None
+        for i, (sys_flag, qid, qo, off, size, tags, ts) in enumerate(zip(
+                recs.sys_flag.tolist(), recs.queue_id.tolist(), recs.queue_offset.tolist(),
+                recs.offsets.tolist(), recs.size.tolist(), recs.tags_code.tolist(),
+                recs.store_timestamp.tolist())):
+            tran = sys_flag & TRANSACTION_MASK
+            if tran != TRANSACTION_NOT_TYPE and tran != TRANSACTION_COMMIT_TYPE:
+                continue
+            key = (topics[i], qid)
+            if not _queue_dir_safe(*key):
+                log.error("no ConsumeQueue for the record at CommitLog offset %d: topic %r queue %d "
+                          "cannot name a directory (a damaged record)", off, key[0], key[1])
+                continue
+            cq = self.table.find_or_create(*key)
+            cq.put_unit(qo, off, size, tags)
+            self.touched[key] = cq.max_offset_in_queue()
+            last_ts = ts
+        if last_ts is not None:
+            self.on_logics_timestamp(last_ts)
 
 
 @dataclass
@@ -148,11 +194,12 @@ class DispatchHealth:
     error: str | None = None
     failing_since_ms: int | None = None
     failures: int = 0
+    skipped_bytes: int = 0  # damaged CommitLog bytes stepped over (logged with their range)
 
     def to_dict(self) -> dict:
         return {"ok": self.ok, "reput_from": self.reput_from, "behind_bytes": self.behind_bytes,
                 "error": self.error, "failing_since_ms": self.failing_since_ms,
-                "failures": self.failures}
+                "failures": self.failures, "skipped_bytes": self.skipped_bytes}
 
 
 class ReputService:
@@ -166,8 +213,11 @@ class ReputService:
         self.listeners: list[ArrivalListener] = []
         self.last_error: Exception | None = None
         self.failures = 0  # consecutive failed steps
+        self.skipped_bytes = 0  # damaged CommitLog bytes dispatch stepped over
         self.failing_since_ms: int | None = None
         self._wake = threading.Event()
+        self._retry = threading.Event()
+        self._recheck_failed_at = -1e9
         self._idle = False
         self._last_batch = 0
         self._progress = threading.Condition()
@@ -185,6 +235,7 @@ class ReputService:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        self._retry.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
@@ -205,7 +256,7 @@ class ReputService:
         err = self.last_error
         return DispatchHealth(err is None, self.reput_from, self.behind_bytes(),
                               None if err is None else f"{type(err).__name__}: {err}",
-                              self.failing_since_ms, self.failures)
+                              self.failing_since_ms, self.failures, self.skipped_bytes)
 
     def wait_dispatched(self, timeout: float | None = None) -> bool:
         import time
@@ -228,16 +279,13 @@ class ReputService:
                 progressed = self.run_once()
             except Exception as exc:  # noqa: BLE001 - logged, reported through health(), retried
                 self._failed(exc)
-                self._stop.wait(delay)
+                self._retry.wait(delay)  # a put that was refused asks for an early retry
+                self._retry.clear()
                 delay = min(RETRY_MAX_S, delay * 2)
                 continue
             if self.last_error is not None:
-                log.warning("dispatch resumed at offset %d after %d failed attempt(s)",
-                            self.reput_from, self.failures)
-                self.last_error, self.failures, self.failing_since_ms = None, 0, None
+                self._recovered()
                 delay = RETRY_MIN_S
-                with self._progress:
-                    self._progress.notify_all()
             if not progressed:
                 self._idle = True
                 if self.behind_bytes() == 0:  # re-check: a put may have skipped the wake-up
@@ -248,6 +296,34 @@ class ReputService:
                 # a trickle of single puts: let a few accumulate so the dispatchers work on
                 # batches (RocketMQ's reput also rests 1 ms between rounds)
                 self._stop.wait(COALESCE_WAIT_S)
+
+    def _recovered(self) -> None:
+        with self._progress:
+            if self.last_error is None:
+                return
+            log.warning("dispatch resumed at offset %d after %d failed attempt(s)",
+                        self.reput_from, self.failures)
+            self.last_error, self.failures, self.failing_since_ms = None, 0, None
+            self._progress.notify_all()
+
+    def recheck(self, timeout: float) -> bool:
+        """While dispatch fails: retry now and wait up to ``timeout`` s for it to succeed.
+        True when dispatch is healthy."""
+        if self.last_error is None:
+            return True
+        now = time.monotonic()
+        if self._thread is None or now - self._recheck_failed_at < RECHECK_QUIET_S:
+            return False  # (one put per window waits; the others are refused at once)
+        self._retry.set()
+        deadline = now + timeout
+        with self._progress:
+            while self.last_error is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._recheck_failed_at = time.monotonic()
+                    return False
+                self._progress.wait(left)
+        return True
 
     def _failed(self, exc: Exception) -> None:
         first = self.last_error is None
@@ -301,14 +377,48 @@ class ReputService:
         if recs.stop == fbatch.STOP_BLANK:
             self._advance(mf.file_from_offset + self.commitlog.file_size)
             return True
-        if recs.stop == fbatch.STOP_CORRUPT:
-            raise RuntimeError(f"damaged CommitLog record at offset {recs.next_offset}: {recs.stop_reason}")
-        if recs.stop == fbatch.STOP_END and recs.end < mf.wrote_position and recs.end < end - mf.file_from_offset and not len(recs):
-            raise RuntimeError(f"no record at CommitLog offset {recs.next_offset}")
+        damaged = recs.stop == fbatch.STOP_CORRUPT or (
+            recs.stop == fbatch.STOP_END and recs.end < full and not len(recs))
+        if recs.stop == fbatch.STOP_INCOMPLETE and not len(recs) and recs.end + 8 <= full:
+            # a record that can never become whole: it claims to run past its segment, or its
+            # segment is complete (a later one exists) and it runs past the written bytes
+            claimed = int.from_bytes(mf.mm[recs.end:recs.end + 4], "big", signed=True)
+            last = self.commitlog.queue.last()
+            damaged = (recs.end + claimed > self.commitlog.file_size
+                       or (mf is not last and full >= mf.wrote_position))
+        if damaged and not len(recs):
+            # committed bytes that are not a record (damage before where recovery scanned):
+            # skip to the next whole record rather than stall every queue behind it
+            nxt = self._skip_damage(mf, recs.end, full)
+            log.error("dispatch skipped damaged CommitLog bytes [%d, %d): %s", recs.next_offset,
+                      nxt, recs.stop_reason or "no record")
+            self.skipped_bytes += nxt - recs.next_offset
+            self._advance(nxt)
+            return True
         if len(recs):
             self._advance(recs.next_offset)
             return True
         return False
+
+    def _skip_damage(self, mf, pos: int, limit: int) -> int:
+        """The CommitLog offset of the next whole record after damaged bytes at ``pos`` (a
+        record that decodes, CRC checked, and whose PHYSICALOFFSET is its own offset), or of
+        ``limit`` (the segment's readable end) when there is none."""
+        base = mf.file_from_offset
+        buf = mf.mm
+        patterns = [(m & 0xFFFFFFFF).to_bytes(4, "big") for m in MESSAGE_MAGICS]
+        q = pos + 1
+        while q + 4 < limit:
+            hits = [k for k in (buf.find(pat, q + 4, limit) for pat in patterns) if k >= 0]
+            if not hits:
+                break
+            cand = min(hits) - 4
+            recs = fbatch.decode_records(buf, cand, limit, base_offset=base, check_crc=True,
+                                         max_records=1, properties=False)
+            if len(recs) and int(recs.commitlog_offset[0]) == base + cand:
+                return base + cand
+            q = cand + 1
+        return base + limit
 
     def _dispatch_feed(self, feed, end: int) -> bool:
         """Dispatch consecutive appends from the writer's feed (no decoding)."""
@@ -352,3 +462,5 @@ class ReputService:
         with self._progress:
             self.reput_from = offset
             self._progress.notify_all()
+        if self.last_error is not None:  # progress again: healthy from this moment
+            self._recovered()

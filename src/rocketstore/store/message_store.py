@@ -307,11 +307,12 @@ class MessageStore:
             self.index_service.flush()
 
     # -- write ----------------------------------------------------------------------------------
-    def put_message(self, msg: Message) -> PutMessageResult:
-        return self.put_path.put([msg], batch=False)
+    def put_message(self, msg: Message, *, nowait: bool = False) -> PutMessageResult:
+        """``nowait=True`` (for event loops): None instead of blocking, nothing written."""
+        return self.put_path.put([msg], batch=False, nowait=nowait)  # type: ignore[return-value]
 
-    def put_messages(self, msgs: Sequence[Message]) -> PutMessageResult:
-        return self.put_path.put(list(msgs), batch=True)
+    def put_messages(self, msgs: Sequence[Message], *, nowait: bool = False) -> PutMessageResult:
+        return self.put_path.put(list(msgs), batch=True, nowait=nowait)  # type: ignore[return-value]
 
     # -- read -----------------------------------------------------------------------------------
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int = 32,
@@ -437,6 +438,7 @@ class MessageStore:
         expire, and a topic created again under the name starts its queues at offset 0.
         Returns the number of queues removed."""
         self._check_open()
+        self.wait_dispatched(5.0)  # its appended records first reach their queues, then go
         with self.commitlog.lock:
             for key in [k for k in self.commitlog.topic_queue_table if k[0] == topic]:
                 del self.commitlog.topic_queue_table[key]

@@ -39,6 +39,7 @@ from .results import PutMessageResult, PutStatus
 
 log = logging.getLogger(__name__)
 
+DISPATCH_RECHECK_S = 0.2  # a put waits this long for a failing dispatch to retry before refusing
 _ILLEGAL_TOPIC = re.compile(r"[\x00-\x1f/\\]")
 
 
@@ -65,13 +66,18 @@ class PutPath:
         self.writeable = True  # cleared by the clean service when the disk is nearly full
         self._delays = parse_delay_levels(cfg.message_delay_level)
 
-    def put(self, msgs: list[Message], batch: bool) -> PutMessageResult:
+    def put(self, msgs: list[Message], batch: bool, nowait: bool = False) -> PutMessageResult | None:
+        """Put ``msgs``; with ``nowait`` (ASYNC_FLUSH only) None means "would block, nothing
+        written: put again without ``nowait``" (see ``CommitLog.append``)."""
         if self.cfg.read_only:
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE, error="store is open read-only")
+        if nowait and self.cfg.sync_flush:
+            return None  # a SYNC_FLUSH put waits for its group commit by definition
         if not self.running or not self.writeable:
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE,
                                     error="store is shut down" if not self.running else "store not writeable")
-        if self.reput.stalled:  # consumers would not see it: RocketMQ's makeLogicsQueueError
+        if self.reput.stalled and not self.reput.recheck(DISPATCH_RECHECK_S):
+            # consumers would not see it: RocketMQ's makeLogicsQueueError
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE,
                                     error=f"dispatch cannot progress at CommitLog offset "
                                           f"{self.reput.reput_from}: {self.reput.last_error}")
@@ -113,12 +119,14 @@ class PutPath:
         except (MessageTooLarge, ValueError, TypeError, AttributeError) as exc:
             return PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error=str(exc))
         try:
-            res = self.commitlog.append(encoded)
+            res = self.commitlog.append(encoded, nowait=nowait)
         except RecordTooLarge as exc:
             return PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error=str(exc))
         except (DiskFullError, StoreError, OSError) as exc:
             log.error("cannot append: %s", exc)
             return PutMessageResult(PutStatus.CREATE_MAPPED_FILE_FAILED, error=str(exc))
+        if res is None:
+            return None
         if not cfg.sync_flush:
             self.reput.wakeup()  # under SYNC_FLUSH dispatch reads durable bytes: it polls (10 ms)
         status = PutStatus.PUT_OK

@@ -27,7 +27,7 @@ from ..format.layouts import CQ_UNIT_SIZE
 from ..format.message import decode_message
 from .commitlog import CommitLog
 from . import ext_filter
-from .consume_queue import ConsumeQueue
+from .consume_queue import FILLER_SIZE, ConsumeQueue
 from .results import GetMessageResult, GetStatus
 
 log = logging.getLogger(__name__)
@@ -90,17 +90,26 @@ def get_message(cfg: StoreConfig, commitlog: CommitLog, cq: ConsumeQueue | None,
         return GetMessageResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
     if offset > max_off:
         return GetMessageResult(GetStatus.OFFSET_OVERFLOW_BADLY, max_off, min_off, max_off)
-    units = cq.read_units(offset, max(MAX_FILTER_MESSAGE_COUNT, max_msgs))
+    sub = Subscription.parse(None if message_filter is not None else subscription)
+    # a PULL without tag or SQL filter decodes nothing, and every unit read is a message (or a
+    # removed one), so reading max_msgs units is enough
+    raw_only = not decode and sub.tags is None and message_filter is None
+    units = cq.read_units(offset, max_msgs if raw_only else max(MAX_FILTER_MESSAGE_COUNT, max_msgs))
     if units is None or len(units) == 0:
         per_file = cq.file_size // CQ_UNIT_SIZE
         return GetMessageResult(GetStatus.OFFSET_FOUND_NULL, offset + per_file - offset % per_file,
                                 min_off, max_off)
-    sub = Subscription.parse(None if message_filter is not None else subscription)
+    if raw_only:
+        return _get_raw(cfg, commitlog, units, offset, max_msgs,
+                        GetMessageResult(GetStatus.NO_MATCHED_MESSAGE, 0, min_off, max_off))
     codes = sub.codes if sub.tags is not None else None
     tags_raw = units["tags_code"]
     unit_ok = None
     if ext is not None or message_filter is not None:
         tags_raw, unit_ok = ext_filter.resolve_units(tags_raw, ext, message_filter)
+        if message_filter is not None:  # evaluate the expression on the candidates in one pass
+            unit_ok = ext_filter.prefilter_records(commitlog, units["offset"].tolist(),
+                                                   units["size"].tolist(), unit_ok, message_filter)
     result = GetMessageResult(GetStatus.NO_MATCHED_MESSAGE, 0, min_off, max_off)
     max_phy = commitlog.max_offset()
     memory_limit = _TOTAL_MEMORY * cfg.access_message_in_memory_max_ratio // 100
@@ -113,8 +122,8 @@ def get_message(cfg: StoreConfig, commitlog: CommitLog, cq: ConsumeQueue | None,
     i = 0
     for i in range(len(offs)):
         off_py, size_py = offs[i], sizes[i]
-        if off_py < next_phy_file_start:
-            continue
+        if off_py < next_phy_file_start or size_py == FILLER_SIZE:
+            continue  # (a filler unit stands for a queue offset no record has)
         if buffers:
             in_disk = (max_phy - off_py) > memory_limit
             if len(buffers) >= max_msgs:
@@ -127,7 +136,7 @@ def get_message(cfg: StoreConfig, commitlog: CommitLog, cq: ConsumeQueue | None,
                     len(buffers) > cfg.max_transfer_count_on_message_in_memory - 1:
                 break
         if (codes is not None and tags[i] is not None and tags[i] not in codes) or \
-                (unit_ok is not None and not unit_ok[i]):
+                (unit_ok is not None and unit_ok[i] is False):
             if not buffers:
                 result.status = GetStatus.NO_MATCHED_MESSAGE
             continue
@@ -135,9 +144,11 @@ def get_message(cfg: StoreConfig, commitlog: CommitLog, cq: ConsumeQueue | None,
         if raw is None or len(raw) != size_py:
             if not buffers:
                 result.status = GetStatus.MESSAGE_WAS_REMOVING
-            next_phy_file_start = commitlog.roll_next_file(off_py)
-            continue
-        if message_filter is not None and not ext_filter.record_matches(message_filter, raw):
+            if commitlog.segment_at(off_py) is None:  # the segment was removed: skip the rest of it
+                next_phy_file_start = commitlog.roll_next_file(off_py)
+            continue  # (one damaged record costs only itself)
+        if message_filter is not None and unit_ok[i] is None and \
+                not ext_filter.record_matches(message_filter, raw):
             if not buffers:
                 result.status = GetStatus.NO_MATCHED_MESSAGE
             continue
@@ -160,6 +171,50 @@ def get_message(cfg: StoreConfig, commitlog: CommitLog, cq: ConsumeQueue | None,
         buffers.append(raw)
         if decode:
             messages.append(msg)  # type: ignore[arg-type]
+        total += size_py
+        result.status = GetStatus.FOUND
+    else:
+        i = len(offs)
+    result.next_begin_offset = offset + i
+    return result
+
+
+def _in_limits(cfg: StoreConfig, in_disk: bool, count: int, total: int, size: int) -> bool:
+    """RocketMQ's ``isTheBatchFull`` turned around: may one more record of ``size`` go in?"""
+    if in_disk:
+        return total + size <= cfg.max_transfer_bytes_on_message_in_disk and \
+            count <= cfg.max_transfer_count_on_message_in_disk - 1
+    return total + size <= cfg.max_transfer_bytes_on_message_in_memory and \
+        count <= cfg.max_transfer_count_on_message_in_memory - 1
+
+
+def _get_raw(cfg: StoreConfig, commitlog: CommitLog, units, offset: int, max_msgs: int,
+             result: GetMessageResult) -> GetMessageResult:
+    """``get_message`` without a filter and without decoding: the records as zero-copy views of
+    the CommitLog segments (what a PULL body is), same statuses and limits as the general loop."""
+    offs = units["offset"].tolist()
+    sizes = units["size"].tolist()
+    views = commitlog.read_record_views(offs, sizes)
+    max_phy = commitlog.max_offset()
+    memory_limit = _TOTAL_MEMORY * cfg.access_message_in_memory_max_ratio // 100
+    buffers = result.buffers
+    total = 0
+    next_phy_file_start = -1
+    i = 0
+    for i in range(len(offs)):
+        off_py, size_py = offs[i], sizes[i]
+        if off_py < next_phy_file_start:
+            continue
+        if buffers and (len(buffers) >= max_msgs or not _in_limits(
+                cfg, (max_phy - off_py) > memory_limit, len(buffers), total, size_py)):
+            break
+        raw = views[i]
+        if raw is None:
+            if not buffers:
+                result.status = GetStatus.MESSAGE_WAS_REMOVING
+            next_phy_file_start = commitlog.roll_next_file(off_py)
+            continue
+        buffers.append(raw)
         total += size_py
         result.status = GetStatus.FOUND
     else:

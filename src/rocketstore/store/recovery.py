@@ -211,8 +211,12 @@ def recover(commitlog: CommitLog, cqs: ConsumeQueueTable, checkpoint: StoreCheck
     """Recover the CommitLog, ConsumeQueues and index; decide the reput restart point."""
     report = RecoveryReport(normal=last_exit_ok, padded_files=list(padded or []))
     checkpoint.track_logics_durability()
+    cuts = []
     for cq in cqs:
-        cq.recover()
+        lost = cq.recover()
+        if lost:  # units dropped inside the queue (damage), not a clean tail: rebuild them
+            report.cq_units_dropped[f"{cq.topic}/{cq.queue_id}"] = lost
+            cuts.append(cq.max_physic_offset if cq.max_physic_offset >= 0 else commitlog.min_offset())
     before = {(cq.topic, cq.queue_id): cq.max_offset_in_queue() for cq in cqs}
     files = commitlog.queue.files
     if not files:
@@ -222,7 +226,6 @@ def recover(commitlog: CommitLog, cqs: ConsumeQueueTable, checkpoint: StoreCheck
         if index_service is not None:
             report.index_files_dropped += index_service.truncate_dirty_files(0)
         return report
-    cuts = []
     for cq in cqs:
         cut = check_cq_tail(cq, commitlog)
         if cut is not None:
@@ -295,7 +298,8 @@ def _note_cq_drops(report: RecoveryReport, before: dict, cqs: ConsumeQueueTable)
         b = before.get((cq.topic, cq.queue_id), 0)
         a = cq.max_offset_in_queue()
         if a < b:
-            report.cq_units_dropped[f"{cq.topic}/{cq.queue_id}"] = b - a
+            key = f"{cq.topic}/{cq.queue_id}"
+            report.cq_units_dropped[key] = report.cq_units_dropped.get(key, 0) + b - a
 
 
 def unit_matches(commitlog: CommitLog, cq: ConsumeQueue, queue_offset: int, phy: int, size: int,
@@ -316,9 +320,17 @@ def unit_matches(commitlog: CommitLog, cq: ConsumeQueue, queue_offset: int, phy:
     if got != (phy, cq.topic, cq.queue_id, queue_offset):
         return f"record at {phy} is {got[1]}/{got[2]} #{got[3]} at {got[0]}, unit is #{queue_offset}"
     if tags_code is not None and msg.topic != SCHEDULE_TOPIC and msg.tags_code != tags_code \
-            and tags_code > MAX_EXT_ADDR:  # an ext address (ConsumeQueue-ext) is no tags hash
-        return f"unit tagsCode {tags_code}, record {msg.tags_code}"  # (delay units carry a time)
+            and (tags_code > MAX_EXT_ADDR or not _has_ext(cq)):
+        # (an ext address of a queue with a ConsumeQueue-ext is no tags hash; delay units
+        # carry a time)
+        return f"unit tagsCode {tags_code}, record {msg.tags_code}"
     return None
+
+
+def _has_ext(cq: ConsumeQueue) -> bool:
+    """Whether the queue keeps a ConsumeQueue-ext stream (``<root>/consumequeue_ext/<t>/<q>``)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(cq.queue.directory)))
+    return os.path.isdir(os.path.join(root, "consumequeue_ext", cq.topic, str(cq.queue_id)))
 
 
 def check_cq_tail(cq: ConsumeQueue, commitlog: CommitLog, count: int = CQ_TAIL_CHECK) -> int | None:

@@ -63,7 +63,7 @@ class _QueueState:
         tran = recs.sys_flag & TRANSACTION_MASK
         ok = (tran != TRANSACTION_PREPARED_TYPE) & (tran != TRANSACTION_ROLLBACK_TYPE)
         topics = np.asarray(recs.topic, dtype=object)
-        qids, qoffs, phys = recs.queue_id, recs.queue_offset, recs.commitlog_offset
+        qids, qoffs, phys = recs.queue_id, recs.queue_offset, recs.offsets
         behind = self.out.behind
         for topic in set(recs.topic):
             tmask = (topics == topic) & ok

@@ -13,7 +13,10 @@
     var s = size();
     plot = new uPlot({
       width: s.width, height: s.height,
-      scales: { x: { time: true }, y: { range: function (u, min, max) { return [0, Math.max(5, max * 1.15)]; } } },
+      scales: { x: { time: true, range: function (u, min, max) {  // at least the last minute
+                     if (min == null || max == null) { var now = Date.now() / 1000; return [now - 60, now]; }
+                     return [Math.min(min, max - 60), max]; } },
+                y: { range: function (u, min, max) { return [0, Math.max(5, max * 1.15)]; } } },
       series: [{}, { label: "Put TPS", stroke: "#2f80c2", width: 2, fill: "rgba(47,128,194,0.08)" },
                    { label: "Get TPS", stroke: "#1e8e5a", width: 2 }],
       axes: [{}, { label: "messages / s", size: 60 }]
