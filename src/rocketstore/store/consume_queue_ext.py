@@ -77,27 +77,28 @@ class ConsumeQueueExt:
         out: list[int] = []
         with self.lock:
             run: list[bytes] = []
+            pending = 0  # bytes in ``run``, not yet copied to ``mf``
             mf = None
+            limit = cq_ext.MAX_REAL_OFFSET - self.queue.max_offset()
             for data in units:
                 size = len(data)
-                if size > cq_ext.MAX_EXT_UNIT_SIZE or \
-                        self.queue.max_offset() + size > cq_ext.MAX_REAL_OFFSET:
+                if size > cq_ext.MAX_EXT_UNIT_SIZE or size > limit:
                     out.append(1)
                     continue
                 if mf is None or mf.is_full():
                     self._flush_run(mf, run)
-                    run = []
+                    run, pending = [], 0
                     mf = self.queue.get_last_mapped_file(0)
-                pending = sum(map(len, run))
                 if size > self.file_size - (mf.wrote_position + pending) - cq_ext.END_BLANK_DATA_LENGTH:
                     self._flush_run(mf, run)
-                    run = []
+                    run, pending = [], 0
                     mf.mm[mf.wrote_position:mf.wrote_position + 2] = cq_ext.END_MARK
                     mf.wrote_position = self.file_size
                     mf = self.queue.get_last_mapped_file(0)
-                    pending = 0
                 out.append(decorate(mf.file_from_offset + mf.wrote_position + pending))
                 run.append(data)
+                pending += size
+                limit -= size
             self._flush_run(mf, run)
         return out
 
