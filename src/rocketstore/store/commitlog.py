@@ -46,7 +46,7 @@ class AppendResult:
         return self.wrote_offset + self.wrote_bytes
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class FeedItem:
     """One append as the CommitLog's writer describes it to the reput (no decoding needed)."""
 
@@ -80,7 +80,7 @@ class CommitLog:
         self.cfg = cfg
         self.file_size = cfg.mapped_file_size_commitlog
         self.queue = MappedFileQueue(cfg.commitlog_dir, self.file_size, readonly=readonly,
-                                     private=cfg.read_only)
+                                     private=cfg.read_only, durable_create=True)
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.lock = threading.Lock()
         # records appended by this process, for the reput (see ``ReputService``); None: off
