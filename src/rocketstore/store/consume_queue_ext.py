@@ -72,6 +72,17 @@ class ConsumeQueueExt:
         if unit is not None:
             self.queue.truncate_dirty(undecorate(address) + unit.size)
 
+    def truncate_by_min_address(self, address: int) -> int:
+        """Delete the files wholly below the unit at ``address`` (the ConsumeQueue's first);
+        returns how many (RocketMQ's ``truncateByMinAddress``)."""
+        if not is_ext_addr(address):
+            return 0
+        real = undecorate(address)
+        n = sum(1 for mf in self.queue.files[:-1] if mf.file_from_offset + self.file_size < real)
+        if n:
+            self.queue.delete_first_files(n)
+        return n
+
     # -- write ------------------------------------------------------------------------------------
     def put_many(self, units: Sequence[bytes]) -> list[int]:
         """Append encoded units; their addresses (1 for a unit that cannot be stored)."""
@@ -171,6 +182,18 @@ class ConsumeQueueExtTable:
             unit = cq.unit(max_off - 1) if max_off > 0 else None
             if unit is not None and is_ext_addr(unit[2]):
                 ext.truncate_by_max_address(unit[2])
+
+    def delete_expired(self, cq_table) -> int:
+        """After the ConsumeQueues dropped expired files: drop ext files no unit points at."""
+        n = 0
+        for (topic, qid), ext in list(self.exts.items()):
+            cq = cq_table.find(topic, qid)
+            if cq is None:
+                continue
+            unit = cq.unit(cq.min_offset_in_queue())
+            if unit is not None:
+                n += ext.truncate_by_min_address(unit[2])
+        return n
 
     def find(self, topic: str, queue_id: int) -> ConsumeQueueExt | None:
         return self.exts.get((topic, queue_id))
