@@ -125,7 +125,7 @@ def check_shape(obj: Any, shape: dict[str, str], optional: dict[str, str] | None
 
 
 def call(addr: str, code: int, fields: dict | None = None, body: bytes = b"",
-         timeout: float = 20.0) -> RemotingCommand:
+         timeout: float = 60.0) -> RemotingCommand:
     """Send one request on a new connection, return the response."""
     host, port = addr.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=timeout) as s:
@@ -142,6 +142,17 @@ def call(addr: str, code: int, fields: dict | None = None, body: bytes = b"",
             codec.receive_data(data)
 
 
+def wait_dispatched(broker: str, topic: str, expected: dict[int, int],
+                    timeout: float = 60.0) -> None:
+    """Until every queue's max offset (GET_MAX_OFFSET) is as expected: puts are acknowledged
+    before the reput has written their ConsumeQueue units, in RocketMQ as here."""
+    deadline = time.monotonic() + timeout
+    for qid, n in expected.items():
+        while int(call(broker, 30, {"topic": topic, "queueId": qid}).ext_fields["offset"]) < n:
+            assert time.monotonic() < deadline, f"{topic}:{qid} never reached {n}"
+            time.sleep(0.05)
+
+
 def body(resp: RemotingCommand) -> Any:
     assert resp.body, f"no body (code {resp.code}, remark {resp.remark!r})"
     return fastjson.loads(resp.body)
@@ -155,7 +166,7 @@ class HeldClient:
     def __init__(self, addr: str, client_id: str, producer_groups=(), consumer_groups=(),
                  keepalive_s: float = 10.0) -> None:
         host, port = addr.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=20)
+        self.sock = socket.create_connection((host, int(port)), timeout=60)
         self.sock.settimeout(None)
         self.codec = RemotingConnection()
         self.client_id = client_id
@@ -212,7 +223,7 @@ class HeldClient:
     def heartbeat(self) -> RemotingCommand:
         return self.request(34, {}, self.heartbeat_body)
 
-    def wait(self, pred, timeout: float = 20.0) -> RemotingCommand:
+    def wait(self, pred, timeout: float = 60.0) -> RemotingCommand:
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:

@@ -27,6 +27,7 @@ def live(tmp_path_factory):
         with Producer("LivePG", srv.namesrv) as p:
             sent = [p.send(TOPIC, b"live-%d" % i, tags="A" if i % 2 else "B", keys=[f"lk{i}"],
                            queue_id=0 if i < 7 else 1) for i in range(10)]
+        w.wait_dispatched(srv.broker, TOPIC, {0: 7, 1: 3})
         held = w.HeldClient(srv.broker, "127.0.0.1@live", consumer_groups=[
             w.consumer_data("LiveCG", TOPIC)])
         assert held.heartbeat().code == 0
@@ -98,7 +99,7 @@ def test_consumers_online(live):
 def test_consumers_from_store_once_offsets_persisted(live):
     srv = live["srv"]
     path = os.path.join(srv.store, "config", "consumerOffset.json")
-    deadline = time.monotonic() + 30  # the broker persists offsets every 5 s
+    deadline = time.monotonic() + 90  # the broker persists offsets every 5 s
     while not (os.path.exists(path) and f"{TOPIC}@LiveCG" in open(path).read()):
         assert time.monotonic() < deadline, "offsets never persisted"
         time.sleep(0.2)

@@ -46,7 +46,7 @@ TRANSIENT = ("RemotingSendRequestException", "RemotingTimeoutException",
              "RemotingConnectException")
 
 
-def mqadmin(*args: str, timeout: float = 90, attempts: int = 3) -> str:
+def mqadmin(*args: str, timeout: float = 120, attempts: int = 5) -> str:
     """Run one mqadmin command; its 3 s client timeouts are retried on a loaded machine."""
     env = dict(os.environ, TOOLS_HEAP=os.environ.get("TOOLS_HEAP", "192m"))
     for _ in range(attempts):
@@ -71,6 +71,7 @@ def fill(name: str, namesrv: str, broker: str) -> Target:
         for i in range(10):
             sent.append(p.send(TOPIC, b"ops-%d" % i, tags="TagA", keys=[f"key{i}"],
                                queue_id=i % 2))
+    w.wait_dispatched(broker, TOPIC, {0: 5, 1: 5})
     held = w.HeldClient(broker, "127.0.0.1@ops", producer_groups=["OpsPG"],
                         consumer_groups=[w.consumer_data("OpsCG", TOPIC, "TagA")])
     assert held.heartbeat().code == 0
@@ -131,7 +132,7 @@ def targets(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def read_only(targets):
-    """The read-only commands, run once per target, three at a time."""
+    """The read-only commands, run once per target, two at a time."""
     def commands(t: Target) -> dict[str, list[str]]:
         first = t.sent[0]
         return {
@@ -158,7 +159,7 @@ def read_only(targets):
         }
     jobs = {(t.name, k): v for t in (targets["ours"], targets["java"])
             for k, v in commands(t).items()}
-    with ThreadPoolExecutor(3) as pool:
+    with ThreadPoolExecutor(2) as pool:
         futures = {key: pool.submit(mqadmin, *args) for key, args in jobs.items()}
         return {key: f.result() for key, f in futures.items()}
 

@@ -18,6 +18,7 @@ def test_new_group_offset_follows_in_memory_rule(tmp_path):
         with Producer("PG", srv.namesrv) as p:
             for i in range(3):
                 p.send("BigQ", b"x" * 100, queue_id=0)
+        w.wait_dispatched(srv.broker, "BigQ", {0: 3})  # the reput put them in the ConsumeQueue
         ask = {"consumerGroup": "NewG", "topic": "BigQ", "queueId": 0}
         r = w.call(srv.broker, 14, ask)
         assert (r.code, r.ext_fields.get("offset")) == (0, "0")  # 300 bytes behind: in memory

@@ -55,3 +55,22 @@ def test_error_text_is_rocketmqs_prefix():
         assert str(exc).startswith("Invalid MessageSelector. ")
     else:
         raise AssertionError("expected a syntax error")
+
+
+def test_column_evaluation_agrees_with_rocketmq():
+    """The batch evaluator of the pull path gives the same matches as one-by-one."""
+    from rocketstore.filter.columns import evaluate_matches
+    cases, answers = _lines("cases.tsv"), _lines("java_answers.txt")
+    exprs, rows = {}, []
+    for line, want in zip(cases, answers):
+        parts = line.split("\t")
+        try:
+            e = compile_sql92(parts[0].replace("\\n", "\n"))
+        except SelectorSyntaxError:
+            continue
+        props = dict(zip(parts[1::2], parts[2::2]))
+        cols = {name: [props.get(name)] for name in e.properties()}
+        assert evaluate_matches(e, cols, 1) == [want == "TRUE"], (line, want)
+        exprs.setdefault(parts[0], e)
+        rows.append((e, props, want))
+    assert len(rows) > 2000

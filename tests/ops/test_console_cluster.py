@@ -41,7 +41,8 @@ def test_console_of_a_cluster_with_a_java_broker(tmp_path, request):
         t1 = int(time.time() * 1000)
         by_broker: dict[str, int] = {}
         for r in sent:
-            by_broker[r.message_queue.broker_name] = by_broker.get(r.message_queue.broker_name, 0) + 1
+            name = r.message_queue.broker_name
+            by_broker[name] = by_broker.get(name, 0) + 1
         assert set(by_broker) == {"broker-py", "broker-java"}  # the producer spread them
         with PullConsumer("mixed-readers", ns.addr) as c:
             for r in sent[:2]:

@@ -155,3 +155,23 @@ def test_a_good_send_still_works(stub):
         entries=[pb.AckMessageEntry(message_id="GOOD-ID-1", receipt_handle=handle)]),
         metadata=MD, timeout=10)
     assert again.status.code == pb.INVALID_RECEIPT_HANDLE
+
+
+def test_updatetopic_makes_a_topic_grpc_clients_can_use(stub):
+    import json
+    import subprocess
+    import sys
+
+    s, srv = stub
+    r = subprocess.run([sys.executable, "-m", "rocketstore.cli", "updatetopic", "--namesrv",
+                        srv.namesrv, "--topic", "MadeLater", "-w", "3", "-r", "3", "--json"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["brokers"] == [srv.broker]
+    route = s.QueryRoute(pb.QueryRouteRequest(topic=pb.Resource(name="MadeLater")),
+                         metadata=MD, timeout=10)
+    assert route.status.code == pb.OK and sorted(q.id for q in route.message_queues) == [0, 1, 2]
+    bad = subprocess.run([sys.executable, "-m", "rocketstore.cli", "updatetopic", "--namesrv",
+                          srv.namesrv, "--topic", "bad topic"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode != 0 and "illegal topic name" in bad.stderr

@@ -16,7 +16,7 @@ from .conftest import make_groups, start_grpc_server, write_conf
 MD = [("x-mq-client-id", "fifo-test")]
 
 
-def _receive(stub, group, batch, invisible_ms=1000, poll_ms=300):
+def _receive(stub, group, batch, invisible_ms=3000, poll_ms=300):
     req = pb.ReceiveMessageRequest(group=pb.Resource(name=group),
                                    message_queue=pb.MessageQueue(topic=pb.Resource(name="Seq"),
                                                                  id=-1),
@@ -39,10 +39,10 @@ def _ack(stub, group, handles):
     assert r.status.code == pb.OK, r
 
 
-def _wait_for(stub, group, batch, deadline_s=10.0):
+def _wait_for(stub, group, batch, deadline_s=15.0, invisible_ms=3000):
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
-        got = _receive(stub, group, batch)
+        got = _receive(stub, group, batch, invisible_ms)
         if got:
             return got
     return []
@@ -69,10 +69,11 @@ def test_fifo_group_gets_one_batch_at_a_time_in_order(tmp_path):
         again = _wait_for(s, "G_seq", 2)  # m1 again, before anything after it
         assert [(b, a) for b, a, _ in again] == [("m1", 2)]
         _ack(s, "G_seq", [h for _, _, h in again])
-        nxt = _wait_for(s, "G_seq", 2)
+        nxt = _wait_for(s, "G_seq", 2, invisible_ms=1000)
         assert [(b, a) for b, a, _ in nxt] == [("m2", 1), ("m3", 1)]
         # never acked: attempt 2 comes back, then (retryMaxTimes 1) the batch is dead-lettered
-        assert [(b, a) for b, a, _ in _wait_for(s, "G_seq", 2)] == [("m2", 2), ("m3", 2)]
+        assert [(b, a) for b, a, _ in _wait_for(s, "G_seq", 2, invisible_ms=1000)] == \
+            [("m2", 2), ("m3", 2)]
         last = _wait_for(s, "G_seq", 2)
         assert [(b, a) for b, a, _ in last] == [("m4", 1), ("m5", 1)]
         _ack(s, "G_seq", [h for _, _, h in last])

@@ -138,7 +138,7 @@ def test_invisible_time_expiry_redelivers_then_dead_letters(tmp_path):
             py, tmp_path, ("produce", ep, "Flaky", 1, "normal"),
             ("receive", ep, "Flaky", "G_flaky", 1, 1, "noack"),
             ("receive", ep, "Flaky", "G_flaky", 1, 1, "noack", 20),
-            ("receive", ep, "Flaky", "G_flaky", 1, 1, "noack", 3))
+            ("receive", ep, "Flaky", "G_flaky", 1, 1, "noack", 1))
         mid = sent[0]["message_id"]
         assert [(g["message_id"], g["attempt"]) for g in first] == [(mid, 1)]
         # not acked: after 1 s it comes back (through %RETRY%G_flaky), attempt 2, same id
@@ -198,7 +198,7 @@ def test_pop_state_survives_a_restart(tmp_path):
 
 def test_transactions_commit_rollback_and_the_servers_check(tmp_path):
     py = client_python()
-    conf = write_conf(tmp_path / "broker.conf", transactionTimeOut=1000,
+    conf = write_conf(tmp_path / "broker.conf", transactionTimeOut=3000,
                       transactionCheckInterval=500)
     srv = start_grpc_server(str(tmp_path / "store"), {"TxTopic": 2}, "--config", conf)
     try:

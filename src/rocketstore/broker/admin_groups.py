@@ -21,10 +21,11 @@ sends RESET_CONSUMER_CLIENT_OFFSET (220, oneway, body ``ResetOffsetBody`` — or
 ``ResetOffsetBodyForC`` that the C++ client parses) to every online client of the group, which
 drops what it has in flight and pulls from there. RocketMQ picks the list form only when the
 *requesting tool* is C++, so a C++ consumer never understands a reset from Java's mqadmin; here
-each consumer gets the form for its own language, and a C++ tool gets the list form for all. With nobody online it answers
-CONSUMER_NOT_ONLINE, which makes mqadmin fall back to committing offsets itself (codes 208, 29,
-15), exactly as against RocketMQ. One deliberate difference: RocketMQ refuses the whole reset
-when the group has never committed on one of the queues; here such a queue is reset too.
+each consumer gets the form for its own language, and a C++ tool gets the list form for all.
+With nobody online it answers CONSUMER_NOT_ONLINE, which makes mqadmin fall back to committing
+offsets itself (codes 208, 29, 15), exactly as against RocketMQ. One more deliberate difference:
+RocketMQ refuses the whole reset when the group has never committed on one of the queues; here
+such a queue is reset too.
 """
 from __future__ import annotations
 

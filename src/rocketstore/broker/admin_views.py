@@ -146,7 +146,7 @@ def groups_of_topic(offsets: Any, consumers: Any, topic: str) -> list[str]:
 
 
 def consumer_group_names(consumers: Any) -> list[str]:
-    return sorted(getattr(consumers, "_groups", {}))
+    return consumers.group_names()
 
 
 def all_group_names(offsets: Any, consumers: Any, subgroups: Any = None) -> list[str]:

@@ -133,6 +133,10 @@ class ConsumerManager:
                 del self._groups[group]
         return sorted(set(changed))
 
+    def group_names(self) -> list[str]:
+        """Every group with at least one live client."""
+        return sorted(self._groups)
+
     def group(self, group: str) -> ConsumerGroupInfo | None:
         return self._groups.get(group)
 

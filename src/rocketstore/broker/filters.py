@@ -27,12 +27,14 @@ import logging
 import os
 import threading
 import time
+
+import numpy as np
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from ..filter import SelectorSyntaxError, compile_sql92, is_tag_type
 from ..filter.bitmap import FilterSpec, compute_bitmaps
-from ..filter.bloom import BloomFilter, BloomFilterData
+from ..filter.bloom import BloomFilter, BloomFilterData, hit_mask
 from ..filter.expression import Expr
 from .state import load_json_lenient, write_json_atomic
 
@@ -266,6 +268,29 @@ class ExpressionMessageFilter:
         if not hit:
             self.bitmap_checks += 1
         return hit
+
+    @property
+    def bitmap_bytes(self) -> int:
+        """Bitmap length the group's positions need (0: no prefilter possible)."""
+        d = self.data
+        return d.bloom.bit_num // 8 if self.bloom_valid and d is not None and d.bloom else 0
+
+    def matches_units(self, store_ts: np.ndarray, has_bitmap: np.ndarray,
+                      bitmaps: np.ndarray | None) -> np.ndarray:
+        """``matches_unit`` for a batch: units whose bitmap lacks a group position are False."""
+        n = len(store_ts)
+        ok = np.ones(n, dtype=bool)
+        d = self.data
+        if d is None or d.compiled is None or d.bloom is None or bitmaps is None or \
+                not self.bloom_valid or bitmaps.shape[1] * 8 != d.bloom.bit_num:
+            return ok
+        live = has_bitmap & (store_ts > d.born_time)
+        hit = np.ones(n, dtype=bool)
+        for byte, mask in hit_mask(d.bloom):
+            hit &= (bitmaps[:, byte] & mask) == mask
+        ok = ~live | hit
+        self.bitmap_checks += int(n - ok.sum())
+        return ok
 
     def matches_properties(self, props: Mapping[str, str]) -> bool:
         d = self.data

@@ -105,6 +105,20 @@ class AsyncAdminClient:
         return out
 
     # -- topics ---------------------------------------------------------------------------------
+    async def create_topic(self, topic: str, read_queue_nums: int = 8,
+                           write_queue_nums: int = 8, perm: int = 6,
+                           order: bool = False) -> list[str]:
+        """UPDATE_AND_CREATE_TOPIC on every master broker (mqadmin updateTopic); the brokers'
+        addresses."""
+        fields = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": read_queue_nums,
+                  "writeQueueNums": write_queue_nums, "perm": perm,
+                  "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0,
+                  "order": "true" if order else "false"}
+        addrs = await self.broker_addrs()
+        for addr in addrs:
+            await self.call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
+        return addrs
+
     async def topic_configs(self, addr: str) -> dict[str, dict]:
         resp = await self.call(addr, RequestCode.GET_ALL_TOPIC_CONFIG)
         return dict(fastjson.loads(resp.body).get("topicConfigTable") or {})

@@ -41,7 +41,8 @@ def _source(store_dir: str | None, namesrv: str | None, broker: str | None, refr
 
 
 @click.command("console")
-@click.option("--namesrv", metavar="HOST:PORT[;HOST:PORT]", help="A running cluster's name server(s).")
+@click.option("--namesrv", metavar="HOST:PORT[;HOST:PORT]",
+              help="A running cluster's name server(s).")
 @click.option("--broker", metavar="HOST:PORT", help="One running broker (no name server).")
 @click.option("--store", "store_dir", type=click.Path(file_okay=False),
               help="A store directory, read-only (no broker needed).")

@@ -72,7 +72,7 @@ class OfflineState:
     def __init__(self, store: Any, store_dir: str) -> None:
         from ..broker.config import BrokerConfig
         from ..broker.consumers import ConsumerManager
-        from ..broker.state import ConsumerOffsetManager, TopicConfig, TopicConfigManager
+        from ..broker.state import ConsumerOffsetManager, TopicConfigManager
         from ..broker.subgroups import SubscriptionGroupManager
         config_dir = os.path.join(store_dir, "config")
         self.store = store
@@ -80,8 +80,10 @@ class OfflineState:
         self.topics = TopicConfigManager(config_dir)
         for topic, qids in store.topics().items():  # queues on disk without a topics.json entry
             if self.topics.get(topic) is None:
-                n = max(qids) + 1
-                self.topics._topics[topic] = TopicConfig(topic, n, n)
+                try:  # in memory only: nothing is written to the store directory
+                    self.topics.create(topic, max(qids) + 1, persist=False)
+                except ValueError:
+                    continue
         self.offsets = ConsumerOffsetManager(config_dir)
         self.consumers = ConsumerManager()
         self.subgroups = SubscriptionGroupManager(config_dir, auto_create=False)
@@ -194,7 +196,8 @@ def status(namesrv, broker, store_dir, as_json):
 # -- consumers ---------------------------------------------------------------------------------
 def consumers_online(client: Any, group: str | None) -> list[dict]:
     brokers = client.brokers()
-    names = [group] if group else sorted({g for b in brokers for g in client.group_names(b["addr"])})
+    names = [group] if group else sorted({g for b in brokers
+                                          for g in client.group_names(b["addr"])})
     out = []
     for g in names:
         if g.startswith(("%RETRY%", "%DLQ%")) or (not group and g in SYSTEM_GROUPS):

@@ -160,6 +160,7 @@ def inspect(store_dir, config, as_json):
                             "max_offset": store.get_max_offset_in_queue(t, q)} for q in qs]
                        for t, qs in store.topics().items()},
             "index": store.index_service.describe() if store.index_service else [],
+            "consumequeue_ext": store.cq_ext.describe() if getattr(store, "cq_ext", None) else [],
         }
     if as_json:
         emit_json(info)
@@ -177,6 +178,10 @@ def inspect(store_dir, config, as_json):
         click.echo(f"topic {t}: " + ", ".join(f"q{q['queue_id']}[{q['min_offset']}..{q['max_offset']})" for q in qs))
     for f in info["index"]:
         click.echo("index " + " ".join(f"{k}={v}" for k, v in f.items()))
+    for e in info["consumequeue_ext"]:
+        click.echo(f"consumequeue_ext {e['topic']}/{e['queue_id']}: {e['files']} file(s), "
+                   f"{e['bytes']} byte(s) of units, SQL92 bitmap {e['bitmap_bits'] or 'none'}"
+                   + (" bits" if e["bitmap_bits"] else ""))
 
 
 commands = [put, get, inspect]

@@ -38,9 +38,11 @@ def compute_bitmaps(specs_by_topic: Mapping[str, Sequence[FilterSpec]], topics: 
             continue
         bits = bytearray(specs[0].bit_num // 8)
         props = None
+        live = False
         for s in specs:
             if ts <= s.born_time:
                 continue
+            live = True
             expr = compiled.get(s.expression)
             if expr is None:
                 try:
@@ -52,7 +54,7 @@ def compute_bitmaps(specs_by_topic: Mapping[str, Sequence[FilterSpec]], topics: 
             if expr.matches(props):  # type: ignore[attr-defined]
                 for p in s.bit_pos:
                     bits[p >> 3] |= 1 << (p & 7)
-        out.append(bytes(bits))
+        out.append(bytes(bits) if live else None)
     return out
 
 

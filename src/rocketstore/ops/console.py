@@ -1,13 +1,14 @@
-"""The web console: a Starlette app over ``ops.views``, served by uvicorn in its own thread.
+"""The web console: a Starlette app over ``ops.sources``, served by uvicorn in its own thread.
 
 Theory of operation: every page is a server-rendered Jinja2 template over what one call to the
 console's *source* returns (``ops.sources``: overview, topics, one topic, groups, one group,
-message search, one message); the same data is served as JSON under ``/api/`` for scripts. The only script in the pages draws the live TPS
-chart with uPlot (vendored under ``static/``, nothing loads from elsewhere) from ``/api/tps``,
-which the source samples once a second. Handlers are plain functions, which Starlette runs on
-its worker threads: a slow search never blocks the console's loop, and the console's loop is
-not the broker's — ``ConsoleServer`` runs uvicorn on a thread of its own, on a socket bound
-before the thread starts (so a busy port is an ``OSError`` at start, not a dead thread).
+message search, one message); the same data is served as JSON under ``/api/`` for scripts.
+The only script in the pages draws the live TPS chart with uPlot (vendored under ``static/``,
+nothing loads from elsewhere) from ``/api/tps``, which the source samples once a second.
+Handlers are plain functions, which Starlette runs on its worker threads: a slow search never
+blocks the console's loop, and the console's loop is not the broker's — ``ConsoleServer`` runs
+uvicorn on a thread of its own, on a socket bound before the thread starts (so a busy port is
+an ``OSError`` at start, not a dead thread).
 
 Nothing here writes: the console reads the store and the broker's state tables only.
 """

@@ -4,9 +4,10 @@ Theory of operation: one ``CollectorRegistry`` per broker holds three kinds of c
 the latency histograms of ``ops.stats`` (observed as requests are answered), a
 ``BrokerCollector`` that reads the broker's state *at scrape time* (the message counters of
 ``BrokerStats``, store offsets, dispatch and flush lag, disk use per store path, queue offsets,
-consumer lag, connections), and prometheus-client's own process and platform collectors. ``MetricsServer`` serves the
-registry with prometheus-client's HTTP server in a daemon thread, so a scrape never runs on
-the broker's event loop; the views it calls are thread-safe and read-only.
+consumer lag, connections), and prometheus-client's own process and platform collectors.
+``MetricsServer`` serves the registry with prometheus-client's HTTP server in a daemon thread,
+so a scrape never runs on the broker's event loop; the views it calls are thread-safe and
+read-only.
 
 Names follow RocketMQ 5's broker metrics (``rocketmq_messages_in_total``,
 ``rocketmq_storage_dispatch_behind_bytes``, ``rocketmq_consumer_lag_messages`` …) where one
@@ -158,8 +159,8 @@ class BrokerCollector(Collector):
 
     def _groups(self, store: Any) -> Iterator[Metric]:
         st = self.state
-        gvs = views.group_views(store, st.topics, st.offsets, st.consumers, st.subgroups,
-                                broker_name=st.broker_name)
+        gvs = views.settled(views.group_views, store, st.topics, st.offsets, st.consumers,
+                            st.subgroups, broker_name=st.broker_name)
         lag = _gauge("rocketmq_consumer_lag_messages", "Messages not yet consumed, per group "
                      "and topic (broker offset - committed offset).", ["consumer_group", "topic"])
         qlag = _gauge("rocketstore_consumer_queue_lag_messages", "Messages not yet consumed, "

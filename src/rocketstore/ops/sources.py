@@ -1,5 +1,7 @@
 """Where the console's numbers come from: ``LocalSource`` reads one broker's state in process
-(``serve --console``) or a store directory (``console --store``).
+(``serve --console``) or a store directory (``console --store``); ``RemoteSource`` reads a
+running cluster — ours, Apache RocketMQ's, or both — through the admin requests ``mqadmin``
+sends (``console --namesrv``).
 
 Theory of operation: the console's pages ask a source for plain data — an overview dict, topic
 and group views, message search results, a TPS series — and never touch a store or a manager
@@ -105,19 +107,21 @@ class LocalSource:
 
     def group_names(self) -> list[str]:
         st = self.state
-        return views.group_names(st.offsets, st.consumers, st.subgroups)
+        return views.settled(views.group_names, st.offsets, st.consumers, st.subgroups)
 
     def groups(self) -> list[views.GroupView]:
         st = self.state
-        return views.group_views(self._store(), st.topics, st.offsets, st.consumers, st.subgroups,
-                                 broker_name=st.broker_name, stats=st.broker_stats)
+        return views.settled(views.group_views, self._store(), st.topics, st.offsets,
+                             st.consumers, st.subgroups, broker_name=st.broker_name,
+                             stats=st.broker_stats)
 
     def group(self, name: str) -> views.GroupView | None:
         if name not in self.group_names():
             return None
         st = self.state
-        return views.group_view(self._store(), st.topics, st.offsets, st.consumers, name,
-                                broker_name=st.broker_name, stats=st.broker_stats)
+        return views.settled(views.group_view, self._store(), st.topics, st.offsets,
+                             st.consumers, name, broker_name=st.broker_name,
+                             stats=st.broker_stats)
 
     # -- messages ---------------------------------------------------------------------------
     def find_by_key(self, topic: str, key: str, max_num: int, begin: int,
@@ -144,7 +148,7 @@ class LocalSource:
         return self.state.tps.series(since) if self.state.tps is not None else None
 
 
-TOOLS_GROUP = "TOOLS_CONSUMER"  # the group RocketMQ's own tools read with (MixAll.TOOLS_CONSUMER_GROUP)
+TOOLS_GROUP = "TOOLS_CONSUMER"  # what RocketMQ's own tools read with (MixAll.TOOLS_CONSUMER_GROUP)
 
 
 def _first_rate(value: str | None) -> float:

@@ -33,6 +33,18 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def settled(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Call a view that walks the broker's live tables (which the event loop changes while we
+    read from another thread); retry when a table changed size under the walk."""
+    for attempt in range(3):
+        try:
+            return fn(*args, **kwargs)
+        except RuntimeError as exc:
+            if "changed size during iteration" not in str(exc) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 # -- the store ------------------------------------------------------------------------------------
 @dataclass
 class PathUsage:

@@ -44,7 +44,8 @@ class GrpcProxy:
         return r.queue_offset
 
     def _commit_revive(self, offset: int) -> None:
-        self.p.offsets.commit(REVIVE_GROUP, self.revive_topic, 0, offset)
+        if self.p.offsets.query(REVIVE_GROUP, self.revive_topic, 0) != offset:  # idle: no write
+            self.p.offsets.commit(REVIVE_GROUP, self.revive_topic, 0, offset)
 
     def _replay(self) -> int:
         store = self.p.store

@@ -20,6 +20,7 @@ import os
 import threading
 
 from ..format.layouts import CHECKPOINT, CHECKPOINT_SIZE
+from . import syncprobe
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ def atomic_write(path: str, data: bytes) -> None:
         raise
     os.replace(tmp, path)
     fsync_dir(os.path.dirname(os.path.abspath(path)))
+    syncprobe.synced(path)
 
 
 def overwrite_in_place(path: str, data: bytes) -> None:
@@ -59,6 +61,7 @@ def overwrite_in_place(path: str, data: bytes) -> None:
         os.fdatasync(fd)
     finally:
         os.close(fd)
+    syncprobe.synced(path)
 
 
 class StoreCheckpoint:

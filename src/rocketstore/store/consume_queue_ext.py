@@ -43,10 +43,11 @@ def ext_root(root_dir: str) -> str:
 class ConsumeQueueExt:
     """The ext stream of one (topic, queue id)."""
 
-    def __init__(self, topic: str, queue_id: int, directory: str, file_size: int) -> None:
+    def __init__(self, topic: str, queue_id: int, directory: str, file_size: int, *,
+                 private: bool = False) -> None:
         self.topic, self.queue_id = topic, queue_id
         self.file_size = file_size
-        self.queue = MappedFileQueue(directory, file_size)
+        self.queue = MappedFileQueue(directory, file_size, private=private)
         self.lock = threading.Lock()
 
     def load(self) -> None:
@@ -77,27 +78,28 @@ class ConsumeQueueExt:
         out: list[int] = []
         with self.lock:
             run: list[bytes] = []
+            pending = 0  # bytes in ``run``, not yet copied to ``mf``
             mf = None
+            limit = cq_ext.MAX_REAL_OFFSET - self.queue.max_offset()
             for data in units:
                 size = len(data)
-                if size > cq_ext.MAX_EXT_UNIT_SIZE or \
-                        self.queue.max_offset() + size > cq_ext.MAX_REAL_OFFSET:
+                if size > cq_ext.MAX_EXT_UNIT_SIZE or size > limit:
                     out.append(1)
                     continue
                 if mf is None or mf.is_full():
                     self._flush_run(mf, run)
-                    run = []
+                    run, pending = [], 0
                     mf = self.queue.get_last_mapped_file(0)
-                pending = sum(map(len, run))
                 if size > self.file_size - (mf.wrote_position + pending) - cq_ext.END_BLANK_DATA_LENGTH:
                     self._flush_run(mf, run)
-                    run = []
+                    run, pending = [], 0
                     mf.mm[mf.wrote_position:mf.wrote_position + 2] = cq_ext.END_MARK
                     mf.wrote_position = self.file_size
                     mf = self.queue.get_last_mapped_file(0)
-                    pending = 0
                 out.append(decorate(mf.file_from_offset + mf.wrote_position + pending))
                 run.append(data)
+                pending += size
+                limit -= size
             self._flush_run(mf, run)
         return out
 
@@ -136,9 +138,11 @@ class ConsumeQueueExt:
 class ConsumeQueueExtTable:
     """Every ext stream of a store (``<root>/consumequeue_ext/<topic>/<qid>``)."""
 
-    def __init__(self, root_dir: str, file_size: int = cq_ext.DEFAULT_EXT_FILE_SIZE) -> None:
+    def __init__(self, root_dir: str, file_size: int = cq_ext.DEFAULT_EXT_FILE_SIZE, *,
+                 private: bool = False) -> None:
         self.root = ext_root(root_dir)
         self.file_size = file_size
+        self.private = private  # a read-only open: copy-on-write maps, nothing reaches the disk
         self.exts: dict[tuple[str, int], ConsumeQueueExt] = {}
         self._lock = threading.Lock()
 
@@ -151,7 +155,8 @@ class ConsumeQueueExtTable:
                 continue
             for qid in sorted(os.listdir(tdir)):
                 if qid.isdigit():
-                    ext = ConsumeQueueExt(topic, int(qid), os.path.join(tdir, qid), self.file_size)
+                    ext = ConsumeQueueExt(topic, int(qid), os.path.join(tdir, qid), self.file_size,
+                                          private=self.private)
                     ext.load()
                     ext.recover()
                     self.exts[(topic, int(qid))] = ext
@@ -177,12 +182,23 @@ class ConsumeQueueExtTable:
                 ext = self.exts.get((topic, queue_id))
                 if ext is None:
                     ext = ConsumeQueueExt(topic, queue_id, os.path.join(self.root, topic, str(queue_id)),
-                                          self.file_size)
+                                          self.file_size, private=self.private)
                     self.exts[(topic, queue_id)] = ext
         return ext
 
     def __iter__(self):
         return iter(list(self.exts.values()))
+
+    def describe(self) -> list[dict]:
+        """Per stream: files, bytes used, the first unit's bitmap length (for ``inspect``)."""
+        out = []
+        for (topic, qid), ext in sorted(self.exts.items()):
+            first = ext.queue.first()
+            unit = ext.get(decorate(first.file_from_offset)) if first is not None else None
+            out.append({"topic": topic, "queue_id": qid, "files": len(ext.queue.files),
+                        "bytes": undecorate(ext.max_address()) - undecorate(ext.min_address()),
+                        "bitmap_bits": 8 * len(unit.bitmap) if unit and unit.bitmap else 0})
+        return out
 
     def flush(self) -> None:
         for ext in self:
@@ -255,7 +271,8 @@ def open_ext_table(cfg) -> ConsumeQueueExtTable | None:
         return None
     table = ConsumeQueueExtTable(cfg.store_path_root_dir,
                                  getattr(cfg, "mapped_file_size_consume_queue_ext",
-                                         cq_ext.DEFAULT_EXT_FILE_SIZE))
+                                         cq_ext.DEFAULT_EXT_FILE_SIZE),
+                                 private=bool(getattr(cfg, "read_only", False)))
     table.load()
     return table
 

@@ -58,6 +58,7 @@ from ..format.index_layout import (BEGIN_PHY_OFFSET_POS, BEGIN_TIMESTAMP_POS, EN
                                    is_time_matched, slot_position, time_diff_seconds,
                                    time_diff_seconds_many)
 from ..format.message import KEY_SEPARATOR, TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
+from . import syncprobe
 from .mapped_file import map_private, open_sized_file
 
 _I32 = SLOT
@@ -420,6 +421,7 @@ class IndexFile:
                 self.write_header()
             if not self.private:
                 self._mm.flush()
+                syncprobe.synced(self.path)
             return True
 
     def describe(self) -> dict:

@@ -15,6 +15,7 @@ import os
 import threading
 
 from ..errors import CorruptFileError, DiskFullError, StoreError
+from . import syncprobe
 
 OS_PAGE_SIZE = 4096
 
@@ -37,12 +38,21 @@ def open_sized_file(path: str, size: int, *, create: bool, readonly: bool = Fals
     if create:
         try:
             os.posix_fallocate(fd, 0, size)
+            # the new file's name must survive a power loss before anything in it is
+            # acknowledged as durable: sync the file's allocation and its directory entry
+            os.fsync(fd)
+            dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
         except OSError as exc:
             os.close(fd)
             os.unlink(path)
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise DiskFullError(f"{path}: no space for a {size}-byte {what}") from exc
             raise StoreError(f"{path}: cannot allocate: {exc.strerror}") from exc
+        syncprobe.synced(path, 0)
     else:
         actual = os.fstat(fd).st_size
         if actual != size:
@@ -177,6 +187,7 @@ class MappedFile:
             if self._fd < 0:  # destroyed meanwhile: nothing left to make durable
                 return self.flushed_position
             os.fdatasync(self._fd)
+            syncprobe.synced(self.path, wrote)
             if wrote > self.flushed_position:
                 self.flushed_position = wrote
         return self.flushed_position

@@ -438,6 +438,7 @@ class MessageStore:
         expire, and a topic created again under the name starts its queues at offset 0.
         Returns the number of queues removed."""
         self._check_open()
+        self.wait_dispatched(5.0)  # its appended records first reach their queues, then go
         with self.commitlog.lock:
             for key in [k for k in self.commitlog.topic_queue_table if k[0] == topic]:
                 del self.commitlog.topic_queue_table[key]

@@ -107,6 +107,9 @@ def get_message(cfg: StoreConfig, commitlog: CommitLog, cq: ConsumeQueue | None,
     unit_ok = None
     if ext is not None or message_filter is not None:
         tags_raw, unit_ok = ext_filter.resolve_units(tags_raw, ext, message_filter)
+        if message_filter is not None:  # evaluate the expression on the candidates in one pass
+            unit_ok = ext_filter.prefilter_records(commitlog, units["offset"].tolist(),
+                                                   units["size"].tolist(), unit_ok, message_filter)
     result = GetMessageResult(GetStatus.NO_MATCHED_MESSAGE, 0, min_off, max_off)
     max_phy = commitlog.max_offset()
     memory_limit = _TOTAL_MEMORY * cfg.access_message_in_memory_max_ratio // 100
@@ -133,7 +136,7 @@ def get_message(cfg: StoreConfig, commitlog: CommitLog, cq: ConsumeQueue | None,
                     len(buffers) > cfg.max_transfer_count_on_message_in_memory - 1:
                 break
         if (codes is not None and tags[i] is not None and tags[i] not in codes) or \
-                (unit_ok is not None and not unit_ok[i]):
+                (unit_ok is not None and unit_ok[i] is False):
             if not buffers:
                 result.status = GetStatus.NO_MATCHED_MESSAGE
             continue
@@ -144,7 +147,8 @@ def get_message(cfg: StoreConfig, commitlog: CommitLog, cq: ConsumeQueue | None,
             if commitlog.segment_at(off_py) is None:  # the segment was removed: skip the rest of it
                 next_phy_file_start = commitlog.roll_next_file(off_py)
             continue  # (one damaged record costs only itself)
-        if message_filter is not None and not ext_filter.record_matches(message_filter, raw):
+        if message_filter is not None and unit_ok[i] is None and \
+                not ext_filter.record_matches(message_filter, raw):
             if not buffers:
                 result.status = GetStatus.NO_MATCHED_MESSAGE
             continue

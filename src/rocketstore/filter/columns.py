@@ -1,0 +1,106 @@
+"""Evaluate a compiled selector over many messages at once, column by column.
+
+``evaluate_matches(expr, columns, n)`` gives, for each of ``n`` messages, whether ``expr``
+matches (exactly ``expr.matches(props)`` of each message's properties): ``columns`` maps every
+property the expression reads to its values (None where absent). Each node yields a list of
+values, with ``ERR`` where Java's evaluation would have thrown; logic nodes keep RocketMQ's
+short-circuit order, so an error on the side that is never evaluated does not count. Common
+shapes — a property against a string or number literal, IN, IS NULL, AND/OR/NOT — are list
+comprehensions; any other node falls back to evaluating it message by message.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from . import expression as ex
+from .values import JLong, JavaEvalError, java_compare
+
+ERR = object()
+_ORDER = {">": lambda c: c > 0, ">=": lambda c: c >= 0, "<": lambda c: c < 0, "<=": lambda c: c <= 0}
+
+
+def evaluate_matches(expr: ex.Expr, columns: Mapping[str, Sequence[str | None]], n: int) -> list[bool]:
+    return [v is True for v in _eval(expr, columns, n)]
+
+
+def _per_message(node: ex.Expr, columns, n: int) -> list:
+    names = list(columns)
+    out = []
+    for i in range(n):
+        props = {k: columns[k][i] for k in names if columns[k][i] is not None}
+        try:
+            out.append(node.evaluate(props))
+        except (JavaEvalError, ArithmeticError, ValueError, TypeError):
+            out.append(ERR)
+    return out
+
+
+def _int_of(v: str):
+    """Integer.valueOf for plain ASCII digits (else None: use the exact slow path)."""
+    s = v[1:] if v[:1] in "+-" else v
+    if s.isdigit() and s.isascii() and len(s) < 10:
+        return int(v)
+    return None
+
+
+def _eval(node: ex.Expr, columns, n: int) -> list:
+    if isinstance(node, ex.Const):
+        return [node.value] * n
+    if isinstance(node, ex.Prop):
+        return list(columns.get(node.name) or [None] * n)
+    if isinstance(node, ex.Logic):
+        left = _eval(node.left, columns, n)
+        right = _eval(node.right, columns, n)
+        short = node.op == "OR"
+        out = []
+        for lv, rv in zip(left, right):
+            if lv is ERR:
+                out.append(ERR)
+            elif lv is short:
+                out.append(short)
+            elif rv is ERR:
+                out.append(ERR)
+            elif rv is short:
+                out.append(short)
+            elif lv is None or rv is None:
+                out.append(None)
+            elif isinstance(lv, bool) and isinstance(rv, bool):
+                out.append(not short)
+            else:
+                out.append(ERR)  # a non-Boolean operand: Java's cast fails
+        return out
+    if isinstance(node, ex.Not):
+        return [v if v is ERR or v is None else (not v if isinstance(v, bool) else ERR)
+                for v in _eval(node.right, columns, n)]
+    if isinstance(node, ex.BooleanCast) and isinstance(node.right, ex.Prop):
+        return [None if v is None else False for v in _eval(node.right, columns, n)]
+    if isinstance(node, ex.In) and isinstance(node.prop, ex.Prop):
+        vals, neg = node.values, node.negated
+        return [None if v is None else ((v in vals) != neg) for v in _eval(node.prop, columns, n)]
+    if isinstance(node, ex.Equal) and isinstance(node.left, ex.Prop) and isinstance(node.right, ex.Const):
+        c = node.right.value
+        col = _eval(node.left, columns, n)
+        if c is None:  # IS NULL
+            return [v is None for v in col]
+        if isinstance(c, str):
+            return [None if v is None else v == c for v in col]
+        if type(c) is int or type(c) is JLong:
+            return [_fast_or_slow(node, v, c, "=") for v in col]
+    if isinstance(node, ex.Compare) and isinstance(node.left, ex.Prop) and \
+            isinstance(node.right, ex.Const) and (type(node.right.value) is int or type(node.right.value) is JLong):
+        c = node.right.value
+        return [_fast_or_slow(node, v, c, node.op) for v in _eval(node.left, columns, n)]
+    return _per_message(node, columns, n)
+
+
+def _fast_or_slow(node: ex.Expr, v, c, op: str):
+    if v is None:
+        return None
+    iv = _int_of(v)
+    if iv is not None and (type(c) is JLong or -(1 << 31) <= iv < (1 << 31)):
+        return iv == c if op == "=" else _ORDER[op]((iv > c) - (iv < c))
+    try:  # anything else: Java's exact conversion rules (and its errors)
+        r = java_compare(v, c)
+    except (JavaEvalError, ValueError):
+        return ERR
+    return r == 0 if op == "=" else _ORDER[op](r)
