@@ -287,14 +287,29 @@ class ConsumeQueueExtDispatcher:
         recs.tags_code = new_tags
 
 
+def _existing_file_size(root: str) -> int | None:
+    """The size of the ext files already there (they keep the size they were created with)."""
+    if not os.path.isdir(root):
+        return None
+    for topic in sorted(os.listdir(root)):
+        tdir = os.path.join(root, topic)
+        for qid in sorted(os.listdir(tdir)) if os.path.isdir(tdir) else []:
+            qdir = os.path.join(tdir, qid)
+            names = sorted(n for n in os.listdir(qdir) if len(n) == 20 and n.isdigit()) \
+                if os.path.isdir(qdir) else []
+            if names:
+                return os.path.getsize(os.path.join(qdir, names[0]))
+    return None
+
+
 def open_ext_table(cfg) -> ConsumeQueueExtTable | None:
     """The store's ext streams: written when ``enable_consume_queue_ext``, read whenever present."""
     enabled = bool(getattr(cfg, "enable_consume_queue_ext", False))
     if not enabled and not os.path.isdir(ext_root(cfg.store_path_root_dir)):
         return None
-    table = ConsumeQueueExtTable(cfg.store_path_root_dir,
-                                 getattr(cfg, "mapped_file_size_consume_queue_ext",
-                                         cq_ext.DEFAULT_EXT_FILE_SIZE),
+    size = _existing_file_size(ext_root(cfg.store_path_root_dir)) or \
+        getattr(cfg, "mapped_file_size_consume_queue_ext", cq_ext.DEFAULT_EXT_FILE_SIZE)
+    table = ConsumeQueueExtTable(cfg.store_path_root_dir, size,
                                  private=bool(getattr(cfg, "read_only", False)))
     table.load()
     return table
