@@ -122,3 +122,18 @@ def test_ext_files_follow_the_consume_queue_when_old_files_go(tmp_path):
         assert ext.get(addr) is not None  # the first live unit's ext unit is kept
         g = store.get_message("g", "T", 0, 400, 32, "A")
         assert g.status is GetStatus.FOUND and len(g.messages) == 32
+
+
+def test_retry_topic_filter_uses_the_original_topics_expression(tmp_path):
+    from rocketstore.broker.filters import RetryExpressionMessageFilter
+    reg = ConsumerFilterRegistry(None)
+    reg.register("Orders", "g", "amount > 100", "SQL92", 1)
+    with MessageStore(small_config(tmp_path)) as store:
+        for amount, topic in ((50, "Orders"), (150, "Orders"), (500, "Other")):
+            store.put_message(Message(topic="%RETRY%g", body=b"%d" % amount, queue_id=0,
+                                      properties={"amount": str(amount), "RETRY_TOPIC": topic}))
+        assert store.wait_dispatched(5)
+        g = store.get_message("g", "%RETRY%g", 0, 0, 32, "*",
+                              message_filter=RetryExpressionMessageFilter(reg, "g"))
+        # 50 fails Orders' filter; 500 comes from a topic the group has no filter for
+        assert [m.body for m in g.messages] == [b"150", b"500"]
