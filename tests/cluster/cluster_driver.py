@@ -1,9 +1,10 @@
 """A Spark driver for the cluster tests, run as its own process:
 ``python cluster_driver.py '{"phase": ..., ...}'``; prints ``RESULT {json}`` last.
 
-phase "cluster": on a standalone master — file source, export and rebuild with *relative*
-paths (the driver's cwd is not the executors'), the network source and sink, and a first
-streaming run; phase "restart": a new driver continuing that stream from its checkpoint;
+phase "cluster": on a standalone master — file source and export with *relative* paths (the
+driver's cwd is not the executors'), the network source and sink; it prints its RESULT, then
+streams into a parquet sink a few rows per micro-batch until it is killed (SIGKILL, by the
+test); phase "restart": a new driver finishing that stream from its checkpoint;
 phase "connect": the network source and sink through a Spark Connect server.
 """
 import json
@@ -25,12 +26,16 @@ def session(args):
     return b.getOrCreate()
 
 
-def stream(spark, args):
-    q = (spark.readStream.format("rocketmq").option("namesrv", args["namesrv"])
-         .option("topic", args["stream_topic"]).option("startingOffsets", "earliest").load()
+def stream(spark, args, until_killed=False):
+    w = (spark.readStream.format("rocketmq").option("namesrv", args["namesrv"])
+         .option("topic", args["stream_topic"]).option("startingOffsets", "earliest")
+         .option("maxOffsetsPerTrigger", 3).load()
          .select("topic", "body", "queue_offset")
-         .writeStream.format("parquet").option("checkpointLocation", args["ck"])
-         .trigger(availableNow=True).start(args["out"]))
+         .writeStream.format("parquet").option("checkpointLocation", args["ck"]))
+    if until_killed:
+        w.trigger(processingTime="500 milliseconds").start(args["out"]).awaitTermination()
+        return None
+    q = w.trigger(availableNow=True).start(args["out"])
     q.awaitTermination(300)
     if q.exception() is not None:
         raise q.exception()
@@ -51,12 +56,9 @@ def main():
         res["driver"] = [os.getpid(), here]
         res["file_count"] = spark.read.format("rocketmq").load(args["store"]).count()
         from rocketstore.spark.export import export
-        from rocketstore.spark.rebuild import rebuild
         e = export(args["store"], "exported", spark=spark)
         res["exported"] = spark.read.parquet("exported").count()
         res["export_out"] = e.out
-        r = rebuild(args["store"], spark=spark)
-        res["rebuilt_units"] = getattr(r, "cq_units", None)
     if args["phase"] in ("cluster", "connect"):
         df = (spark.read.format("rocketmq").option("namesrv", ns).option("topic", args["topic"])
               .option("minPartitions", 4).load())
@@ -66,10 +68,12 @@ def main():
                                      "body STRING, idempotencyKey STRING")
         (rows.write.format("rocketmq").option("namesrv", ns).option("topic", args["sink_topic"])
          .mode("append").save())
-    if args["phase"] in ("cluster", "restart"):
+    if args["phase"] == "restart":
         res["stream"] = stream(spark, args)
+    print("RESULT " + json.dumps(res), flush=True)
+    if args["phase"] == "cluster":
+        stream(spark, args, until_killed=True)
     spark.stop()
-    print("RESULT " + json.dumps(res))
 
 
 if __name__ == "__main__":

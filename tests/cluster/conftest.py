@@ -31,8 +31,8 @@ class NameServer:
         return self.proc.returncode
 
 
-def start_namesrv() -> NameServer:
-    port = free_port()
+def start_namesrv(port: int | None = None) -> NameServer:
+    port = port or free_port()
     proc = subprocess.Popen([sys.executable, "-m", "rocketstore.cli", "namesrv", "--host",
                              "127.0.0.1", "--port", str(port), "--json"],
                             stdout=subprocess.PIPE, text=True)

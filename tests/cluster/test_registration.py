@@ -97,6 +97,22 @@ def test_serve_name_server_takes_other_brokers(tmp_path):
         a.stop()
 
 
+def test_broker_registers_again_at_a_restarted_name_server(tmp_path):
+    """A name server that restarts (empty) learns the broker again without waiting 30 s: the
+    lost connection is noticed and the broker registers anew."""
+    ns = start_namesrv()
+    port = int(ns.addr.rsplit(":", 1)[1])
+    b = start_cluster_broker(str(tmp_path), ns.addr, "broker-r")
+    try:
+        assert "broker-r" in _route_brokers(ns.addr, "TBW102")
+        assert ns.stop() == 0
+        ns = start_namesrv(port)
+        assert wait_for(lambda: "broker-r" in _route_brokers(ns.addr, "TBW102"), timeout=30)
+    finally:
+        b.stop()
+        ns.stop()
+
+
 def test_register_broker_checks_crc_and_body():
     ns = start_namesrv()
     try:

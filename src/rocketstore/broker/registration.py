@@ -31,6 +31,7 @@ from ..remoting.command import RemotingCommand
 from ..remoting.connection import CLOSED, NEED_DATA, RemotingConnection
 
 log = logging.getLogger(__name__)
+RETRY_LOST_S = 5.0  # how soon a name server whose connection dropped is tried again
 
 
 def parse_namesrv_addrs(spec: str) -> list[str]:
@@ -66,6 +67,7 @@ class _Channel:
 
     async def open(self, timeout: float) -> None:
         host, _, port = self.addr.rpartition(":")
+        self.codec = RemotingConnection()  # nothing half-read survives a reconnect
         self.reader, self.writer = await asyncio.wait_for(
             asyncio.open_connection(host, int(port)), timeout)
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
@@ -184,13 +186,17 @@ class NameServerRegistration:
         return ok
 
     async def _run(self) -> None:
-        next_full = 0.0
+        next_full = time.monotonic() + self.period_s
+        last_try = time.monotonic()
         while True:
             now = time.monotonic()
             table = self.topic_table()
             digest = hashlib.sha1(json.dumps(table, sort_keys=True).encode()).digest()
-            lost = any(not ch.alive for ch in self._channels.values())
+            # a lost connection is retried every few seconds, not every check
+            lost = (any(not ch.alive for ch in self._channels.values())
+                    and now - last_try >= RETRY_LOST_S)
             if now >= next_full or digest != self._digest or lost:
+                last_try = now
                 try:
                     await self.register_all()
                 except Exception:

@@ -8,12 +8,13 @@ planned on the driver and read on an executor. Planning asks the name server for
 
 Reading is RocketMQ's pull protocol (PULL_MESSAGE, no long polling, consumer offsets untouched)
 with several pulls in flight per queue: queue offsets are dense (one ConsumeQueue unit per
-message), so the range is cut into slices of ``pullBatchSize`` offsets and up to
-``pullPipeline`` slices are requested at once. Each slice owns exactly ``[off, off + n)``: rows
-outside it (a tag-filtered pull may scan past its slice) are dropped, and a slice answered
-short (a broker's per-pull count or byte cap, e.g. RocketMQ's 32 messages) is finished with a
-follow-up pull before later slices are used; the slice size then shrinks to what the broker
-gives, so the pipeline stays full. The answer bodies are CommitLog records, byte for byte, so
+message), so the range is cut into slices of ``pullBatchSize`` offsets and ``pullPipeline``
+slices are requested at once. Each slice owns exactly ``[off, off + n)``: rows outside it (a
+tag-filtered pull may scan past its slice) are dropped, and a slice answered short (a broker's
+per-pull count or byte cap: RocketMQ answers at most 32 messages, 8 when they are read from
+disk) is finished with follow-up pulls. Slices then shrink to the largest recent answer and
+proportionally more of them (up to 64) are kept in flight, so as many messages are asked for
+at once whatever the broker's cap. The answer bodies are CommitLog records, byte for byte, so
 several answers are joined and decoded at once by the file source's vectorised decoder: the
 network source has exactly the file source's columns.
 
@@ -51,6 +52,7 @@ SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_", "SCHEDULE_T
                          "TBW102", "OFFSET_MOVED_EVENT", "SELF_TEST_TOPIC", "BenchmarkTest",
                          "TRANS_CHECK_MAX_TIME_TOPIC", "rocketstore_")
 DEFAULT_GROUP = "rocketstore_spark"
+MAX_PULLS_IN_FLIGHT = 64  # per queue range
 
 
 class DataLossError(RocketStoreError):
@@ -455,6 +457,8 @@ async def pull_chunks(consumer: AsyncPullConsumer, r: QueueRange, o: NetOptions,
                       lost: list[str]) -> AsyncIterator[_Chunk]:
     """Answers of the pulls covering ``r`` in offset order (see module doc)."""
     batch = o.pull_batch
+    budget = o.pull_batch * o.pipeline  # messages asked for at once, whatever the slice size
+    short: deque = deque(maxlen=32)  # sizes of recent answers cut short by the broker
     inflight: deque = deque()
     next_issue = r.start
 
@@ -464,7 +468,8 @@ async def pull_chunks(consumer: AsyncPullConsumer, r: QueueRange, o: NetOptions,
                                                    raw=True))
 
     while inflight or next_issue < r.end:
-        while len(inflight) < o.pipeline and next_issue < r.end:
+        depth = max(o.pipeline, min(MAX_PULLS_IN_FLIGHT, budget // batch))
+        while len(inflight) < depth and next_issue < r.end:
             hi = min(r.end, next_issue + batch)
             inflight.append((next_issue, hi, issue(next_issue, hi)))
             next_issue = hi
@@ -476,7 +481,10 @@ async def pull_chunks(consumer: AsyncPullConsumer, r: QueueRange, o: NetOptions,
                     yield _Chunk(res.body, lo, hi)
                     nxt = res.next_begin_offset
                     if nxt < hi and nxt > lo and o.tags == "*":
-                        batch = max(1, min(batch, nxt - lo))  # the broker's per-pull cap
+                        # the broker's per-pull cap (RocketMQ: 32 from memory, 8 from disk):
+                        # slices of the largest recent answer, more of them in flight
+                        short.append(nxt - lo)
+                        batch = max(1, min(o.pull_batch, max(short)))
                 elif res.status == "OFFSET_ILLEGAL" or res.min_offset > lo:
                     if res.min_offset > lo and r.new_queue:
                         nxt = min(hi, res.min_offset)  # "earliest" of a queue new to the stream

@@ -112,9 +112,7 @@ def _messages(batch, o: SinkOptions) -> Iterator[tuple[str, int | None, str | No
             raise ValueError(f"rocketmq sink: a row for {topic} has a null body")
         if isinstance(body, str):
             body = body.encode("utf-8")
-        p = dict(props) if props else {}
-        if isinstance(props, list):  # Arrow maps come back as (key, value) pairs
-            p = dict(props)
+        p = dict(props) if props else {}  # Arrow maps come back as (key, value) pairs
         if ikey is not None:
             p[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_key_for(topic, ikey)
         if isinstance(keys, list):
