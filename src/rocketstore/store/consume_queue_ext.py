@@ -43,10 +43,11 @@ def ext_root(root_dir: str) -> str:
 class ConsumeQueueExt:
     """The ext stream of one (topic, queue id)."""
 
-    def __init__(self, topic: str, queue_id: int, directory: str, file_size: int) -> None:
+    def __init__(self, topic: str, queue_id: int, directory: str, file_size: int, *,
+                 private: bool = False) -> None:
         self.topic, self.queue_id = topic, queue_id
         self.file_size = file_size
-        self.queue = MappedFileQueue(directory, file_size)
+        self.queue = MappedFileQueue(directory, file_size, private=private)
         self.lock = threading.Lock()
 
     def load(self) -> None:
@@ -70,6 +71,17 @@ class ConsumeQueueExt:
         unit = self.get(address)
         if unit is not None:
             self.queue.truncate_dirty(undecorate(address) + unit.size)
+
+    def truncate_by_min_address(self, address: int) -> int:
+        """Delete the files wholly below the unit at ``address`` (the ConsumeQueue's first);
+        returns how many (RocketMQ's ``truncateByMinAddress``)."""
+        if not is_ext_addr(address):
+            return 0
+        real = undecorate(address)
+        n = sum(1 for mf in self.queue.files[:-1] if mf.file_from_offset + self.file_size < real)
+        if n:
+            self.queue.delete_first_files(n)
+        return n
 
     # -- write ------------------------------------------------------------------------------------
     def put_many(self, units: Sequence[bytes]) -> list[int]:
@@ -137,9 +149,11 @@ class ConsumeQueueExt:
 class ConsumeQueueExtTable:
     """Every ext stream of a store (``<root>/consumequeue_ext/<topic>/<qid>``)."""
 
-    def __init__(self, root_dir: str, file_size: int = cq_ext.DEFAULT_EXT_FILE_SIZE) -> None:
+    def __init__(self, root_dir: str, file_size: int = cq_ext.DEFAULT_EXT_FILE_SIZE, *,
+                 private: bool = False) -> None:
         self.root = ext_root(root_dir)
         self.file_size = file_size
+        self.private = private  # a read-only open: copy-on-write maps, nothing reaches the disk
         self.exts: dict[tuple[str, int], ConsumeQueueExt] = {}
         self._lock = threading.Lock()
 
@@ -152,7 +166,8 @@ class ConsumeQueueExtTable:
                 continue
             for qid in sorted(os.listdir(tdir)):
                 if qid.isdigit():
-                    ext = ConsumeQueueExt(topic, int(qid), os.path.join(tdir, qid), self.file_size)
+                    ext = ConsumeQueueExt(topic, int(qid), os.path.join(tdir, qid), self.file_size,
+                                          private=self.private)
                     ext.load()
                     ext.recover()
                     self.exts[(topic, int(qid))] = ext
@@ -168,6 +183,18 @@ class ConsumeQueueExtTable:
             if unit is not None and is_ext_addr(unit[2]):
                 ext.truncate_by_max_address(unit[2])
 
+    def delete_expired(self, cq_table) -> int:
+        """After the ConsumeQueues dropped expired files: drop ext files no unit points at."""
+        n = 0
+        for (topic, qid), ext in list(self.exts.items()):
+            cq = cq_table.find(topic, qid)
+            if cq is None:
+                continue
+            unit = cq.unit(cq.min_offset_in_queue())
+            if unit is not None:
+                n += ext.truncate_by_min_address(unit[2])
+        return n
+
     def find(self, topic: str, queue_id: int) -> ConsumeQueueExt | None:
         return self.exts.get((topic, queue_id))
 
@@ -178,12 +205,23 @@ class ConsumeQueueExtTable:
                 ext = self.exts.get((topic, queue_id))
                 if ext is None:
                     ext = ConsumeQueueExt(topic, queue_id, os.path.join(self.root, topic, str(queue_id)),
-                                          self.file_size)
+                                          self.file_size, private=self.private)
                     self.exts[(topic, queue_id)] = ext
         return ext
 
     def __iter__(self):
         return iter(list(self.exts.values()))
+
+    def describe(self) -> list[dict]:
+        """Per stream: files, bytes used, the first unit's bitmap length (for ``inspect``)."""
+        out = []
+        for (topic, qid), ext in sorted(self.exts.items()):
+            first = ext.queue.first()
+            unit = ext.get(decorate(first.file_from_offset)) if first is not None else None
+            out.append({"topic": topic, "queue_id": qid, "files": len(ext.queue.files),
+                        "bytes": undecorate(ext.max_address()) - undecorate(ext.min_address()),
+                        "bitmap_bits": 8 * len(unit.bitmap) if unit and unit.bitmap else 0})
+        return out
 
     def flush(self) -> None:
         for ext in self:
@@ -249,14 +287,30 @@ class ConsumeQueueExtDispatcher:
         recs.tags_code = new_tags
 
 
+def _existing_file_size(root: str) -> int | None:
+    """The size of the ext files already there (they keep the size they were created with)."""
+    if not os.path.isdir(root):
+        return None
+    for topic in sorted(os.listdir(root)):
+        tdir = os.path.join(root, topic)
+        for qid in sorted(os.listdir(tdir)) if os.path.isdir(tdir) else []:
+            qdir = os.path.join(tdir, qid)
+            names = sorted(n for n in os.listdir(qdir) if len(n) == 20 and n.isdigit()) \
+                if os.path.isdir(qdir) else []
+            if names:
+                return os.path.getsize(os.path.join(qdir, names[0]))
+    return None
+
+
 def open_ext_table(cfg) -> ConsumeQueueExtTable | None:
     """The store's ext streams: written when ``enable_consume_queue_ext``, read whenever present."""
     enabled = bool(getattr(cfg, "enable_consume_queue_ext", False))
     if not enabled and not os.path.isdir(ext_root(cfg.store_path_root_dir)):
         return None
-    table = ConsumeQueueExtTable(cfg.store_path_root_dir,
-                                 getattr(cfg, "mapped_file_size_consume_queue_ext",
-                                         cq_ext.DEFAULT_EXT_FILE_SIZE))
+    size = _existing_file_size(ext_root(cfg.store_path_root_dir)) or \
+        getattr(cfg, "mapped_file_size_consume_queue_ext", cq_ext.DEFAULT_EXT_FILE_SIZE)
+    table = ConsumeQueueExtTable(cfg.store_path_root_dir, size,
+                                 private=bool(getattr(cfg, "read_only", False)))
     table.load()
     return table
 
