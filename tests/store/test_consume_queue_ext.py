@@ -102,3 +102,38 @@ def test_bitmap_prefilter_skips_units_and_matches_exactly(tmp_path):
         bits = data[real + 20:real + size]
         hit = all(bits[p // 8] & (1 << (p % 8)) for p in pos)
         assert hit == (i >= 90)
+
+
+def test_ext_files_follow_the_consume_queue_when_old_files_go(tmp_path):
+    cfg = ext_config(tmp_path, mapped_file_size_commitlog=8192)
+    with MessageStore(cfg) as store:
+        for i in range(600):
+            store.put_message(Message(topic="T", body=b"z" * 40, tags="A", queue_id=0))
+        assert store.wait_dispatched(5)
+        ext = store.cq_ext.find("T", 0)
+        files_before = len(ext.queue.files)
+        assert files_before >= 3
+        cq = store.cq_table.find("T", 0)
+        # as if the CommitLog's old segments and the ConsumeQueue's old units were cleaned
+        cq.min_logic_offset = 400 * 20
+        assert store.cq_ext.delete_expired(store.cq_table) >= 1
+        assert len(ext.queue.files) < files_before
+        addr = cq.unit(cq.min_offset_in_queue())[2]
+        assert ext.get(addr) is not None  # the first live unit's ext unit is kept
+        g = store.get_message("g", "T", 0, 400, 32, "A")
+        assert g.status is GetStatus.FOUND and len(g.messages) == 32
+
+
+def test_retry_topic_filter_uses_the_original_topics_expression(tmp_path):
+    from rocketstore.broker.filters import RetryExpressionMessageFilter
+    reg = ConsumerFilterRegistry(None)
+    reg.register("Orders", "g", "amount > 100", "SQL92", 1)
+    with MessageStore(small_config(tmp_path)) as store:
+        for amount, topic in ((50, "Orders"), (150, "Orders"), (500, "Other")):
+            store.put_message(Message(topic="%RETRY%g", body=b"%d" % amount, queue_id=0,
+                                      properties={"amount": str(amount), "RETRY_TOPIC": topic}))
+        assert store.wait_dispatched(5)
+        g = store.get_message("g", "%RETRY%g", 0, 0, 32, "*",
+                              message_filter=RetryExpressionMessageFilter(reg, "g"))
+        # 50 fails Orders' filter; 500 comes from a topic the group has no filter for
+        assert [m.body for m in g.messages] == [b"150", b"500"]

@@ -95,3 +95,23 @@ def test_inspect_lists_ext_streams_and_writes_nothing(tmp_path):
     assert [(e["topic"], e["queue_id"]) for e in ext] == [("SqlFix", q) for q in range(4)]
     assert {e["bitmap_bits"] for e in ext} == {0, 112}  # queue 2 starts with a pre-filter message
     assert tree(root) == before
+
+
+def test_cli_get_with_sql_selects_like_rocketmqs_consumer(tmp_path):
+    from click.testing import CliRunner
+
+    from rocketstore.cli import main
+
+    root, _cfg = fixture_copy(tmp_path)
+    m = manifest()
+    got = []
+    for q in range(4):
+        r = CliRunner().invoke(main, ["get", "--store", root, "--topic", "SqlFix", "--queue", str(q),
+                                      "--offset", "0", "--max", "200", "--sql", m["groups"]["G_red"],
+                                      "--json"])
+        assert r.exit_code == 0, r.output
+        got += [x["body"] for x in json.loads(r.output)["messages"]]
+    assert sorted(got) == sorted(m["received"]["G_red"])
+    bad = CliRunner().invoke(main, ["get", "--store", root, "--topic", "SqlFix", "--queue", "0",
+                                    "--offset", "0", "--sql", "temp >"])
+    assert bad.exit_code != 0 and "Invalid MessageSelector" in bad.output

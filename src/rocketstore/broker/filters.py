@@ -301,3 +301,30 @@ class ExpressionMessageFilter:
     @property
     def expression(self) -> Expr | None:
         return self.data.compiled if self.data is not None else None
+
+
+class RetryExpressionMessageFilter:
+    """``ExpressionForRetryMessageFilter`` (``filterSupportRetry=true``): a pull of
+    ``%RETRY%<group>`` checks each retried message against the SQL92 filter the group registered
+    for the message's original topic (its ``RETRY_TOPIC`` property)."""
+
+    expression = None  # no batch evaluation: each record is checked on its own properties
+    bitmap_bytes = 0
+
+    def __init__(self, registry: ConsumerFilterRegistry, group: str) -> None:
+        self.registry = registry
+        self.group = group
+
+    def matches_units(self, store_ts: np.ndarray, has_bitmap: np.ndarray,
+                      bitmaps: np.ndarray | None) -> np.ndarray:
+        return np.ones(len(store_ts), dtype=bool)
+
+    def matches_unit(self, tags_code, store_timestamp, bitmap) -> bool:
+        return True
+
+    def matches_properties(self, props: Mapping[str, str]) -> bool:
+        real_topic = props.get("RETRY_TOPIC")
+        data = self.registry.get(real_topic, self.group) if real_topic else None
+        if data is None or data.compiled is None:
+            return True
+        return data.compiled.matches(props)

@@ -13,6 +13,9 @@ As RocketMQ 4.9's ``ClientManageProcessor.checkClientConfig`` and ``PullMessageP
 | PULL, registered filter older than ``subVersion``    | FILTER_DATA_NOT_LATEST                  |
 | PULL, SQL92 while ``enablePropertyFilter=false``     | SYSTEM_ERROR (as CHECK_CLIENT_CONFIG)   |
 
+With ``filterSupportRetry`` a pull of ``%RETRY%<group>`` also applies the group's SQL92 filter
+of each message's original topic (RocketMQ's ``ExpressionForRetryMessageFilter``).
+
 (RocketMQ builds the filter of a flagged pull with an ``assert`` that production brokers skip, so
 there a bad expression lets every message through; here it is refused as the code intends.)
 """
@@ -25,7 +28,9 @@ from typing import TYPE_CHECKING, Any
 from ..filter import SelectorSyntaxError, is_tag_type
 from ..remoting.codes import PULL_FLAG_SUBSCRIPTION, RequestCode, ResponseCode
 from ..remoting.command import RemotingCommand
-from .filters import ConsumerFilterData, ExpressionMessageFilter, compile_expression
+from .filters import (ConsumerFilterData, ExpressionMessageFilter, RetryExpressionMessageFilter,
+                      compile_expression)
+from .namesrv import RETRY_PREFIX
 
 if TYPE_CHECKING:
     from .controller import Broker
@@ -83,6 +88,9 @@ def pull_subscription(broker: "Broker", cmd: RemotingCommand, group: str, topic:
                                   "the consumer's consumer filter data not latest")
     if is_tag_type(expr_type):
         tags = None if expr is None or expr.strip() in ("", "*") else expr.strip()
+        if broker.config.filter_support_retry and topic.startswith(RETRY_PREFIX):
+            return PullSubscription(tags, RetryExpressionMessageFilter(
+                broker.filters, topic[len(RETRY_PREFIX):]))
         return PullSubscription(tags, None)
     if not broker.config.enable_property_filter:
         raise PullRefused(ResponseCode.SYSTEM_ERROR, not_supported(str(expr_type)))

@@ -110,17 +110,32 @@ def put(store_dir, topic, tags, keys, queue_id, props, config, as_json, bodies):
 @click.option("--offset", required=True, type=int)
 @click.option("--max", "max_msgs", default=32, show_default=True, type=int)
 @click.option("--subscription", default=None, help='Tag expression, e.g. "TagA || TagB".')
+@click.option("--sql", default=None, help="""SQL92 selector over message properties, e.g. "a > 5" (--store only).""")
 @config_option
 @json_option
-def get(store_dir, namesrv, broker, topic, queue_id, offset, max_msgs, subscription, config,
+def get(store_dir, namesrv, broker, topic, queue_id, offset, max_msgs, subscription, sql, config,
         as_json):
     """Read messages of one queue from OFFSET (from a store, or through a running broker)."""
     from .live import check_target, get_via_broker
+    message_filter = None
+    if sql is not None:
+        from ..broker.filters import ConsumerFilterData, ExpressionMessageFilter
+        from ..filter import SelectorSyntaxError, compile_sql92
+        from ..filter.bloom import BloomFilter
+        try:
+            compiled = compile_sql92(sql)
+        except SelectorSyntaxError as exc:
+            raise click.BadParameter(str(exc), param_hint="--sql") from None
+        message_filter = ExpressionMessageFilter(
+            ConsumerFilterData("cli", topic, sql, "SQL92", compiled, born_time=0), BloomFilter())
     if check_target(namesrv, broker, store_dir) != "--store":
+        if message_filter is not None:
+            raise click.UsageError("--sql reads a store directly: use --store")
         res = get_via_broker(namesrv, broker, topic, queue_id, offset, max_msgs, subscription)
     else:
         with open_store_read_only(store_dir, config) as store:
-            g = store.get_message("cli", topic, queue_id, offset, max_msgs, subscription)
+            g = store.get_message("cli", topic, queue_id, offset, max_msgs, subscription,
+                                  message_filter=message_filter)
         res = {"status": g.status.name, "next_begin_offset": g.next_begin_offset,
                "min_offset": g.min_offset, "max_offset": g.max_offset,
                "messages": [message_dict(m) for m in g.messages]}

@@ -158,7 +158,7 @@ class DecodedRecords:
         """Where each record actually is in the CommitLog (``base_offset + pos``). Writers of
         derived files use this, not the PHYSICALOFFSET field, which a damaged record (valid
         by RocketMQ's rule, which does not check it) may misstate."""
-        return self.base_offset + self.pos
+        return self.pos if self.base_offset == 0 else self.base_offset + self.pos
 
     @property
     def next_offset(self) -> int:
@@ -231,7 +231,7 @@ def scan_boundaries(buf, start: int, end: int, limit: int | None = None) -> tupl
 
 _topic_cache: dict[bytes, str] = {}
 _SEP = 0xFF  # never a byte of valid UTF-8: separates records in one gathered buffer
-_ESCAPED = re.compile("[\udc80-\udcff]")
+_ESCAPED = re.compile("[\udc80-\udcfe]")  # (\udcff, a raw 0xFF, splits: caught by the count)
 
 
 def _gather_strings(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> list[str]:
@@ -250,7 +250,7 @@ def _gather_strings(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) ->
     gathered[sep_pos] = _SEP
     text = gathered.tobytes().decode("utf-8", "surrogateescape")
     parts = text.split("\udcff")
-    if len(parts) != n or _ESCAPED.search(text.replace("\udcff", "")):
+    if len(parts) != n or _ESCAPED.search(text):
         # a raw 0xFF or other invalid UTF-8 inside a string: decode each record as Java does
         # (replacement characters), never leaving lone surrogates in a str
         mv = memoryview(arr)

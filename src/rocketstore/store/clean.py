@@ -200,6 +200,9 @@ class CleanService:
             return
         for cq in self.store.cq_table:
             cq.delete_expired_files(min_phy)
+        ext = getattr(self.store, "cq_ext", None)
+        if ext is not None:  # ConsumeQueue-ext files follow their queues
+            ext.delete_expired(self.store.cq_table)
         index = getattr(self.store, "index_service", None)
         if index is not None:
             index.delete_expired_file(min_phy)

@@ -15,7 +15,7 @@ import collections
 import threading
 import time
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterator, NamedTuple, Sequence
 
 from ..config import StoreConfig
 from ..errors import CorruptRecordError
@@ -46,8 +46,7 @@ class AppendResult:
         return self.wrote_offset + self.wrote_bytes
 
 
-@dataclass(frozen=True)
-class FeedItem:
+class FeedItem(NamedTuple):
     """One append as the CommitLog's writer describes it to the reput (no decoding needed)."""
 
     start: int
@@ -63,9 +62,8 @@ class FeedItem:
     properties: list[dict[str, str]]
 
     def columns(self) -> tuple[list, ...]:
-        """In ``DecodedRecords.from_dispatch_columns`` order."""
-        return (self.commitlog_offset, self.size, self.queue_id, self.queue_offset, self.sys_flag,
-                self.store_timestamp, self.tags_code, self.topic, self.properties)
+        """In ``DecodedRecords.from_dispatch_columns`` order (the fields after start, end)."""
+        return self[2:]
 
 
 DISPATCH_FEED_CAP = 100_000  # appends held for the reput; beyond it the reput decodes
@@ -80,7 +78,7 @@ class CommitLog:
         self.cfg = cfg
         self.file_size = cfg.mapped_file_size_commitlog
         self.queue = MappedFileQueue(cfg.commitlog_dir, self.file_size, readonly=readonly,
-                                     private=cfg.read_only)
+                                     private=cfg.read_only, durable_create=True)
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.lock = threading.Lock()
         # records appended by this process, for the reput (see ``ReputService``); None: off

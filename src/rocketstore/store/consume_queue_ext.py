@@ -72,6 +72,17 @@ class ConsumeQueueExt:
         if unit is not None:
             self.queue.truncate_dirty(undecorate(address) + unit.size)
 
+    def truncate_by_min_address(self, address: int) -> int:
+        """Delete the files wholly below the unit at ``address`` (the ConsumeQueue's first);
+        returns how many (RocketMQ's ``truncateByMinAddress``)."""
+        if not is_ext_addr(address):
+            return 0
+        real = undecorate(address)
+        n = sum(1 for mf in self.queue.files[:-1] if mf.file_from_offset + self.file_size < real)
+        if n:
+            self.queue.delete_first_files(n)
+        return n
+
     # -- write ------------------------------------------------------------------------------------
     def put_many(self, units: Sequence[bytes]) -> list[int]:
         """Append encoded units; their addresses (1 for a unit that cannot be stored)."""
@@ -172,6 +183,18 @@ class ConsumeQueueExtTable:
             if unit is not None and is_ext_addr(unit[2]):
                 ext.truncate_by_max_address(unit[2])
 
+    def delete_expired(self, cq_table) -> int:
+        """After the ConsumeQueues dropped expired files: drop ext files no unit points at."""
+        n = 0
+        for (topic, qid), ext in list(self.exts.items()):
+            cq = cq_table.find(topic, qid)
+            if cq is None:
+                continue
+            unit = cq.unit(cq.min_offset_in_queue())
+            if unit is not None:
+                n += ext.truncate_by_min_address(unit[2])
+        return n
+
     def find(self, topic: str, queue_id: int) -> ConsumeQueueExt | None:
         return self.exts.get((topic, queue_id))
 
@@ -264,14 +287,29 @@ class ConsumeQueueExtDispatcher:
         recs.tags_code = new_tags
 
 
+def _existing_file_size(root: str) -> int | None:
+    """The size of the ext files already there (they keep the size they were created with)."""
+    if not os.path.isdir(root):
+        return None
+    for topic in sorted(os.listdir(root)):
+        tdir = os.path.join(root, topic)
+        for qid in sorted(os.listdir(tdir)) if os.path.isdir(tdir) else []:
+            qdir = os.path.join(tdir, qid)
+            names = sorted(n for n in os.listdir(qdir) if len(n) == 20 and n.isdigit()) \
+                if os.path.isdir(qdir) else []
+            if names:
+                return os.path.getsize(os.path.join(qdir, names[0]))
+    return None
+
+
 def open_ext_table(cfg) -> ConsumeQueueExtTable | None:
     """The store's ext streams: written when ``enable_consume_queue_ext``, read whenever present."""
     enabled = bool(getattr(cfg, "enable_consume_queue_ext", False))
     if not enabled and not os.path.isdir(ext_root(cfg.store_path_root_dir)):
         return None
-    table = ConsumeQueueExtTable(cfg.store_path_root_dir,
-                                 getattr(cfg, "mapped_file_size_consume_queue_ext",
-                                         cq_ext.DEFAULT_EXT_FILE_SIZE),
+    size = _existing_file_size(ext_root(cfg.store_path_root_dir)) or \
+        getattr(cfg, "mapped_file_size_consume_queue_ext", cq_ext.DEFAULT_EXT_FILE_SIZE)
+    table = ConsumeQueueExtTable(cfg.store_path_root_dir, size,
                                  private=bool(getattr(cfg, "read_only", False)))
     table.load()
     return table

@@ -20,6 +20,7 @@ succeeds clears it and dispatch resumes where it stopped.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -97,6 +98,7 @@ class ConsumeQueueTable:
         return max((cq.max_physic_offset for cq in self.queues.values()), default=-1)
 
 
+@functools.lru_cache(maxsize=65536)
 def _queue_dir_safe(topic: str, queue_id: int) -> bool:
     """Whether ``consumequeue/<topic>/<queue_id>`` is a safe directory: the put path never
     stores other names; a damaged record may carry any."""

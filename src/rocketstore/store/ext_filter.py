@@ -92,10 +92,10 @@ def prefilter_records(commitlog, offs: list[int], sizes: list[int], unit_ok: lis
     where they do not or the bitmap ruled the unit out, None where the record could not be read
     in place (the per-unit loop reads and checks it, and reports it as RocketMQ does)."""
     expr = getattr(message_filter, "expression", None)
-    if expr is None:
-        return unit_ok
-    cand = [i for i, ok in enumerate(unit_ok) if ok]
     out = [None if ok else False for ok in unit_ok]
+    if expr is None:  # the filter checks each record itself (e.g. retry topics)
+        return out
+    cand = [i for i, ok in enumerate(unit_ok) if ok]
     if not cand:
         return out
     offs_a = np.asarray([offs[i] for i in cand], dtype=np.int64)

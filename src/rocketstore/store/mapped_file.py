@@ -21,7 +21,7 @@ OS_PAGE_SIZE = 4096
 
 
 def open_sized_file(path: str, size: int, *, create: bool, readonly: bool = False,
-                    what: str = "file") -> int:
+                    what: str = "file", durable_create: bool = False) -> int:
     """Open a pre-sized store file and return its descriptor.
 
     ``create``: make it and allocate all ``size`` bytes now, so a full disk fails here with
@@ -38,21 +38,23 @@ def open_sized_file(path: str, size: int, *, create: bool, readonly: bool = Fals
     if create:
         try:
             os.posix_fallocate(fd, 0, size)
-            # the new file's name must survive a power loss before anything in it is
-            # acknowledged as durable: sync the file's allocation and its directory entry
-            os.fsync(fd)
-            dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+            if durable_create:
+                # (CommitLog segments) the new file's name must survive a power loss before
+                # anything in it is acknowledged: sync its allocation and its directory entry
+                os.fsync(fd)
+                dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+                try:
+                    os.fsync(dfd)
+                finally:
+                    os.close(dfd)
         except OSError as exc:
             os.close(fd)
             os.unlink(path)
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise DiskFullError(f"{path}: no space for a {size}-byte {what}") from exc
             raise StoreError(f"{path}: cannot allocate: {exc.strerror}") from exc
-        syncprobe.synced(path, 0)
+        if durable_create:
+            syncprobe.synced(path, 0)
     else:
         actual = os.fstat(fd).st_size
         if actual != size:
@@ -96,7 +98,7 @@ class MappedFile:
                  "flushed_position", "store_timestamp", "_io_lock", "private")
 
     def __init__(self, path: str, file_from_offset: int, file_size: int, *, create: bool = False,
-                 readonly: bool = False, private: bool = False) -> None:
+                 readonly: bool = False, private: bool = False, durable_create: bool = False) -> None:
         self.path = path
         self.file_from_offset = file_from_offset
         self.file_size = file_size
@@ -109,7 +111,8 @@ class MappedFile:
             self.wrote_position = 0 if create else file_size
             self.flushed_position = self.wrote_position
             return
-        fd = open_sized_file(path, file_size, create=create, readonly=readonly)
+        fd = open_sized_file(path, file_size, create=create, readonly=readonly,
+                             durable_create=durable_create)
         try:
             self.mm = mmap.mmap(fd, file_size, access=mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE)
         except BaseException as exc:

@@ -17,11 +17,12 @@ from .mapped_file import MappedFile
 
 class MappedFileQueue:
     def __init__(self, directory: str, file_size: int, *, readonly: bool = False,
-                 private: bool = False) -> None:
+                 private: bool = False, durable_create: bool = False) -> None:
         self.directory = directory
         self.file_size = file_size
         self.readonly = readonly
         self.private = private  # copy-on-write views, no file created or removed (read-only open)
+        self.durable_create = durable_create  # sync a new file and its directory entry (CommitLog)
         self.files: list[MappedFile] = []
         self._lock = threading.RLock()
 
@@ -104,7 +105,8 @@ class MappedFileQueue:
             if not self.private:
                 os.makedirs(self.directory, exist_ok=True)
             mf = MappedFile(os.path.join(self.directory, offset_to_name(create_offset)),
-                            create_offset, self.file_size, create=True, private=self.private)
+                            create_offset, self.file_size, create=True, private=self.private,
+                            durable_create=self.durable_create)
             self.files.append(mf)
             return mf
 

@@ -76,7 +76,7 @@ class PutPath:
         if not self.running or not self.writeable:
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE,
                                     error="store is shut down" if not self.running else "store not writeable")
-        if self.reput.stalled and not self.reput.recheck(DISPATCH_RECHECK_S):
+        if self.reput.last_error is not None and not self.reput.recheck(DISPATCH_RECHECK_S):
             # consumers would not see it: RocketMQ's makeLogicsQueueError
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE,
                                     error=f"dispatch cannot progress at CommitLog offset "

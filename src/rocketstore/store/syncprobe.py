@@ -3,8 +3,8 @@
 Off unless the process starts with ``ROCKETSTORE_SYNC_SHADOW=<shadow dir>:<store root>`` (the
 power-loss tests set it in a child writer; nothing else should). Then every point where the
 store makes a file durable — ``fdatasync`` of a mapped file, ``msync`` of an index file, the
-atomic replace of the checkpoint and other small files, the creation of a pre-sized file (with
-its directory synced) — calls ``synced(path, upto)``, which copies the file as it is at that
+atomic replace of the checkpoint and other small files, the creation of a CommitLog segment
+(with its directory synced) — calls ``synced(path, upto)``, which copies the file as it is at that
 moment to ``<shadow dir>/<path relative to the store root>`` (atomically: temp file + rename)
 and records ``upto`` (the position made durable) beside it in ``<copy>.pos``.
 
