@@ -128,3 +128,50 @@ def test_out_of_descriptors_stalls_dispatch_then_it_resumes(tmp_path):
     assert out["dispatched"] and out["after"] == "PUT_OK"
     for i, _, _ in out["acked"]:  # every acked message reached its consumers
         assert out["seen"][str(i)] == [f"m{i}"], out
+
+
+def test_broker_reports_dispatch_health_and_refuses_sends_until_it_recovers(tmp_path):
+    """End to end: a live ``rocketstore serve`` whose dispatch cannot create a ConsumeQueue."""
+    from rocketstore.client import Producer, PullConsumer
+    from rocketstore.remoting import RequestCode
+    from tests.broker.conftest import start_server
+    from tests.broker.test_client_broker import raw
+
+    store = tmp_path / "store"
+    srv = start_server(str(store))
+
+    def runtime():
+        resp = raw(srv.broker, RequestCode.GET_BROKER_RUNTIME_INFO)
+        return json.loads(resp.body)["table"]
+
+    try:
+        with Producer("PG", srv.namesrv) as p:
+            assert p.send("Fine", b"f0", queue_id=0).status == "SEND_OK"
+            assert runtime()["dispatchHealthy"] == "true"
+            (store / "consumequeue").mkdir(exist_ok=True)
+            (store / "consumequeue" / "Blocked").write_text("in the way")
+            acked = []
+            r = p.send("Blocked", b"b0", queue_id=0)
+            assert r.status == "SEND_OK"
+            acked.append(b"b0")
+            assert _wait(lambda: runtime()["dispatchHealthy"] == "false")
+            assert runtime()["dispatchError"]
+            refused = None
+            try:
+                refused = p.send("Fine", b"refused", queue_id=0)
+            except Exception as exc:  # noqa: BLE001 - the client raises on an error response
+                refused = exc
+            assert "dispatch cannot progress" in str(getattr(refused, "remark", refused)), refused
+            (store / "consumequeue" / "Blocked").unlink()
+            assert _wait(lambda: runtime()["dispatchHealthy"] == "true")
+            assert p.send("Blocked", b"b1", queue_id=0).status == "SEND_OK"
+            acked.append(b"b1")
+        c = PullConsumer("CG", srv.namesrv)
+        try:
+            assert _wait(lambda: c.max_offset("Blocked", 0) == 2)
+            got = c.pull("Blocked", 0, 0, 32)
+            assert [m.body for m in got.messages] == acked
+        finally:
+            c.shutdown()
+    finally:
+        assert srv.stop() == 0, srv.log()

@@ -124,12 +124,13 @@ def _parse_tree(text: str):
     """Feed tokens until one cannot continue the expression; accept the prefix before it."""
     ip = _PARSER.parse_interactive("")
     for tok in _PARSER.lex(text):
-        before = ip.copy()
+        before = ip.parser_state.copy()  # the LALR stacks only: cheap
         try:
             ip.feed_token(tok)
         except UnexpectedInput as exc:
+            ip.parser_state = before
             try:
-                return before.feed_eof()
+                return ip.feed_eof()
             except UnexpectedInput:
                 raise exc from None
     return ip.feed_eof()

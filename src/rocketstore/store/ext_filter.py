@@ -13,6 +13,8 @@ A ``message_filter`` has ``matches_units(store_ts, has_bitmap, bitmaps)`` (a boo
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..filter.columns import evaluate_matches
@@ -114,18 +116,57 @@ def prefilter_records(commitlog, offs: list[int], sizes: list[int], unit_ok: lis
         if not len(m):
             continue
         arr = np.frombuffer(mf.mm, dtype=np.uint8)
-        raws = _property_strings(arr, pos, sizes_a[m])
-        if raws is None:
+        cols = _property_columns(arr, pos, sizes_a[m], names)
+        if cols is None:
             continue
-        cols = {name: extract_property(raws, name) for name in names}
-        matched = evaluate_matches(expr, cols, len(raws))
+        matched = evaluate_matches(expr, cols, len(m))
         for k, hit in zip(m.tolist(), matched):
             out[cand[k]] = hit
     return out
 
 
-def _property_strings(arr: np.ndarray, pos: np.ndarray, size: np.ndarray) -> list[str] | None:
-    """The raw properties string of each record at ``pos`` (None if one looks damaged)."""
+def _property_columns(arr: np.ndarray, pos: np.ndarray, size: np.ndarray,
+                      names: list[str]) -> dict[str, list] | None:
+    """Values of the named properties for each record at ``pos`` (None where absent), the same
+    as ``string_to_properties(props).get(name)``; None if a record looks damaged."""
+    spans = _property_spans(arr, pos, size)
+    if spans is None:
+        return None
+    starts, lens = spans
+    mm = arr.data
+    blob = b"\x02".join([mm[a:a + b] for a, b in zip(starts.tolist(), lens.tolist())])
+    if not blob.isascii():  # character and byte positions differ: record by record
+        text = [bytes(mm[a:a + b]).decode("utf-8", "replace") for a, b in zip(starts.tolist(), lens.tolist())]
+        return {name: extract_property(text, name) for name in names}
+    n = len(starts)
+    rec_start = np.concatenate(([0], np.cumsum(lens[:-1] + 1))) if n else np.zeros(0, np.int64)
+    text = blob.decode("ascii")
+    out: dict[str, list] = {}
+    for name in names:
+        col: list = [None] * n
+        found = [(mt.start(), mt.group(1)) for mt in _name_pattern(name).finditer(text)]
+        if found:
+            at = np.fromiter((f[0] for f in found), dtype=np.int64, count=len(found))
+            owner = (np.searchsorted(rec_start, at, "right") - 1).tolist()
+            for i, (_, v) in zip(owner, found):  # the last non-empty entry wins
+                if v:
+                    col[i] = v
+        out[name] = col
+    return out
+
+
+_PATTERNS: dict[str, "re.Pattern[str]"] = {}
+
+
+def _name_pattern(name: str):
+    p = _PATTERNS.get(name)
+    if p is None:
+        p = _PATTERNS[name] = re.compile("(?:^|(?<=\x02))" + re.escape(name) + "\x01([^\x02]*)")
+    return p
+
+
+def _property_spans(arr: np.ndarray, pos: np.ndarray, size: np.ndarray):
+    """(start, length) of each record's properties bytes (None if one looks damaged)."""
     sys_flag = _gather(arr, pos + 36, 4, ">i4").astype(np.int64)
     magic = _gather(arr, pos + 4, 4, ">i4").astype(np.int64)
     d = np.where(sys_flag & BORNHOST_V6_FLAG, 12, 0) + np.where(sys_flag & STOREHOSTADDRESS_V6_FLAG, 12, 0)
@@ -142,11 +183,4 @@ def _property_strings(arr: np.ndarray, pos: np.ndarray, size: np.ndarray) -> lis
     props_len = _gather(arr, pl_pos, 2, ">i2").astype(np.int64)
     if not ((props_len >= 0) & (pl_pos + 2 + props_len <= end)).all():
         return None
-    mm = arr.data
-    starts = (pl_pos + 2).tolist()
-    parts = [mm[a:a + b] for a, b in zip(starts, props_len.tolist())]
-    text = b"\xff".join(parts).decode("utf-8", "surrogateescape")
-    out = text.split("\udcff")
-    if len(out) != len(parts):  # a raw 0xFF inside a string: decode one by one
-        return [bytes(p).decode("utf-8", "replace") for p in parts]
-    return out
+    return pl_pos + 2, props_len
