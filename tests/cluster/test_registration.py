@@ -199,3 +199,13 @@ def test_java_broker_registers_at_our_name_server(tmp_path):
         if jb is not None:
             jb.stop()
         ns.stop()
+
+
+def test_serve_refuses_a_bad_name_server_address(tmp_path):
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "rocketstore.cli", "serve", "--store",
+                        str(tmp_path / "s"), "--namesrv", "127.0.0.1;nohost:x"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "want HOST:PORT" in p.stderr
+    assert not (tmp_path / "s").exists()  # refused before anything was written

@@ -2,7 +2,9 @@
 
 Theory of operation: settings come from defaults, then a RocketMQ ``broker.conf`` (store keys to
 ``StoreConfig``, broker keys such as ``listenPort`` / ``brokerName`` to ``BrokerConfig``), then
-the command line. The process prints one ready line (JSON with ``--json``) once both ports
+the command line. With ``--namesrv "h1:9876;h2:9876"`` (or ``namesrvAddr`` in the config) no name
+server is started: the broker registers with those (``broker.registration``) and joins their
+cluster. The process prints one ready line (JSON with ``--json``) once both ports
 listen, runs until SIGTERM or SIGINT, then shuts down gracefully (``Broker.stop``) and exits 0.
 """
 from __future__ import annotations
