@@ -47,6 +47,18 @@ class Server:
             return fh.read()
 
 
+def wait_max_offset(consumer, topic: str, queue_id: int, at_least: int,
+                    timeout_s: float = 30.0) -> int:
+    """Wait until the broker has dispatched ``at_least`` messages of a queue (a send returns
+    before the reput thread writes the ConsumeQueue, as in RocketMQ)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        n = consumer.max_offset(topic, queue_id)
+        if n >= at_least or time.monotonic() > deadline:
+            return n
+        time.sleep(0.02)
+
+
 def start_server(store: str, *extra: str, log_path: str | None = None) -> Server:
     port, ns_port = free_port(), free_port()
     log_path = log_path or os.path.join(os.path.dirname(store), f"serve-{port}.log")

@@ -13,7 +13,7 @@ from rocketstore.client import Producer, PullConsumer
 from rocketstore.remoting import (SERIALIZE_ROCKETMQ, RemotingCommand, RemotingConnection,
                                   RequestCode)
 
-from .conftest import start_server
+from .conftest import start_server, wait_max_offset
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -23,6 +23,7 @@ def test_signal_answers_held_pulls_and_closes_the_store_cleanly(tmp_path, sig):
     with Producer("PG", srv.namesrv) as p:
         p.send("TopicStop", b"one", queue_id=0)
     c = PullConsumer("CG", srv.namesrv)
+    assert wait_max_offset(c, "TopicStop", 0, 1) == 1  # so offset 1 is held, not "overflow"
     result = {}
 
     def held_pull():

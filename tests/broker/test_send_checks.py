@@ -9,7 +9,7 @@ from rocketstore.errors import BrokerError
 from rocketstore.format.message import Message
 from rocketstore.remoting import RequestCode, ResponseCode
 
-from .conftest import start_server
+from .conftest import start_server, wait_max_offset
 from .test_client_broker import raw
 
 LIMIT = 65536  # maxMessageSize of the test broker
@@ -46,6 +46,7 @@ def test_sends_to_system_topics_are_refused(small_server):
     try:
         for q in range(4):
             assert c.max_offset("SCHEDULE_TOPIC_XXXX", q) == 0
+        assert wait_max_offset(c, "Victim", 0, 1) == 1
         r = c.pull("Victim", 0, 0)
         assert [m.body for m in r.messages] == [b"marker"]
     finally:
@@ -70,6 +71,7 @@ def test_batch_capped_at_max_message_size_as_a_whole(small_server):
         assert e.value.code == ResponseCode.MESSAGE_ILLEGAL
     c = PullConsumer("CG", small_server.namesrv)
     try:
+        assert wait_max_offset(c, "BatchT", 0, 100) == 100
         n = 0
         while True:
             r = c.pull("BatchT", 0, n)

@@ -102,8 +102,8 @@ def start_java_broker(home: str, workdir: str, namesrv: str, name: str,
             f"brokerClusterName={cluster}", f"brokerName={name}", "brokerId=0",
             f"namesrvAddr={namesrv}", f"listenPort={port}", "brokerIP1=127.0.0.1",
             f"storePathRootDir={store}", f"storePathCommitLog={store}/commitlog",
-            "autoCreateTopicEnable=true", "mapedFileSizeCommitLog=4194304",
-            "mapedFileSizeConsumeQueue=60000", "flushDiskType=ASYNC_FLUSH",
+            "autoCreateTopicEnable=true", "mappedFileSizeCommitLog=4194304",
+            "mappedFileSizeConsumeQueue=60000", "flushDiskType=ASYNC_FLUSH",
             "deleteWhen=04", "fileReservedTime=48",
             *(f"{k}={v}" for k, v in (extra or {}).items()), ""]))
     log = os.path.join(workdir, "broker.log")

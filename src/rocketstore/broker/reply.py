@@ -28,6 +28,7 @@ from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.command import RemotingCommand
 from ..remoting.header import send_header_v1
 from .namesrv import ensure_topic
+from .send import pick_queue_id
 
 if TYPE_CHECKING:
     from .controller import Broker
@@ -89,13 +90,9 @@ def handlers(broker: "Broker") -> dict[int, Any]:
         if tc is None:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
                                 remark=f"topic[{topic}] not exist, apply first please!")
-        queue_id = int(h.get("queueId") or 0)
-        if queue_id < 0:
-            queue_id = int(time.time() * 1000) % tc.write_queue_nums
-        if queue_id >= tc.write_queue_nums:
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                remark=f"request queueId[{queue_id}] is illegal, topic {topic} "
-                                       f"has {tc.write_queue_nums} write queues")
+        queue_id = pick_queue_id(tc, topic, int(h.get("queueId") or 0))
+        if isinstance(queue_id, str):
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=queue_id)
         props = string_to_properties(h.get("properties") or "")
         ok, remark = await push_reply(broker, conn, h, props, cmd.body)
         fields: dict[str, Any] = {"msgId": "0", "queueId": queue_id, "queueOffset": 0,

@@ -60,6 +60,17 @@ def _status_ok(code: int) -> bool:
                     ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE)
 
 
+def pick_queue_id(tc: Any, topic: str, queue_id: int) -> int | str:
+    """The queue a send goes to, as RocketMQ's send processors pick it: a negative id means any
+    (by the clock), an id past the topic's write queues is refused (the remark is returned)."""
+    if queue_id < 0:
+        return int(time.time() * 1000) % tc.write_queue_nums
+    if queue_id >= tc.write_queue_nums:
+        return (f"request queueId[{queue_id}] is illegal, topic {topic} "
+                f"has {tc.write_queue_nums} write queues")
+    return queue_id
+
+
 def handlers(broker: "Broker") -> dict[int, Any]:
     async def send(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         # 310 and 320 use SendMessageRequestHeaderV2's single-letter names
@@ -79,13 +90,9 @@ def handlers(broker: "Broker") -> dict[int, Any]:
         if not tc.perm & PERM_WRITE:
             return cmd.response(ResponseCode.NO_PERMISSION,
                                 remark=f"the topic[{topic}] sending message is forbidden")
-        queue_id = _int(h, "queueId", 0)
-        if queue_id < 0:
-            queue_id = int(time.time() * 1000) % tc.write_queue_nums
-        if queue_id >= tc.write_queue_nums:
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                remark=f"request queueId[{queue_id}] is illegal, topic {topic} "
-                                       f"has {tc.write_queue_nums} write queues")
+        queue_id = pick_queue_id(tc, topic, _int(h, "queueId", 0))
+        if isinstance(queue_id, str):
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=queue_id)
         base = dict(topic=topic, queue_id=queue_id, flag=_int(h, "flag", 0),
                     sys_flag=_int(h, "sysFlag", 0), born_timestamp=_int(h, "bornTimestamp", 0)
                     or int(time.time() * 1000), born_host=conn.peer,
