@@ -22,12 +22,8 @@ import time
 from rocketstore.remoting import fastjson
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.connection import NEED_DATA, RemotingConnection
+from netutil import free_port
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Conn:

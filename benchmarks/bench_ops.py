@@ -22,22 +22,17 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from netutil import free_port
 
 BODY = b"x" * 1024
 TOPIC = "BenchOps"
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Broker:

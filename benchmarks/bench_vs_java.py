@@ -30,12 +30,13 @@ import re
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from netutil import free_port, wait_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BODY = b"x" * 1024
@@ -44,21 +45,6 @@ JAVA_TPS = re.compile(r"Send TPS: (\d+) Max RT\(ms\): (\d+) Average RT\(ms\):\s*
 JAVA_CONSUME = re.compile(r"TPS: (\d+) FAIL")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"nothing listening on {port}")
 
 
 def pct(values: list[float], p: float) -> float:
