@@ -8,13 +8,20 @@ from rocketstore.store.ext_filter import _property_columns
 names = st.sampled_from(["a", "b", "region", "xa", "a2"])
 values = st.text(alphabet=st.characters(blacklist_characters="\x01\x02", max_codepoint=0x3000),
                  max_size=6)
+ascii_values = st.text(alphabet=st.characters(blacklist_characters="\x01\x02", max_codepoint=0x7F),
+                       max_size=6)
 entries = st.lists(st.tuples(names, values), max_size=6)
+ascii_entries = st.lists(st.tuples(names, ascii_values), max_size=6)
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(entries, min_size=1, max_size=8))
-def test_columns_equal_string_to_properties(records):
+@given(st.lists(st.one_of(entries, ascii_entries), min_size=1, max_size=8),
+       st.lists(st.booleans(), min_size=8, max_size=8))
+def test_columns_equal_string_to_properties(records, trailing):
+    # (all-ASCII batches take the numpy byte search, others the per-record path; a record's
+    # last entry may lack its trailing separator)
     texts = ["".join(f"{k}\x01{v}\x02" for k, v in rec) for rec in records]
+    texts = [t[:-1] if t and not keep else t for t, keep in zip(texts, trailing)]
     raw = [t.encode("utf-8") for t in texts]
     # lay the property bytes out as records would be: a record = 2-byte length + bytes
     buf = bytearray()

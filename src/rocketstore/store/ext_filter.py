@@ -141,18 +141,51 @@ def _property_columns(arr: np.ndarray, pos: np.ndarray, size: np.ndarray,
     n = len(starts)
     rec_start = np.concatenate(([0], np.cumsum(lens[:-1] + 1))) if n else np.zeros(0, np.int64)
     text = blob.decode("ascii")
+    b = np.frombuffer(blob, dtype=np.uint8)
+    seps = np.flatnonzero(b == 2)
     out: dict[str, list] = {}
     for name in names:
-        col: list = [None] * n
-        found = [(mt.start(), mt.group(1)) for mt in _name_pattern(name).finditer(text)]
-        if found:
-            at = np.fromiter((f[0] for f in found), dtype=np.int64, count=len(found))
-            owner = (np.searchsorted(rec_start, at, "right") - 1).tolist()
-            for i, (_, v) in zip(owner, found):  # the last non-empty entry wins
-                if v:
-                    col[i] = v
-        out[name] = col
+        needle = name.encode("ascii", "replace")
+        if not name.isascii() or b"\x01" in needle or b"\x02" in needle:
+            out[name] = _column_by_regex(text, rec_start, name, n)
+            continue
+        out[name] = _column_by_bytes(b, text, seps, rec_start, needle + b"\x01", n)
     return out
+
+
+def _column_by_bytes(b: np.ndarray, text: str, seps: np.ndarray, rec_start: np.ndarray,
+                     needle: bytes, n: int) -> list:
+    """One property's values, found with numpy: every ``name\x01`` at the blob's start or right
+    after a ``\x02``, its value up to the next ``\x02``; per record the last non-empty one."""
+    width = len(needle)
+    at = np.flatnonzero(b[:max(0, len(b) - width + 1)] == needle[0])
+    for k in range(1, width):
+        at = at[b[at + k] == needle[k]]
+    at = at[(at == 0) | (b[np.maximum(at - 1, 0)] == 2)]
+    value_at = at + width
+    bounded = np.append(seps, len(b))  # a value runs to the next separator or the blob's end
+    value_end = bounded[np.searchsorted(seps, value_at)]
+    nonempty = value_end > value_at
+    at, value_at, value_end = at[nonempty], value_at[nonempty], value_end[nonempty]
+    col = np.full(n, None, dtype=object)
+    if len(at):
+        owner = np.searchsorted(rec_start, at, "right") - 1
+        last = np.append(owner[1:] != owner[:-1], True)
+        col[owner[last]] = [text[a:e] for a, e in zip(value_at[last].tolist(),
+                                                      value_end[last].tolist())]
+    return col.tolist()
+
+
+def _column_by_regex(text: str, rec_start: np.ndarray, name: str, n: int) -> list:
+    col: list = [None] * n
+    found = [(mt.start(), mt.group(1)) for mt in _name_pattern(name).finditer(text)]
+    if found:
+        at = np.fromiter((f[0] for f in found), dtype=np.int64, count=len(found))
+        owner = (np.searchsorted(rec_start, at, "right") - 1).tolist()
+        for i, (_, v) in zip(owner, found):  # the last non-empty entry wins
+            if v:
+                col[i] = v
+    return col
 
 
 _PATTERNS: dict[str, "re.Pattern[str]"] = {}
