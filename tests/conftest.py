@@ -53,6 +53,29 @@ def fixture_config(root, manifest, **kw) -> StoreConfig:
                        store_host="127.0.0.1:10911", **kw)
 
 
+def fill_disk(path, leave: int = 0) -> None:
+    """Fill the file system holding ``path`` (a new ballast file) to the last block, then give
+    ``leave`` bytes back. Writing until ENOSPC holds where "write what statvfs says is free"
+    does not: the free count moves under a store's own threads."""
+    import errno
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        chunk = b"\0" * 65536
+        while True:
+            try:
+                if os.write(fd, chunk) == 0:
+                    break
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                break
+        if leave:
+            os.ftruncate(fd, max(0, os.fstat(fd).st_size - leave))
+    finally:
+        os.close(fd)
+
+
 @pytest.fixture
 def tmpfs_factory(tmp_path):
     """Mount small tmpfs file systems (for full-disk tests); skips where mounting is not allowed."""

@@ -9,6 +9,8 @@ from rocketstore.broker.controller import Broker
 from rocketstore.broker.schedule import ScheduleMessageService
 from rocketstore.format.message import SCHEDULE_TOPIC
 
+from ..conftest import fill_disk
+
 SEG = 1 << 20
 
 
@@ -36,9 +38,7 @@ def test_failed_reput_keeps_the_delay_offset_and_delivers_once_later(tmpfs_facto
             assert store.wait_dispatched(10)
             # ...and the disk (all but 64 KiB for the checkpoint), so the re-put needs a segment
             # that cannot be created
-            free = os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize
-            with open(filler, "wb") as fh:
-                fh.write(b"\0" * (free - 65536))
+            fill_disk(filler, leave=65536)
             far = 2**62
             assert sched.run_once(now_ms=far) == 0
             assert broker.delay_offsets.get(1) == 0  # not past the message it could not deliver

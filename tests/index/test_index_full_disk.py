@@ -10,6 +10,7 @@ import pytest
 from rocketstore.errors import DiskFullError
 from rocketstore.store.index_file import IndexFile
 
+from ..conftest import fill_disk
 from .index_helpers import MiniLog, index_bytes, make_service
 
 
@@ -40,8 +41,7 @@ def test_dispatch_retried_after_disk_full_is_exact(tmpfs, tmp_path):
     tiny = make_service(tmpfs / "t", slots=7, num=5)
     tiny.dispatch(log.records(0, offs[3]))  # 9 entries: 2 full files + 1 entry
     ballast = tmpfs / "ballast"
-    free = os.statvfs(tmpfs).f_bavail * os.statvfs(tmpfs).f_frsize
-    ballast.write_bytes(b"\0" * max(0, free - 1024))
+    fill_disk(ballast)
     with pytest.raises(DiskFullError):
         tiny.dispatch(log.records(offs[3]))  # fills the third file, then cannot roll
     assert tiny.files[-1].is_write_full()
