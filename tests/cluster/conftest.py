@@ -31,10 +31,10 @@ class NameServer:
         return self.proc.returncode
 
 
-def start_namesrv(port: int | None = None) -> NameServer:
+def start_namesrv(port: int | None = None, *extra: str) -> NameServer:
     port = port or free_port()
     proc = subprocess.Popen([sys.executable, "-m", "rocketstore.cli", "namesrv", "--host",
-                             "127.0.0.1", "--port", str(port), "--json"],
+                             "127.0.0.1", "--port", str(port), "--json", *extra],
                             stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     if not line:

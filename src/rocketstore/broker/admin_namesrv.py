@@ -3,16 +3,15 @@
 ====  ==================================  ==============================================
 code  request                             answer
 ====  ==================================  ==============================================
- 101  GET_KV_CONFIG {namespace, key}      QUERY_NOT_FOUND (no KV config is kept)
  216  DELETE_TOPIC_IN_NAMESRV {topic}     SUCCESS (routes come from the broker's table,
                                           which DELETE_TOPIC_IN_BROKER already cleaned)
- 219  GET_KVLIST_BY_NAMESPACE             QUERY_NOT_FOUND
  224  GET_TOPICS_BY_CLUSTER {cluster}     TopicList; SYSTEM_ERROR for another cluster
  304  GET_SYSTEM_TOPIC_LIST_FROM_NS       TopicList {topicList: cluster and broker names,
                                           brokerAddr}
 ====  ==================================  ==============================================
 
-They complete ``namesrv.handlers`` (routes, cluster info, topic list, registration) for the
+They complete ``namesrv.handlers`` (routes, cluster info, topic list, registration, write
+perms; the KV config of ``kvconfig``) for the
 name server that ``rocketstore serve`` runs beside its broker; answers are about that broker.
 """
 from __future__ import annotations
@@ -47,19 +46,10 @@ def handlers(broker: "Broker") -> dict[int, Any]:
         cmd.require_str("topic")
         return cmd.response(ResponseCode.SUCCESS)
 
-    async def kv_config(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        ns = cmd.get_str("namespace") or ""
-        remark = f"No config item, Namespace: {ns}"
-        if cmd.code == RequestCode.GET_KV_CONFIG:
-            remark += f" Key: {cmd.get_str('key') or ''}"
-        return cmd.response(ResponseCode.QUERY_NOT_FOUND, remark=remark)
-
     return {
         RequestCode.GET_TOPICS_BY_CLUSTER: topics_by_cluster,
         RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: system_topics,
         RequestCode.DELETE_TOPIC_IN_NAMESRV: delete_topic,
-        RequestCode.GET_KVLIST_BY_NAMESPACE: kv_config,
-        RequestCode.GET_KV_CONFIG: kv_config,
     }
 
 

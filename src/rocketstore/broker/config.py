@@ -41,6 +41,9 @@ class BrokerConfig:
     grpc_min_invisible_time_ms: int = 10_000  # minInvisibleTimeMillsForRecv of the 5.x proxy
     namesrv_addr: str | None = None  # outside name servers to register with ("h1:9876;h2:9876")
     register_name_server_period_ms: int = 30_000  # registerNameServerPeriod
+    # the name server of ``serve``: NamesrvConfig's kvConfigPath / orderMessageEnable
+    kv_config_path: str | None = None  # None: <store>/config/kvConfig.json
+    order_message_enable: bool = False  # routes carry ORDER_TOPIC_CONFIG as orderTopicConf
 
     @property
     def broker_addr(self) -> str:

@@ -205,7 +205,8 @@ class Broker:
             parse_namesrv_addrs(cfg.namesrv_addr or ""), cluster_name=cfg.cluster_name,
             broker_name=cfg.broker_name, broker_addr=lambda: cfg.broker_addr,
             topic_table=lambda: {t.topic_name: t.to_json() for t in self.topics.topics()},
-            period_s=cfg.register_name_server_period_ms / 1000.0)
+            period_s=cfg.register_name_server_period_ms / 1000.0,
+            order_topics=self.topics.update_order_topics)
         await self.registration.start()
 
     async def _housekeeping(self) -> None:

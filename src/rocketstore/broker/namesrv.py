@@ -1,5 +1,6 @@
-"""Name-server requests: routes (105), cluster info (106), topic list (206), and the brokers'
-REGISTER_BROKER (103) / UNREGISTER_BROKER (104).
+"""Name-server requests: routes (105), cluster info (106), topic list (206), the brokers'
+REGISTER_BROKER (103) / UNREGISTER_BROKER (104), an operator's WIPE_WRITE_PERM_OF_BROKER (205) /
+ADD_WRITE_PERM_OF_BROKER (327), and the KV config (100-102, 219; see ``kvconfig``).
 
 Theory of operation: a name server answers from a ``RouteTable`` — RocketMQ's
 ``RouteInfoManager`` reduced to what clients ask: which brokers (name → cluster, id → address)
@@ -16,20 +17,31 @@ created there with ``default_topic_queue_nums`` queues when ``auto_create_topic_
 after the client's first send through ``TBW102``; otherwise TOPIC_NOT_EXIST. ``rocketstore
 namesrv`` runs the same handlers with no local broker. Route bodies are standard JSON (string
 map keys), which every checked client parses.
+
+``wipeWritePerm`` clears the write bit of every topic of one broker in the routes this name
+server answers (``addWritePerm`` sets them to read+write), answering how many topics it touched
+(``wipeTopicCount`` / ``addTopicCount``), as RocketMQ's ``RouteInfoManager``: clients stop
+sending there while they still consume. The broker itself is unchanged; its next registration
+with a changed topic table (a new ``dataVersion``) brings its own perms back. A registering
+broker is answered with the ORDER_TOPIC_CONFIG namespace of the KV config, and with
+``orderMessageEnable`` a route's ``orderTopicConf`` is that namespace's value for the topic.
 """
 from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
-from ..remoting.codes import RequestCode, ResponseCode
+from ..remoting.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from ..remoting.command import RemotingCommand
 from ..remoting.jsonbody import load_json_text
+from . import kvconfig
+from .kvconfig import KV_CONFIG_FILE, ORDER_TOPIC_CONFIG, KVConfigManager, kv_table_body
 
 if TYPE_CHECKING:
     from .controller import Broker
@@ -123,6 +135,19 @@ class RouteTable:
                 del self._topics[topic]
                 self._order.pop(topic, None)
 
+    def operate_write_perm(self, name: str, wipe: bool) -> int:
+        """RocketMQ's ``wipeWritePermOfBroker`` / ``addWritePermOfBroker``: clear the write bit
+        of every topic of broker ``name`` (or set the topic's perm to read+write); how many
+        topics it touched. A later registration with a new data version replaces them."""
+        with self._lock:
+            count = 0
+            for queues in self._topics.values():
+                qd = queues.get(name)
+                if qd is not None:
+                    qd["perm"] = (qd["perm"] & ~PERM_WRITE) if wipe else PERM_READ | PERM_WRITE
+                    count += 1
+            return count
+
     def expire(self) -> list[str]:
         """Forget brokers that did not register within ``expiry_s``; their addresses."""
         now = time.monotonic()
@@ -163,26 +188,59 @@ class RouteTable:
             return set(self._topics)
 
 
-def _local_route(broker: "Broker", tc: Any) -> tuple[dict, dict]:
+class LocalRoutePerms:
+    """wipeWritePerm / addWritePerm on the broker ``rocketstore serve`` runs beside its name
+    server: the perms its routes carry instead of the topic table's, until that table changes
+    — as a registering broker's new data version replaces them at a RocketMQ name server."""
+
+    def __init__(self) -> None:
+        self._version: int | None = None
+        self._perms: dict[str, int] = {}
+
+    def operate(self, topics: Any, wipe: bool) -> int:
+        self._version = topics.data_version
+        for tc in topics.topics():
+            perm = self.perm(topics, tc.topic_name, tc.perm)
+            self._perms[tc.topic_name] = (perm & ~PERM_WRITE) if wipe else PERM_READ | PERM_WRITE
+        return len(self._perms)
+
+    def perm(self, topics: Any, topic: str, perm: int) -> int:
+        if self._version != topics.data_version:
+            self._perms.clear()
+            self._version = None
+            return perm
+        return self._perms.get(topic, perm)
+
+
+def _local_route(broker: "Broker", tc: Any, perms: LocalRoutePerms | None) -> tuple[dict, dict]:
     cfg = broker.config
     bd = {"brokerAddrs": {"0": cfg.broker_addr}, "brokerName": cfg.broker_name,
           "cluster": cfg.cluster_name}
-    return bd, _queue_data(cfg.broker_name, tc.to_json())
+    qd = _queue_data(cfg.broker_name, tc.to_json())
+    if perms is not None:
+        qd["perm"] = perms.perm(broker.topics, tc.topic_name, qd["perm"])
+    return bd, qd
 
 
 def route_body(broker: "Broker | None", tc: Any, table: RouteTable | None = None,
-               topic: str | None = None) -> bytes:
-    """The TopicRouteData JSON of a topic: the local broker's part (``tc``) and the table's."""
-    bds, qds, order = table.route(topic or tc.topic_name) if table is not None else ([], [], None)
+               topic: str | None = None, perms: LocalRoutePerms | None = None,
+               order_conf: Callable[[str], str | None] | None = None) -> bytes:
+    """The TopicRouteData JSON of a topic: the local broker's part (``tc``) and the table's.
+    ``order_conf`` (the name server's ORDER_TOPIC_CONFIG, with ``orderMessageEnable``) decides
+    ``orderTopicConf`` when given, as RocketMQ's name server does."""
+    topic = topic or tc.topic_name
+    bds, qds, order = table.route(topic) if table is not None else ([], [], None)
     if broker is not None and tc is not None:
         name = broker.config.broker_name
         bds = [b for b in bds if b["brokerName"] != name]
         qds = [q for q in qds if q["brokerName"] != name]
-        bd, qd = _local_route(broker, tc)
+        bd, qd = _local_route(broker, tc, perms)
         bds.insert(0, bd)
         qds.insert(0, qd)
         if tc.order:
             order = f"{name}:{tc.write_queue_nums}"
+    if order_conf is not None:
+        order = order_conf(topic)
     route: dict[str, Any] = {"brokerDatas": bds, "filterServerTable": {}, "queueDatas": qds}
     if order:
         route["orderTopicConf"] = order
@@ -209,9 +267,34 @@ def parse_register_body(body: bytes, compressed: bool = False) -> tuple[dict[str
     return out, json.dumps(dv, sort_keys=True)
 
 
-def handlers(broker: "Broker | None", table: RouteTable | None = None) -> dict[int, Any]:
-    """Name-server handlers; ``broker`` is the in-process broker, if any."""
+def local_kv_config_path(broker: "Broker") -> str:
+    """Where ``rocketstore serve`` keeps its name server's ``kvConfig.json``: ``kvConfigPath``
+    of ``--config``, else beside the broker's own state in ``<store>/config/``."""
+    return broker.config.kv_config_path or os.path.join(
+        broker.store_config.store_path_root_dir, "config", KV_CONFIG_FILE)
+
+
+def handlers(broker: "Broker | None", table: RouteTable | None = None,
+             kv: KVConfigManager | None = None,
+             order_message_enable: bool | None = None) -> dict[int, Any]:
+    """Name-server handlers; ``broker`` is the in-process broker, if any; ``kv`` the KV config
+    (default: memory only, or ``local_kv_config_path`` beside a broker)."""
     table = table if table is not None else RouteTable()
+    if kv is None:
+        kv = KVConfigManager(local_kv_config_path(broker) if broker is not None else None)
+    if order_message_enable is None:
+        order_message_enable = bool(broker is not None and broker.config.order_message_enable)
+    perms = LocalRoutePerms() if broker is not None else None
+    order_conf = (lambda t: kv.get(ORDER_TOPIC_CONFIG, t)) if order_message_enable else None
+
+    def kv_changed(namespace: str) -> None:
+        """The local broker takes the ORDER_TOPIC_CONFIG namespace as a registering broker
+        takes it from the answer to REGISTER_BROKER."""
+        order = kv.namespace(ORDER_TOPIC_CONFIG)
+        if broker is not None and namespace == ORDER_TOPIC_CONFIG and order is not None:
+            broker.topics.update_order_topics(set(order))
+
+    kv_changed(ORDER_TOPIC_CONFIG)
 
     async def get_route(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         topic = cmd.require_str("topic")
@@ -228,7 +311,8 @@ def handlers(broker: "Broker | None", table: RouteTable | None = None) -> dict[i
         if tc is None and topic not in table.topic_names():
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
                                 remark=f"No topic route info in name server for the topic: {topic}")
-        return cmd.response(ResponseCode.SUCCESS, body=route_body(broker, tc, table, topic))
+        return cmd.response(ResponseCode.SUCCESS,
+                            body=route_body(broker, tc, table, topic, perms, order_conf))
 
     async def cluster_info(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         addr_table: dict[str, dict] = {}
@@ -267,15 +351,30 @@ def handlers(broker: "Broker | None", table: RouteTable | None = None) -> dict[i
         table.register(cmd.require_str("clusterName"), cmd.require_str("brokerAddr"),
                        cmd.require_str("brokerName"), cmd.get_int("brokerId", 0) or 0,
                        topics, version)
+        order = kv.namespace(ORDER_TOPIC_CONFIG)  # RegisterBrokerResult.kvTable; none: no body
         return cmd.response(ResponseCode.SUCCESS, {"haServerAddr": "", "masterAddr": ""},
-                            body=json.dumps({"table": {}}).encode())
+                            body=kv_table_body(order) if order is not None else b"")
 
     async def unregister(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         table.unregister(cmd.require_str("brokerAddr"), cmd.require_str("brokerName"),
                          cmd.get_int("brokerId", 0) or 0)
         return cmd.response(ResponseCode.SUCCESS)
 
-    return {RequestCode.GET_ROUTEINFO_BY_TOPIC: get_route,
+    async def write_perm(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        name = cmd.require_str("brokerName")
+        wipe = cmd.code == RequestCode.WIPE_WRITE_PERM_OF_BROKER
+        count = table.operate_write_perm(name, wipe)
+        if broker is not None and perms is not None and name == broker.config.broker_name:
+            count += perms.operate(broker.topics, wipe)
+        log.info("%s write perm of broker %s from %s: %d topics",
+                 "wipe" if wipe else "add", name, getattr(conn, "peer", "?"), count)
+        return cmd.response(ResponseCode.SUCCESS,
+                            {"wipeTopicCount" if wipe else "addTopicCount": count})
+
+    return {**kvconfig.handlers(kv, kv_changed),
+            RequestCode.WIPE_WRITE_PERM_OF_BROKER: write_perm,
+            RequestCode.ADD_WRITE_PERM_OF_BROKER: write_perm,
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: get_route,
             RequestCode.GET_BROKER_CLUSTER_INFO: cluster_info,
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: topic_list,
             RequestCode.REGISTER_BROKER: register,

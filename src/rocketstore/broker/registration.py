@@ -6,7 +6,8 @@ name server its whole topic table (``RegisterBrokerBody`` JSON: ``topicConfigSer
 with ``topicConfigTable`` and ``dataVersion``, plus an empty ``filterServerList``) every
 ``register_name_server_period_ms`` (30 s), and at once when its topic table changes (a topic
 created by a send or an admin request), checked once a second. The body's CRC32 goes in
-``bodyCrc32``; the data version's counter moves whenever the table's content does, which is
+``bodyCrc32``; the answer's ``kvTable`` (the name server's ORDER_TOPIC_CONFIG) marks exactly
+those topics ``order``, as RocketMQ's broker does; the data version's counter moves whenever the table's content does, which is
 what makes a name server (ours or RocketMQ's) take new queue data. A RocketMQ name server
 forgets a broker whose connection closes, so each name server keeps one long-lived connection
 here; a lost one is reopened at the next attempt. An unreachable name server is logged and
@@ -29,6 +30,7 @@ from typing import Any, Callable
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.command import RemotingCommand
 from ..remoting.connection import CLOSED, NEED_DATA, RemotingConnection
+from ..remoting.jsonbody import load_json_text
 
 log = logging.getLogger(__name__)
 RETRY_LOST_S = 5.0  # how soon a name server whose connection dropped is tried again
@@ -132,7 +134,8 @@ class NameServerRegistration:
     def __init__(self, namesrv_addrs: list[str], *, cluster_name: str, broker_name: str,
                  broker_addr: Callable[[], str], topic_table: Callable[[], dict[str, dict]],
                  broker_id: int = 0, period_s: float = 30.0, check_s: float = 1.0,
-                 timeout_s: float = 3.0) -> None:
+                 timeout_s: float = 3.0,
+                 order_topics: Callable[[set[str]], Any] | None = None) -> None:
         self.addrs = list(namesrv_addrs)
         self.cluster_name = cluster_name
         self.broker_name = broker_name
@@ -142,6 +145,7 @@ class NameServerRegistration:
         self.period_s = period_s
         self.check_s = check_s
         self.timeout_s = timeout_s
+        self.order_topics = order_topics  # gets the name server's ORDER_TOPIC_CONFIG topics
         self._channels = {a: _Channel(a) for a in self.addrs}
         self._task: asyncio.Task | None = None
         self._counter = 0
@@ -183,7 +187,21 @@ class NameServerRegistration:
                 continue
             self.last_ok[addr] = time.monotonic()
             ok += 1
+            self._apply_kv_table(addr, resp.body)
         return ok
+
+    def _apply_kv_table(self, addr: str, body: bytes | None) -> None:
+        """RegisterBrokerResult.kvTable (the ORDER_TOPIC_CONFIG namespace) → order topics, as
+        RocketMQ's ``updateOrderTopicConfig``; no body: the name server has no such namespace."""
+        if not body or self.order_topics is None:
+            return
+        try:
+            table = load_json_text(body.decode("utf-8")).get("table")
+        except (ValueError, UnicodeDecodeError, AttributeError) as exc:
+            log.warning("name server %s: bad kvTable in the register answer: %s", addr, exc)
+            return
+        if isinstance(table, dict):
+            self.order_topics(set(table))
 
     async def _run(self) -> None:
         next_full = time.monotonic() + self.period_s

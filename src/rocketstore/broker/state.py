@@ -160,6 +160,27 @@ class TopicConfigManager:
             self.persist()
         return found
 
+    @property
+    def data_version(self) -> int:
+        """Moves on every change of the table (RocketMQ's ``dataVersion`` counter)."""
+        return self._counter
+
+    def update_order_topics(self, order_topics: set[str]) -> bool:
+        """RocketMQ's ``updateOrderTopicConfig``: exactly the topics named by the name server's
+        ORDER_TOPIC_CONFIG are ``order``; True (and persisted) if any flag changed."""
+        with self._lock:
+            changed = False
+            for tc in self._topics.values():
+                want = tc.topic_name in order_topics
+                if tc.order != want:
+                    tc.order = want
+                    changed = True
+            if changed:
+                self._counter += 1
+        if changed:
+            self.persist()
+        return changed
+
     def persist(self) -> None:
         with self._lock:
             obj = {"dataVersion": {"counter": self._counter, "timestamp": int(time.time() * 1000)},

@@ -2,7 +2,8 @@
 
 Brokers — ``rocketstore serve --namesrv HOST:PORT`` or RocketMQ's own (``namesrvAddr``) — register
 here every 30 s; clients ask it for routes, the cluster's brokers and its topic list, as they
-ask RocketMQ's ``mqnamesrv``. Prints one ready line (JSON with ``--json``), runs until SIGTERM
+ask RocketMQ's ``mqnamesrv``; operators change write perms and the KV config
+(``~/namesrv/kvConfig.json`` as RocketMQ's, or ``--kv-config-path``). Prints one ready line (JSON with ``--json``), runs until SIGTERM
 or SIGINT, exits 0.
 """
 from __future__ import annotations
@@ -24,11 +25,19 @@ class _NoBroker:
         pass
 
 
-async def _run(host: str, port: int, as_json: bool) -> None:
+async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
+               order_message_enable: bool) -> None:
     from ..broker import namesrv
+    from ..broker.kvconfig import KVConfigManager
     from ..broker.server import RemotingServer
 
-    srv = RemotingServer(_NoBroker(), namesrv.handlers(None), "namesrv")
+    try:
+        kv = KVConfigManager(kv_config_path)
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"cannot load the KV config: {exc}") from exc
+    srv = RemotingServer(_NoBroker(), namesrv.handlers(None, kv=kv,
+                                                       order_message_enable=order_message_enable),
+                         "namesrv")
     try:
         await srv.start(host, port)
     except OSError as exc:
@@ -53,9 +62,19 @@ async def _run(host: str, port: int, as_json: bool) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", default=9876, show_default=True, type=int, help="Port (0 = any free).")
 @click.option("--log-level", default="WARNING", show_default=True)
+@click.option("--kv-config-path", default=None, metavar="FILE",
+              help="KV config (mqadmin updateKvConfig/updateOrderConf), RocketMQ's "
+                   "kvConfigPath. [default: ~/namesrv/kvConfig.json]")
+@click.option("--order-message-enable", is_flag=True,
+              help="Routes carry the topic's ORDER_TOPIC_CONFIG as orderTopicConf "
+                   "(RocketMQ's orderMessageEnable).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable status lines.")
-def command(host: str, port: int, log_level: str, as_json: bool) -> None:
+def command(host: str, port: int, log_level: str, kv_config_path: str | None,
+            order_message_enable: bool, as_json: bool) -> None:
     """Run a name server that brokers register with (no broker, no store)."""
+    from ..broker.kvconfig import default_kv_config_path
+
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.WARNING),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(_run(host, port, as_json))
+    asyncio.run(_run(host, port, as_json, kv_config_path or default_kv_config_path(),
+                     order_message_enable))

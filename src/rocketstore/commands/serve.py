@@ -76,7 +76,9 @@ _CONF_KEYS = {"listenPort": ("port", int), "brokerName": ("broker_name", str),
               "maxErrorRateOfBloomFilter": ("max_error_rate_of_bloom_filter", int),
               "filterDataCleanTimeSpan": ("filter_data_clean_time_span_ms", int),
               "filterSupportRetry": ("filter_support_retry", _bool),
-              "storeReplyMessageEnable": ("store_reply_message_enable", _bool)}
+              "storeReplyMessageEnable": ("store_reply_message_enable", _bool),
+              "kvConfigPath": ("kv_config_path", str),
+              "orderMessageEnable": ("order_message_enable", _bool)}
 
 
 async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = None) -> None:

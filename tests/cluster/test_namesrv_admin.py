@@ -1,0 +1,162 @@
+"""Operators' name-server requests over real sockets, without Java: write perms of a broker
+(WIPE_WRITE_PERM_OF_BROKER 205, ADD_WRITE_PERM_OF_BROKER 327) and the KV config (PUT 100, GET
+101, DELETE 102, GET_KVLIST_BY_NAMESPACE 219) with ORDER_TOPIC_CONFIG, on ``rocketstore
+namesrv`` (brokers registered by hand, as a Java broker registers) and on ``rocketstore serve``.
+
+Expected values come from RocketMQ 4.9.7's ``RouteInfoManager`` / ``KVConfigManager`` rules:
+wipe clears bit 2 of each of the broker's topics' perm, add sets perm to 6, the count is the
+number of the broker's topics; a registration with the same data version keeps the wiped
+perms, a new data version replaces them.
+"""
+from __future__ import annotations
+
+import json
+import zlib
+
+from rocketstore.client import ClientInstance
+from rocketstore.client._sync import LoopThread
+
+from ..broker import admin_wire as w
+from ..broker.conftest import start_server
+from .conftest import start_namesrv
+
+ORDER = "ORDER_TOPIC_CONFIG"
+
+
+def _register(ns: str, name: str, addr: str, topics: dict[str, int], counter: int):
+    """REGISTER_BROKER as a Java 4.9 broker sends it: topic → perm, 4 queues each."""
+    table = {t: {"topicName": t, "readQueueNums": 4, "writeQueueNums": 4, "perm": perm,
+                 "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False}
+             for t, perm in topics.items()}
+    body = json.dumps({"filterServerList": [], "topicConfigSerializeWrapper": {
+        "dataVersion": {"counter": counter, "timestamp": 1}, "topicConfigTable": table}}).encode()
+    return w.call(ns, 103, {"brokerName": name, "brokerAddr": addr, "clusterName": "DefaultCluster",
+                            "brokerId": 0, "haServerAddr": "", "compressed": "false",
+                            "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF}, body)
+
+
+def _perms(ns: str, topic: str) -> dict[str, int]:
+    route = w.body(w.call(ns, 105, {"topic": topic}))
+    return {q["brokerName"]: q["perm"] for q in route["queueDatas"]}
+
+
+def _write_queues(ns: str, topic: str) -> list:
+    ci = ClientInstance(ns)
+    try:
+        return LoopThread.shared().run(ci.route(topic, refresh=True)).write_queues
+    finally:
+        ci.close()
+
+
+def test_write_perm_and_kv_config_on_namesrv(tmp_path):
+    kv_path = tmp_path / "home" / "namesrv" / "kvConfig.json"
+    ns = start_namesrv(None, "--kv-config-path", str(kv_path), "--order-message-enable")
+    try:
+        a = _register(ns.addr, "broker-a", "127.0.0.1:1", {"T1": 6, "T2": 7, "RO": 4}, 1)
+        assert a.code == 0 and not a.body  # no ORDER_TOPIC_CONFIG namespace yet: no kvTable
+        assert _register(ns.addr, "broker-b", "127.0.0.1:2", {"T1": 6}, 1).code == 0
+        r = w.call(ns.addr, 205, {"brokerName": "broker-a"})
+        assert r.code == 0 and r.ext_fields["wipeTopicCount"] == "3"
+        assert _perms(ns.addr, "T1") == {"broker-a": 4, "broker-b": 6}
+        assert _perms(ns.addr, "T2") == {"broker-a": 5}  # inherit bit kept, write bit gone
+        assert {q.broker_name for q in _write_queues(ns.addr, "T1")} == {"broker-b"}
+        assert _write_queues(ns.addr, "T2") == []
+        assert w.call(ns.addr, 205, {"brokerName": "nobody"}).ext_fields["wipeTopicCount"] == "0"
+        # the same data version again: the name server keeps what the operator wiped
+        _register(ns.addr, "broker-a", "127.0.0.1:1", {"T1": 6, "T2": 7, "RO": 4}, 1)
+        assert _perms(ns.addr, "T1")["broker-a"] == 4
+        r = w.call(ns.addr, 327, {"brokerName": "broker-a"})
+        assert r.code == 0 and r.ext_fields["addTopicCount"] == "3"
+        assert _perms(ns.addr, "T2") == {"broker-a": 6} and _perms(ns.addr, "RO") == {"broker-a": 6}
+        w.call(ns.addr, 205, {"brokerName": "broker-a"})
+        # a new data version: the broker's own perms come back
+        _register(ns.addr, "broker-a", "127.0.0.1:1", {"T1": 6, "T2": 7, "RO": 4}, 2)
+        assert _perms(ns.addr, "T1")["broker-a"] == 6 and _perms(ns.addr, "T2")["broker-a"] == 7
+
+        # KV config, ORDER_TOPIC_CONFIG in routes (orderMessageEnable) and register answers
+        assert w.call(ns.addr, 101, {"namespace": ORDER, "key": "T1"}).code == 22
+        missing = w.call(ns.addr, 219, {"namespace": ORDER})
+        assert missing.code == 22 and missing.remark == f"No config item, Namespace: {ORDER}"
+        assert w.call(ns.addr, 100, {"namespace": ORDER, "key": "T1",
+                                     "value": "broker-a:4;broker-b:4"}).code == 0
+        assert w.call(ns.addr, 100, {"namespace": "app", "key": "k", "value": "v"}).code == 0
+        bad = w.call(ns.addr, 100, {"namespace": ORDER, "value": "x"})
+        assert bad.code == 1 and bad.remark == "namespace or key is null"
+        got = w.call(ns.addr, 101, {"namespace": ORDER, "key": "T1"})
+        assert got.code == 0 and got.ext_fields["value"] == "broker-a:4;broker-b:4"
+        table = w.body(w.call(ns.addr, 219, {"namespace": ORDER}))
+        w.check_shape(table, w.KV_TABLE)
+        assert table == {"table": {"T1": "broker-a:4;broker-b:4"}}
+        assert w.body(w.call(ns.addr, 105, {"topic": "T1"}))["orderTopicConf"] == \
+            "broker-a:4;broker-b:4"
+        assert "orderTopicConf" not in w.body(w.call(ns.addr, 105, {"topic": "T2"}))
+        reg = _register(ns.addr, "broker-a", "127.0.0.1:1", {"T1": 6}, 3)
+        assert json.loads(reg.body) == {"table": {"T1": "broker-a:4;broker-b:4"}}
+        on_disk = json.loads(kv_path.read_text())
+        assert on_disk == {"configTable": {ORDER: {"T1": "broker-a:4;broker-b:4"},
+                                           "app": {"k": "v"}}}
+        assert w.call(ns.addr, 102, {"namespace": "app", "key": "k"}).code == 0
+        assert w.call(ns.addr, 102, {"namespace": "app", "key": "never"}).code == 0
+        assert w.call(ns.addr, 101, {"namespace": "app", "key": "k"}).code == 22
+        assert w.body(w.call(ns.addr, 219, {"namespace": "app"})) == {"table": {}}
+    finally:
+        assert ns.stop() == 0
+    # a restarted name server reads its kvConfig.json back
+    ns = start_namesrv(None, "--kv-config-path", str(kv_path))
+    try:
+        got = w.call(ns.addr, 101, {"namespace": ORDER, "key": "T1"})
+        assert got.ext_fields["value"] == "broker-a:4;broker-b:4"
+        _register(ns.addr, "broker-a", "127.0.0.1:1", {"T1": 6}, 1)
+        assert "orderTopicConf" not in w.body(w.call(ns.addr, 105, {"topic": "T1"}))  # off
+    finally:
+        assert ns.stop() == 0
+    kv_path.write_text("{not json")
+    bad = start_namesrv_failing(kv_path)
+    assert "kvConfig.json" in bad and kv_path.read_text() == "{not json"  # nothing lost
+
+
+def start_namesrv_failing(kv_path) -> str:
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "rocketstore.cli", "namesrv", "--port", "0",
+                        "--kv-config-path", str(kv_path)], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode != 0
+    return p.stderr
+
+
+def test_write_perm_and_order_conf_on_serve(tmp_path):
+    """``serve``'s name server answers for its own broker: wipe/add change the perms it
+    routes, until the broker's topic table changes; ORDER_TOPIC_CONFIG marks order topics."""
+    store = tmp_path / "store"
+    srv = start_server(str(store))
+    try:
+        assert w.call(srv.broker, 17, {"topic": "PermT", "readQueueNums": 2, "writeQueueNums": 2,
+                                       "perm": 6}).code == 0
+        n_topics = len(w.body(w.call(srv.broker, 21))["topicConfigTable"])
+        r = w.call(srv.namesrv, 205, {"brokerName": "broker-a"})
+        assert r.code == 0 and int(r.ext_fields["wipeTopicCount"]) == n_topics
+        assert _perms(srv.namesrv, "PermT") == {"broker-a": 4}
+        assert _write_queues(srv.namesrv, "PermT") == []
+        assert w.call(srv.namesrv, 205, {"brokerName": "broker-x"}).ext_fields[
+            "wipeTopicCount"] == "0"
+        r = w.call(srv.namesrv, 327, {"brokerName": "broker-a"})
+        assert int(r.ext_fields["addTopicCount"]) == n_topics
+        assert _perms(srv.namesrv, "PermT") == {"broker-a": 6}
+        assert len(_write_queues(srv.namesrv, "PermT")) == 2
+        w.call(srv.namesrv, 205, {"brokerName": "broker-a"})
+        # the broker's topic table changes (a new topic): its own perms are routed again
+        assert w.call(srv.broker, 17, {"topic": "PermT2", "writeQueueNums": 1, "perm": 6}).code == 0
+        assert _perms(srv.namesrv, "PermT") == {"broker-a": 6}
+
+        assert w.call(srv.namesrv, 100, {"namespace": ORDER, "key": "PermT",
+                                         "value": "broker-a:2"}).code == 0
+        conf = w.body(w.call(srv.broker, 21))["topicConfigTable"]
+        assert conf["PermT"]["order"] is True and conf["PermT2"]["order"] is False
+        kv_file = store / "config" / "kvConfig.json"
+        assert json.loads(kv_file.read_text()) == {"configTable": {ORDER: {"PermT": "broker-a:2"}}}
+        assert w.call(srv.namesrv, 102, {"namespace": ORDER, "key": "PermT"}).code == 0
+        assert w.body(w.call(srv.broker, 21))["topicConfigTable"]["PermT"]["order"] is False
+    finally:
+        assert srv.stop() == 0, srv.log()
