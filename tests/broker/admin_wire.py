@@ -220,6 +220,11 @@ class HeldClient:
         cmd = self._send(code, fields or {}, body)
         return self.wait(lambda c: c.is_response and c.opaque == cmd.opaque)
 
+    def respond(self, cmd: RemotingCommand) -> None:
+        """Answer a request the broker sent this client."""
+        with self._send_lock:
+            self.sock.sendall(self.codec.send(cmd))
+
     def heartbeat(self) -> RemotingCommand:
         return self.request(34, {}, self.heartbeat_body)
 

@@ -137,14 +137,14 @@ class Broker:
     async def _start_servers(self) -> None:
         from .server import RemotingServer
         from . import admin, locks, namesrv, pull, send, transaction
-        from . import admin_groups, admin_namesrv, admin_runtime, admin_topics
+        from . import admin_consumers, admin_groups, admin_namesrv, admin_runtime, admin_topics
 
         self.topics.persist()
         self._start_transactions()
         handlers: dict[int, Any] = {}
         from . import reply, sql92
         for mod in (send, pull, admin, locks, admin_topics, admin_groups, admin_runtime,
-                    transaction, sql92, reply):
+                    transaction, sql92, reply, admin_consumers):
             handlers.update(mod.handlers(self))
         for wrap in self.handler_wrappers:
             handlers = wrap(handlers)

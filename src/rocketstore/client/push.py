@@ -24,6 +24,7 @@ from ..remoting.command import RemotingCommand
 from ._sync import LoopThread
 from .consumer import RETRY_PREFIX, AsyncPullConsumer, original_view, selector_of
 from .instance import MessageQueue, sleep_or
+from .running_info import ConsumeStatsTracker, ProcessQueueState, RunningInfoResponder
 
 log = logging.getLogger(__name__)
 Listener = Callable[[MessageExt], "bool | None"]
@@ -63,6 +64,37 @@ class AsyncPushConsumer:
         self._rebalance_now = asyncio.Event()
         self.pc.instance.on_notify.append(self._on_notify)
         self._sub_version = int(time.time() * 1000)  # RocketMQ's subVersion: when subscribed
+        # what GET_CONSUMER_RUNNING_INFO reports (mqadmin consumerStatus)
+        self.consume_threads = consume_threads
+        self.start_ms = self._sub_version
+        self.process_queues: dict[MessageQueue, ProcessQueueState] = {}
+        self.stats = ConsumeStatsTracker()
+        RunningInfoResponder(self.pc.instance, self)
+
+    @property
+    def sub_version(self) -> int:
+        return self._sub_version
+
+    def selector(self, topic: str) -> tuple[str, str]:
+        return selector_of(self.subscription.get(topic, "*"))
+
+    def offset_table(self) -> dict[MessageQueue, int]:
+        """Next offset to consume per owned queue: in memory first, then committed."""
+        return {**self._committed, **self.offsets}
+
+    def properties(self) -> dict[str, object]:
+        """This consumer's settings under DefaultMQPushConsumer's names."""
+        return {"consumerGroup": self.group, "messageModel": "CLUSTERING",
+                "consumeFromWhere": self._consumer_data()["consumeFromWhere"],
+                "consumeThreadMin": self.consume_threads,
+                "consumeThreadMax": self.consume_threads, "pullBatchSize": self.pull_batch_size,
+                "consumeMessageBatchMaxSize": 1, "maxReconsumeTimes": self.max_reconsume_times,
+                "namesrvAddr": ";".join(self.pc.instance.namesrv_addrs),
+                "clientId": self.client_id, "language": "PYTHON", "unitMode": "false",
+                "heartbeatBrokerInterval": int(self.heartbeat_interval_s * 1000),
+                "persistConsumerOffsetInterval": int(self.commit_interval_s * 1000),
+                "suspendCurrentQueueTimeMillis": int(self.orderly_retry_s * 1000),
+                "brokerSuspendMaxTimeMillis": self.long_poll_ms, "pullInterval": 0}
 
     @property
     def client_id(self) -> str:
@@ -170,9 +202,13 @@ class AsyncPushConsumer:
                 await asyncio.gather(task, return_exceptions=True)
                 await self._commit_one(mq)
                 self.offsets.pop(mq, None)
+                self.process_queues.pop(mq, None)
                 if self.orderly:
                     await self._unlock([mq])
         for mq in sorted(mine):
+            pq = self.process_queues.setdefault(mq, ProcessQueueState())
+            if self.orderly:
+                pq.locked, pq.last_lock_ms = True, int(time.time() * 1000)
             if mq not in self._tasks:
                 self._tasks[mq] = asyncio.get_running_loop().create_task(self._pull_loop(mq))
 
@@ -221,16 +257,23 @@ class AsyncPushConsumer:
                 if mq not in self.offsets:
                     self.offsets[mq] = await self._start_offset(mq)
                 offset = self.offsets[mq]
+                pq = self.process_queues.setdefault(mq, ProcessQueueState())
+                pq.last_pull_ms = int(time.time() * 1000)  # when asked, as RocketMQ's
+                t0 = time.monotonic()
                 r = await self.pc.pull(mq.topic, mq.queue_id, offset, self.pull_batch_size,
                                        subscription=expr, expression_type=expr_type,
                                        post_subscription=expr_type == "TAG",
                                        suspend_ms=self.long_poll_ms,
                                        commit_offset=self._committed.get(mq))
+                if r.messages:  # a long poll's wait is not its round trip
+                    self.stats.pulled(mq.topic, (time.monotonic() - t0) * 1000, len(r.messages))
+                pq.cache(r.messages)
                 for m in r.messages:
                     if self._stop.is_set():
                         return
                     await self._consume_one(m)
                     self.offsets[mq] = m.queue_offset + 1
+                    pq.consumed(m.queue_offset)
                 if r.status == "OFFSET_ILLEGAL" or not r.messages:
                     self.offsets[mq] = r.next_begin_offset
             except asyncio.CancelledError:
@@ -242,13 +285,16 @@ class AsyncPushConsumer:
 
     async def _consume_one(self, m: MessageExt) -> None:
         loop = asyncio.get_running_loop()
+        queue_topic = m.topic  # the queue's (a retry topic's) name, before the view renames it
         view = original_view(m)
         phys_topic_msg = m
+        t0 = time.monotonic()
         try:
             ok = await loop.run_in_executor(self.executor, self.listener, view)
         except Exception as exc:
             log.info("listener failed on %s: %s", m.msg_id, exc)
             ok = False
+        self.stats.consumed(queue_topic, (time.monotonic() - t0) * 1000, ok is not False)
         while ok is False and self.orderly and not self._stop.is_set():
             # orderly: never skip ahead; retry the same message in place after a pause
             if await sleep_or(self._stop, self.orderly_retry_s):

@@ -1,0 +1,214 @@
+"""What a push consumer tells an operator about itself: GET_CONSUMER_RUNNING_INFO (307) and
+GET_CONSUMER_STATUS_FROM_CLIENT (221), asked by the broker for ``mqadmin consumerStatus`` /
+``getConsumerStatus`` (RocketMQ 4.9.7 ``ClientRemotingProcessor``).
+
+The 307 answer is a ``ConsumerRunningInfo`` body as fastjson writes it::
+
+    {"mqTable":{{"brokerName":"b","queueId":0,"topic":"T"}:{ProcessQueueInfo}},
+     "properties":{"consumerGroup":"G",...,"PROP_CONSUME_TYPE":"CONSUME_PASSIVELY",...},
+     "statusTable":{"T":{"consumeFailedMsgs":0,"consumeFailedTPS":0.0,"consumeOKTPS":1.5,
+                         "consumeRT":0.2,"pullRT":3.1,"pullTPS":1.5}},
+     "subscriptionSet":[{SubscriptionData}], "jstack": "..." (only when asked)}
+
+``ProcessQueueInfo`` per queue the consumer owns: ``commitOffset`` (the next offset to consume,
+memory first), the pulled-but-not-yet-consumed messages (``cachedMsg*``), ``locked`` /
+``lastLockTimestamp`` (orderly consumers), ``lastPullTimestamp``, ``lastConsumeTimestamp``.
+``statusTable`` holds per topic the last minute's pull RT (ms) and TPS, consume RT (ms), OK and
+failed TPS, and the failed messages of the last hour, as RocketMQ's ``ConsumerStatsManager``.
+The 221 answer is ``GetConsumerStatusBody`` with ``messageQueueTable``: queue → offset of the
+asked topic.
+
+Theory of operation: the consumer updates a ``ProcessQueueState`` per queue and a
+``ConsumeStatsTracker`` as it pulls and consumes (plain attribute writes, no locks: all on the
+client's event loop); the responder builds the body from them when a request comes in and
+writes the answer on the connection the request came from.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from ..format.hashing import java_hash
+from ..remoting import fastjson
+from ..remoting.codes import RequestCode, ResponseCode
+from ..remoting.command import RemotingCommand
+
+log = logging.getLogger(__name__)
+CLIENT_VERSION = "V4_9_4"  # MQVersion of BROKER_VERSION (401), what the client sends
+MINUTE_MS, HOUR_MS = 60_000, 3_600_000
+
+
+@dataclass
+class ProcessQueueState:
+    """One owned queue (RocketMQ's ``ProcessQueue``, what ``fillProcessQueueInfo`` reports)."""
+
+    cached: dict[int, int] | None = None  # queue offset -> body size, pulled, not consumed yet
+    locked: bool = False
+    last_lock_ms: int = 0
+    last_pull_ms: int = 0
+    last_consume_ms: int = 0
+    dropped: bool = False
+
+    def cache(self, msgs: list) -> None:
+        self.cached = {m.queue_offset: len(m.body) for m in msgs}
+
+    def consumed(self, queue_offset: int) -> None:
+        if self.cached:
+            self.cached.pop(queue_offset, None)
+        self.last_consume_ms = int(time.time() * 1000)
+
+    def info(self, commit_offset: int) -> dict:
+        cached = self.cached or {}
+        return {"commitOffset": commit_offset,
+                "cachedMsgMinOffset": min(cached) if cached else 0,
+                "cachedMsgMaxOffset": max(cached) if cached else 0,
+                "cachedMsgCount": len(cached),
+                "cachedMsgSizeInMiB": sum(cached.values()) // (1024 * 1024),
+                "transactionMsgMinOffset": 0, "transactionMsgMaxOffset": 0,
+                "transactionMsgCount": 0, "locked": self.locked, "tryUnlockTimes": 0,
+                "lastLockTimestamp": self.last_lock_ms, "droped": self.dropped,
+                "lastPullTimestamp": self.last_pull_ms,
+                "lastConsumeTimestamp": self.last_consume_ms}
+
+
+class ConsumeStatsTracker:
+    """Per topic: samples of the last minute (pull RT and count, consume RT, OK, failed) and
+    the failed count of the last hour."""
+
+    def __init__(self) -> None:
+        self._minute: dict[str, deque] = {}  # topic -> (ms, kind, value)
+        self._failed_hour: dict[str, deque] = {}  # topic -> (ms, count)
+
+    def _add(self, topic: str, kind: str, value: float) -> None:
+        now = int(time.time() * 1000)
+        q = self._minute.setdefault(topic, deque())
+        q.append((now, kind, value))
+        while q and q[0][0] < now - MINUTE_MS:
+            q.popleft()
+
+    def pulled(self, topic: str, rt_ms: float, count: int) -> None:
+        self._add(topic, "pull", rt_ms)
+        self._add(topic, "pulled", count)
+
+    def consumed(self, topic: str, rt_ms: float, ok: bool) -> None:
+        self._add(topic, "rt", rt_ms)
+        self._add(topic, "ok" if ok else "failed", 1)
+        if not ok:
+            now = int(time.time() * 1000)
+            q = self._failed_hour.setdefault(topic, deque())
+            q.append(now)
+            while q and q[0] < now - HOUR_MS:
+                q.popleft()
+
+    def status(self, topic: str) -> dict:
+        now = int(time.time() * 1000)
+        samples = [s for s in self._minute.get(topic, ()) if s[0] >= now - MINUTE_MS]
+
+        def values(kind: str) -> list[float]:
+            return [v for _, k, v in samples if k == kind]
+
+        def avg(xs: list[float]) -> float:
+            return sum(xs) / len(xs) if xs else 0.0
+        per_s = MINUTE_MS / 1000.0
+        failed = [t for t in self._failed_hour.get(topic, ()) if t >= now - HOUR_MS]
+        return {"pullRT": avg(values("pull")), "pullTPS": sum(values("pulled")) / per_s,
+                "consumeRT": avg(values("rt")), "consumeOKTPS": sum(values("ok")) / per_s,
+                "consumeFailedTPS": sum(values("failed")) / per_s,
+                "consumeFailedMsgs": len(failed)}
+
+
+def subscription_data(topic: str, expression: str, expression_type: str,
+                      sub_version: int) -> dict:
+    """RocketMQ's ``FilterAPI.build``: a tag expression's tags and their hash codes."""
+    sub = expression.strip() if expression else "*"
+    tags: list[str] = []
+    if expression_type == "TAG" and sub not in ("", "*"):
+        tags = [t.strip() for t in sub.split("||") if t.strip()]
+    elif expression_type == "TAG":
+        sub = "*"
+    return {"classFilterMode": False, "topic": topic, "subString": sub, "tagsSet": tags,
+            "codeSet": [java_hash(t) for t in tags], "subVersion": sub_version,
+            "expressionType": expression_type}
+
+
+def python_stacks() -> str:
+    """Every thread's stack, for ``jstackEnable`` (the Python twin of ``UtilAll.jstack``)."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    out = []
+    for ident, frame in sys._current_frames().items():
+        out.append(f"Thread: {names.get(ident, ident)}\n")
+        out.extend("    " + line.strip() + "\n" for line in traceback.format_stack(frame))
+    return "".join(out)
+
+
+class RunningInfoResponder:
+    """Answers 307 and 221 for the one consumer of a ``ClientInstance``."""
+
+    def __init__(self, instance: Any, consumer: Any) -> None:
+        self.instance = instance
+        self.consumer = consumer
+        instance.on_broker_request.append(self._on_request)
+
+    def _on_request(self, addr: str, cmd: RemotingCommand) -> None:
+        if cmd.code not in (RequestCode.GET_CONSUMER_RUNNING_INFO,
+                            RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT):
+            return
+        asyncio.get_running_loop().create_task(self._answer(addr, cmd))
+
+    def _build(self, cmd: RemotingCommand) -> RemotingCommand:
+        group = cmd.get_str("consumerGroup") or cmd.get_str("group") or ""
+        if group != self.consumer.group:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                remark=f"The Consumer Group <{group}> not exist in this consumer")
+        if cmd.code == RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT:
+            topic = cmd.get_str("topic") or ""
+            table = {fastjson.message_queue_key(mq.topic, mq.broker_name, mq.queue_id): off
+                     for mq, off in self.consumer.offset_table().items() if mq.topic == topic}
+            body = {"messageQueueTable": table, "consumerTable": {}}
+        else:
+            body = running_info(self.consumer, self.instance.namesrv_addrs)
+            if cmd.get_bool("jstackEnable"):
+                body["jstack"] = python_stacks()
+        return cmd.response(ResponseCode.SUCCESS, body=fastjson.dumps(body).encode("utf-8"))
+
+    async def _answer(self, addr: str, cmd: RemotingCommand) -> None:
+        try:
+            resp = self._build(cmd)
+        except Exception as exc:  # never leave the broker waiting on a bug of ours
+            log.exception("building the answer to request %s failed", cmd.code)
+            resp = cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}")
+        try:
+            client = await self.instance.pool.get(addr)
+            client._write(resp)
+        except (ConnectionError, OSError) as exc:
+            log.info("cannot answer request %s of %s: %s", cmd.code, addr, exc)
+
+
+def running_info(consumer: Any, namesrv_addrs: list[str]) -> dict:
+    """The ``ConsumerRunningInfo`` of a push consumer, as a dict ready for ``fastjson.dumps``."""
+    props = {k: str(v) for k, v in consumer.properties().items()}
+    props.update({"PROP_CONSUMEORDERLY": str(bool(consumer.orderly)).lower(),
+                  "PROP_THREADPOOL_CORE_SIZE": str(consumer.consume_threads),
+                  "PROP_CONSUMER_START_TIMESTAMP": str(consumer.start_ms),
+                  "PROP_NAMESERVER_ADDR": "".join(a + ";" for a in namesrv_addrs),
+                  "PROP_CONSUME_TYPE": "CONSUME_PASSIVELY",
+                  "PROP_CLIENT_VERSION": CLIENT_VERSION})
+    subs = sorted((subscription_data(t, *consumer.selector(t), consumer.sub_version)
+                   for t in consumer.subscription), key=lambda s: s["topic"] + "@" + s["subString"])
+    offsets = consumer.offset_table()
+    mq_table = {fastjson.message_queue_key(mq.topic, mq.broker_name, mq.queue_id):
+                pq.info(offsets.get(mq, -1))
+                for mq, pq in sorted(consumer.process_queues.items())}
+    return {"properties": props, "subscriptionSet": subs, "mqTable": mq_table,
+            "statusTable": {s["topic"]: consumer.stats.status(s["topic"]) for s in subs}}
+
+
+__all__ = ["ConsumeStatsTracker", "ProcessQueueState", "RunningInfoResponder", "running_info",
+           "subscription_data"]
