@@ -42,8 +42,7 @@ def test_running_info_and_status_from_python_consumer(tmp_path):
         assert w.call(srv.broker, 17, {"topic": TOPIC, "readQueueNums": 2, "writeQueueNums": 2,
                                        "perm": 6}).code == 0
         with Producer("StatusPG", srv.namesrv) as p:
-            for i in range(6):
-                p.send(TOPIC, b"s-%d" % i, tags="TagA", queue_id=i % 2)
+            sent = [p.send(TOPIC, b"s-%d" % i, tags="TagA", queue_id=i % 2) for i in range(6)]
         w.wait_dispatched(srv.broker, TOPIC, {0: 3, 1: 3})
         got: list[bytes] = []
         done = threading.Event()
@@ -105,6 +104,16 @@ def test_running_info_and_status_from_python_consumer(tmp_path):
                 {(TOPIC, 0): 3, (TOPIC, 1): 3}
             none = w.call(srv.broker, 223, {"topic": TOPIC, "group": "NoSuchCG"})
             assert none.code == 1 and "No Any Consumer online" in none.remark
+
+            # 309: the broker attaches the stored message, the listener consumes it once more
+            r = w.call(srv.broker, 309, {"consumerGroup": GROUP, "clientId": c.client_id,
+                                         "msgId": sent[4].offset_msg_id})
+            assert r.code == 0, r.remark
+            result = w.body(r)
+            assert {k: result[k] for k in ("consumeResult", "order", "autoCommit")} == \
+                {"consumeResult": "CR_SUCCESS", "order": False, "autoCommit": True}
+            assert isinstance(result["spentTimeMills"], int)
+            assert len(got) == 7 and got[-1] == b"s-4"
         finally:
             c.shutdown()
 

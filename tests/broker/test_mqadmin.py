@@ -8,17 +8,19 @@ and field lines, same rows where the data is the same).
 """
 from __future__ import annotations
 
+import json
 import os
 import re
-import shutil
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
-from rocketstore.client import Producer
+from rocketstore.client import ClientInstance, Producer, PushConsumer
+from rocketstore.client._sync import LoopThread
 
 from . import admin_wire as w
 from .conftest import free_port, start_server
@@ -46,12 +48,12 @@ TRANSIENT = ("RemotingSendRequestException", "RemotingTimeoutException",
              "RemotingConnectException")
 
 
-def mqadmin(*args: str, timeout: float = 120, attempts: int = 5) -> str:
+def mqadmin(*args: str, timeout: float = 120, attempts: int = 5, cwd: str | None = None) -> str:
     """Run one mqadmin command; its 3 s client timeouts are retried on a loaded machine."""
     env = dict(os.environ, TOOLS_HEAP=os.environ.get("TOOLS_HEAP", "192m"))
     for _ in range(attempts):
         p = subprocess.run([os.path.join(HOME, "mqadmin"), *args], capture_output=True,
-                           text=True, timeout=timeout, env=env)
+                           text=True, timeout=timeout, env=env, cwd=cwd)
         lines = [ln for ln in (p.stdout + p.stderr).splitlines()
                  if ln.strip() and not NOISE.match(ln)]
         out = "\n".join(lines)
@@ -344,12 +346,122 @@ def test_update_broker_config(targets):
     assert "read only at start-up" in bad
 
 
-def test_unknown_subcommand_code_stays_unsupported(targets):
-    # wipeWritePerm (205) is not served: RocketMQ's tool reports the broker's answer
-    out = mqadmin("wipeWritePerm", "-n", targets["ours"].namesrv, "-b", "broker-a")
-    assert "not supported" in out or "205" in out or "failed" in out.lower(), out
-    assert shutil.which("true")  # the broker stays up for the other tests
+def _route_perms(namesrv: str) -> dict[str, int]:
+    route = w.body(w.call(namesrv, 105, {"topic": TOPIC}))
+    return {q["brokerName"]: q["perm"] for q in route["queueDatas"]}
+
+
+def test_wipe_and_add_write_perm(targets):
+    """The name servers stop routing writes to broker-a, then route them again; both brokers
+    stay up and answer as before."""
+    ours, java = run_both(targets, lambda t: ["wipeWritePerm", "-n", t.namesrv, "-b", "broker-a"])
+    assert shape(ours) == shape(java)
+    line = r"^%s write perm of broker\[broker-a\] in name server\[127\.0\.0\.1:\d+\] OK, (\d+)$"
+    for out in (ours, java):
+        m = re.search(line % "wipe", out, re.M)
+        assert m and int(m.group(1)) >= 3, out  # OpsTopic, %RETRY%OpsCG, TBW102 at least
+    for name in ("ours", "java"):
+        assert _route_perms(targets[name].namesrv) == {"broker-a": 4}, name
+        ci = ClientInstance(targets[name].namesrv)
+        try:
+            route = LoopThread.shared().run(ci.route(TOPIC, refresh=True))
+        finally:
+            ci.close()
+        assert route.write_queues == [] and len(route.read_queues) == 4, name
+    ours, java = run_both(targets, lambda t: ["addWritePerm", "-n", t.namesrv, "-b", "broker-a"])
+    assert shape(ours) == shape(java)
+    for out in (ours, java):
+        assert re.search(line % "add", out, re.M), out
+    for name in ("ours", "java"):
+        assert _route_perms(targets[name].namesrv) == {"broker-a": 6}, name
     assert w.call(targets["ours"].broker, 28).code == 0
+
+
+def test_kv_config_and_order_conf(targets):
+    """updateKvConfig and updateOrderConf put/get/delete; the values land in the name
+    server's KV config (read back over the wire) and the order flag in the broker's topic."""
+    ours, java = run_both(targets, lambda t: ["updateKvConfig", "-n", t.namesrv, "-s", "OpsNS",
+                                              "-k", "opsKey", "-v", "opsValue"])
+    assert shape(ours) == shape(java) and "success" in ours
+    ours, java = run_both(targets, lambda t: ["updateOrderConf", "-n", t.namesrv, "-t", TOPIC,
+                                              "-v", "broker-a:4", "-m", "put"])
+    assert shape(ours) == shape(java)
+    assert f"update orderConf success. topic=[{TOPIC}], orderConf=[broker-a:4]" in ours
+    for name in ("ours", "java"):
+        ns = targets[name].namesrv
+        got = w.call(ns, 101, {"namespace": "OpsNS", "key": "opsKey"})
+        assert (got.code, got.ext_fields.get("value")) == (0, "opsValue"), name
+        table = w.body(w.call(ns, 219, {"namespace": "ORDER_TOPIC_CONFIG"}))
+        assert table == {"table": {TOPIC: "broker-a:4"}}, name
+    conf = w.body(w.call(targets["ours"].broker, 21))["topicConfigTable"]
+    assert conf[TOPIC]["order"] is True  # ours at once; RocketMQ's at its next registration
+    ours, java = run_both(targets, lambda t: ["updateOrderConf", "-n", t.namesrv, "-t", TOPIC,
+                                              "-m", "get"])
+    assert shape(ours) == shape(java)
+    assert f"get orderConf success. topic=[{TOPIC}], orderConf=[broker-a:4]" in ours
+    ours, java = run_both(targets, lambda t: ["updateOrderConf", "-n", t.namesrv, "-t", TOPIC,
+                                              "-m", "delete"])
+    assert shape(ours) == shape(java) and f"delete orderConf success. topic=[{TOPIC}]" in ours
+    for name in ("ours", "java"):
+        assert w.call(targets[name].namesrv, 101, {"namespace": "ORDER_TOPIC_CONFIG",
+                                                   "key": TOPIC}).code == 22, name
+    assert w.body(w.call(targets["ours"].broker, 21))["topicConfigTable"][TOPIC]["order"] is False
+    kv = json.loads((Path(targets["srv"].store) / "config" / "kvConfig.json").read_text())
+    assert kv == {"configTable": {"OpsNS": {"opsKey": "opsValue"}, "ORDER_TOPIC_CONFIG": {}}}
+
+
+def test_consumer_status(targets, tmp_path):
+    """consumerStatus with a Java push consumer (RocketMQ's benchmark Consumer) and a Python
+    one in the same group: each broker asks each client (307) and relays the answers, which
+    mqadmin writes to a file per client."""
+    group, procs, pys = "StatusCG", [], []
+    try:
+        for name in ("ours", "java"):
+            t = targets[name]
+            log = open(tmp_path / f"bench-{name}.log", "w")
+            env = dict(os.environ, BENCH_HEAP="128m", JAVA_OPT_EXT=f"-Duser.home={tmp_path}")
+            procs.append(subprocess.Popen(
+                [os.path.join(HOME, "consumer-bench"), "-n", t.namesrv, "-t", TOPIC, "-g", group,
+                 "-w", "2"], stdout=log, stderr=subprocess.STDOUT, env=env))
+            pys.append(PushConsumer(group, t.namesrv, {TOPIC: "*"}, lambda m: True,
+                                    long_poll_ms=2000).start())
+        for name in ("ours", "java"):
+            deadline = time.monotonic() + 120
+            while True:
+                r = w.call(targets[name].broker, 38, {"consumerGroup": group})
+                if r.code == 0 and len(w.body(r)["consumerIdList"]) == 2:
+                    break
+                assert time.monotonic() < deadline, f"{name}: the Java consumer never came"
+                time.sleep(0.5)
+        dirs = {name: tmp_path / f"cs-{name}" for name in ("ours", "java")}
+        for d in dirs.values():
+            d.mkdir()
+        with ThreadPoolExecutor(2) as pool:
+            ours, java = pool.map(lambda n: mqadmin("consumerStatus", "-n", targets[n].namesrv,
+                                                    "-g", group, cwd=str(dirs[n])),
+                                  ("ours", "java"))
+        for name, out in (("ours", ours), ("java", java)):
+            assert not failed(out), f"{name}: {out}"
+            rows = [ln.split() for ln in out.splitlines() if re.match(r"^\d+\s", ln)]
+            assert len(rows) == 2, f"{name}: {out}"
+            assert "Same subscription in the same group of consumer" in out and "Rebalance OK" in out
+            files = {r[1]: (dirs[name] / r[3]).read_text() for r in rows}
+            py_id = pys[("ours", "java").index(name)].client_id
+            assert set(files) >= {py_id}, (name, files.keys())
+            for cid, text in files.items():
+                assert "#Consumer Properties#" in text and "#Consumer MQ Detail#" in text
+                assert re.search(r"^PROP_CONSUME_TYPE\s+: CONSUME_PASSIVELY$", text, re.M), text
+                assert re.search(rf"^00\d Topic: {TOPIC}\s+ClassFilter: false\s+SubExpression: "
+                                 r"\*$", text, re.M), text
+            assert re.search(r"^PROP_CLIENT_VERSION\s+: V4_9_7$", files[
+                next(c for c in files if c != py_id)], re.M)
+        assert shape(ours)[0] == shape(java)[0]
+    finally:
+        for c in pys:
+            c.shutdown()
+        for p in procs:
+            p.kill()
+            p.wait(30)
 
 
 def test_live_cli_against_rocketmq_itself(targets):

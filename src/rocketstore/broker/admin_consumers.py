@@ -24,8 +24,8 @@ SYSTEM_ERROR "invoke consumer <group> <clientId> Exception: ...".
 Theory of operation: the server connection a client heartbeats on is kept by the
 ``ConsumerManager``; ``call`` on it sends a server-initiated request and waits for the response
 with the same opaque. Only the awaiting request task waits: the event loop, and every other
-request, go on meanwhile. Java consumers answer these natively; the Python client answers
-307 and 221 (``rocketstore.client.running_info``).
+request, go on meanwhile. Java consumers answer these natively; the Python push consumer
+answers all three (``rocketstore.client.running_info``).
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """What a push consumer tells an operator about itself: GET_CONSUMER_RUNNING_INFO (307) and
 GET_CONSUMER_STATUS_FROM_CLIENT (221), asked by the broker for ``mqadmin consumerStatus`` /
-``getConsumerStatus`` (RocketMQ 4.9.7 ``ClientRemotingProcessor``).
+``getConsumerStatus``, and CONSUME_MESSAGE_DIRECTLY (309, ``queryMsgById -g G -d CLIENT``: the
+listener consumes one stored message again) (RocketMQ 4.9.7 ``ClientRemotingProcessor``).
 
 The 307 answer is a ``ConsumerRunningInfo`` body as fastjson writes it::
 
@@ -36,9 +37,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..format.hashing import java_hash
+from ..format.message import MessageExt, decode_message
 from ..remoting import fastjson
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.command import RemotingCommand
+from .consumer import original_view
 
 log = logging.getLogger(__name__)
 CLIENT_VERSION = "V4_9_4"  # MQVersion of BROKER_VERSION (401), what the client sends
@@ -158,7 +161,8 @@ class RunningInfoResponder:
 
     def _on_request(self, addr: str, cmd: RemotingCommand) -> None:
         if cmd.code not in (RequestCode.GET_CONSUMER_RUNNING_INFO,
-                            RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT):
+                            RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT,
+                            RequestCode.CONSUME_MESSAGE_DIRECTLY):
             return
         asyncio.get_running_loop().create_task(self._answer(addr, cmd))
 
@@ -178,9 +182,34 @@ class RunningInfoResponder:
                 body["jstack"] = python_stacks()
         return cmd.response(ResponseCode.SUCCESS, body=fastjson.dumps(body).encode("utf-8"))
 
+    async def _consume_directly(self, cmd: RemotingCommand) -> RemotingCommand:
+        """CONSUME_MESSAGE_DIRECTLY (``queryMsgById -g G -d CLIENT``): the listener gets the
+        message once more, outside the queue's order and offsets; ``ConsumeMessageDirectlyResult``."""
+        group = cmd.get_str("consumerGroup") or ""
+        if group != self.consumer.group:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                remark=f"The Consumer Group <{group}> not exist in this consumer")
+        msg = decode_message(cmd.body or b"", 0)
+        if not isinstance(msg, MessageExt):
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark="no message in the request")
+        result: dict[str, Any] = {"order": bool(self.consumer.orderly), "autoCommit": True}
+        t0 = time.monotonic()
+        try:
+            ok = await asyncio.get_running_loop().run_in_executor(
+                self.consumer.executor, self.consumer.listener, original_view(msg))
+            result["consumeResult"] = "CR_LATER" if ok is False else "CR_SUCCESS"
+        except Exception as exc:
+            result["consumeResult"] = "CR_THROW_EXCEPTION"
+            result["remark"] = f"{type(exc).__name__}: {exc}"
+        result["spentTimeMills"] = int((time.monotonic() - t0) * 1000)
+        return cmd.response(ResponseCode.SUCCESS, body=fastjson.dumps(result).encode("utf-8"))
+
     async def _answer(self, addr: str, cmd: RemotingCommand) -> None:
         try:
-            resp = self._build(cmd)
+            if cmd.code == RequestCode.CONSUME_MESSAGE_DIRECTLY:
+                resp = await self._consume_directly(cmd)
+            else:
+                resp = self._build(cmd)
         except Exception as exc:  # never leave the broker waiting on a bug of ours
             log.exception("building the answer to request %s failed", cmd.code)
             resp = cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}")
