@@ -148,6 +148,39 @@ def test_sql92_receive_and_the_consumer_registry(tmp_path):
         assert srv.stop() == 0, srv.log()
 
 
+def producer_list(addr: str, group: str) -> dict | None:
+    r = remoting_call(addr, RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group})
+    return json.loads(r.body) if r.code == ResponseCode.SUCCESS else None
+
+
+def test_a_grpc_producer_is_listed_until_it_terminates(tmp_path):
+    srv = start_grpc_server(str(tmp_path / "store"), {"Pub": 2})
+    channel = grpc.insecure_channel(srv.grpc)
+    commands: queue.Queue = queue.Queue()
+    try:
+        stub = services.MessagingServiceStub(channel)
+        md = [("x-mq-client-id", "pub-client@1"), ("x-mq-language", "GOLANG"),
+              ("x-mq-client-version", "5.1.0")]
+        settings = pb.Settings(client_type=pb.PRODUCER,
+                               publishing=pb.Publishing(topics=[pb.Resource(name="Pub")]))
+        commands.put(pb.TelemetryCommand(settings=settings))
+        replies = stub.Telemetry(iter(commands.get, None), metadata=md, timeout=30)
+        assert next(replies).status.code == pb.OK
+        conn = producer_list(srv.broker, "Pub")  # the 5.x proxy's producer group: the topic
+        assert conn is not None
+        [c] = conn["connectionSet"]
+        assert (c["clientId"], c["language"], c["version"]) == ("pub-client@1", "GOLANG", 433)
+        assert c["clientAddr"].startswith("127.0.0.1:")
+        r = stub.NotifyClientTermination(pb.NotifyClientTerminationRequest(), metadata=md,
+                                         timeout=10)
+        assert r.status.code == pb.OK
+        assert producer_list(srv.broker, "Pub") is None
+    finally:
+        commands.put(None)
+        channel.close()
+        assert srv.stop() == 0, srv.log()
+
+
 def test_a_consumer_whose_heartbeats_stop_expires(tmp_path):
     conf = write_conf(tmp_path / "broker.conf", channelExpiredTimeout=3000,
                       flushConsumerOffsetInterval=300)

@@ -51,6 +51,16 @@ def version_ordinal(version: str | None) -> int:
     return CURRENT_VERSION
 
 
+def language_of(meta: dict[str, str], settings: Any = None) -> str:
+    """The client's ``x-mq-language`` (``JAVA``, ``PYTHON``, ``GOLANG`` ...), else the language
+    of its settings' user agent, else ``OTHER``."""
+    language = (meta.get(LANGUAGE_HEADER) or "").strip().upper()
+    if not language and settings is not None and settings.HasField("user_agent") and \
+            settings.user_agent.language:
+        language = pb.Language.Name(settings.user_agent.language)
+    return language or "OTHER"
+
+
 def subscription_json(entry: Any, sub_version: int) -> dict:
     """One ``SubscriptionEntry`` as the ``SubscriptionData`` a 4.x heartbeat carries
     (``FilterAPI.build``)."""
@@ -70,10 +80,12 @@ class GrpcClients:
         self.p = pieces
         self._sub_versions: dict[str, int] = {}  # client id -> time its settings arrived
 
-    def _connection(self, channel: TelemetryChannel | None, client_id: str, peer: str) -> Any:
+    def _connection(self, channel: TelemetryChannel | None, client_id: str, peer: str,
+                    meta: dict[str, str]) -> Any:
         if channel is not None:
             return channel
-        stand_in = TelemetryChannel(client_id, peer_address(peer))
+        stand_in = TelemetryChannel(client_id, peer_address(peer), language_of(meta),
+                                    version_ordinal(meta.get(VERSION_HEADER)))
         stand_in.closed = True
         return stand_in
 
@@ -102,11 +114,9 @@ class GrpcClients:
                 "consumeType": CONSUME_TYPES.get(client_type, "CONSUME_ACTIVELY"),
                 "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
                 "subscriptionDataSet": subs}
-        language = (meta.get(LANGUAGE_HEADER) or "").strip().upper()
-        if not language and settings is not None and settings.HasField("user_agent"):
-            language = pb.Language.Name(settings.user_agent.language)
-        changed = consumers.register(data, client_id, self._connection(channel, client_id, peer),
-                                     language=language or "OTHER",
+        changed = consumers.register(data, client_id,
+                                     self._connection(channel, client_id, peer, meta),
+                                     language=language_of(meta, settings),
                                      version=version_ordinal(meta.get(VERSION_HEADER)))
         if self.p.filters is not None and (from_settings or changed) and subs:
             self.p.filters.register_group(group, subs)

@@ -5,7 +5,9 @@ calls go to the broker's executor or put thread, as the remoting handlers' do. C
 themselves with the ``x-mq-client-id`` metadata header and open the ``Telemetry`` stream first:
 they send their ``Settings`` (producer: topics; consumer: group, subscriptions) and get back the
 server's view — retry policy, max body size, receive batch size, long-polling time — exactly as
-the 5.x proxy's ``GrpcClientSettingsManager`` fills it. Routes point at this gRPC endpoint: the
+the 5.x proxy's ``GrpcClientSettingsManager`` fills it. Settings, heartbeats and
+NotifyClientTermination keep the client in the broker's consumer / producer registries (see
+``clients``). Routes point at this gRPC endpoint: the
 address the client dialled (``QueryRoute.endpoints``), one broker, every queue of the topic.
 Sends pick a queue like the proxy: a message group hashes to a fixed queue (Guava's
 ``consistentHash`` of the group's Java ``hashCode``), otherwise round robin. Bad input gets the
@@ -22,7 +24,7 @@ import time
 from typing import Any, AsyncIterator
 
 from ..format.hashing import java_hash
-from .clients import GrpcClients, metadata_of
+from .clients import VERSION_HEADER, GrpcClients, language_of, metadata_of, version_ordinal
 from .consume import Consumption
 from .convert import ValidationError, to_store_message
 from .pieces import BrokerPieces, check_group, check_topic
@@ -280,8 +282,9 @@ class MessagingService(services.MessagingServiceServicer):
 
     async def Telemetry(self, request_iterator: Any, context: Any) -> AsyncIterator[Any]:
         cid = _client_id(context)
-        channel = TelemetryChannel(cid, peer_address(context.peer()))
         meta = metadata_of(context)
+        channel = TelemetryChannel(cid, peer_address(context.peer()), language_of(meta),
+                                   version_ordinal(meta.get(VERSION_HEADER)))
         old = self.channels.get(cid)
         self.channels[cid] = channel
         if old is not None:

@@ -39,9 +39,12 @@ class TelemetryChannel:
     """The server-to-client half of one Telemetry stream (``notify`` is what the broker's
     transaction check calls on a producer connection)."""
 
-    def __init__(self, client_id: str, peer: str) -> None:
+    def __init__(self, client_id: str, peer: str, language: str = "OTHER",
+                 version: int = 0) -> None:
         self.client_id = client_id
         self.peer = peer
+        self.language = language  # x-mq-language, as the client registries show it
+        self.version = version  # x-mq-client-version as an MQVersion ordinal
         self.closed = False
         self.topics: tuple[str, ...] = ()
         self._loop = asyncio.get_running_loop()
@@ -83,7 +86,8 @@ def register_producer(pieces: BrokerPieces, channel: TelemetryChannel, topics: l
     channel.topics = tuple(topics)
     for topic in topics:
         try:
-            pieces.producers.register(topic, channel, channel.client_id, language="GRPC")
+            pieces.producers.register(topic, channel, channel.client_id,
+                                      language=channel.language, version=channel.version)
         except ValueError:
             continue
 
