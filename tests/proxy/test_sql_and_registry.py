@@ -29,6 +29,7 @@ from rocketstore.remoting.connection import RemotingConnection
 from .conftest import DRIVER, client_python, run_script, start_grpc_server, write_conf
 
 pytestmark = pytest.mark.interop
+MQADMIN_HOME = os.environ.get("ROCKETMQ_HOME", "")
 
 N = 48
 COLORS = ("red", "green", "blue")
@@ -169,7 +170,8 @@ def test_a_grpc_producer_is_listed_until_it_terminates(tmp_path):
         conn = producer_list(srv.broker, "Pub")  # the 5.x proxy's producer group: the topic
         assert conn is not None
         [c] = conn["connectionSet"]
-        assert (c["clientId"], c["language"], c["version"]) == ("pub-client@1", "GOLANG", 433)
+        # RocketMQ's LanguageCode names Go "GO"; 433 is MQVersion V5_1_0
+        assert (c["clientId"], c["language"], c["version"]) == ("pub-client@1", "GO", 433)
         assert c["clientAddr"].startswith("127.0.0.1:")
         r = stub.NotifyClientTermination(pb.NotifyClientTerminationRequest(), metadata=md,
                                          timeout=10)
@@ -207,5 +209,68 @@ def test_a_consumer_whose_heartbeats_stop_expires(tmp_path):
         wait_for(lambda: connection_list(srv.broker, "G_beat") is None, 30, "expiry")
         assert time.monotonic() - stopped >= 2.0  # not before channelExpiredTimeout (3 s)
     finally:
+        channel.close()
+        assert srv.stop() == 0, srv.log()
+
+
+@pytest.mark.skipif(not (MQADMIN_HOME and os.access(os.path.join(MQADMIN_HOME, "mqadmin"),
+                                                    os.X_OK)),
+                    reason="needs RocketMQ's Java build: set ROCKETMQ_HOME to a directory with "
+                           "mqadmin (see ../shared/tools/rocketmq-java/README.md)")
+def test_mqadmin_sees_a_grpc_consumer(tmp_path):
+    """RocketMQ 4.9.7's own mqadmin reads the registry entry of a gRPC consumer that received
+    (through a SQL92 filter) and acked."""
+    from ..broker.test_mqadmin import mqadmin
+
+    conf = write_conf(tmp_path / "broker.conf", enablePropertyFilter="true")
+    srv = start_grpc_server(str(tmp_path / "store"), {"Mq": 2}, "--config", conf)
+    channel = grpc.insecure_channel(srv.grpc)
+    commands: queue.Queue = queue.Queue()
+    try:
+        stub = services.MessagingServiceStub(channel)
+        md = [("x-mq-client-id", "go-client@7"), ("x-mq-language", "GOLANG"),
+              ("x-mq-client-version", "5.1.1")]
+        sql = pb.FilterExpression(type=pb.SQL, expression="a > 2")
+        for i in range(6):
+            m = pb.Message(topic=pb.Resource(name="Mq"), body=f"m{i}".encode(),
+                           user_properties={"a": str(i)},
+                           system_properties=pb.SystemProperties(message_id=f"MQ-ID-{i}"))
+            r = stub.SendMessage(pb.SendMessageRequest(messages=[m]), metadata=md, timeout=10)
+            assert r.status.code == pb.OK
+        settings = pb.Settings(client_type=pb.SIMPLE_CONSUMER, subscription=pb.Subscription(
+            group=pb.Resource(name="G_go"),
+            subscriptions=[pb.SubscriptionEntry(topic=pb.Resource(name="Mq"), expression=sql)]))
+        commands.put(pb.TelemetryCommand(settings=settings))
+        replies = stub.Telemetry(iter(commands.get, None), metadata=md, timeout=120)
+        assert next(replies).status.code == pb.OK
+        got = []
+        for _ in range(10):
+            if len(got) >= 3:
+                break
+            req = pb.ReceiveMessageRequest(
+                group=pb.Resource(name="G_go"), batch_size=32, filter_expression=sql,
+                message_queue=pb.MessageQueue(topic=pb.Resource(name="Mq"), id=-1))
+            req.invisible_duration.FromMilliseconds(30_000)
+            req.long_polling_timeout.FromMilliseconds(1000)
+            for resp in stub.ReceiveMessage(req, metadata=md, timeout=10):
+                if resp.HasField("message"):
+                    got.append(resp.message)
+        assert sorted(m.body for m in got) == [b"m3", b"m4", b"m5"]
+        for m in got:
+            ack = stub.AckMessage(pb.AckMessageRequest(
+                group=pb.Resource(name="G_go"), topic=pb.Resource(name="Mq"),
+                entries=[pb.AckMessageEntry(message_id=m.system_properties.message_id,
+                                            receipt_handle=m.system_properties.receipt_handle)]),
+                metadata=md, timeout=10)
+            assert ack.status.code == pb.OK
+
+        conn = mqadmin("consumerConnection", "-n", srv.namesrv, "-g", "G_go")
+        row = next(ln.split() for ln in conn.splitlines() if ln.startswith("go-client@7"))
+        assert row[2:] == ["GO", "V5_1_1"] and row[1].startswith("127.0.0.1:"), conn
+        assert "a > 2" in conn and "CONSUME_ACTIVELY" in conn, conn
+        progress = mqadmin("consumerProgress", "-n", srv.namesrv, "-g", "G_go")
+        assert "Diff Total: 0" in progress and "Mq" in progress, progress
+    finally:
+        commands.put(None)
         channel.close()
         assert srv.stop() == 0, srv.log()

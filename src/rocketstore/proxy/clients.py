@@ -38,6 +38,10 @@ CONSUME_TYPES = {pb.SIMPLE_CONSUMER: "CONSUME_ACTIVELY", pb.PUSH_CONSUMER: "CONS
 # a version the broker cannot name is reported as the broker's own (as ClientActivity does)
 V5_0_0 = 413
 CURRENT_VERSION = V5_0_0 + 2 * 33  # V5_3_3
+LANGUAGE_CODES = frozenset({"JAVA", "CPP", "DOTNET", "PYTHON", "DELPHI", "ERLANG", "RUBY",
+                            "OTHER", "HTTP", "GO", "PHP", "OMS", "RUST", "NODE_JS"})
+_LANGUAGE_ALIASES = {"GOLANG": "GO", "DOT_NET": "DOTNET", "CSHARP": "DOTNET", "C#": "DOTNET",
+                     "NODEJS": "NODE_JS", "NODE": "NODE_JS", "C++": "CPP"}
 _VERSION_RE = re.compile(r"^V?(\d+)[._](\d+)[._](\d+)$", re.IGNORECASE)
 
 
@@ -52,13 +56,15 @@ def version_ordinal(version: str | None) -> int:
 
 
 def language_of(meta: dict[str, str], settings: Any = None) -> str:
-    """The client's ``x-mq-language`` (``JAVA``, ``PYTHON``, ``GOLANG`` ...), else the language
-    of its settings' user agent, else ``OTHER``."""
+    """The client's ``x-mq-language`` (else its settings' user agent) as a RocketMQ
+    ``LanguageCode`` name — what mqadmin and 4.x tools can read: ``GOLANG`` is ``GO``,
+    ``DOT_NET`` ``DOTNET``; a language RocketMQ has no name for is ``OTHER``."""
     language = (meta.get(LANGUAGE_HEADER) or "").strip().upper()
     if not language and settings is not None and settings.HasField("user_agent") and \
             settings.user_agent.language:
         language = pb.Language.Name(settings.user_agent.language)
-    return language or "OTHER"
+    language = _LANGUAGE_ALIASES.get(language, language)
+    return language if language in LANGUAGE_CODES else "OTHER"
 
 
 def subscription_json(entry: Any, sub_version: int) -> dict:
