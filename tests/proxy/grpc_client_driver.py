@@ -11,6 +11,11 @@ line of output. Commands::
     push     EP TOPIC GROUP WANT_OK FAIL_BODY SECONDS   a PushConsumer whose listener fails
                                                          FAIL_BODY on its first delivery
                                                          (always, for "always:<body>")
+    colors   EP TOPIC N           send N messages with properties seq=i, color=red|green|blue
+    sql      EP TOPIC GROUP EXPR WANT [HOLD]   a SimpleConsumer with a SQL92 filter: receive
+                                  (and ack) until WANT messages came and one more receive
+                                  found nothing, or an error; with HOLD=hold it prints that
+                                  result, stays up until a line arrives on stdin, then shuts down
 """
 from __future__ import annotations
 
@@ -18,6 +23,8 @@ import json
 import math
 import sys
 import time
+
+from rocketmq.grpc_protocol import FilterType
 
 from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExpression, Message,
                       MessageListener, Producer, PushConsumer, SimpleConsumer, TransactionChecker,
@@ -160,7 +167,59 @@ def push(ep: str, topic: str, group: str, want_ok: str, fail: str, seconds: str)
     return listener.seen
 
 
-COMMANDS = {"produce": produce, "receive": receive, "bad": bad, "txn": txn, "push": push}
+COLORS = ("red", "green", "blue")
+
+
+def colors(ep: str, topic: str, n: str) -> list:
+    p = Producer(_cfg(ep), (topic,))
+    p.startup()
+    out = []
+    try:
+        for i in range(int(n)):
+            m = Message()
+            m.topic = topic
+            m.body = f"colors-{i}".encode()
+            m.tag = f"Tag{i % 2}"
+            m.add_property("seq", str(i))
+            m.add_property("color", COLORS[i % 3])
+            r = p.send(m)
+            out.append({"message_id": r.message_id, "body": m.body.decode(), "tag": m.tag,
+                        "seq": i, "color": COLORS[i % 3]})
+    finally:
+        p.shutdown()
+    return out
+
+
+def sql(ep: str, topic: str, group: str, expr: str, want: str, hold: str = "") -> dict:
+    c = SimpleConsumer(_cfg(ep), group, {topic: FilterExpression(expr, FilterType.SQL)},
+                       await_duration=2)
+    c.startup()
+    got, error = [], None
+    try:
+        for _ in range(40):
+            try:
+                batch = c.receive(32, 30)
+            except Exception as exc:  # the client's exception carries the proxy's code
+                error = {"type": type(exc).__name__, "code": getattr(exc, "code", None),
+                         "message": str(exc)}
+                break
+            for m in batch:
+                got.append({"message_id": m.message_id, "body": m.body.decode(),
+                            "properties": dict(m.properties or {}), "tag": m.tag})
+                c.ack(m)
+            if not batch and len(got) >= int(want):
+                break
+        result = {"got": got, "error": error}
+        if hold == "hold":
+            print(json.dumps(result), flush=True)
+            sys.stdin.readline()
+    finally:
+        c.shutdown()
+    return result
+
+
+COMMANDS = {"produce": produce, "receive": receive, "bad": bad, "txn": txn, "push": push,
+            "colors": colors, "sql": sql}
 
 
 def main() -> None:

@@ -132,7 +132,12 @@ def test_bad_receipt_handles_and_invisible_times(stub):
         assert [e.status.code for e in r.entries] == [pb.INVALID_RECEIPT_HANDLE]
     got = _receive(s, invisible_ms=10)
     assert [x.status.code for x in got] == [pb.ILLEGAL_INVISIBLE_TIME]
+    # SQL92 while enablePropertyFilter is off (the default): the broker's refusal, which the
+    # 5.x proxy answers as INTERNAL_SERVER_ERROR; an empty expression is the proxy's own check
     got = _receive(s, filter=pb.FilterExpression(type=pb.SQL, expression="a > 1"))
+    assert [x.status.code for x in got] == [pb.INTERNAL_SERVER_ERROR]
+    assert "does not support consumer to filter message by SQL92" in got[0].status.message
+    got = _receive(s, filter=pb.FilterExpression(type=pb.SQL, expression="  "))
     assert [x.status.code for x in got] == [pb.ILLEGAL_FILTER_EXPRESSION]
 
 

@@ -111,6 +111,10 @@ class Broker:
             self.notify_consumer_ids_changed(group)
             self.consumer_group_changed(group)
 
+    def _consumer_ids_changed(self, group: str) -> None:
+        self.notify_consumer_ids_changed(group)
+        self.consumer_group_changed(group)
+
     def consumer_group_changed(self, group: str) -> None:
         """A group lost clients: when none is left its SQL92 filters die (RocketMQ's UNREGISTER)."""
         if self.consumers.group(group) is None:
@@ -192,7 +196,9 @@ class Broker:
                               put_message=self.put_blocking, hold=self.hold,
                               delay_levels_ms=self.delay_levels_ms,
                               transactions=self.transactions, producers=self.producers,
-                              subgroups=self.subgroups)
+                              subgroups=self.subgroups, consumers=self.consumers,
+                              filters=self.filters,
+                              consumer_ids_changed=self._consumer_ids_changed)
         self.proxy = GrpcProxy(pieces, self.config.host, self.config.grpc_port)
         await self.proxy.start()
         self.config.grpc_port = self.proxy.port

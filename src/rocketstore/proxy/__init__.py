@@ -8,9 +8,10 @@ Modules: ``protocol`` (messages compiled from our own ``rocketstore_messaging.pr
 ``convert`` (gRPC message <-> store message), ``service`` (route, heartbeat, send, telemetry
 settings), ``consume`` (receive / ack / change invisible duration / dead-letter and the revive
 service), ``pop`` (the durable pop checkpoints on the ``rmq_sys_REVIVE_LOG_<cluster>`` topic),
-``server`` (``GrpcProxy``: lifecycle). Not served: PullMessage / UpdateOffset / GetOffset /
-QueryOffset (the 5.x PullConsumer), RecallMessage, lite topics, SQL92 filters, and FIFO
-consumption order (FIFO *sending* keeps a message group on one queue).
+``clients`` (gRPC clients in the broker's consumer and producer registries), ``server``
+(``GrpcProxy``: lifecycle). Receives filter by tag or SQL92 (the broker's evaluator). Not
+served: PullMessage / UpdateOffset / GetOffset / QueryOffset (the 5.x PullConsumer),
+RecallMessage and lite topics.
 """
 from .pieces import BrokerPieces
 from .server import GrpcProxy

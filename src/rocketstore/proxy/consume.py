@@ -3,7 +3,8 @@ revive service: the 5.x "pop" consumption over the store (state: see ``pop``).
 
 Theory of operation: a receive pops from the group's retry queue (``%RETRY%<group>``) and then
 the topic's queues, each from the group's consumer offset (the queue's min offset for a group
-that never consumed it), filtered by the tag expression, until the batch is full. Each queue
+that never consumed it), filtered by the tag expression or the SQL92 filter (the broker's
+evaluator, as a 4.x SQL92 pull; see ``_sql_filter``), until the batch is full. Each queue
 that yielded messages gets one checkpoint; the group's offset moves past what was read. When
 nothing is there the receive long-polls on the broker's ``PullHoldService`` until a message
 arrives on one of those queues or the polling time ends (MESSAGE_NOT_FOUND). The stream
@@ -23,7 +24,11 @@ import threading
 import time
 from typing import Any, AsyncIterator
 
+from ..broker.filters import ConsumerFilterData, ExpressionMessageFilter, compile_expression
 from ..broker.namesrv import ensure_topic
+from ..broker.sql92 import not_supported
+from ..filter import SelectorSyntaxError
+from ..filter.bloom import BloomFilter
 from ..format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_MAX_RECONSUME_TIMES,
                               PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RECONSUME_TIME,
                               PROPERTY_RETRY_TOPIC, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -39,6 +44,7 @@ DLQ_PREFIX = "%DLQ%"
 MAX_BATCH = 32
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
 MAX_POLLING_MS = 20_000
+_NO_BLOOM = BloomFilter(20, 32)  # without a filter registry: no record is skipped by bitmap
 _MOVED = ("OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY", "NO_MATCHED_MESSAGE")
 
 
@@ -52,9 +58,10 @@ class Consumption:
         self.pop = pop
         self._group_locks: dict[str, threading.Lock] = {}
         self._rr = 0  # rotates the first queue a receive looks at
+        self._compiled: dict[str, Any] = {}  # SQL92 expression -> compiled (receives repeat)
 
     # -- receive -----------------------------------------------------------------------------------
-    def _validate_receive(self, req: Any) -> tuple[str, str, str | None, int, int, bool]:
+    def _validate_receive(self, req: Any) -> tuple[str, str, Any, int, int, bool]:
         group, topic = req.group.name, req.message_queue.topic.name
         check_group(group)
         check_topic(topic)
@@ -62,11 +69,8 @@ class Consumption:
             raise ValidationError(pb.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist")
         fifo = bool(getattr(self.p.group_config(group), "consume_message_orderly", False))
         f = req.filter_expression
-        if f.type == pb.SQL:
-            raise ValidationError(pb.ILLEGAL_FILTER_EXPRESSION,
-                                  "SQL92 filtering is not supported by this broker; use TAG")
         expr = f.expression.strip() or "*"
-        if any(ord(c) < 0x20 for c in expr):
+        if f.type != pb.SQL and any(ord(c) < 0x20 for c in expr):
             raise ValidationError(pb.ILLEGAL_FILTER_EXPRESSION, f"bad tag expression {expr!r}")
         invisible = duration_ms(req.invisible_duration) if req.HasField("invisible_duration") \
             else 30_000
@@ -78,7 +82,51 @@ class Consumption:
         batch = req.batch_size or MAX_BATCH
         if not 0 < batch <= MAX_BATCH:
             raise ValidationError(pb.BAD_REQUEST, f"batch size {batch} not in [1, {MAX_BATCH}]")
+        if f.type == pb.SQL:
+            return group, topic, self._sql_filter(group, topic, f.expression), invisible, \
+                batch, fifo
         return group, topic, (None if expr == "*" else expr), invisible, batch, fifo
+
+    def _sql_filter(self, group: str, topic: str, expression: str) -> ConsumerFilterData:
+        """The SQL92 filter of a receive, refused as RocketMQ 5 refuses it: an empty expression
+        by the proxy (ILLEGAL_FILTER_EXPRESSION); one that does not compile, or any while
+        ``enablePropertyFilter`` is off, by the broker (SUBSCRIPTION_PARSE_FAILED / SYSTEM_ERROR),
+        which the proxy's ``ResponseBuilder`` answers as INTERNAL_SERVER_ERROR. The group's
+        registered filter (its Telemetry subscription) is used when it is the same expression:
+        its bloom positions let ``enableCalcFilterBitMap`` bitmaps skip records unread."""
+        if not expression.strip():
+            raise ValidationError(pb.ILLEGAL_FILTER_EXPRESSION, "Expression can't be null! SQL92")
+        if not self.p.config.enable_property_filter:
+            raise ValidationError(pb.INTERNAL_SERVER_ERROR, not_supported("SQL92"))
+        filters = self.p.filters
+        known = filters.get(topic, group) if filters is not None else None
+        if known is not None and known.compiled is not None and \
+                known.expression == expression and known.expression_type == "SQL92":
+            return known
+        compiled = self._compiled.get(expression)
+        if compiled is None:
+            try:
+                compiled = compile_expression("SQL92", expression)
+            except SelectorSyntaxError as exc:
+                raise ValidationError(pb.INTERNAL_SERVER_ERROR,
+                                      f"parse the consumer's subscription failed: {exc}") from None
+            if len(self._compiled) >= 256:
+                self._compiled.clear()
+            self._compiled[expression] = compiled
+        return ConsumerFilterData(group, topic, expression, "SQL92", compiled,
+                                  born_time=int(time.time() * 1000))
+
+    def _get(self, group: str, topic: str, qid: int, offset: int, n: int, expr: Any) -> Any:
+        """Read a queue through the tag expression or SQL92 filter ``expr`` (blocking)."""
+        if not isinstance(expr, ConsumerFilterData):
+            return self.p.store.get_message(group, topic, qid, offset, n, expr)
+        if topic.startswith(RETRY_PREFIX) and expr.bloom is not None:
+            # bitmaps of the retry topic are not the group's: check each record's properties
+            expr = ConsumerFilterData(expr.consumer_group, expr.topic, expr.expression,
+                                      expr.expression_type, expr.compiled, expr.born_time)
+        bloom = self.p.filters.bloom if self.p.filters is not None else _NO_BLOOM
+        return self.p.store.get_message(group, topic, qid, offset, n, None,
+                                        message_filter=ExpressionMessageFilter(expr, bloom))
 
     def _queues(self, group: str, topic: str, fifo: bool = False) -> list[tuple[str, int]]:
         """The group's retry queue, then every queue of the topic from a rotating start. As in
@@ -93,7 +141,7 @@ class Consumption:
         qs.extend((topic, (self._rr + i) % n) for i in range(n))
         return qs
 
-    def _pop_once(self, group: str, queues: list[tuple[str, int]], expr: str | None,
+    def _pop_once(self, group: str, queues: list[tuple[str, int]], expr: Any,
                   invisible: int, batch: int, fifo: bool = False) -> tuple[list, list]:
         """Pop up to ``batch`` messages (blocking). Returns [(handle, message, attempt or
         None)] and the (topic, queue, offset) positions to long-poll on when empty."""
@@ -118,8 +166,7 @@ class Consumption:
                 offset = self.p.offsets.query(group, topic, qid)
                 if offset < 0:
                     offset = store.get_min_offset_in_queue(topic, qid)
-                g = store.get_message(group, topic, qid, offset, batch - len(out),
-                                      expr if not topic.startswith(RETRY_PREFIX) else expr)
+                g = self._get(group, topic, qid, offset, batch - len(out), expr)
                 msgs = g.messages if g.status.name == "FOUND" else []
                 if not msgs:
                     if g.status.name in _MOVED and g.next_begin_offset != offset:
@@ -134,7 +181,7 @@ class Consumption:
                 out.extend((self.pop.handle(ck, m.queue_offset), m, None) for m in msgs)
         return out, positions
 
-    def _pop_fifo(self, group: str, topic: str, qid: int, expr: str | None, invisible: int,
+    def _pop_fifo(self, group: str, topic: str, qid: int, expr: Any, invisible: int,
                   room: int) -> tuple[list, tuple | None]:
         """An orderly pop of one queue (see ``pop``): nothing while the group's batch there is
         in flight; the batch's unacked messages again once it expired; else the next batch."""
@@ -151,7 +198,7 @@ class Consumption:
             attempt, skip, end = ck.attempt + 1, set(ck.acked), ck.end
             offset = min(offset, ck.start_offset)
         limit = room if end < 0 else max(end - offset, 1)
-        g = store.get_message(group, topic, qid, offset, limit, expr)
+        g = self._get(group, topic, qid, offset, limit, expr)
         msgs = [m for m in g.messages if m.queue_offset not in skip] \
             if g.status.name == "FOUND" else []
         if not msgs:

@@ -1,7 +1,8 @@
 """What the gRPC proxy uses of the broker, and the checks every activity shares.
 
 ``BrokerPieces`` is filled by the broker's wiring: the store, the topic and consumer-offset
-tables, the broker config, the executor hooks and the long-polling service. The proxy never
+tables, the broker config, the executor hooks, the long-polling service and the client and
+SQL92 filter registries. The proxy never
 sees the ``Broker`` object. ``check_topic`` / ``check_group`` are the 5.x proxy's
 ``GrpcValidator`` rules with its status codes.
 """
@@ -35,6 +36,9 @@ class BrokerPieces:
     transactions: Any = None  # broker.transaction.TransactionalMessageService, if running
     producers: Any = None  # ProducerManager: where the transaction check finds a producer
     subgroups: Any = None  # SubscriptionGroupManager: consumer groups (retryMaxTimes, enabled)
+    consumers: Any = None  # ConsumerManager: where gRPC consumers show as online
+    filters: Any = None  # ConsumerFilterRegistry: SQL92 subscriptions (bitmaps, retry filter)
+    consumer_ids_changed: Callable[[str], None] | None = None  # a group gained or lost a client
 
     def group_config(self, group: str) -> Any:
         """The group's subscription config, auto-created as RocketMQ does; raises

@@ -5,7 +5,9 @@ calls go to the broker's executor or put thread, as the remoting handlers' do. C
 themselves with the ``x-mq-client-id`` metadata header and open the ``Telemetry`` stream first:
 they send their ``Settings`` (producer: topics; consumer: group, subscriptions) and get back the
 server's view — retry policy, max body size, receive batch size, long-polling time — exactly as
-the 5.x proxy's ``GrpcClientSettingsManager`` fills it. Routes point at this gRPC endpoint: the
+the 5.x proxy's ``GrpcClientSettingsManager`` fills it. Settings, heartbeats and
+NotifyClientTermination keep the client in the broker's consumer / producer registries (see
+``clients``). Routes point at this gRPC endpoint: the
 address the client dialled (``QueryRoute.endpoints``), one broker, every queue of the topic.
 Sends pick a queue like the proxy: a message group hashes to a fixed queue (Guava's
 ``consistentHash`` of the group's Java ``hashCode``), otherwise round robin. Bad input gets the
@@ -22,12 +24,13 @@ import time
 from typing import Any, AsyncIterator
 
 from ..format.hashing import java_hash
+from .clients import VERSION_HEADER, GrpcClients, language_of, metadata_of, version_ordinal
 from .consume import Consumption
 from .convert import ValidationError, to_store_message
 from .pieces import BrokerPieces, check_group, check_topic
 from .protocol import pb, services, status, to_duration
-from .telemetry import (TelemetryChannel, end_transaction, half_message, register_producer,
-                        unregister)
+from .telemetry import (TelemetryChannel, end_transaction, half_message, peer_address,
+                        register_producer, unregister)
 
 log = logging.getLogger(__name__)
 CLIENT_ID_HEADER = "x-mq-client-id"
@@ -73,6 +76,7 @@ class MessagingService(services.MessagingServiceServicer):
         self._rr = itertools.count()
         self.clients: dict[str, dict] = {}  # client id -> {"settings", "group", "seen"}
         self.channels: dict[str, TelemetryChannel] = {}  # client id -> its open Telemetry
+        self.registry = GrpcClients(pieces)  # consumers into the broker's ConsumerManager
         self._pruned = time.time()
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -104,6 +108,7 @@ class MessagingService(services.MessagingServiceServicer):
             for k in [k for k, v in self.clients.items()
                       if now - v.get("seen", now) > limit and k not in self.channels]:
                 del self.clients[k]
+                self.registry.forget(k)
         if group:
             c["group"] = group
         return cid
@@ -135,6 +140,10 @@ class MessagingService(services.MessagingServiceServicer):
             cid = self._touch(context, group or None)
         except ValidationError as exc:
             return pb.HeartbeatResponse(status=status(exc.code, str(exc)))
+        if group and request.client_type != pb.PRODUCER:  # renews the registry entry
+            self.registry.consumer_registered(
+                cid, metadata_of(context), context.peer(), self.channels.get(cid), group,
+                request.client_type, self.clients[cid]["settings"], from_settings=False)
         channel = self.channels.get(cid)
         if channel is not None and channel.topics:  # keep the producer registration alive
             register_producer(self.p, channel, list(channel.topics))
@@ -158,6 +167,9 @@ class MessagingService(services.MessagingServiceServicer):
 
     async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
         cid = _client_id(context)
+        known = self.clients.get(cid) or {}
+        group = request.group.name if request.HasField("group") else known.get("group")
+        self.registry.consumer_gone(cid, group)
         self.clients.pop(cid, None)
         channel = self.channels.pop(cid, None)
         if channel is not None:
@@ -270,7 +282,9 @@ class MessagingService(services.MessagingServiceServicer):
 
     async def Telemetry(self, request_iterator: Any, context: Any) -> AsyncIterator[Any]:
         cid = _client_id(context)
-        channel = TelemetryChannel(cid, context.peer())
+        meta = metadata_of(context)
+        channel = TelemetryChannel(cid, peer_address(context.peer()), language_of(meta),
+                                   version_ordinal(meta.get(VERSION_HEADER)))
         old = self.channels.get(cid)
         self.channels[cid] = channel
         if old is not None:
@@ -280,7 +294,7 @@ class MessagingService(services.MessagingServiceServicer):
             try:
                 async for cmd in request_iterator:
                     if cmd.WhichOneof("command") == "settings":
-                        channel.send(self._on_settings(cid, channel, cmd.settings))
+                        channel.send(self._on_settings(cid, channel, cmd.settings, meta))
                     # thread stack traces, verify results: nothing to do with them here
             except (asyncio.CancelledError, Exception):  # the client went away
                 pass
@@ -297,11 +311,14 @@ class MessagingService(services.MessagingServiceServicer):
             if self.channels.get(cid) is channel:
                 del self.channels[cid]
 
-    def _on_settings(self, cid: str, channel: TelemetryChannel, settings: Any) -> Any:
+    def _on_settings(self, cid: str, channel: TelemetryChannel, settings: Any,
+                     meta: dict[str, str]) -> Any:
         c = self.clients.setdefault(cid, {"settings": None, "group": None})
         c["settings"], c["seen"] = settings, time.time()
         if settings.HasField("subscription"):
             c["group"] = settings.subscription.group.name
+            self.registry.consumer_registered(cid, meta, channel.peer, channel, c["group"],
+                                              settings.client_type, settings, from_settings=True)
         elif settings.HasField("publishing"):
             topics = [t.name for t in settings.publishing.topics if self.p.topics.get(t.name)]
             register_producer(self.p, channel, topics)

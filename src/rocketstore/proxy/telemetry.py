@@ -21,21 +21,30 @@ from typing import Any
 
 from ..format.message import (PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, TRANSACTION_COMMIT_TYPE,
                               TRANSACTION_ROLLBACK_TYPE, decode_message, parse_message_id)
-from .convert import ValidationError, to_grpc_message
+from .convert import ValidationError, _host_port, to_grpc_message
 from .pieces import BrokerPieces
 from .protocol import pb, status
 
 log = logging.getLogger(__name__)
 _CLOSED = object()
+CHECK_TRANSACTION_STATE = 39  # RequestCode: the only broker command a gRPC client is sent
+
+
+def peer_address(peer: str | None) -> str:
+    """gRPC's ``ipv4:127.0.0.1:5000`` → the ``host:port`` RocketMQ shows as a client address."""
+    return _host_port(peer or "") or str(peer or "")
 
 
 class TelemetryChannel:
     """The server-to-client half of one Telemetry stream (``notify`` is what the broker's
     transaction check calls on a producer connection)."""
 
-    def __init__(self, client_id: str, peer: str) -> None:
+    def __init__(self, client_id: str, peer: str, language: str = "OTHER",
+                 version: int = 0) -> None:
         self.client_id = client_id
         self.peer = peer
+        self.language = language  # x-mq-language, as the client registries show it
+        self.version = version  # x-mq-client-version as an MQVersion ordinal
         self.closed = False
         self.topics: tuple[str, ...] = ()
         self._loop = asyncio.get_running_loop()
@@ -53,7 +62,11 @@ class TelemetryChannel:
         return None if item is _CLOSED else item
 
     def notify(self, cmd: Any) -> None:
-        """A CHECK_TRANSACTION_STATE command of the check service → RecoverOrphanedTransaction."""
+        """A CHECK_TRANSACTION_STATE command of the check service → RecoverOrphanedTransaction.
+        Other broker commands (NOTIFY_CONSUMER_IDS_CHANGED, RESET_CONSUMER_CLIENT_OFFSET ...)
+        mean nothing to a 5.x client and are dropped, as the 5.x proxy's channel does."""
+        if getattr(cmd, "code", CHECK_TRANSACTION_STATE) != CHECK_TRANSACTION_STATE:
+            return
         if self.closed:
             raise ConnectionError("telemetry stream closed")
         half = decode_message(cmd.body, 0)
@@ -73,7 +86,8 @@ def register_producer(pieces: BrokerPieces, channel: TelemetryChannel, topics: l
     channel.topics = tuple(topics)
     for topic in topics:
         try:
-            pieces.producers.register(topic, channel, channel.client_id, language="GRPC")
+            pieces.producers.register(topic, channel, channel.client_id,
+                                      language=channel.language, version=channel.version)
         except ValueError:
             continue
 
