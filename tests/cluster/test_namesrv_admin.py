@@ -18,7 +18,7 @@ from rocketstore.client._sync import LoopThread
 
 from ..broker import admin_wire as w
 from ..broker.conftest import start_server
-from .conftest import start_namesrv
+from .conftest import start_cluster_broker, start_namesrv, wait_for
 
 ORDER = "ORDER_TOPIC_CONFIG"
 
@@ -169,3 +169,35 @@ def test_write_perm_and_order_conf_on_serve(tmp_path):
         assert w.body(w.call(srv.broker, 21))["topicConfigTable"]["PermT"]["order"] is False
     finally:
         assert srv.stop() == 0, srv.log()
+
+
+def test_registered_broker_takes_order_topics(tmp_path):
+    """``serve --namesrv``: the answer to REGISTER_BROKER carries ORDER_TOPIC_CONFIG and the
+    broker marks exactly those topics ``order``, as RocketMQ's broker does."""
+    ns = start_namesrv(None, "--kv-config-path", str(tmp_path / "kv.json"),
+                       "--order-message-enable")
+    b = None
+    try:
+        assert w.call(ns.addr, 100, {"namespace": ORDER, "key": "OrdT",
+                                     "value": "broker-o:2"}).code == 0
+        b = start_cluster_broker(str(tmp_path), ns.addr, "broker-o")
+
+        def order_flags() -> dict[str, bool]:
+            conf = w.body(w.call(b.broker, 21))["topicConfigTable"]
+            return {t: c["order"] for t, c in conf.items() if t.startswith("Ord")}
+        # a new topic re-registers the broker at once; the answer marks it
+        assert w.call(b.broker, 17, {"topic": "OrdT", "readQueueNums": 2, "writeQueueNums": 2,
+                                     "perm": 6}).code == 0
+        assert w.call(b.broker, 17, {"topic": "OrdOther", "writeQueueNums": 1,
+                                     "perm": 6}).code == 0
+        assert wait_for(lambda: order_flags() == {"OrdT": True, "OrdOther": False}), order_flags()
+        assert w.body(w.call(ns.addr, 105, {"topic": "OrdT"}))["orderTopicConf"] == "broker-o:2"
+        assert w.call(ns.addr, 102, {"namespace": ORDER, "key": "OrdT"}).code == 0
+        assert w.call(b.broker, 17, {"topic": "OrdThird", "writeQueueNums": 1,
+                                     "perm": 6}).code == 0
+        assert wait_for(lambda: not any(order_flags().values())), order_flags()
+        assert "orderTopicConf" not in w.body(w.call(ns.addr, 105, {"topic": "OrdT"}))
+    finally:
+        if b is not None:
+            assert b.stop() == 0
+        assert ns.stop() == 0
