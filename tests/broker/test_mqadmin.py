@@ -413,8 +413,8 @@ def test_kv_config_and_order_conf(targets):
 def test_consumer_status(targets, tmp_path):
     """consumerStatus with a Java push consumer (RocketMQ's benchmark Consumer) and a Python
     one in the same group: each broker asks each client (307) and relays the answers, which
-    mqadmin writes to a file per client."""
-    group, procs, pys = "StatusCG", [], []
+    mqadmin writes to a file per client; then queryMsgById -d (309) to one client."""
+    group, procs, pys, java_ids = "StatusCG", [], [], {}
     try:
         for name in ("ours", "java"):
             t = targets[name]
@@ -453,9 +453,20 @@ def test_consumer_status(targets, tmp_path):
                 assert re.search(r"^PROP_CONSUME_TYPE\s+: CONSUME_PASSIVELY$", text, re.M), text
                 assert re.search(rf"^00\d Topic: {TOPIC}\s+ClassFilter: false\s+SubExpression: "
                                  r"\*$", text, re.M), text
-            assert re.search(r"^PROP_CLIENT_VERSION\s+: V4_9_7$", files[
-                next(c for c in files if c != py_id)], re.M)
+            java_ids[name] = next(c for c in files if c != py_id)
+            assert re.search(r"^PROP_CLIENT_VERSION\s+: V4_9_7$", files[java_ids[name]], re.M)
         assert shape(ours)[0] == shape(java)[0]
+        # queryMsgById -d (309) across languages: our broker to the Java consumer, RocketMQ's
+        # broker to the Python one (mqadmin 4.9.7 has no getConsumerStatus: 223 is tested
+        # without Java)
+        direct = {"ours": java_ids["ours"], "java": pys[1].client_id}
+        with ThreadPoolExecutor(2) as pool:
+            outs = dict(zip(("ours", "java"), pool.map(lambda n: mqadmin(
+                "queryMsgById", "-n", targets[n].namesrv, "-i", targets[n].sent[0].offset_msg_id,
+                "-g", group, "-d", direct[n]), ("ours", "java"))))
+        for name, pushed in outs.items():
+            assert "ConsumeMessageDirectlyResult [order=false, autoCommit=true, " \
+                   "consumeResult=CR_SUCCESS" in pushed, f"{name}: {pushed}"
     finally:
         for c in pys:
             c.shutdown()
