@@ -13,7 +13,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from rocketstore.client import Producer, PushConsumer
+from rocketstore.client import AdminClient, Producer, PushConsumer
 
 from . import admin_wire as w
 from .conftest import start_server
@@ -93,6 +93,12 @@ def test_running_info_and_status_from_python_consumer(tmp_path):
             assert abs(status["consumeOKTPS"] - 6 / 60) < 1e-9  # six in the last minute
             assert status["consumeFailedMsgs"] == 0 and status["pullTPS"] > 0
             assert "Thread: " in info["jstack"]
+
+            with AdminClient(namesrv=srv.namesrv) as admin:  # the same through the Python API
+                view = admin.consumer_running_info(GROUP, c.client_id)
+            assert {(q["topic"], q["queueId"]): q["commitOffset"] for q in view["queues"]} == \
+                expected
+            assert view["properties"]["consumerGroup"] == GROUP and view["jstack"] is None
 
             # 223: the broker asks every client of the group (221) for the topic's offsets
             r = w.call(srv.broker, 223, {"topic": TOPIC, "group": GROUP, "clientAddr": ""})

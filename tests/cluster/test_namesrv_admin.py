@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import zlib
 
-from rocketstore.client import ClientInstance
+from rocketstore.client import AdminClient, ClientInstance
 from rocketstore.client._sync import LoopThread
 
 from ..broker import admin_wire as w
@@ -95,6 +95,15 @@ def test_write_perm_and_kv_config_on_namesrv(tmp_path):
         on_disk = json.loads(kv_path.read_text())
         assert on_disk == {"configTable": {ORDER: {"T1": "broker-a:4;broker-b:4"},
                                            "app": {"k": "v"}}}
+        with AdminClient(namesrv=ns.addr) as admin:  # the same through the Python API
+            assert admin.get_kv_config(ORDER, "T1") == "broker-a:4;broker-b:4"
+            assert admin.get_kv_config(ORDER, "T9") is None
+            admin.put_kv_config("app", "k2", "v2")
+            assert admin.kv_list("app") == {"k": "v", "k2": "v2"} and admin.kv_list("none") == {}
+            admin.delete_kv_config("app", "k2")
+            assert admin.wipe_write_perm("broker-b") == {ns.addr: 1}
+            assert _perms(ns.addr, "T1") == {"broker-a": 6, "broker-b": 4}
+            assert admin.add_write_perm("broker-b") == {ns.addr: 1}
         assert w.call(ns.addr, 102, {"namespace": "app", "key": "k"}).code == 0
         assert w.call(ns.addr, 102, {"namespace": "app", "key": "never"}).code == 0
         assert w.call(ns.addr, 101, {"namespace": "app", "key": "k"}).code == 22

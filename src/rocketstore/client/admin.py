@@ -11,6 +11,8 @@ Works against ``rocketstore serve`` and against RocketMQ's own name server and b
 requests are RocketMQ 4.9's (codes 21, 28, 33, 43, 106, 201-208, 11, 12) and the answers are
 parsed with the fastjson dialect they use (``remoting.fastjson``), so ``MessageQueue`` map keys
 come back as plain rows. With only ``broker=`` given, that one broker is the whole cluster.
+Name-server operations (write perms, KV config: codes 100-102, 205, 219, 327) go to every name
+server given; ``consumer_running_info`` (307) is answered by the consumer client itself.
 Blocking methods run on the shared client event loop; ``AsyncAdminClient`` is the same for
 asyncio programs.
 """
@@ -229,6 +231,69 @@ class AsyncAdminClient:
             return None
         msgs = decode_messages(resp.body)
         return msgs[0] if msgs else None
+
+    # -- name-server operations (sent to every name server, as mqadmin does) --------------------
+    async def _every_namesrv(self, code: int, fields: dict) -> dict[str, RemotingCommand]:
+        if not self.namesrv_addrs:
+            raise ValueError("this request goes to the name servers: give namesrv=")
+        return {a: await self.call(a, code, fields) for a in self.namesrv_addrs}
+
+    async def wipe_write_perm(self, broker_name: str) -> dict[str, int]:
+        """Stop routing writes to ``broker_name`` (WIPE_WRITE_PERM_OF_BROKER): name server →
+        how many of the broker's topics it changed."""
+        answers = await self._every_namesrv(RequestCode.WIPE_WRITE_PERM_OF_BROKER,
+                                            {"brokerName": broker_name})
+        return {a: r.get_int("wipeTopicCount", 0) or 0 for a, r in answers.items()}
+
+    async def add_write_perm(self, broker_name: str) -> dict[str, int]:
+        """Route writes to ``broker_name`` again (ADD_WRITE_PERM_OF_BROKER)."""
+        answers = await self._every_namesrv(RequestCode.ADD_WRITE_PERM_OF_BROKER,
+                                            {"brokerName": broker_name})
+        return {a: r.get_int("addTopicCount", 0) or 0 for a, r in answers.items()}
+
+    async def put_kv_config(self, namespace: str, key: str, value: str) -> None:
+        """PUT_KV_CONFIG (``updateKvConfig``; namespace ORDER_TOPIC_CONFIG: ``updateOrderConf``)."""
+        await self._every_namesrv(RequestCode.PUT_KV_CONFIG,
+                                  {"namespace": namespace, "key": key, "value": value})
+
+    async def delete_kv_config(self, namespace: str, key: str) -> None:
+        await self._every_namesrv(RequestCode.DELETE_KV_CONFIG, {"namespace": namespace, "key": key})
+
+    async def get_kv_config(self, namespace: str, key: str) -> str | None:
+        """GET_KV_CONFIG from the first name server that answers; None when not set."""
+        for addr in self.namesrv_addrs:
+            resp = await self.call(addr, RequestCode.GET_KV_CONFIG,
+                                   {"namespace": namespace, "key": key},
+                                   ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
+            return resp.get_str("value") if resp.code == ResponseCode.SUCCESS else None
+        raise ValueError("this request goes to the name servers: give namesrv=")
+
+    async def kv_list(self, namespace: str) -> dict[str, str]:
+        """GET_KVLIST_BY_NAMESPACE: every key of a namespace ({} when there is none)."""
+        for addr in self.namesrv_addrs:
+            resp = await self.call(addr, RequestCode.GET_KVLIST_BY_NAMESPACE,
+                                   {"namespace": namespace},
+                                   ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
+            if resp.code != ResponseCode.SUCCESS:
+                return {}
+            return dict(fastjson.loads(resp.body).get("table") or {})
+        raise ValueError("this request goes to the name servers: give namesrv=")
+
+    # -- a consumer's own view ------------------------------------------------------------------
+    async def consumer_running_info(self, group: str, client_id: str,
+                                    jstack: bool = False) -> dict:
+        """GET_CONSUMER_RUNNING_INFO (``consumerStatus``): the broker asks the live client.
+        ``properties``, ``subscriptions``, ``queues`` (one row per queue: topic, brokerName,
+        queueId, commitOffset, cachedMsgCount, ...), ``status`` per topic, ``jstack``."""
+        addr = await self.route_broker("%RETRY%" + group)
+        resp = await self.call(addr, RequestCode.GET_CONSUMER_RUNNING_INFO,
+                               {"consumerGroup": group, "clientId": client_id,
+                                "jstackEnable": jstack})
+        info = fastjson.loads(resp.body)
+        return {"properties": dict(info.get("properties") or {}),
+                "subscriptions": list(info.get("subscriptionSet") or []),
+                "queues": _mq_rows(info.get("mqTable") or {}),
+                "status": dict(info.get("statusTable") or {}), "jstack": info.get("jstack")}
 
     async def close(self) -> None:
         self.pool.close()
