@@ -61,6 +61,13 @@ class TelemetryChannel:
         item = await self._queue.get()
         return None if item is _CLOSED else item
 
+    async def call(self, cmd: Any, timeout_s: float) -> Any:
+        """A broker request that wants an answer from the client (mqadmin consumerStatus,
+        consumerRunningInfo, consumeMessageDirectly): not relayed to 5.x clients, refused
+        at once rather than left to time out."""
+        raise ConnectionError(f"{self.client_id} is a RocketMQ 5.x gRPC client: request code "
+                              f"{getattr(cmd, 'code', '?')} is not relayed to it")
+
     def notify(self, cmd: Any) -> None:
         """A CHECK_TRANSACTION_STATE command of the check service → RecoverOrphanedTransaction.
         Other broker commands (NOTIFY_CONSUMER_IDS_CHANGED, RESET_CONSUMER_CLIENT_OFFSET ...)
