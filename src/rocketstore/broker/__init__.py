@@ -9,9 +9,10 @@ pure-JavaScript ``ali-ons@3.12.0`` (produce, push with oneway offset commits); s
 ``tests/broker/test_interop_*.py``; transactions with RocketMQ 4.9.7's Java
 ``TransactionMQProducer`` (``tests/broker/test_transaction.py``); RocketMQ 4.9.7's ``mqadmin``
 (``tests/broker/test_mqadmin.py``). Requests served: 10, 11, 12, 14, 15, 17, 21, 25, 26, 28,
-29-38, 41-43, 45, 46, 105, 106, 200-204, 206-208, 215, 222, 300, 305, 310, 320, 321, 324,
-325 on the broker (and 101, 103, 104, 216, 219, 224, 304 on the name server); the broker
-sends 39 (CHECK_TRANSACTION_STATE), 40, 220 (RESET_CONSUMER_CLIENT_OFFSET) and 326
+29-38, 41-43, 45, 46, 105, 106, 200-204, 206-208, 215, 222, 223, 300, 305, 307, 309, 310,
+320, 321, 324, 325 on the broker (and 100-106, 205, 216, 219, 224, 304, 327 on the name
+server); the broker sends 39 (CHECK_TRANSACTION_STATE), 40, 220 (RESET_CONSUMER_CLIENT_OFFSET),
+221 and 307/309 (asking a consumer for ``consumerStatus``) and 326
 (PUSH_REPLY_MESSAGE_TO_CLIENT); anything else gets REQUEST_CODE_NOT_SUPPORTED. SQL92
 subscriptions (``sql92``, ``filters``) and request-reply (``reply``) as RocketMQ 4.9.7 does
 them; RocketMQ 5.x clients through ``rocketstore.proxy`` (``serve --grpc-port``). Not
@@ -19,7 +20,8 @@ supported: ACL (credentials are ignored), slaves/HA.
 
 ``controller.Broker`` wires the pieces; ``server`` is the asyncio I/O; ``namesrv``, ``send``,
 ``pull``, ``admin``, ``admin_topics``, ``admin_groups``, ``admin_runtime``, ``admin_namesrv``,
-``transaction``, ``sql92`` and ``reply`` hold the request handlers (``admin_views`` computes what the admin requests, the
+``admin_consumers``, ``kvconfig``, ``transaction``, ``sql92`` and ``reply`` hold the request
+handlers (``admin_views`` computes what the admin requests, the
 console and ``rocketstore topics|status|consumers`` report); ``longpoll``, ``schedule``
 and ``transaction`` run the long-polling, delay-level and transaction-check services;
 ``state``, ``consumers``, ``producers``, ``subgroups``, ``filters`` and ``stats`` keep broker
