@@ -410,6 +410,23 @@ def test_kv_config_and_order_conf(targets):
     assert kv == {"configTable": {"OpsNS": {"opsKey": "opsValue"}, "ORDER_TOPIC_CONFIG": {}}}
 
 
+def test_namesrv_config(targets):
+    """updateNamesrvConfig orderMessageEnable (live) and getNamesrvConfig."""
+    ours, java = run_both(targets, lambda t: ["updateNamesrvConfig", "-n", t.namesrv, "-k",
+                                              "orderMessageEnable", "-v", "true"])
+    assert shape(ours) == shape(java) and "update name server config success" in ours
+    ours, java = run_both(targets, lambda t: ["getNamesrvConfig", "-n", t.namesrv])
+    conf = {name: dict(re.match(r"(\S+)\s*=\s*(.*)$", ln).groups() for ln in out.splitlines()
+                       if re.match(r"\S+\s*=\s", ln))
+            for name, out in (("ours", ours), ("java", java))}
+    assert re.search(r"^=+127\.0\.0\.1:\d+=+$", ours, re.M), ours
+    assert conf["ours"]["orderMessageEnable"] == conf["java"]["orderMessageEnable"] == "true"
+    assert set(conf["ours"]) <= set(conf["java"]), ours
+    assert conf["ours"]["kvConfigPath"].endswith("kvConfig.json")
+    for name in ("ours", "java"):
+        assert w.call(targets[name].namesrv, 318, body=b"orderMessageEnable=false\n").code == 0
+
+
 def test_consumer_status(targets, tmp_path):
     """consumerStatus with a Java push consumer (RocketMQ's benchmark Consumer) and a Python
     one in the same group: each broker asks each client (307) and relays the answers, which

@@ -117,6 +117,20 @@ def test_write_perm_and_kv_config_on_namesrv(tmp_path):
         assert got.ext_fields["value"] == "broker-a:4;broker-b:4"
         _register(ns.addr, "broker-a", "127.0.0.1:1", {"T1": 6}, 1)
         assert "orderTopicConf" not in w.body(w.call(ns.addr, 105, {"topic": "T1"}))  # off
+        # getNamesrvConfig / updateNamesrvConfig: orderMessageEnable changes live
+        conf = dict(ln.split("=", 1) for ln in w.call(ns.addr, 319).body.decode().splitlines())
+        assert conf == {"kvConfigPath": str(kv_path), "orderMessageEnable": "false",
+                        "listenPort": ns.addr.rsplit(":", 1)[1]}
+        assert w.call(ns.addr, 318, body=b"orderMessageEnable=true\n").code == 0
+        assert w.body(w.call(ns.addr, 105, {"topic": "T1"}))["orderTopicConf"] == \
+            "broker-a:4;broker-b:4"
+        path = w.call(ns.addr, 318, body=b"kvConfigPath=/tmp/elsewhere.json\n")
+        assert (path.code, path.remark) == (16, "Can not update config path")
+        for bad in (b"listenPort=1\n", b"orderMessageEnable=maybe\n",
+                    b"orderMessageEnable=false\nnoSuchKey=1\n"):
+            r = w.call(ns.addr, 318, body=bad)
+            assert r.code == 1 and r.remark, bad
+        assert b"orderMessageEnable=true" in w.call(ns.addr, 319).body  # nothing applied
     finally:
         assert ns.stop() == 0
     kv_path.write_text("{not json")

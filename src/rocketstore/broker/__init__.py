@@ -11,7 +11,7 @@ pure-JavaScript ``ali-ons@3.12.0`` (produce, push with oneway offset commits); s
 (``tests/broker/test_mqadmin.py``). Requests served: 10, 11, 12, 14, 15, 17, 21, 25, 26, 28,
 29-38, 41-43, 45, 46, 105, 106, 200-204, 206-208, 215, 222, 223, 300, 305, 307, 309, 310,
 320, 321, 324, 325 on the broker (and 100-106, 205, 216, 219, 224, 304, 327 on the name
-server); the broker sends 39 (CHECK_TRANSACTION_STATE), 40, 220 (RESET_CONSUMER_CLIENT_OFFSET),
+server, with 318/319 for its settings); the broker sends 39 (CHECK_TRANSACTION_STATE), 40, 220 (RESET_CONSUMER_CLIENT_OFFSET),
 221 and 307/309 (asking a consumer for ``consumerStatus``) and 326
 (PUSH_REPLY_MESSAGE_TO_CLIENT); anything else gets REQUEST_CODE_NOT_SUPPORTED. SQL92
 subscriptions (``sql92``, ``filters``) and request-reply (``reply``) as RocketMQ 4.9.7 does

@@ -1,6 +1,7 @@
 """Name-server requests: routes (105), cluster info (106), topic list (206), the brokers'
 REGISTER_BROKER (103) / UNREGISTER_BROKER (104), an operator's WIPE_WRITE_PERM_OF_BROKER (205) /
-ADD_WRITE_PERM_OF_BROKER (327), and the KV config (100-102, 219; see ``kvconfig``).
+ADD_WRITE_PERM_OF_BROKER (327), the KV config (100-102, 219; see ``kvconfig``) and the name
+server's own settings (318, 319; see ``namesrv_config``).
 
 Theory of operation: a name server answers from a ``RouteTable`` — RocketMQ's
 ``RouteInfoManager`` reduced to what clients ask: which brokers (name → cluster, id → address)
@@ -40,8 +41,9 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..remoting.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from ..remoting.command import RemotingCommand
 from ..remoting.jsonbody import load_json_text
-from . import kvconfig
+from . import kvconfig, namesrv_config
 from .kvconfig import KV_CONFIG_FILE, ORDER_TOPIC_CONFIG, KVConfigManager, kv_table_body
+from .namesrv_config import NamesrvSettings
 
 if TYPE_CHECKING:
     from .controller import Broker
@@ -276,16 +278,22 @@ def local_kv_config_path(broker: "Broker") -> str:
 
 def handlers(broker: "Broker | None", table: RouteTable | None = None,
              kv: KVConfigManager | None = None,
-             order_message_enable: bool | None = None) -> dict[int, Any]:
+             settings: NamesrvSettings | None = None) -> dict[int, Any]:
     """Name-server handlers; ``broker`` is the in-process broker, if any; ``kv`` the KV config
-    (default: memory only, or ``local_kv_config_path`` beside a broker)."""
+    (default: memory only, or ``local_kv_config_path`` beside a broker); ``settings`` the
+    name server's own (default: ``orderMessageEnable`` of the broker's config)."""
     table = table if table is not None else RouteTable()
     if kv is None:
         kv = KVConfigManager(local_kv_config_path(broker) if broker is not None else None)
-    if order_message_enable is None:
-        order_message_enable = bool(broker is not None and broker.config.order_message_enable)
+    if settings is None:
+        settings = NamesrvSettings(kv.path, bool(broker is not None
+                                                 and broker.config.order_message_enable))
+        if broker is not None:
+            settings.listen_port = lambda: broker.config.namesrv_port
     perms = LocalRoutePerms() if broker is not None else None
-    order_conf = (lambda t: kv.get(ORDER_TOPIC_CONFIG, t)) if order_message_enable else None
+
+    def order_conf(topic: str) -> str | None:
+        return kv.get(ORDER_TOPIC_CONFIG, topic)
 
     def kv_changed(namespace: str) -> None:
         """The local broker takes the ORDER_TOPIC_CONFIG namespace as a registering broker
@@ -312,7 +320,8 @@ def handlers(broker: "Broker | None", table: RouteTable | None = None,
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
                                 remark=f"No topic route info in name server for the topic: {topic}")
         return cmd.response(ResponseCode.SUCCESS,
-                            body=route_body(broker, tc, table, topic, perms, order_conf))
+                            body=route_body(broker, tc, table, topic, perms,
+                                            order_conf if settings.order_message_enable else None))
 
     async def cluster_info(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         addr_table: dict[str, dict] = {}
@@ -371,7 +380,7 @@ def handlers(broker: "Broker | None", table: RouteTable | None = None,
         return cmd.response(ResponseCode.SUCCESS,
                             {"wipeTopicCount" if wipe else "addTopicCount": count})
 
-    return {**kvconfig.handlers(kv, kv_changed),
+    return {**kvconfig.handlers(kv, kv_changed), **namesrv_config.handlers(settings),
             RequestCode.WIPE_WRITE_PERM_OF_BROKER: write_perm,
             RequestCode.ADD_WRITE_PERM_OF_BROKER: write_perm,
             RequestCode.GET_ROUTEINFO_BY_TOPIC: get_route,

@@ -29,15 +29,16 @@ async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
                order_message_enable: bool) -> None:
     from ..broker import namesrv
     from ..broker.kvconfig import KVConfigManager
+    from ..broker.namesrv_config import NamesrvSettings
     from ..broker.server import RemotingServer
 
     try:
         kv = KVConfigManager(kv_config_path)
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot load the KV config: {exc}") from exc
-    srv = RemotingServer(_NoBroker(), namesrv.handlers(None, kv=kv,
-                                                       order_message_enable=order_message_enable),
-                         "namesrv")
+    settings = NamesrvSettings(kv_config_path, order_message_enable)
+    srv = RemotingServer(_NoBroker(), namesrv.handlers(None, kv=kv, settings=settings), "namesrv")
+    settings.listen_port = lambda: srv.port
     try:
         await srv.start(host, port)
     except OSError as exc:
