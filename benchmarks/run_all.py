@@ -14,7 +14,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = ["bench_store.py", "bench_index.py", "bench_durability.py", "bench_broker.py", "bench_spark.py",
            "bench_ops.py", "bench_grpc.py", "bench_grpc_sql92.py", "bench_transaction.py",
-           "bench_sql92.py"]
+           "bench_sql92.py", "bench_consumer_status.py"]
 
 
 def main() -> int:

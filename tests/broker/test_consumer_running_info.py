@@ -143,3 +143,20 @@ def test_running_info_and_status_from_python_consumer(tmp_path):
         if held is not None:
             held.close()
         assert srv.stop() == 0, srv.log()
+
+
+def test_consume_stats_tracker_counts_and_stays_small():
+    from rocketstore.client.running_info import ConsumeStatsTracker
+
+    t = ConsumeStatsTracker()
+    t.pulled("T", 4.0, 5)
+    t.pulled("T", 2.0, 0)
+    for rt, ok in ((1.0, True), (3.0, True), (2.0, False), (2.0, False), (2.0, False)):
+        t.consumed("T", rt, ok)
+    s = t.status("T")
+    assert s == {"pullRT": 3.0, "pullTPS": 5 / 60, "consumeRT": 2.0, "consumeOKTPS": 2 / 60,
+                 "consumeFailedTPS": 3 / 60, "consumeFailedMsgs": 3}
+    assert t.status("Other")["consumeOKTPS"] == 0.0
+    for _ in range(100_000):  # a busy minute keeps one bucket per second, not one per message
+        t.consumed("T", 0.1, True)
+    assert len(t._seconds["T"]) <= 61

@@ -20,8 +20,8 @@ The 221 answer is ``GetConsumerStatusBody`` with ``messageQueueTable``: queue â†
 asked topic.
 
 Theory of operation: the consumer updates a ``ProcessQueueState`` per queue and a
-``ConsumeStatsTracker`` as it pulls and consumes (plain attribute writes, no locks: all on the
-client's event loop); the responder builds the body from them when a request comes in and
+``ConsumeStatsTracker`` (per-second buckets) as it pulls and consumes (plain attribute writes,
+no locks: all on the client's event loop); the responder builds the body from them when a request comes in and
 writes the answer on the connection the request came from.
 """
 from __future__ import annotations
@@ -81,50 +81,75 @@ class ProcessQueueState:
                 "lastConsumeTimestamp": self.last_consume_ms}
 
 
+class _Second:
+    """What happened to one topic in one wall-clock second."""
+
+    __slots__ = ("second", "pulls", "pull_rt", "pulled", "consumes", "consume_rt", "ok", "failed")
+
+    def __init__(self, second: int) -> None:
+        self.second = second
+        self.pulls = self.pulled = self.consumes = self.ok = self.failed = 0
+        self.pull_rt = self.consume_rt = 0.0
+
+
 class ConsumeStatsTracker:
-    """Per topic: samples of the last minute (pull RT and count, consume RT, OK, failed) and
-    the failed count of the last hour."""
+    """Per topic: one bucket per second of the last minute (pull RT and count, consume RT, OK,
+    failed) and one failed count per minute of the last hour â€” bounded memory at any rate, a
+    few attribute updates per message."""
 
     def __init__(self) -> None:
-        self._minute: dict[str, deque] = {}  # topic -> (ms, kind, value)
-        self._failed_hour: dict[str, deque] = {}  # topic -> (ms, count)
+        self._seconds: dict[str, deque[_Second]] = {}
+        self._failed_minutes: dict[str, deque[list[int]]] = {}  # [minute, failed count]
 
-    def _add(self, topic: str, kind: str, value: float) -> None:
-        now = int(time.time() * 1000)
-        q = self._minute.setdefault(topic, deque())
-        q.append((now, kind, value))
-        while q and q[0][0] < now - MINUTE_MS:
+    def _now(self, topic: str) -> _Second:
+        sec = int(time.time())
+        q = self._seconds.get(topic)
+        if q is None:
+            q = self._seconds[topic] = deque()
+        elif q and q[-1].second == sec:
+            return q[-1]
+        b = _Second(sec)
+        q.append(b)
+        while q[0].second <= sec - MINUTE_MS // 1000:
             q.popleft()
+        return b
 
     def pulled(self, topic: str, rt_ms: float, count: int) -> None:
-        self._add(topic, "pull", rt_ms)
-        self._add(topic, "pulled", count)
+        b = self._now(topic)
+        b.pulls += 1
+        b.pull_rt += rt_ms
+        b.pulled += count
 
     def consumed(self, topic: str, rt_ms: float, ok: bool) -> None:
-        self._add(topic, "rt", rt_ms)
-        self._add(topic, "ok" if ok else "failed", 1)
-        if not ok:
-            now = int(time.time() * 1000)
-            q = self._failed_hour.setdefault(topic, deque())
-            q.append(now)
-            while q and q[0] < now - HOUR_MS:
-                q.popleft()
+        b = self._now(topic)
+        b.consumes += 1
+        b.consume_rt += rt_ms
+        if ok:
+            b.ok += 1
+            return
+        b.failed += 1
+        minute = b.second // 60
+        q = self._failed_minutes.setdefault(topic, deque())
+        if q and q[-1][0] == minute:
+            q[-1][1] += 1
+        else:
+            q.append([minute, 1])
+        while q[0][0] <= minute - HOUR_MS // MINUTE_MS:
+            q.popleft()
 
     def status(self, topic: str) -> dict:
-        now = int(time.time() * 1000)
-        samples = [s for s in self._minute.get(topic, ()) if s[0] >= now - MINUTE_MS]
-
-        def values(kind: str) -> list[float]:
-            return [v for _, k, v in samples if k == kind]
-
-        def avg(xs: list[float]) -> float:
-            return sum(xs) / len(xs) if xs else 0.0
+        now = int(time.time())
+        window = [b for b in self._seconds.get(topic, ()) if b.second > now - MINUTE_MS // 1000]
+        pulls, consumes = sum(b.pulls for b in window), sum(b.consumes for b in window)
         per_s = MINUTE_MS / 1000.0
-        failed = [t for t in self._failed_hour.get(topic, ()) if t >= now - HOUR_MS]
-        return {"pullRT": avg(values("pull")), "pullTPS": sum(values("pulled")) / per_s,
-                "consumeRT": avg(values("rt")), "consumeOKTPS": sum(values("ok")) / per_s,
-                "consumeFailedTPS": sum(values("failed")) / per_s,
-                "consumeFailedMsgs": len(failed)}
+        failed = sum(c for m, c in self._failed_minutes.get(topic, ())
+                     if m > now // 60 - HOUR_MS // MINUTE_MS)
+        return {"pullRT": sum(b.pull_rt for b in window) / pulls if pulls else 0.0,
+                "pullTPS": sum(b.pulled for b in window) / per_s,
+                "consumeRT": sum(b.consume_rt for b in window) / consumes if consumes else 0.0,
+                "consumeOKTPS": sum(b.ok for b in window) / per_s,
+                "consumeFailedTPS": sum(b.failed for b in window) / per_s,
+                "consumeFailedMsgs": failed}
 
 
 def subscription_data(topic: str, expression: str, expression_type: str,
