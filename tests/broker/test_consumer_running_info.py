@@ -9,10 +9,14 @@ Java's ``String.hashCode`` computed here.
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from click.testing import CliRunner
+
+from rocketstore.cli import main
 from rocketstore.client import AdminClient, Producer, PushConsumer
 
 from . import admin_wire as w
@@ -99,6 +103,21 @@ def test_running_info_and_status_from_python_consumer(tmp_path):
             assert {(q["topic"], q["queueId"]): q["commitOffset"] for q in view["queues"]} == \
                 expected
             assert view["properties"]["consumerGroup"] == GROUP and view["jstack"] is None
+
+            # the CLI: rocketstore consumers --group G --clients
+            r = CliRunner().invoke(main, ["consumers", "--namesrv", srv.namesrv, "--group",
+                                          GROUP, "--clients", "--json"])
+            assert r.exit_code == 0, r.output
+            [row] = json.loads(r.output)["groups"]
+            [client] = row["clients"]
+            assert client["clientId"] == c.client_id and client["language"] == "PYTHON"
+            assert {(q["topic"], q["queueId"]): q["commitOffset"]
+                    for q in client["queues"]} == expected
+            r = CliRunner().invoke(main, ["consumers", "--namesrv", srv.namesrv, "--group",
+                                          GROUP, "--clients"])
+            assert r.exit_code == 0 and f"client {c.client_id} (PYTHON" in r.output, r.output
+            r = CliRunner().invoke(main, ["consumers", "--namesrv", srv.namesrv, "--clients"])
+            assert r.exit_code != 0 and "--clients needs --group" in r.output
 
             # 223: the broker asks every client of the group (221) for the topic's offsets
             r = w.call(srv.broker, 223, {"topic": TOPIC, "group": GROUP, "clientAddr": ""})

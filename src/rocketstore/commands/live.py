@@ -3,6 +3,7 @@
     rocketstore topics    --namesrv 127.0.0.1:9876 [--all] [--json]
     rocketstore status    --broker 127.0.0.1:10911 [--json]
     rocketstore consumers --store data [--group G] [--json]
+    rocketstore consumers --namesrv 127.0.0.1:9876 --group G --clients
 
 Through ``--namesrv`` or ``--broker`` the numbers come from the broker's admin requests
 (``rocketstore.client.AdminClient``: the same requests RocketMQ's ``mqadmin`` sends, so this works
@@ -14,7 +15,9 @@ those last persisted in ``config/consumerOffset.json`` and nobody is "online".
 topics with ``--all``). ``status``: per broker its runtime numbers (CommitLog offsets, dispatch
 lag, put/get totals and rates, disk use). ``consumers``: per group its online clients, topics,
 total lag and consume rate; with ``--group`` every queue's broker offset, committed offset and
-lag. Every command takes ``--json``.
+lag, and with ``--clients`` each live client's own view — the queues it holds, its next offsets,
+cached messages and rates (GET_CONSUMER_RUNNING_INFO, ``mqadmin consumerStatus``). Every
+command takes ``--json``.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from typing import Any, Iterator
 
 import click
 
+from ..errors import BrokerError
 from ._common import emit_json, json_option
 
 STATUS_KEYS = ("brokerVersionDesc", "runtime", "commitLogMinOffset", "commitLogMaxOffset",
@@ -241,19 +245,66 @@ def consumers_offline(st: OfflineState, group: str | None) -> list[dict]:
     return out
 
 
+def consumer_clients(client: Any, group: str) -> list[dict]:
+    """Each live client of ``group`` in its own words (GET_CONSUMER_RUNNING_INFO, what
+    ``mqadmin consumerStatus`` shows): queues it holds, offsets, cached messages, rates."""
+    seen: dict[str, dict] = {}
+    for b in client.brokers():
+        conn = client.consumer_connection(group, b["addr"]) or {}
+        for c in conn.get("connectionSet") or []:
+            seen.setdefault(c["clientId"], c)
+    out = []
+    for cid, c in sorted(seen.items()):
+        row = {"clientId": cid, "clientAddr": c.get("clientAddr"), "language": c.get("language"),
+               "version": c.get("version")}
+        try:
+            row.update(client.consumer_running_info(group, cid))
+        except (BrokerError, ConnectionError, TimeoutError) as exc:
+            row["error"] = str(exc)
+        out.append(row)
+    return out
+
+
+def _print_clients(clients: list[dict]) -> None:
+    for c in clients:
+        click.echo(f"client {c['clientId']} ({c.get('language')}, {c.get('clientAddr')})")
+        if "error" in c:
+            click.echo(f"  no answer: {c['error']}")
+            continue
+        _table([[q["topic"], q["brokerName"], q["queueId"], q.get("commitOffset"),
+                 q.get("cachedMsgCount"), _ts(q.get("lastPullTimestamp")),
+                 _ts(q.get("lastConsumeTimestamp"))] for q in c["queues"]],
+               ["TOPIC", "BROKER", "QUEUE", "NEXT OFFSET", "CACHED", "LAST PULL",
+                "LAST CONSUME"])
+        for topic, st in sorted(c["status"].items()):
+            click.echo(f"  {topic}: pull {st.get('pullTPS', 0):.1f}/s "
+                       f"({st.get('pullRT', 0):.1f} ms), consume OK "
+                       f"{st.get('consumeOKTPS', 0):.1f}/s ({st.get('consumeRT', 0):.1f} ms), "
+                       f"failed {st.get('consumeFailedTPS', 0):.1f}/s, "
+                       f"{st.get('consumeFailedMsgs', 0)} failed in the last hour")
+
+
 @click.command("consumers")
 @target_options
 @click.option("--group", default=None, help="One group, with every queue's offsets.")
+@click.option("--clients", is_flag=True,
+              help="With --group through --namesrv: each live client's own view "
+                   "(mqadmin consumerStatus).")
 @json_option
-def consumers(namesrv, broker, store_dir, group, as_json):
+def consumers(namesrv, broker, store_dir, group, clients, as_json):
     """Consumer groups: online clients, topics, lag; per queue with --group."""
     check_target(namesrv, broker, store_dir)
+    if clients and (not group or not namesrv):
+        raise click.UsageError("--clients needs --group and --namesrv")
     if store_dir:
         with offline(store_dir) as st:
             rows = consumers_offline(st, group)
     else:
         with admin_client(namesrv, broker) as client:
             rows = consumers_online(client, group)
+            if clients:
+                for r in rows:
+                    r["clients"] = consumer_clients(client, r["group"])
     if as_json:
         emit_json({"groups": rows})
         return
@@ -266,6 +317,7 @@ def consumers(namesrv, broker, store_dir, group, as_json):
                     for q in r["queues"]],
                    ["TOPIC", "BROKER", "QUEUE", "BROKER OFFSET", "CONSUMER OFFSET", "LAG",
                     "LAST CONSUMED"])
+            _print_clients(r.get("clients") or [])
         return
     _table([[r["group"], r["online"], r["messageModel"] or "-", ",".join(r["topics"]) or "-",
              r["totalLag"], f"{r['consumeTps']:.1f}"] for r in rows],
