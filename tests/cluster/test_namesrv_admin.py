@@ -108,6 +108,25 @@ def test_write_perm_and_kv_config_on_namesrv(tmp_path):
         assert w.call(ns.addr, 102, {"namespace": "app", "key": "never"}).code == 0
         assert w.call(ns.addr, 101, {"namespace": "app", "key": "k"}).code == 22
         assert w.body(w.call(ns.addr, 219, {"namespace": "app"})) == {"table": {}}
+
+        # topicList -c, deleteTopic and the system topic list over the registered brokers
+        _register(ns.addr, "broker-c", "127.0.0.1:3", {"T1": 6, "OnlyC": 6}, 1)
+        w.call(ns.addr, 103, {"brokerName": "broker-x", "brokerAddr": "127.0.0.1:9",
+                              "clusterName": "OtherCluster", "brokerId": 0})
+        assert set(w.body(w.call(ns.addr, 224, {"cluster": "DefaultCluster"}))["topicList"]) == \
+            {"T1", "T2", "RO", "OnlyC"}
+        assert w.call(ns.addr, 224, {"cluster": "NoSuchCluster"}).code == 1
+        sys_list = w.body(w.call(ns.addr, 304))
+        assert set(sys_list["topicList"]) == {"DefaultCluster", "broker-a", "broker-b",
+                                              "broker-c", "OtherCluster", "broker-x"}
+        assert sys_list["brokerAddr"] in {"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3",
+                                          "127.0.0.1:9"}
+        assert w.call(ns.addr, 216, {"topic": "T1", "clusterName": "OtherCluster"}).code == 0
+        assert set(_perms(ns.addr, "T1")) == {"broker-a", "broker-b", "broker-c"}
+        assert w.call(ns.addr, 216, {"topic": "T1", "clusterName": "DefaultCluster"}).code == 0
+        assert w.call(ns.addr, 105, {"topic": "T1"}).code == 17
+        assert w.call(ns.addr, 216, {"topic": "OnlyC"}).code == 0
+        assert "OnlyC" not in w.body(w.call(ns.addr, 206))["topicList"]
     finally:
         assert ns.stop() == 0
     # a restarted name server reads its kvConfig.json back

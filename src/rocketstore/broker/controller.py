@@ -141,7 +141,7 @@ class Broker:
     async def _start_servers(self) -> None:
         from .server import RemotingServer
         from . import admin, locks, namesrv, pull, send, transaction
-        from . import admin_consumers, admin_groups, admin_namesrv, admin_runtime, admin_topics
+        from . import admin_consumers, admin_groups, admin_runtime, admin_topics
 
         self.topics.persist()
         self._start_transactions()
@@ -159,8 +159,7 @@ class Broker:
             self.store_config.store_host = f"{self.config.host}:{broker_srv.port}"
         self.servers.append(broker_srv)
         if self.config.namesrv_port is not None:
-            ns = RemotingServer(self, {**namesrv.handlers(self), **admin_namesrv.handlers(self)},
-                                "namesrv")
+            ns = RemotingServer(self, namesrv.handlers(self), "namesrv")
             await ns.start(self.config.host, self.config.namesrv_port)
             self.config.namesrv_port = ns.port
             self.servers.append(ns)

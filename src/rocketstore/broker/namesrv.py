@@ -184,6 +184,25 @@ class RouteTable:
         with self._lock:
             return {n: (b.cluster, dict(b.addrs)) for n, b in self._brokers.items()}
 
+    def topics_of(self, names: set[str]) -> set[str]:
+        """Topics any of the brokers ``names`` serves."""
+        self.expire()
+        with self._lock:
+            return {t for t, queues in self._topics.items() if names & queues.keys()}
+
+    def delete_topic(self, topic: str, names: set[str] | None = None) -> None:
+        """Forget ``topic`` (DELETE_TOPIC_IN_NAMESRV): on the brokers ``names`` (a cluster's),
+        or everywhere."""
+        with self._lock:
+            queues = self._topics.get(topic)
+            if queues is None:
+                return
+            for name in list(queues) if names is None else names:
+                queues.pop(name, None)
+            if not queues:
+                del self._topics[topic]
+                self._order.pop(topic, None)
+
     def topic_names(self) -> set[str]:
         self.expire()
         with self._lock:
@@ -380,7 +399,10 @@ def handlers(broker: "Broker | None", table: RouteTable | None = None,
         return cmd.response(ResponseCode.SUCCESS,
                             {"wipeTopicCount" if wipe else "addTopicCount": count})
 
+    from . import admin_namesrv  # imports the admin views, which import this module
+
     return {**kvconfig.handlers(kv, kv_changed), **namesrv_config.handlers(settings),
+            **admin_namesrv.handlers(broker, table),
             RequestCode.WIPE_WRITE_PERM_OF_BROKER: write_perm,
             RequestCode.ADD_WRITE_PERM_OF_BROKER: write_perm,
             RequestCode.GET_ROUTEINFO_BY_TOPIC: get_route,
