@@ -10,10 +10,15 @@ comprehensions; any other node falls back to evaluating it message by message.
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+import numpy as np
 
 from . import expression as ex
 from .values import JLong, JavaEvalError, java_compare
+
+if TYPE_CHECKING:
+    from .propblob import PropertyBlob
 
 ERR = object()
 _ORDER = {">": lambda c: c > 0, ">=": lambda c: c >= 0, "<": lambda c: c < 0, "<=": lambda c: c <= 0}
@@ -104,3 +109,93 @@ def _fast_or_slow(node: ex.Expr, v, c, op: str):
     except (JavaEvalError, ValueError):
         return ERR
     return r == 0 if op == "=" else _ORDER[op](r)
+
+
+# -- the same evaluation over a PropertyBlob, in numpy ------------------------------------------
+# Each boolean node gives an int8 code per message; a node of another shape is evaluated by
+# ``_eval`` above on the Python strings of the properties it reads, so every answer stays
+# exactly ``expr.matches``.
+FALSE, TRUE, NULL, ERROR = 0, 1, 2, 3
+
+
+def evaluate_blob(expr: ex.Expr, blob: "PropertyBlob") -> np.ndarray:
+    """For each record of ``blob``: ``expr.matches(its properties)``, as a boolean array."""
+    if isinstance(expr, ex.Equal) and isinstance(expr.left, ex.Prop) and \
+            isinstance(expr.right, ex.Const) and isinstance(expr.right.value, str):
+        col = blob.column(expr.left.name)  # the commonest selector: one property = 'literal'
+        if col is not None:
+            return col.present & blob.equals(col, expr.right.value)
+    return _codes(expr, blob) == TRUE
+
+
+def _codes_of_values(values: list) -> np.ndarray:
+    return np.fromiter((TRUE if v is True else FALSE if v is False else NULL if v is None else ERROR
+                        for v in values), dtype=np.int8, count=len(values))
+
+
+def _fallback(node: ex.Expr, blob: "PropertyBlob") -> np.ndarray:
+    cols = {name: blob.strings(name) for name in node.properties()}
+    return _codes_of_values(_eval(node, cols, blob.n))
+
+
+def _codes(node: ex.Expr, blob: "PropertyBlob") -> np.ndarray:
+    n = blob.n
+    if isinstance(node, ex.Logic):
+        left, right = _codes(node.left, blob), _codes(node.right, blob)
+        short = TRUE if node.op == "OR" else FALSE
+        out = np.where((left == NULL) | (right == NULL), NULL, 1 - short).astype(np.int8)
+        out[right == short] = short
+        out[right == ERROR] = ERROR
+        out[left == short] = short
+        out[left == ERROR] = ERROR
+        return out
+    if isinstance(node, ex.Not):
+        v = _codes(node.right, blob)
+        return np.where(v <= TRUE, 1 - v, v).astype(np.int8)
+    if isinstance(node, ex.Const) and (node.value is None or isinstance(node.value, bool)):
+        return np.full(n, NULL if node.value is None else TRUE if node.value else FALSE, np.int8)
+    prop = _prop_of(node)
+    col = blob.column(prop.name) if prop is not None else None
+    if col is None:
+        return _fallback(node, blob)
+    present = col.present
+    if isinstance(node, ex.BooleanCast):
+        return np.where(present, FALSE, NULL).astype(np.int8)
+    if isinstance(node, ex.In):
+        hit = np.zeros(n, dtype=bool)
+        for lit in node.values:
+            hit |= blob.equals(col, lit)
+        return np.where(present, hit != node.negated, NULL).astype(np.int8)
+    c = node.right.value  # type: ignore[attr-defined]
+    if isinstance(node, ex.Equal) and c is None:  # IS NULL
+        return np.where(present, FALSE, TRUE).astype(np.int8)
+    if isinstance(node, ex.Equal) and isinstance(c, str):
+        return np.where(present, blob.equals(col, c), NULL).astype(np.int8)
+    out = np.full(n, NULL, dtype=np.int8)
+    rows = np.flatnonzero(present)
+    ok, val = blob.small_ints(col, rows)
+    cv = int(c)
+    op = "=" if isinstance(node, ex.Equal) else node.op  # type: ignore[attr-defined]
+    v = val[ok]
+    out[rows[ok]] = {"=": v == cv, ">": v > cv, ">=": v >= cv, "<": v < cv, "<=": v <= cv}[op]
+    slow = rows[~ok]
+    if len(slow):  # anything else: Java's exact conversion rules (and its errors)
+        out[slow] = _codes_of_values([_fast_or_slow(node, s, c, op)
+                                      for s in blob.strings_at(col, slow)])
+    return out
+
+
+def _prop_of(node: ex.Expr) -> ex.Prop | None:
+    """The property of the shapes evaluated in numpy (else None: the exact fallback)."""
+    if isinstance(node, ex.BooleanCast) and isinstance(node.right, ex.Prop):
+        return node.right
+    if isinstance(node, ex.In) and isinstance(node.prop, ex.Prop):
+        return node.prop
+    if isinstance(node, (ex.Equal, ex.Compare)) and isinstance(node.left, ex.Prop) and \
+            isinstance(node.right, ex.Const):
+        c = node.right.value
+        if isinstance(node, ex.Equal) and (c is None or isinstance(c, str)):
+            return node.left
+        if type(c) is int or type(c) is JLong:
+            return node.left
+    return None

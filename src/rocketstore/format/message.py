@@ -444,23 +444,3 @@ def decode_message(buf, pos: int = 0, *, check_crc: bool = False,
                       born_host=born_host, store_timestamp=store_ts, store_host=store_host,
                       reconsume_times=reconsume, prepared_transaction_offset=prepared,
                       magic=magic, msg_id=msg_id)
-
-
-def record_properties(buf, pos: int = 0) -> dict[str, str]:
-    """The properties of the record at ``buf[pos:]`` without decoding the rest of it (a SQL92
-    filter's input). The record is assumed whole (it came from the ConsumeQueue's size)."""
-    sys_flag = _I32.unpack_from(buf, pos + SYSFLAG_POS)[0]
-    q = pos + BORNHOST_POS + (20 if sys_flag & BORNHOST_V6_FLAG else 8) + 8
-    q += (20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8) + 12
-    body_len = _I32.unpack_from(buf, q)[0]
-    q += 4 + max(body_len, 0)
-    if _I32.unpack_from(buf, pos + MAGIC_POS)[0] == MESSAGE_MAGIC_CODE_V2:
-        topic_len = _H16.unpack_from(buf, q)[0]
-        q += 2
-    else:
-        topic_len = buf[q]
-        q += 1
-    q += topic_len
-    props_len = _H16.unpack_from(buf, q)[0]
-    q += 2
-    return string_to_properties(bytes(buf[q:q + props_len]).decode("utf-8", "replace"))

@@ -13,14 +13,16 @@ A ``message_filter`` has ``matches_units(store_ts, has_bitmap, bitmaps)`` (a boo
 """
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
-from ..filter.columns import evaluate_matches
-from ..format.batch import extract_property
+from ..filter import propblob
+from ..filter.columns import evaluate_blob
 from ..format.cq_ext import MAX_ADDR, MIN_EXT_UNIT_SIZE
-from ..format.message import BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE_V2, STOREHOSTADDRESS_V6_FLAG, record_properties
+from ..errors import CorruptRecordError
+from ..format.message import BLANK, decode_message
+from ..format.record import (BODY_POS, BODYLENGTH_POS, BORNHOST_V6_FLAG, MAGIC_POS, MAX_TOPIC_LENGTH,
+                             MAX_TOPIC_LENGTH_V2, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2,
+                             MIN_RECORD_SIZE, STOREHOSTADDRESS_V6_FLAG, SYSFLAG_POS)
 
 _REAL_MASK = np.int64(0x7FFFFFFFFFFFFFFF)  # address - Long.MIN_VALUE, for addresses
 
@@ -85,135 +87,117 @@ def resolve_units(tags_slots: np.ndarray, ext, message_filter) -> tuple[list, li
 
 
 def record_matches(message_filter, raw) -> bool:
-    return message_filter.matches_properties(record_properties(raw))
+    """One record checked on its own properties; a record the record rule refuses raises
+    ``CorruptRecordError`` (the pull skips it as unreadable)."""
+    msg = decode_message(raw, 0, with_body=False)
+    if msg is BLANK:
+        raise CorruptRecordError(0, "MAGICCODE", "a blank record where a message should be")
+    return message_filter.matches_properties(msg.properties)
 
 
-def prefilter_records(commitlog, offs: list[int], sizes: list[int], unit_ok: list,
-                      message_filter) -> list:
-    """``unit_ok`` narrowed by the expression: True where the record's properties match, False
-    where they do not or the bitmap ruled the unit out, None where the record could not be read
-    in place (the per-unit loop reads and checks it, and reports it as RocketMQ does)."""
+def prefilter_records(commitlog, offs: np.ndarray, sizes: np.ndarray, unit_ok, message_filter) -> list:
+    """``unit_ok`` (None: every unit) narrowed by the expression: True where the record's
+    properties match, False where they do not or the bitmap ruled the unit out, None where the
+    record could not be read in place (the per-unit loop reads and checks it, and reports it as
+    RocketMQ does)."""
     expr = getattr(message_filter, "expression", None)
-    out = [None if ok else False for ok in unit_ok]
-    if expr is None:  # the filter checks each record itself (e.g. retry topics)
-        return out
-    cand = [i for i, ok in enumerate(unit_ok) if ok]
-    if not cand:
-        return out
-    offs_a = np.asarray([offs[i] for i in cand], dtype=np.int64)
-    sizes_a = np.asarray([sizes[i] for i in cand], dtype=np.int64)
+    if unit_ok is None:
+        state = np.full(len(offs), _UNKNOWN, dtype=np.int8)
+        cand = None
+    else:
+        ok = np.asarray(unit_ok, dtype=bool)
+        state = np.where(ok, _UNKNOWN, _NO).astype(np.int8)
+        cand = np.flatnonzero(ok)
+    if expr is None or (cand is not None and not len(cand)):  # (e.g. a retry topic's filter
+        return _as_objects(state)                             # checks each record itself)
+    offs_a = (offs if cand is None else offs[cand]).astype(np.int64)
+    sizes_a = (sizes if cand is None else sizes[cand]).astype(np.int64)
+    where = np.arange(len(offs), dtype=np.int64) if cand is None else cand
     fsize = commitlog.file_size
-    seg = offs_a - offs_a % fsize
-    names = sorted(expr.properties())
-    for s in np.unique(seg).tolist():
+    while len(offs_a):  # segment by segment (a batch of units rarely spans two)
+        s = int(offs_a[0]) - int(offs_a[0]) % fsize
+        pos = offs_a - s
+        mine = (pos >= 0) & (pos < fsize)
         mf = commitlog.segment_at(s)
-        if mf is None:
-            continue
-        m = np.flatnonzero(seg == s)
-        pos = offs_a[m] - s
-        inside = pos + sizes_a[m] <= mf.wrote_position
-        m, pos = m[inside], pos[inside]
-        if not len(m):
-            continue
-        arr = np.frombuffer(mf.mm, dtype=np.uint8)
-        cols = _property_columns(arr, pos, sizes_a[m], names)
-        if cols is None:
-            continue
-        matched = evaluate_matches(expr, cols, len(m))
-        for k, hit in zip(m.tolist(), matched):
-            out[cand[k]] = hit
-    return out
+        if mf is not None:
+            arr = np.frombuffer(mf.mm, dtype=np.uint8)
+            starts, lens, good = _property_spans(arr, pos, sizes_a, mf.wrote_position)
+            good &= mine
+            if cand is None and len(pos) == len(offs) and good.all():  # the usual case: all units,
+                # all read in place
+                groups = _by_width(lens)
+                if len(groups) == 1:
+                    return evaluate_blob(expr, propblob.gather(arr, starts, lens)).tolist()
+                for sel in groups:
+                    state[sel] = evaluate_blob(expr, propblob.gather(arr, starts[sel], lens[sel]))
+                return _as_objects(state)
+            m = np.flatnonzero(good)
+            starts, lens = starts[m], lens[m]
+            for sel in _by_width(lens):
+                matched = evaluate_blob(expr, propblob.gather(arr, starts[sel], lens[sel]))
+                state[where[m[sel]]] = matched
+        if mine.all():
+            break
+        rest = np.flatnonzero(~mine)
+        offs_a, sizes_a, where = offs_a[rest], sizes_a[rest], where[rest]
+    return _as_objects(state)
 
 
-def _property_columns(arr: np.ndarray, pos: np.ndarray, size: np.ndarray,
-                      names: list[str]) -> dict[str, list] | None:
-    """Values of the named properties for each record at ``pos`` (None where absent), the same
-    as ``string_to_properties(props).get(name)``; None if a record looks damaged."""
-    spans = _property_spans(arr, pos, size)
-    if spans is None:
-        return None
-    starts, lens = spans
-    mm = arr.data
-    blob = b"\x02".join([mm[a:a + b] for a, b in zip(starts.tolist(), lens.tolist())])
-    if not blob.isascii():  # character and byte positions differ: record by record
-        text = [bytes(mm[a:a + b]).decode("utf-8", "replace") for a, b in zip(starts.tolist(), lens.tolist())]
-        return {name: extract_property(text, name) for name in names}
-    n = len(starts)
-    rec_start = np.concatenate(([0], np.cumsum(lens[:-1] + 1))) if n else np.zeros(0, np.int64)
-    text = blob.decode("ascii")
-    b = np.frombuffer(blob, dtype=np.uint8)
-    seps = np.flatnonzero(b == 2)
-    out: dict[str, list] = {}
-    for name in names:
-        needle = name.encode("ascii", "replace")
-        if not name.isascii() or b"\x01" in needle or b"\x02" in needle:
-            out[name] = _column_by_regex(text, rec_start, name, n)
-            continue
-        out[name] = _column_by_bytes(b, text, seps, rec_start, needle + b"\x01", n)
-    return out
+def _by_width(lens: np.ndarray) -> list:
+    """One group, unless a few long properties would make every row as wide as theirs."""
+    if not len(lens):
+        return []
+    if int(lens.max()) * len(lens) <= 2 * int(lens.sum()) + 64 * len(lens):
+        return [slice(None)]
+    cut = 2 * int(np.median(lens)) + 64
+    return [np.flatnonzero(lens <= cut), np.flatnonzero(lens > cut)]
 
 
-def _column_by_bytes(b: np.ndarray, text: str, seps: np.ndarray, rec_start: np.ndarray,
-                     needle: bytes, n: int) -> list:
-    """One property's values, found with numpy: every ``name\x01`` at the blob's start or right
-    after a ``\x02``, its value up to the next ``\x02``; per record the last non-empty one."""
-    width = len(needle)
-    at = np.flatnonzero(b[:max(0, len(b) - width + 1)] == needle[0])
-    for k in range(1, width):
-        at = at[b[at + k] == needle[k]]
-    at = at[(at == 0) | (b[np.maximum(at - 1, 0)] == 2)]
-    value_at = at + width
-    bounded = np.append(seps, len(b))  # a value runs to the next separator or the blob's end
-    value_end = bounded[np.searchsorted(seps, value_at)]
-    nonempty = value_end > value_at
-    at, value_at, value_end = at[nonempty], value_at[nonempty], value_end[nonempty]
-    col = np.full(n, None, dtype=object)
-    if len(at):
-        owner = np.searchsorted(rec_start, at, "right") - 1
-        last = np.append(owner[1:] != owner[:-1], True)
-        col[owner[last]] = [text[a:e] for a, e in zip(value_at[last].tolist(),
-                                                      value_end[last].tolist())]
-    return col.tolist()
+_NO, _YES, _UNKNOWN = 0, 1, 2  # (a match stored as a bool is _NO or _YES)
+_OBJECTS = np.array([False, True, None], dtype=object)
 
 
-def _column_by_regex(text: str, rec_start: np.ndarray, name: str, n: int) -> list:
-    col: list = [None] * n
-    found = [(mt.start(), mt.group(1)) for mt in _name_pattern(name).finditer(text)]
-    if found:
-        at = np.fromiter((f[0] for f in found), dtype=np.int64, count=len(found))
-        owner = (np.searchsorted(rec_start, at, "right") - 1).tolist()
-        for i, (_, v) in zip(owner, found):  # the last non-empty entry wins
-            if v:
-                col[i] = v
-    return col
+def _as_objects(state: np.ndarray) -> list:
+    return _OBJECTS[state].tolist()
 
 
-_PATTERNS: dict[str, "re.Pattern[str]"] = {}
-
-
-def _name_pattern(name: str):
-    p = _PATTERNS.get(name)
-    if p is None:
-        p = _PATTERNS[name] = re.compile("(?:^|(?<=\x02))" + re.escape(name) + "\x01([^\x02]*)")
-    return p
-
-
-def _property_spans(arr: np.ndarray, pos: np.ndarray, size: np.ndarray):
-    """(start, length) of each record's properties bytes (None if one looks damaged)."""
-    sys_flag = _gather(arr, pos + 36, 4, ">i4").astype(np.int64)
-    magic = _gather(arr, pos + 4, 4, ">i4").astype(np.int64)
-    d = np.where(sys_flag & BORNHOST_V6_FLAG, 12, 0) + np.where(sys_flag & STOREHOSTADDRESS_V6_FLAG, 12, 0)
-    body_len = _gather(arr, pos + d + 84, 4, ">i4").astype(np.int64)
-    tl_pos = pos + d + 88 + np.clip(body_len, 0, None)
-    v2 = magic == MESSAGE_MAGIC_CODE_V2
+def _property_spans(arr: np.ndarray, pos: np.ndarray, size: np.ndarray, wrote: int):
+    """(start, length, good) of each record's properties bytes. ``good`` holds where the record
+    passes the record rule's length checks (``format.record.length_problem``, as the decoder
+    applies it): stored TOTALSIZE equal to the unit's size, a message magic, the whole record
+    below ``wrote``, topic length in range, and the fields adding up to the size exactly. The
+    rest are left to the per-unit loop, which decodes them one by one and reports them as the
+    rule says. Each field is one gather from a view of the segment whose element ``i`` is the
+    big-endian integer at byte ``i``."""
+    u4 = np.ndarray(shape=(len(arr) - 3,), dtype=">u4", buffer=arr, strides=(1,))
+    u2 = np.ndarray(shape=(len(arr) - 1,), dtype=">u2", buffer=arr, strides=(1,))
     end = pos + size
-    if not ((body_len >= 0) & (tl_pos + 2 <= end)).all():
-        return None
-    topic_len = np.where(v2, _gather(arr, tl_pos, 2, ">i2").astype(np.int64), arr[tl_pos].astype(np.int64))
-    pl_pos = tl_pos + np.where(v2, 2, 1) + topic_len
-    if not (pl_pos + 2 <= end).all():
-        return None
-    props_len = _gather(arr, pl_pos, 2, ">i2").astype(np.int64)
-    if not ((props_len >= 0) & (pl_pos + 2 + props_len <= end)).all():
-        return None
-    return pl_pos + 2, props_len
+    good = (pos >= 0) & (size >= MIN_RECORD_SIZE) & (end <= wrote)
+    p = pos if good.all() else np.where(good, pos, 0)  # (a bad row reads harmless bytes at 0)
+    good &= u4[p] == size
+    magic = u4[p + MAGIC_POS]
+    v2 = magic == (MESSAGE_MAGIC_CODE_V2 & 0xFFFFFFFF)
+    good &= v2 | (magic == (MESSAGE_MAGIC_CODE & 0xFFFFFFFF))
+    sys_flag = u4[p + SYSFLAG_POS]
+    if (sys_flag & _V6).any():  # a v6 host address makes its field 12 bytes longer
+        p = p + np.where(sys_flag & BORNHOST_V6_FLAG, 12, 0) + np.where(sys_flag & STOREHOSTADDRESS_V6_FLAG, 12, 0)
+        good &= p + MIN_RECORD_SIZE <= end
+        p[~good] = 0
+    body_len = u4[p + BODYLENGTH_POS].astype(np.int64)
+    body_len[body_len >= 1 << 31] = 0  # Java reads a negative length as no body
+    last = len(arr) - 2
+    tl_pos = np.minimum(p + BODY_POS + body_len, last)
+    if v2.any():
+        topic_len = np.where(v2, u2[tl_pos], arr[tl_pos])
+        good &= topic_len <= np.where(v2, MAX_TOPIC_LENGTH_V2, MAX_TOPIC_LENGTH)
+        pl_pos = tl_pos + np.where(v2, 2, 1) + topic_len
+    else:
+        topic_len = arr[tl_pos]
+        good &= topic_len <= MAX_TOPIC_LENGTH
+        pl_pos = tl_pos + 1 + topic_len
+    props_len = u2[np.minimum(pl_pos, last)].astype(np.int64)
+    good &= (pl_pos + 2 + props_len == end) & (props_len <= 0x7FFF)
+    return pl_pos + 2, props_len, good
+
+
+_V6 = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG

@@ -105,11 +105,12 @@ def get_message(cfg: StoreConfig, commitlog: CommitLog, cq: ConsumeQueue | None,
     codes = sub.codes if sub.tags is not None else None
     tags_raw = units["tags_code"]
     unit_ok = None
-    if ext is not None or message_filter is not None:
+    if ext is not None:  # (without ext units there is no tagsCode to resolve, nor a bitmap)
         tags_raw, unit_ok = ext_filter.resolve_units(tags_raw, ext, message_filter)
-        if message_filter is not None:  # evaluate the expression on the candidates in one pass
-            unit_ok = ext_filter.prefilter_records(commitlog, units["offset"].tolist(),
-                                                   units["size"].tolist(), unit_ok, message_filter)
+    if message_filter is not None:
+        # the expression on the candidates' properties, in one pass
+        unit_ok = ext_filter.prefilter_records(commitlog, units["offset"], units["size"],
+                                               unit_ok, message_filter)
     result = GetMessageResult(GetStatus.NO_MATCHED_MESSAGE, 0, min_off, max_off)
     max_phy = commitlog.max_offset()
     memory_limit = _TOTAL_MEMORY * cfg.access_message_in_memory_max_ratio // 100
@@ -147,11 +148,18 @@ def get_message(cfg: StoreConfig, commitlog: CommitLog, cq: ConsumeQueue | None,
             if commitlog.segment_at(off_py) is None:  # the segment was removed: skip the rest of it
                 next_phy_file_start = commitlog.roll_next_file(off_py)
             continue  # (one damaged record costs only itself)
-        if message_filter is not None and unit_ok[i] is None and \
-                not ext_filter.record_matches(message_filter, raw):
-            if not buffers:
-                result.status = GetStatus.NO_MATCHED_MESSAGE
-            continue
+        if message_filter is not None and unit_ok[i] is None:
+            try:
+                hit = ext_filter.record_matches(message_filter, raw)
+            except CorruptRecordError:  # damage inside the log: report it unreadable, never raise
+                log.error("unreadable record at CommitLog offset %d (queue unit %d)", off_py, offset + i)
+                if not buffers:
+                    result.status = GetStatus.MESSAGE_WAS_REMOVING
+                continue
+            if not hit:
+                if not buffers:
+                    result.status = GetStatus.NO_MATCHED_MESSAGE
+                continue
         if not decode and sub.tags is None:
             buffers.append(raw)
             total += size_py
