@@ -11,7 +11,12 @@ perms, a new data version replaces them.
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
 import zlib
+
+import pytest
 
 from rocketstore.client import AdminClient, ClientInstance
 from rocketstore.client._sync import LoopThread
@@ -19,6 +24,7 @@ from rocketstore.client._sync import LoopThread
 from ..broker import admin_wire as w
 from ..broker.conftest import start_server
 from .conftest import start_cluster_broker, start_namesrv, wait_for
+from .java_rocketmq import rocketmq_home, start_java_broker
 
 ORDER = "ORDER_TOPIC_CONFIG"
 
@@ -158,7 +164,6 @@ def test_write_perm_and_kv_config_on_namesrv(tmp_path):
 
 
 def start_namesrv_failing(kv_path) -> str:
-    import subprocess
     import sys
 
     p = subprocess.run([sys.executable, "-m", "rocketstore.cli", "namesrv", "--port", "0",
@@ -233,4 +238,52 @@ def test_registered_broker_takes_order_topics(tmp_path):
     finally:
         if b is not None:
             assert b.stop() == 0
+        assert ns.stop() == 0
+
+
+def _mqadmin(home: str, *args: str) -> str:
+    p = subprocess.run([os.path.join(home, "mqadmin"), *args], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, TOOLS_HEAP="192m"))
+    return p.stdout + p.stderr
+
+
+@pytest.mark.timeout(400)
+def test_java_broker_at_our_namesrv(tmp_path):
+    """RocketMQ's own broker registered at ``rocketstore namesrv``, driven with RocketMQ's
+    ``mqadmin``: wipe/add write perms, the order flag from ORDER_TOPIC_CONFIG taken by the Java
+    broker from the register answer, ``topicList -c`` and ``deleteTopic`` over the cluster."""
+    home = rocketmq_home()
+    ns = start_namesrv(None, "--kv-config-path", str(tmp_path / "kv.json"),
+                       "--order-message-enable")
+    jb = None
+    try:
+        jb = start_java_broker(home, str(tmp_path / "jb"), ns.addr, "broker-j")
+        assert wait_for(lambda: w.call(ns.addr, 105, {"topic": "TBW102"}).code == 0, timeout=60)
+        n_topics = len(w.body(w.call(jb.addr, 21))["topicConfigTable"])
+        out = _mqadmin(home, "wipeWritePerm", "-n", ns.addr, "-b", "broker-j")
+        assert f"wipe write perm of broker[broker-j] in name server[{ns.addr}] OK, {n_topics}" \
+            in out, out
+        assert _perms(ns.addr, "TBW102") == {"broker-j": 7 & ~2}
+        out = _mqadmin(home, "addWritePerm", "-n", ns.addr, "-b", "broker-j")
+        assert f"OK, {n_topics}" in out and _perms(ns.addr, "TBW102") == {"broker-j": 6}, out
+
+        assert w.call(ns.addr, 100, {"namespace": ORDER, "key": "JOrd",
+                                     "value": "broker-j:4"}).code == 0
+        assert w.call(jb.addr, 17, {"topic": "JOrd", "readQueueNums": 4, "writeQueueNums": 4,
+                                    "perm": 6, "topicFilterType": "SINGLE_TAG",
+                                    "topicSysFlag": 0, "order": "false"}).code == 0
+        # the Java broker registers the new topic at once and takes the order flag from the answer
+        assert wait_for(lambda: w.body(w.call(jb.addr, 21))["topicConfigTable"]["JOrd"]["order"],
+                        timeout=60)
+        assert wait_for(lambda: w.call(ns.addr, 105, {"topic": "JOrd"}).code == 0, timeout=60)
+        assert w.body(w.call(ns.addr, 105, {"topic": "JOrd"}))["orderTopicConf"] == "broker-j:4"
+        out = _mqadmin(home, "topicList", "-n", ns.addr, "-c", "DefaultCluster")
+        assert re.search(r"^DefaultCluster\s+JOrd\s", out, re.M), out
+        out = _mqadmin(home, "deleteTopic", "-n", ns.addr, "-c", "DefaultCluster", "-t", "JOrd")
+        assert "delete topic [JOrd] from NameServer success" in out, out
+        assert w.call(ns.addr, 105, {"topic": "JOrd"}).code == 17
+        assert "JOrd" not in w.body(w.call(jb.addr, 21))["topicConfigTable"]
+    finally:
+        if jb is not None:
+            jb.stop()
         assert ns.stop() == 0
