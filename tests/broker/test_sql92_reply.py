@@ -157,3 +157,33 @@ def test_sql92_refused_when_property_filter_is_off(server):
         with pytest.raises(BrokerError) as err:
             c.pull("Off", 0, 0, 32, subscription="a > 1", expression_type="SQL92")
         assert err.value.code == ResponseCode.SYSTEM_ERROR
+
+
+@pytest.mark.parametrize("sub,expr_type", [("a = 'hit'", "SQL92"), ("hit", "TAG")])
+def test_long_poll_waits_for_a_matching_arrival(fserver, sub, expr_type):
+    """A held pull is not answered by arrivals its filter rejects: it answers with the first
+    matching message (RocketMQ's hold service checks each arrival against the filter)."""
+    topic = "Hold" + expr_type
+    with Producer("HoldP", fserver.namesrv) as p, PullConsumer("HoldG", fserver.namesrv) as c:
+        p.send(topic, b"first", queue_id=0, tags="miss", properties={"a": "miss"})
+        wait_max(c, topic, 0, 1)
+        result = {}
+
+        def held_pull():
+            t0 = time.monotonic()
+            result["r"] = c.pull(topic, 0, 1, 32, subscription=sub, expression_type=expr_type,
+                                 suspend_ms=20_000)
+            result["s"] = time.monotonic() - t0
+        th = threading.Thread(target=held_pull)
+        th.start()
+        time.sleep(0.5)  # the pull is held by now (the hit comes long after the misses anyway)
+        for i in range(3):
+            p.send(topic, b"miss%d" % i, queue_id=0, tags="miss", properties={"a": "miss"})
+        wait_max(c, topic, 0, 4)
+        time.sleep(1.0)
+        assert th.is_alive(), result  # not answered by the misses
+        p.send(topic, b"hit", queue_id=0, tags="hit", properties={"a": "hit"})
+        th.join(30)
+        r = result["r"]
+        assert r.status == "FOUND" and [m.body for m in r.messages] == [b"hit"]
+        assert r.next_begin_offset == 5

@@ -5,7 +5,9 @@ and maps the store's ``GetStatus`` to RocketMQ's pull response codes (as 4.9's
 ``PullMessageProcessor``). When nothing is there and the request carries the SUSPEND flag, the
 coroutine parks in the ``PullHoldService`` until the reput reports an arrival on that queue or
 ``suspendTimeoutMillis`` passes, then answers with what the reput thread read for it (or reads
-again); a timeout answers PULL_NOT_FOUND. The COMMIT_OFFSET flag commits ``commitOffset`` for the group on
+again); a timeout answers PULL_NOT_FOUND. Arrivals the subscription (tags or SQL92) rejects do
+not end the hold — as RocketMQ's hold service checks an arrival against the request's filter
+before waking it — the read position moves past them and the request waits on. The COMMIT_OFFSET flag commits ``commitOffset`` for the group on
 the first pass, before any hold. Every response carries ``suggestWhichBrokerId``,
 ``nextBeginOffset``, ``minOffset`` and ``maxOffset`` as strings; a FOUND body is the stored
 records byte for byte, one after another.
@@ -78,16 +80,27 @@ def handlers(broker: "Broker") -> dict[int, Any]:
         deadline = started + hold_s
         store = broker.store
 
+        at = offset  # where the next read starts (moves on past arrivals the filter rejects)
+
         def read() -> Any:
-            return store.get_message(group, topic, queue_id, offset, max_nums, expr, decode=False,
+            return store.get_message(group, topic, queue_id, at, max_nums, expr, decode=False,
                                      message_filter=message_filter)
         g = await broker.run(read)
+        held = False
         while True:
-            code = pull_code(g.status.name, offset)
+            code = pull_code(g.status.name, at)
             remaining = deadline - time.monotonic()
-            if code != ResponseCode.PULL_NOT_FOUND or remaining <= 0 or broker.hold.closed:
+            if remaining <= 0 or broker.hold.closed:
                 break
-            woken = await broker.hold.wait(topic, queue_id, offset, remaining, read)
+            if code == ResponseCode.PULL_RETRY_IMMEDIATELY and held and \
+                    g.status.name == "NO_MATCHED_MESSAGE" and g.next_begin_offset > at:
+                # what arrived while held does not match the subscription: RocketMQ's hold
+                # service only wakes a request for a matching arrival, so keep holding
+                at = g.next_begin_offset
+            elif code != ResponseCode.PULL_NOT_FOUND:
+                break
+            held = True
+            woken = await broker.hold.wait(topic, queue_id, at, remaining, read)
             # the reput thread may have read for us; otherwise read again on the executor
             g = woken if hasattr(woken, "status") else await broker.run(read)
         fields = {"suggestWhichBrokerId": 0, "nextBeginOffset": g.next_begin_offset,

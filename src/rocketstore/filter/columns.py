@@ -138,20 +138,48 @@ def _fallback(node: ex.Expr, blob: "PropertyBlob") -> np.ndarray:
     return _codes_of_values(_eval(node, cols, blob.n))
 
 
+def _logic_table(op: str) -> np.ndarray:
+    """``Logic``'s rule over codes, indexed by ``left * 4 + right``: an error or the deciding
+    value on the left wins, then on the right, then unknown, else the other value."""
+    short = TRUE if op == "OR" else FALSE
+    table = np.empty(16, dtype=np.int8)
+    for lv in range(4):
+        for rv in range(4):
+            if lv == ERROR or lv == short:
+                out = lv
+            elif rv == ERROR or rv == short:
+                out = rv
+            elif lv == NULL or rv == NULL:
+                out = NULL
+            else:
+                out = 1 - short
+            table[lv * 4 + rv] = out
+    return table
+
+
+_LOGIC = {op: _logic_table(op) for op in ("AND", "OR")}
+# where the left side alone decides (its error, or FALSE for AND / TRUE for OR)
+_DECIDED = {op: np.array([c == ERROR or c == (TRUE if op == "OR" else FALSE) for c in range(4)])
+            for op in ("AND", "OR")}
+_NOT = np.array([TRUE, FALSE, NULL, ERROR], dtype=np.int8)
+
+
 def _codes(node: ex.Expr, blob: "PropertyBlob") -> np.ndarray:
     n = blob.n
     if isinstance(node, ex.Logic):
-        left, right = _codes(node.left, blob), _codes(node.right, blob)
-        short = TRUE if node.op == "OR" else FALSE
-        out = np.where((left == NULL) | (right == NULL), NULL, 1 - short).astype(np.int8)
-        out[right == short] = short
-        out[right == ERROR] = ERROR
-        out[left == short] = short
-        out[left == ERROR] = ERROR
-        return out
+        left = _codes(node.left, blob)
+        # the right side only where the left does not decide (Java never evaluates it there)
+        decided = _DECIDED[node.op][left]
+        if not decided.any():
+            right = _codes(node.right, blob)
+        else:
+            right = np.full(n, NULL, dtype=np.int8)
+            need = np.flatnonzero(~decided)
+            if len(need):
+                right[need] = _codes(node.right, blob.subset(need))
+        return _LOGIC[node.op][left * 4 + right]
     if isinstance(node, ex.Not):
-        v = _codes(node.right, blob)
-        return np.where(v <= TRUE, 1 - v, v).astype(np.int8)
+        return _NOT[_codes(node.right, blob)]
     if isinstance(node, ex.Const) and (node.value is None or isinstance(node.value, bool)):
         return np.full(n, NULL if node.value is None else TRUE if node.value else FALSE, np.int8)
     prop = _prop_of(node)
@@ -171,18 +199,17 @@ def _codes(node: ex.Expr, blob: "PropertyBlob") -> np.ndarray:
         return np.where(present, FALSE, TRUE).astype(np.int8)
     if isinstance(node, ex.Equal) and isinstance(c, str):
         return np.where(present, blob.equals(col, c), NULL).astype(np.int8)
-    out = np.full(n, NULL, dtype=np.int8)
-    rows = np.flatnonzero(present)
-    ok, val = blob.small_ints(col, rows)
-    cv = int(c)
+    ok, val = blob.small_ints(col)
     op = "=" if isinstance(node, ex.Equal) else node.op  # type: ignore[attr-defined]
-    v = val[ok]
-    out[rows[ok]] = {"=": v == cv, ">": v > cv, ">=": v >= cv, "<": v < cv, "<=": v <= cv}[op]
-    slow = rows[~ok]
+    out = np.where(ok, _NUMERIC[op](val, int(c)), NULL).astype(np.int8)
+    slow = np.flatnonzero(present & ~ok)
     if len(slow):  # anything else: Java's exact conversion rules (and its errors)
         out[slow] = _codes_of_values([_fast_or_slow(node, s, c, op)
                                       for s in blob.strings_at(col, slow)])
     return out
+
+
+_NUMERIC = {"=": np.equal, ">": np.greater, ">=": np.greater_equal, "<": np.less, "<=": np.less_equal}
 
 
 def _prop_of(node: ex.Expr) -> ex.Prop | None:

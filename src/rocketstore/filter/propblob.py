@@ -68,7 +68,13 @@ class PropertyBlob:
         self.lo = lo
         self.hi = hi
         self._base: np.ndarray | None = None
+        self._ints: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._columns: dict[str, ByteColumn | None] = {}
+
+    def subset(self, rows: np.ndarray) -> "PropertyBlob":
+        """The blob of the given records only (their rows copied)."""
+        flat2 = self.flat.reshape(self.n, self.width)[rows]
+        return PropertyBlob(flat2, self.lo[rows], self.hi[rows])
 
     @property
     def base(self) -> np.ndarray:
@@ -157,29 +163,38 @@ class PropertyBlob:
         return [bytes(mv[a:e]).decode("utf-8", "replace")
                 for a, e in zip(col.start[rows].tolist(), col.end[rows].tolist())]
 
-    def small_ints(self, col: ByteColumn, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(ok, value) for the present ``rows``: ok where the value is an optional sign and one
-        to nine ASCII digits (``Integer.valueOf`` cannot fail on it nor leave int range)."""
-        b = self.flat
-        st, en = col.start[rows], col.end[rows]
-        first = b[st]
+    def small_ints(self, col: ByteColumn) -> tuple[np.ndarray, np.ndarray]:
+        """(ok, value) per record: ok where the value is present and is an optional sign and
+        one to eight ASCII digits (``Integer.valueOf`` cannot fail on it nor leave int range;
+        longer numbers take the exact path). The digits are read as one little-endian 8-byte
+        word and combined pairwise (SWAR), no per-digit step."""
+        key = id(col)
+        if key in self._ints:
+            return self._ints[key]
+        words = np.ndarray(shape=(len(self.flat) - 7,), dtype="<u8", buffer=self.flat, strides=(1,))
+        st = np.where(col.present, col.start, 0)
+        first = self.flat[st]
         neg = first == ord("-")
         ds = st + (neg | (first == ord("+")))
-        dl = en - ds
-        ok = (dl >= 1) & (dl <= 9)
-        val = np.zeros(len(rows), dtype=np.int64)
-        k = np.flatnonzero(ok)
-        if len(k):
-            # the nine bytes from the first digit lie inside the row: the value ends before
-            # ``hi`` and PAD bytes follow it
-            d = b[ds[k, None] + np.arange(9)].astype(np.int64) - 48
-            active = np.arange(9) < dl[k, None]
-            digit = (d >= 0) & (d <= 9)
-            good = (digit | ~active).all(axis=1)
-            d = np.where(active & digit, d, 0)
-            acc = np.zeros(len(k), dtype=np.int64)
-            for j in range(9):
-                acc = np.where(active[:, j], acc * 10 + d[:, j], acc)
-            ok[k] = good
-            val[k] = np.where(neg[k], -acc, acc)
+        dl = col.end - ds
+        ok = col.present & (dl >= 1) & (dl <= 8)
+        n8 = np.where(ok, dl, 8).astype(np.uint64)
+        # the value's bytes moved to the word's top, '0's shifted in below them
+        w = (words[ds] << ((8 - n8) * 8)) | _ZERO_FILL[n8]
+        ok &= ((w & _HIGH) == _ZEROS) & (((w + _SIXES) & _HIGH) == _ZEROS)  # every byte a digit
+        w -= _ZEROS
+        w = ((w * np.uint64(10)) + (w >> np.uint64(8))) & _PAIRS
+        w = ((w * np.uint64(100)) + (w >> np.uint64(16))) & _QUADS
+        w = (w * np.uint64(10000)) + (w >> np.uint64(32))
+        val = (w & np.uint64(0xFFFFFFFF)).astype(np.int64)
+        val = np.where(ok, np.where(neg, -val, val), 0)
+        self._ints[key] = ok, val
         return ok, val
+
+
+_ZEROS = np.uint64(0x3030303030303030)
+_HIGH = np.uint64(0xF0F0F0F0F0F0F0F0)
+_SIXES = np.uint64(0x0606060606060606)
+_PAIRS = np.uint64(0x00FF00FF00FF00FF)
+_QUADS = np.uint64(0x0000FFFF0000FFFF)
+_ZERO_FILL = np.array([(0x3030303030303030 >> (8 * k)) if k < 8 else 0 for k in range(9)], dtype=np.uint64)
