@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -33,6 +34,9 @@ class NameServer:
 
 def start_namesrv(port: int | None = None, *extra: str) -> NameServer:
     port = port or free_port()
+    if "--kv-config-path" not in extra:  # never the user's ~/namesrv/kvConfig.json
+        extra = (*extra, "--kv-config-path",
+                 os.path.join(tempfile.mkdtemp(prefix="namesrv-"), "kvConfig.json"))
     proc = subprocess.Popen([sys.executable, "-m", "rocketstore.cli", "namesrv", "--host",
                              "127.0.0.1", "--port", str(port), "--json", *extra],
                             stdout=subprocess.PIPE, text=True)
