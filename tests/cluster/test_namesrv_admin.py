@@ -88,6 +88,8 @@ def test_write_perm_and_kv_config_on_namesrv(tmp_path):
         assert w.call(ns.addr, 100, {"namespace": "app", "key": "k", "value": "v"}).code == 0
         bad = w.call(ns.addr, 100, {"namespace": ORDER, "value": "x"})
         assert bad.code == 1 and bad.remark == "namespace or key is null"
+        no_value = w.call(ns.addr, 100, {"namespace": ORDER, "key": "T1"})
+        assert no_value.code == 1 and "value" in no_value.remark
         got = w.call(ns.addr, 101, {"namespace": ORDER, "key": "T1"})
         assert got.code == 0 and got.ext_fields["value"] == "broker-a:4;broker-b:4"
         table = w.body(w.call(ns.addr, 219, {"namespace": ORDER}))

@@ -6,6 +6,7 @@ GET_KVLIST_BY_NAMESPACE (219) — what ``mqadmin updateKvConfig``, ``deleteKvCon
 code  request header                      answer
 ====  ==================================  ==============================================
  100  {namespace, key, value}             SUCCESS; SYSTEM_ERROR "namespace or key is null"
+                                          (or naming the missing value)
  101  {namespace, key}                    SUCCESS {value}; QUERY_NOT_FOUND "No config
                                           item, Namespace: N Key: K"
  102  {namespace, key}                    SUCCESS (also when nothing was there)
@@ -104,8 +105,11 @@ def handlers(kv: KVConfigManager,
         ns, key = cmd.get_str("namespace"), cmd.get_str("key")
         if ns is None or key is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, remark="namespace or key is null")
-        kv.put(ns, key, cmd.get_str("value") or "")
-        log.info("KV config put: namespace %s key %s value %s", ns, key, cmd.get_str("value"))
+        value = cmd.get_str("value")
+        if value is None:  # RocketMQ's header check (@CFNotNull); an empty value is a value
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark="the custom field <value> is null")
+        kv.put(ns, key, value)
+        log.info("KV config put: namespace %s key %s value %s", ns, key, value)
         if on_change is not None:
             on_change(ns)
         return cmd.response(ResponseCode.SUCCESS)
