@@ -4,9 +4,11 @@
 over the ext files: the real tagsCode (an ext address is looked up in the queue's ext stream;
 one that cannot be read gives ``None``, which a tag filter lets through as RocketMQ does) and, for
 a SQL92 pull, whether each unit's bitmap lets the message through. ``prefilter_records``
-evaluates the SQL92 expression on the properties of every remaining record at once (their
-property strings gathered from the CommitLog segments in one numpy pass, the expression
-evaluated column by column), so the per-unit loop only reads the records that match.
+evaluates the SQL92 expression on the properties of every remaining record at once: each
+record's fields are read through strided views of its CommitLog segment and checked with the
+record rule, the properties gathered into a ``filter.propblob.PropertyBlob`` and the expression
+evaluated over it in numpy (``filter.columns.evaluate_blob``), so the per-unit loop only reads
+the records that match (and, one by one, any the batch could not read in place).
 
 A ``message_filter`` has ``matches_units(store_ts, has_bitmap, bitmaps)`` (a boolean array),
 ``matches_properties(props)`` and ``expression`` (the broker's ``ExpressionMessageFilter``).
@@ -15,10 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import CorruptRecordError
 from ..filter import propblob
 from ..filter.columns import evaluate_blob
 from ..format.cq_ext import MAX_ADDR, MIN_EXT_UNIT_SIZE
-from ..errors import CorruptRecordError
 from ..format.message import BLANK, decode_message
 from ..format.record import (BODY_POS, BODYLENGTH_POS, BORNHOST_V6_FLAG, MAGIC_POS, MAX_TOPIC_LENGTH,
                              MAX_TOPIC_LENGTH_V2, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2,
@@ -123,8 +125,7 @@ def prefilter_records(commitlog, offs: np.ndarray, sizes: np.ndarray, unit_ok, m
             arr = np.frombuffer(mf.mm, dtype=np.uint8)
             starts, lens, good = _property_spans(arr, pos, sizes_a, mf.wrote_position)
             good &= mine
-            if cand is None and len(pos) == len(offs) and good.all():  # the usual case: all units,
-                # all read in place
+            if cand is None and len(pos) == len(offs) and good.all():  # the usual case
                 groups = _by_width(lens)
                 if len(groups) == 1:
                     return evaluate_blob(expr, propblob.gather(arr, starts, lens)).tolist()
