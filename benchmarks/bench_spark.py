@@ -94,7 +94,7 @@ def main() -> None:
     cfg = generate(root, a.size_mib << 20, a.segment_mib << 20)
 
     from rocketstore.spark import get_session
-    from rocketstore.spark.rebuild import rebuild
+    from rocketstore.spark.rebuild_job import rebuild
     from rocketstore.spark.segments import confirmed_offset, list_segments
     spark = get_session(a.master, conf={"spark.driver.memory": "4g",
                                         "spark.sql.shuffle.partitions": "4"})

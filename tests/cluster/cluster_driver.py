@@ -55,7 +55,7 @@ def main():
                                       .map(lambda _: (os.getpid(), os.getcwd())).collect()))
         res["driver"] = [os.getpid(), here]
         res["file_count"] = spark.read.format("rocketmq").load(args["store"]).count()
-        from rocketstore.spark.export import export
+        from rocketstore.spark.export_job import export
         e = export(args["store"], "exported", spark=spark)
         res["exported"] = spark.read.parquet("exported").count()
         res["export_out"] = e.out

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from rocketstore import GetStatus, MessageStore, StoreConfig, StoreLockedError
 from rocketstore.cli import main
-from rocketstore.spark.rebuild import rebuild
+from rocketstore.spark.rebuild_job import rebuild
 
 from .spark_stores import FIXTURE, build_store, copy_fixture, segment_paths
 
@@ -147,7 +147,7 @@ def test_demo_step_rebuilds_and_reports(spark, tmp_path):
 
 def test_rebuild_stops_on_corruption_and_keeps_the_old_files(spark, tmp_path):
     import struct
-    from rocketstore.spark.rebuild import RebuildError
+    from rocketstore.spark.rebuild_job import RebuildError
     root = tmp_path / "s"
     built = build_store(root, n=300)
     before = derived_snapshot(root)

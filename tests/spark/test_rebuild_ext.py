@@ -9,7 +9,7 @@ import pytest
 
 from rocketstore import Message, MessageStore
 from rocketstore.broker.filters import ConsumerFilterRegistry
-from rocketstore.spark.rebuild import rebuild
+from rocketstore.spark.rebuild_job import rebuild
 from rocketstore.store.verify import verify_store
 
 from ..conftest import small_config

@@ -63,3 +63,17 @@ def test_cli_errors_are_one_line(tmp_path):
     assert r.exit_code != 0 and "not a store" in r.output and len(r.output.strip().splitlines()) == 1
     r = CliRunner().invoke(main, ["rebuild", "--store", str(tmp_path / "nope")])
     assert r.exit_code != 0 and "not a store" in r.output
+
+
+def test_package_names_stay_the_functions_after_submodule_imports():
+    """``rocketstore.spark.export`` / ``.rebuild`` are the functions, whatever was imported
+    first (a submodule of the same name would replace the attribute)."""
+    import subprocess
+    import sys
+    code = ("import rocketstore.spark.export_job, rocketstore.spark.rebuild_job\n"
+            "import rocketstore.spark as s, types\n"
+            "from rocketstore.spark import export, rebuild\n"
+            "assert isinstance(s.export, types.FunctionType) and s.export is export\n"
+            "assert isinstance(s.rebuild, types.FunctionType) and s.rebuild is rebuild\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from rocketstore import Message, MessageStore
-from rocketstore.spark.export import ExportError, checkpointed_offset, export
+from rocketstore.spark.export_job import ExportError, checkpointed_offset, export
 from rocketstore.spark.segments import confirmed_offset, list_segments
 
 from .spark_stores import append_raw, build_store, segment_paths

@@ -10,7 +10,7 @@ import pytest
 
 from rocketstore import GetStatus, MessageStore, StoreConfig
 from rocketstore.broker.filters import ConsumerFilterRegistry, ExpressionMessageFilter
-from rocketstore.spark.rebuild import rebuild
+from rocketstore.spark.rebuild_job import rebuild
 from rocketstore.store.verify import verify_store
 
 FIXTURE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures",

@@ -2,7 +2,7 @@
 
 An export is a Spark Structured Streaming query with a checkpoint (``<out>/_checkpoint``), so an
 interrupted or repeated export never duplicates or loses a row; ``--follow`` keeps running and
-appends new messages until Ctrl-C. See ``rocketstore.spark.export``.
+appends new messages until Ctrl-C. See ``rocketstore.spark.export_job``.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def command(store_dir, out, fmt, follow, master, checkpoint, interval, max_files
     """Export every message of a store to Parquet (exactly once, incremental)."""
     if not os.path.isdir(os.path.join(store_dir, "commitlog")):
         raise click.ClickException(f"{store_dir}: not a store (no commitlog directory)")
-    from ..spark.export import export, plan
+    from ..spark.export_job import export, plan
     from ..spark.session import get_session
     start, target = plan(store_dir, out, checkpoint)
     spark = get_session(master, app_name="rocketstore-export")

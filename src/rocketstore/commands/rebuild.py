@@ -2,7 +2,7 @@
 
 Runs on Spark by default (embedded ``local[*]``, or ``--master``); ``--engine local`` runs the
 same code in this process. The store must not be open anywhere (its lock is taken); results are
-staged and swapped in atomically. See ``rocketstore.spark.rebuild``.
+staged and swapped in atomically. See ``rocketstore.spark.rebuild_job``.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def command(store_dir, engine, master, config, check_crc, as_json):
         raise click.ClickException(f"{store_dir}: not a store (no commitlog directory)")
     cfg = (StoreConfig.from_properties(config, store_path_root_dir=store_dir) if config
            else StoreConfig(store_path_root_dir=store_dir, **detect_sizes(store_dir)))
-    from ..spark.rebuild import rebuild
+    from ..spark.rebuild_job import rebuild
     from ..spark.segments import list_segments, tail_index
     segs = list_segments(cfg.commitlog_dir)
     total = sum(s.size for s in segs[:tail_index(segs) + 1]) if segs else 0

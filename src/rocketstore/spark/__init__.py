@@ -23,10 +23,10 @@ def __getattr__(name: str) -> Any:
         from . import session
         return getattr(session, name)
     if name == "rebuild":
-        from .rebuild import rebuild
+        from .rebuild_job import rebuild
         return rebuild
     if name == "export":
-        from .export import export
+        from .export_job import export
         return export
     if name == "demo_step":
         from .demo import demo_step

@@ -24,7 +24,7 @@ GROUP BY key ORDER BY messages DESC, key LIMIT {limit}"""
 def demo_step(store_dir: str, master: str | None = None, echo: Callable[[str], None] = print,
               spark=None, top: int = 5) -> dict:
     """Rebuild ``store_dir`` with Spark and summarise it with SQL; returns printable rows."""
-    from .rebuild import rebuild, store_config
+    from .rebuild_job import rebuild, store_config
     from .session import get_session
     spark = spark or get_session(master, app_name="rocketstore-demo")
     from .commitlog_source import register
