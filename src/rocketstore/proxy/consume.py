@@ -24,6 +24,7 @@ import threading
 import time
 from typing import Any, AsyncIterator
 
+from ..broker.eventloop import cancel_and_wait
 from ..broker.filters import ConsumerFilterData, ExpressionMessageFilter, compile_expression
 from ..broker.namesrv import ensure_topic
 from ..broker.sql92 import not_supported
@@ -428,11 +429,6 @@ class ReviveService:
                 log.exception("pop revive failed")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         await self.consumption.p.run(self.consumption.pop.commit_revive_offset)
