@@ -27,6 +27,7 @@ from typing import Any
 
 from ..remoting.codes import PERM_RW
 from ..remoting.jsonbody import load_json_text
+from ..store import syncprobe
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,7 @@ def _write_json_atomic(path: str, obj: Any) -> None:
             pass
         else:
             _DAMAGED.discard(key)
+        syncprobe.crash_point("state-write")
     os.replace(tmp, path)
     fd = os.open(d, os.O_RDONLY)
     try:
