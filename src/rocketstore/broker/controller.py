@@ -69,6 +69,7 @@ class Broker:
         self.proxy: Any = None  # rocketstore.proxy.GrpcProxy when config.grpc_port is set
         self.registration: Any = None  # NameServerRegistration when --namesrv is given
         self.handler_wrappers: list[Callable[[dict], dict]] = []  # e.g. ops.stats.instrument
+        self.acl: Any = None  # acl_service.PlainPermissionManager when aclEnable
         self._tasks: list[asyncio.Task] = []
 
     # -- helpers used by processors -------------------------------------------------------------
@@ -146,10 +147,13 @@ class Broker:
         self.topics.persist()
         self._start_transactions()
         handlers: dict[int, Any] = {}
-        from . import reply, sql92
+        from . import acl_service, reply, sql92
         for mod in (send, pull, admin, locks, admin_topics, admin_groups, admin_runtime,
-                    transaction, sql92, reply, admin_consumers):
+                    transaction, sql92, reply, admin_consumers, acl_service):
             handlers.update(mod.handlers(self))
+        if self.config.acl_enable:  # every request checked first (RocketMQ's ACL RPC hook)
+            self.acl = acl_service.start_acl(self)
+            handlers = acl_service.guard(self.acl, handlers)
         for wrap in self.handler_wrappers:
             handlers = wrap(handlers)
         broker_srv = RemotingServer(self, handlers, "broker")
@@ -247,6 +251,8 @@ class Broker:
             await srv.close()
         for t in self._tasks:
             t.cancel()
+        if self.acl is not None:
+            self.acl.watcher.stop()
         if self.schedule is not None:
             await self.schedule.stop()
         if self.transaction_check is not None:
