@@ -164,3 +164,20 @@ def _coerce(typ: Any, value: str, key: str) -> Any:
     except ValueError as exc:
         raise ValueError(f"{key}: cannot read {value!r} as {t}") from exc
     return value
+
+
+_PROPERTY_LINE = re.compile(r"([^=:\s]+)\s*[=:\s]\s*(.*)$")
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java ``Properties.load`` for the simple ``key=value`` lines mqadmin sends."""
+    out = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        m = _PROPERTY_LINE.match(line)
+        if not m:
+            raise ValueError(f"cannot read property line {line!r}")
+        out[m.group(1)] = m.group(2).strip()
+    return out

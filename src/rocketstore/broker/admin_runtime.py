@@ -20,6 +20,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..config import parse_properties
 from ..remoting import fastjson
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.command import RemotingCommand
@@ -99,20 +100,6 @@ def all_configs(broker_config: Any, store_config: Any) -> dict[str, str]:
     out["brokerId"] = "0"
     for k, v in (getattr(store_config, "extra", None) or {}).items():
         out.setdefault(k, str(v))
-    return out
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Java ``Properties.load`` for the simple ``key=value`` lines mqadmin sends."""
-    out = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
-        if not m:
-            raise ValueError(f"cannot read property line {line!r}")
-        out[m.group(1)] = m.group(2).strip()
     return out
 
 

@@ -68,6 +68,7 @@ class Broker:
         self.servers: list[Any] = []
         self.proxy: Any = None  # rocketstore.proxy.GrpcProxy when config.grpc_port is set
         self.registration: Any = None  # NameServerRegistration when --namesrv is given
+        self.route_perms: Any = None  # namesrv.LocalRoutePerms of the in-process name server
         self.handler_wrappers: list[Callable[[dict], dict]] = []  # e.g. ops.stats.instrument
         self.acl: Any = None  # acl_service.PlainPermissionManager when aclEnable
         self._tasks: list[asyncio.Task] = []
@@ -163,7 +164,8 @@ class Broker:
             self.store_config.store_host = f"{self.config.host}:{broker_srv.port}"
         self.servers.append(broker_srv)
         if self.config.namesrv_port is not None:
-            ns = RemotingServer(self, namesrv.handlers(self), "namesrv")
+            self.route_perms = namesrv.LocalRoutePerms()
+            ns = RemotingServer(self, namesrv.handlers(self, perms=self.route_perms), "namesrv")
             await ns.start(self.config.host, self.config.namesrv_port)
             self.config.namesrv_port = ns.port
             self.servers.append(ns)
@@ -201,10 +203,15 @@ class Broker:
                               transactions=self.transactions, producers=self.producers,
                               subgroups=self.subgroups, consumers=self.consumers,
                               filters=self.filters,
-                              consumer_ids_changed=self._consumer_ids_changed)
+                              consumer_ids_changed=self._consumer_ids_changed,
+                              route_perm=self._route_perm)
         self.proxy = GrpcProxy(pieces, self.config.host, self.config.grpc_port)
         await self.proxy.start()
         self.config.grpc_port = self.proxy.port
+
+    def _route_perm(self, tc: Any) -> int:
+        perms = self.route_perms
+        return perms.perm(self.topics, tc.topic_name, tc.perm) if perms is not None else tc.perm
 
     async def _register_at_name_servers(self) -> None:
         from .registration import NameServerRegistration, parse_namesrv_addrs

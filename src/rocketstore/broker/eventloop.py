@@ -31,3 +31,15 @@ def run(coro: Coroutine[Any, Any, Any]) -> Any:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             return runner.run(coro)
     return asyncio.run(coro)
+
+
+async def cancel_and_wait(task: "asyncio.Task[Any] | None") -> None:
+    """Cancel a background task and wait until it has finished (its error, if it had one,
+    was already logged by the task itself)."""
+    if task is None:
+        return
+    task.cancel()
+    try:
+        await task
+    except (asyncio.CancelledError, Exception):
+        pass

@@ -11,15 +11,14 @@ and nothing of such a request is applied.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.command import RemotingCommand
+from ..config import parse_properties
 
 LIVE = ("orderMessageEnable",)
-_LINE = re.compile(r"([^=:\s]+)\s*[=:\s]\s*(.*)$")
 PATHS = ("kvConfigPath", "configStorePath")
 
 
@@ -36,20 +35,6 @@ class NamesrvSettings:
         if port is not None:
             props["listenPort"] = str(port)
         return "".join(f"{k}={v}\n" for k, v in sorted(props.items()))
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Java ``Properties.load`` for the ``key=value`` lines mqadmin sends."""
-    out = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        m = _LINE.match(line)
-        if not m:
-            raise ValueError(f"cannot read property line {line!r}")
-        out[m.group(1)] = m.group(2).strip()
-    return out
 
 
 def handlers(settings: NamesrvSettings) -> dict[int, Any]:

@@ -31,6 +31,7 @@ from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.command import RemotingCommand
 from ..remoting.connection import CLOSED, NEED_DATA, RemotingConnection
 from ..remoting.jsonbody import load_json_text
+from .eventloop import cancel_and_wait
 
 log = logging.getLogger(__name__)
 RETRY_LOST_S = 5.0  # how soon a name server whose connection dropped is tried again
@@ -229,13 +230,8 @@ class NameServerRegistration:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="register-broker")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         for addr, ch in self._channels.items():
             cmd = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, self._header(),
                                           language="JAVA")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -46,6 +46,21 @@ def _filler(count: int) -> bytes:
 
 def queue_dir(root_cq_dir: str, topic: str, queue_id: int) -> str:
     return os.path.join(root_cq_dir, topic, str(queue_id))
+
+
+def queue_dirs(root: str) -> Iterator[tuple[str, int, str]]:
+    """(topic, queue id, directory) of every ``<root>/<topic>/<queueId>`` in name order;
+    entries that are not directories, and queue dirs whose name is not an int, are skipped as
+    RocketMQ skips them."""
+    if not os.path.isdir(root):
+        return
+    for topic in sorted(os.listdir(root)):
+        tdir = os.path.join(root, topic)
+        if not os.path.isdir(tdir):
+            continue
+        for qid in sorted(os.listdir(tdir)):
+            if qid.isdigit():
+                yield topic, int(qid), os.path.join(tdir, qid)
 
 
 class ConsumeQueue:

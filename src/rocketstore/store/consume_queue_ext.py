@@ -27,6 +27,7 @@ import numpy as np
 from ..format import cq_ext
 from ..format.cq_ext import ExtUnit, decode_unit, decorate, encode_unit, is_ext_addr, undecorate
 from ..format.message import TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE
+from .consume_queue import queue_dirs
 from .mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)
@@ -158,19 +159,11 @@ class ConsumeQueueExtTable:
         self._lock = threading.Lock()
 
     def load(self) -> None:
-        if not os.path.isdir(self.root):
-            return
-        for topic in sorted(os.listdir(self.root)):
-            tdir = os.path.join(self.root, topic)
-            if not os.path.isdir(tdir):
-                continue
-            for qid in sorted(os.listdir(tdir)):
-                if qid.isdigit():
-                    ext = ConsumeQueueExt(topic, int(qid), os.path.join(tdir, qid), self.file_size,
-                                          private=self.private)
-                    ext.load()
-                    ext.recover()
-                    self.exts[(topic, int(qid))] = ext
+        for topic, qid, path in queue_dirs(self.root):
+            ext = ConsumeQueueExt(topic, qid, path, self.file_size, private=self.private)
+            ext.load()
+            ext.recover()
+            self.exts[(topic, qid)] = ext
 
     def recover(self, cq_table) -> None:
         """Cut each ext stream after the unit its ConsumeQueue's last unit points at."""

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from ..format.batch import DecodedRecords
 from ..format.record import MESSAGE_MAGICS
 from ..format.message import TRANSACTION_MASK, TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE
 from .commitlog import CommitLog, FeedItem
-from .consume_queue import ConsumeQueue, queue_dir
+from .consume_queue import ConsumeQueue, queue_dir, queue_dirs
 
 log = logging.getLogger(__name__)
 
@@ -63,19 +62,10 @@ class ConsumeQueueTable:
         self._lock = threading.Lock()
 
     def load(self) -> None:
-        if not os.path.isdir(self.root):
-            return
-        for topic in sorted(os.listdir(self.root)):
-            tdir = os.path.join(self.root, topic)
-            if not os.path.isdir(tdir):
-                continue
-            for qid in sorted(os.listdir(tdir)):
-                if not qid.isdigit():
-                    continue  # RocketMQ skips queue dirs that are not ints
-                cq = ConsumeQueue(topic, int(qid), os.path.join(tdir, qid), self.cfg.cq_file_size,
-                                  private=self.cfg.read_only)
-                cq.load()
-                self.queues[(topic, int(qid))] = cq
+        for topic, qid, path in queue_dirs(self.root):
+            cq = ConsumeQueue(topic, qid, path, self.cfg.cq_file_size, private=self.cfg.read_only)
+            cq.load()
+            self.queues[(topic, qid)] = cq
 
     def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.queues.get((topic, queue_id))
