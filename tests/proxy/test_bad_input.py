@@ -180,3 +180,52 @@ def test_updatetopic_makes_a_topic_grpc_clients_can_use(stub):
                           srv.namesrv, "--topic", "bad topic"], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode != 0 and "illegal topic name" in bad.stderr
+
+
+def _route(s, topic):
+    r = s.QueryRoute(pb.QueryRouteRequest(topic=pb.Resource(name=topic)), metadata=MD, timeout=10)
+    assert r.status.code == pb.OK, r.status
+    return sorted((q.id, q.permission) for q in r.message_queues)
+
+
+def _assignment(s, topic, group="G_bad"):
+    return s.QueryAssignment(pb.QueryAssignmentRequest(topic=pb.Resource(name=topic),
+                                                       group=pb.Resource(name=group)),
+                             metadata=MD, timeout=10)
+
+
+def test_topic_perms_reach_5x_routes_sends_and_receives(stub):
+    """A read-only or write-only topic (updateTopic's perm) routes, assigns, takes sends and
+    gives receives as RocketMQ 5's proxy over its broker does; wipeWritePerm at the name server
+    beside the broker turns the routes read-only, addWritePerm brings writes back."""
+    from rocketstore.remoting import RequestCode, ResponseCode
+
+    from ..broker.test_client_broker import raw
+
+    s, srv = stub
+    for topic, perm in (("ReadOnly", 4), ("WriteOnly", 2)):
+        r = raw(srv.broker, RequestCode.UPDATE_AND_CREATE_TOPIC,
+                {"topic": topic, "readQueueNums": 2, "writeQueueNums": 3, "perm": perm})
+        assert r.code == ResponseCode.SUCCESS
+    assert _route(s, "ReadOnly") == [(0, pb.READ), (1, pb.READ)]
+    assert _route(s, "WriteOnly") == [(0, pb.WRITE), (1, pb.WRITE), (2, pb.WRITE)]
+    sent = _send(s, _msg("ReadOnly", message_id="RO-1"))
+    assert sent.status.code == pb.FORBIDDEN and "sending message is forbidden" in sent.status.message
+    assert _send(s, _msg("WriteOnly", message_id="WO-1")).status.code == pb.OK
+    got = _receive(s, topic="WriteOnly")
+    assert got[0].status.code == pb.FORBIDDEN and "pulling message is forbidden" in got[0].status.message
+    assert _assignment(s, "WriteOnly").status.code == pb.FORBIDDEN
+    ro = _assignment(s, "ReadOnly")
+    assert ro.status.code == pb.OK and ro.assignments[0].message_queue.permission == pb.READ
+
+    before = _route(s, "Good")
+    assert before == [(0, pb.READ_WRITE), (1, pb.READ_WRITE)]
+    wiped = raw(srv.namesrv, RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
+    assert wiped.code == ResponseCode.SUCCESS
+    try:
+        assert _route(s, "Good") == [(0, pb.READ), (1, pb.READ)]
+        assert _assignment(s, "Good").assignments[0].message_queue.permission == pb.READ
+    finally:
+        added = raw(srv.namesrv, RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
+        assert added.code == ResponseCode.SUCCESS
+    assert _route(s, "Good") == before

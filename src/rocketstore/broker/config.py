@@ -44,6 +44,10 @@ class BrokerConfig:
     # the name server of ``serve``: NamesrvConfig's kvConfigPath / orderMessageEnable
     kv_config_path: str | None = None  # None: <store>/config/kvConfig.json
     order_message_enable: bool = False  # routes carry ORDER_TOPIC_CONFIG as orderTopicConf
+    # plain ACL (broker.acl): aclEnable, the default file, how often the files are polled
+    acl_enable: bool = False
+    acl_plain_file: str | None = None  # None: <store>/conf/plain_acl.yml (+ conf/acl/*.yml)
+    acl_watch_interval_ms: int = 5000
 
     @property
     def broker_addr(self) -> str:

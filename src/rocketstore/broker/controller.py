@@ -68,7 +68,9 @@ class Broker:
         self.servers: list[Any] = []
         self.proxy: Any = None  # rocketstore.proxy.GrpcProxy when config.grpc_port is set
         self.registration: Any = None  # NameServerRegistration when --namesrv is given
+        self.route_perms: Any = None  # namesrv.LocalRoutePerms of the in-process name server
         self.handler_wrappers: list[Callable[[dict], dict]] = []  # e.g. ops.stats.instrument
+        self.acl: Any = None  # acl_service.PlainPermissionManager when aclEnable
         self._tasks: list[asyncio.Task] = []
 
     # -- helpers used by processors -------------------------------------------------------------
@@ -146,10 +148,13 @@ class Broker:
         self.topics.persist()
         self._start_transactions()
         handlers: dict[int, Any] = {}
-        from . import reply, sql92
+        from . import acl_service, reply, sql92
         for mod in (send, pull, admin, locks, admin_topics, admin_groups, admin_runtime,
-                    transaction, sql92, reply, admin_consumers):
+                    transaction, sql92, reply, admin_consumers, acl_service):
             handlers.update(mod.handlers(self))
+        if self.config.acl_enable:  # every request checked first (RocketMQ's ACL RPC hook)
+            self.acl = acl_service.start_acl(self)
+            handlers = acl_service.guard(self.acl, handlers)
         for wrap in self.handler_wrappers:
             handlers = wrap(handlers)
         broker_srv = RemotingServer(self, handlers, "broker")
@@ -159,7 +164,8 @@ class Broker:
             self.store_config.store_host = f"{self.config.host}:{broker_srv.port}"
         self.servers.append(broker_srv)
         if self.config.namesrv_port is not None:
-            ns = RemotingServer(self, namesrv.handlers(self), "namesrv")
+            self.route_perms = namesrv.LocalRoutePerms()
+            ns = RemotingServer(self, namesrv.handlers(self, perms=self.route_perms), "namesrv")
             await ns.start(self.config.host, self.config.namesrv_port)
             self.config.namesrv_port = ns.port
             self.servers.append(ns)
@@ -197,10 +203,15 @@ class Broker:
                               transactions=self.transactions, producers=self.producers,
                               subgroups=self.subgroups, consumers=self.consumers,
                               filters=self.filters,
-                              consumer_ids_changed=self._consumer_ids_changed)
+                              consumer_ids_changed=self._consumer_ids_changed,
+                              route_perm=self._route_perm)
         self.proxy = GrpcProxy(pieces, self.config.host, self.config.grpc_port)
         await self.proxy.start()
         self.config.grpc_port = self.proxy.port
+
+    def _route_perm(self, tc: Any) -> int:
+        perms = self.route_perms
+        return perms.perm(self.topics, tc.topic_name, tc.perm) if perms is not None else tc.perm
 
     async def _register_at_name_servers(self) -> None:
         from .registration import NameServerRegistration, parse_namesrv_addrs
@@ -247,6 +258,8 @@ class Broker:
             await srv.close()
         for t in self._tasks:
             t.cancel()
+        if self.acl is not None:
+            self.acl.watcher.stop()
         if self.schedule is not None:
             await self.schedule.stop()
         if self.transaction_check is not None:

@@ -297,10 +297,12 @@ def local_kv_config_path(broker: "Broker") -> str:
 
 def handlers(broker: "Broker | None", table: RouteTable | None = None,
              kv: KVConfigManager | None = None,
-             settings: NamesrvSettings | None = None) -> dict[int, Any]:
+             settings: NamesrvSettings | None = None,
+             perms: LocalRoutePerms | None = None) -> dict[int, Any]:
     """Name-server handlers; ``broker`` is the in-process broker, if any; ``kv`` the KV config
     (default: memory only, or ``local_kv_config_path`` beside a broker); ``settings`` the
-    name server's own (default: ``orderMessageEnable`` of the broker's config)."""
+    name server's own (default: ``orderMessageEnable`` of the broker's config); ``perms`` the
+    in-process broker's route perms (shared with its gRPC routes)."""
     table = table if table is not None else RouteTable()
     if kv is None:
         kv = KVConfigManager(local_kv_config_path(broker) if broker is not None else None)
@@ -309,7 +311,8 @@ def handlers(broker: "Broker | None", table: RouteTable | None = None,
                                                  and broker.config.order_message_enable))
         if broker is not None:
             settings.listen_port = lambda: broker.config.namesrv_port
-    perms = LocalRoutePerms() if broker is not None else None
+    if perms is None and broker is not None:
+        perms = LocalRoutePerms()
 
     def order_conf(topic: str) -> str | None:
         return kv.get(ORDER_TOPIC_CONFIG, topic)

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..remoting.codes import PERM_RW
+from ..remoting.codes import PERM_READ, PERM_RW, PERM_WRITE
 from ..remoting.jsonbody import load_json_text
 from ..store import syncprobe
 
@@ -113,6 +113,16 @@ def _write_json_atomic(path: str, obj: Any) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def readable(perm: int) -> bool:
+    """``PermName.isReadable``."""
+    return bool(perm & PERM_READ)
+
+
+def writable(perm: int) -> bool:
+    """``PermName.isWriteable``."""
+    return bool(perm & PERM_WRITE)
 
 
 @dataclass

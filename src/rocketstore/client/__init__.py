@@ -9,6 +9,7 @@
 Blocking classes run on a shared background event loop; ``Async*`` classes are the same code
 for asyncio programs.
 """
+from .acl import SessionCredentials
 from .admin import AdminClient, AsyncAdminClient
 from .consumer import (AsyncPullConsumer, MessageSelector, PullConsumer, PullResult,
                        decode_messages)
@@ -22,4 +23,5 @@ __all__ = ["AsyncProducer", "Producer", "SendResult", "AsyncPullConsumer", "Pull
            "AdminClient", "AsyncAdminClient", "PullResult", "MessageSelector",
            "AsyncPushConsumer", "PushConsumer", "ClientInstance", "MessageQueue",
            "allocate_average", "decode_messages", "AsyncTransactionProducer",
-           "LocalTransactionState", "TransactionProducer", "TransactionSendResult"]
+           "LocalTransactionState", "TransactionProducer", "TransactionSendResult",
+           "SessionCredentials"]

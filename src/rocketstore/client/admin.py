@@ -25,6 +25,7 @@ from ..format.message import MessageExt, parse_message_id
 from ..remoting import fastjson
 from ..remoting.codes import PULL_FLAG_SUBSCRIPTION, RequestCode, ResponseCode
 from ..remoting.command import RemotingCommand
+from ..remoting.jsonbody import load_json_text
 from ._sync import LoopThread
 from .consumer import decode_messages
 from .transport import ConnectionPool
@@ -46,14 +47,14 @@ def _mq_rows(table: dict, value_name: str | None = None) -> list[dict]:
 
 class AsyncAdminClient:
     def __init__(self, namesrv: str | None = None, broker: str | None = None, *,
-                 timeout_s: float = 10.0) -> None:
+                 timeout_s: float = 10.0, credentials: Any = None) -> None:
         if not namesrv and not broker:
             raise ValueError("give a name server or a broker address")
         self.namesrv_addrs = [a.strip() for a in (namesrv or "").replace(";", ",").split(",")
                               if a.strip()]
         self.broker = broker
         self.timeout_s = timeout_s
-        self.pool = ConnectionPool()
+        self.pool = ConnectionPool(rpc_hook=None if credentials is None else credentials.sign)
 
     async def call(self, addr: str, code: int, fields: dict | None = None, body: bytes = b"",
                    ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
@@ -294,6 +295,44 @@ class AsyncAdminClient:
                 "subscriptions": list(info.get("subscriptionSet") or []),
                 "queues": _mq_rows(info.get("mqTable") or {}),
                 "status": dict(info.get("statusTable") or {}), "jstack": info.get("jstack")}
+
+    # -- plain ACL (what mqadmin's updateAclConfig / deleteAccessConfig / ... send) ------------
+    async def update_acl_config(self, addr: str, access_key: str, secret_key: str, *,
+                                white_remote_address: str | None = None, admin: bool = False,
+                                default_topic_perm: str | None = None,
+                                default_group_perm: str | None = None,
+                                topic_perms: list[str] | None = None,
+                                group_perms: list[str] | None = None) -> None:
+        """Create or update an account (UPDATE_AND_CREATE_ACL_CONFIG); perms as "name=PUB|SUB"."""
+        await self.call(addr, RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, {
+            "accessKey": access_key, "secretKey": secret_key,
+            "whiteRemoteAddress": white_remote_address, "admin": admin,
+            "defaultTopicPerm": default_topic_perm, "defaultGroupPerm": default_group_perm,
+            "topicPerms": None if topic_perms is None else ",".join(topic_perms),
+            "groupPerms": None if group_perms is None else ",".join(group_perms)})
+
+    async def delete_acl_config(self, addr: str, access_key: str) -> None:
+        await self.call(addr, RequestCode.DELETE_ACL_CONFIG, {"accessKey": access_key})
+
+    async def update_global_white_addrs(self, addr: str, addrs: list[str],
+                                        acl_file: str | None = None) -> None:
+        await self.call(addr, RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+                        {"globalWhiteAddrs": ",".join(addrs), "aclFileFullPath": acl_file})
+
+    async def acl_version(self, addr: str) -> dict:
+        """The broker's ACL file versions (GET_BROKER_CLUSTER_ACL_INFO): ``version`` of the
+        default file and ``allAclFileVersion`` (file -> {counter, timestamp}) parsed."""
+        f = (await self.call(addr, RequestCode.GET_BROKER_CLUSTER_ACL_INFO)).ext_fields
+        out: dict = dict(f)
+        for key in ("version", "allAclFileVersion"):
+            if f.get(key):
+                out[key] = load_json_text(f[key])
+        return out
+
+    async def acl_config(self, addr: str) -> dict:
+        """``globalWhiteAddrs`` and ``plainAccessConfigs`` (GET_BROKER_CLUSTER_ACL_CONFIG)."""
+        resp = await self.call(addr, RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG)
+        return load_json_text(resp.body.decode("utf-8")) if resp.body else {}
 
     async def close(self) -> None:
         self.pool.close()

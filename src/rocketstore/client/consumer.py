@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..format.message import PROPERTY_RETRY_TOPIC, BLANK, MessageExt, decode_message
 from ..remoting.codes import (PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND,
@@ -79,9 +80,10 @@ def selector_of(sub: "str | MessageSelector") -> tuple[str, str]:
 
 class AsyncPullConsumer:
     def __init__(self, group: str, namesrv: str, *, timeout_s: float = 5.0,
-                 instance: ClientInstance | None = None) -> None:
+                 instance: ClientInstance | None = None, credentials: Any = None) -> None:
         self.group = group
-        self.instance = instance or ClientInstance(namesrv, timeout_s=timeout_s)
+        self.instance = instance or ClientInstance(namesrv, timeout_s=timeout_s,
+                                                   credentials=credentials)
 
     async def start(self) -> "AsyncPullConsumer":
         return self

@@ -14,7 +14,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from ..errors import BrokerError
 from ..remoting.codes import RequestCode, ResponseCode
@@ -60,7 +60,7 @@ def _parse_route(topic: str, body: bytes) -> TopicRoute:
 
 class ClientInstance:
     def __init__(self, namesrv: str, *, route_ttl_s: float = 30.0, timeout_s: float = 5.0,
-                 instance_name: str = "DEFAULT") -> None:
+                 instance_name: str = "DEFAULT", credentials: Any = None) -> None:
         self.namesrv_addrs = [a.strip() for a in namesrv.replace(";", ",").split(",") if a.strip()]
         if not self.namesrv_addrs:
             raise ValueError("no name server address given")
@@ -70,7 +70,9 @@ class ClientInstance:
         self.on_notify: list[Callable[[RemotingCommand], None]] = []
         # server-initiated requests with the broker address they came from (transaction checks)
         self.on_broker_request: list[Callable[[str, RemotingCommand], None]] = []
-        self.pool = ConnectionPool(self._on_request)
+        self.credentials = credentials  # SessionCredentials: sign every request (ACL)
+        self.pool = ConnectionPool(self._on_request,
+                                   None if credentials is None else credentials.sign)
         self._routes: dict[str, TopicRoute] = {}
 
     def _on_request(self, cmd: RemotingCommand, addr: str = "") -> None:

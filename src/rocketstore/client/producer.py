@@ -14,7 +14,7 @@ import asyncio
 import itertools
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..errors import BrokerError
 from ..format.hashing import java_hash
@@ -75,9 +75,10 @@ def select_by_key(queues: Sequence[MessageQueue], key: object) -> MessageQueue:
 
 class AsyncProducer:
     def __init__(self, group: str, namesrv: str, *, timeout_s: float = 5.0, retries: int = 2,
-                 instance: ClientInstance | None = None) -> None:
+                 instance: ClientInstance | None = None, credentials: Any = None) -> None:
         self.group = group
-        self.instance = instance or ClientInstance(namesrv, timeout_s=timeout_s)
+        self.instance = instance or ClientInstance(namesrv, timeout_s=timeout_s,
+                                                   credentials=credentials)
         self.retries = retries
         self.default_topic_queue_nums = 4
         self._rr = itertools.count()

@@ -14,7 +14,7 @@ import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from ..errors import BrokerError
 from ..format.message import MessageExt
@@ -37,10 +37,10 @@ class AsyncPushConsumer:
                  long_poll_ms: int = 15_000, heartbeat_interval_s: float = 10.0,
                  rebalance_interval_s: float = 5.0, commit_interval_s: float = 1.0,
                  consume_threads: int = 4, timeout_s: float = 5.0, orderly: bool = False,
-                 orderly_retry_s: float = 1.0) -> None:
+                 orderly_retry_s: float = 1.0, credentials: Any = None) -> None:
         if consume_from not in ("last", "first"):
             raise ValueError("consume_from must be 'last' or 'first'")
-        self.pc = AsyncPullConsumer(group, namesrv, timeout_s=timeout_s)
+        self.pc = AsyncPullConsumer(group, namesrv, timeout_s=timeout_s, credentials=credentials)
         self.group = group
         self.subscription = dict(subscription)
         self.subscription.setdefault(RETRY_PREFIX + group, "*")

@@ -94,9 +94,9 @@ class AsyncTransactionProducer:
     def __init__(self, group: str, namesrv: str, *, check_listener: CheckListener | None = None,
                  local_transaction: LocalTransaction | None = None,
                  heartbeat_interval_s: float = 30.0, timeout_s: float = 5.0, retries: int = 2,
-                 instance: ClientInstance | None = None) -> None:
+                 instance: ClientInstance | None = None, credentials: Any = None) -> None:
         self.producer = AsyncProducer(group, namesrv, timeout_s=timeout_s, retries=retries,
-                                      instance=instance)
+                                      instance=instance, credentials=credentials)
         self.group = group
         self.instance = self.producer.instance
         self.check_listener = check_listener

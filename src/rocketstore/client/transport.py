@@ -61,9 +61,11 @@ def _expire(fut: asyncio.Future, addr: str, code: int, timeout: float) -> None:
 
 
 class RemotingClient:
-    def __init__(self, addr: str, on_request: Callable[[RemotingCommand], None] | None = None):
+    def __init__(self, addr: str, on_request: Callable[[RemotingCommand], None] | None = None,
+                 rpc_hook: Callable[[RemotingCommand], object] | None = None):
         self.addr = addr
         self.on_request = on_request
+        self.rpc_hook = rpc_hook  # e.g. SessionCredentials.sign: called on each request sent
         self._transport: asyncio.Transport | None = None
         self._protocol: _ClientProtocol | None = None
         self._pending: dict[int, asyncio.Future] = {}
@@ -92,6 +94,8 @@ class RemotingClient:
     def _write(self, cmd: RemotingCommand) -> None:
         if not self.alive or self._protocol is None:
             raise ConnectionError(f"{self.addr}: not connected")
+        if self.rpc_hook is not None and not cmd.is_response:
+            self.rpc_hook(cmd)
         self._transport.writelines(self._protocol.codec.send_parts(cmd))  # type: ignore[union-attr]
 
     async def invoke(self, cmd: RemotingCommand, timeout: float = 5.0) -> RemotingCommand:
@@ -120,8 +124,10 @@ class ConnectionPool:
     """One lazily opened, automatically reopened connection per address; a request the server
     initiates goes to ``on_request(cmd, addr)``."""
 
-    def __init__(self, on_request: Callable[[RemotingCommand, str], None] | None = None) -> None:
+    def __init__(self, on_request: Callable[[RemotingCommand, str], None] | None = None,
+                 rpc_hook: Callable[[RemotingCommand], object] | None = None) -> None:
         self.on_request = on_request
+        self.rpc_hook = rpc_hook
         self._clients: dict[str, RemotingClient] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -135,7 +141,7 @@ class ConnectionPool:
             if c is None or not c.alive:
                 handler = self.on_request
                 c = RemotingClient(addr, None if handler is None else
-                                   (lambda cmd, a=addr: handler(cmd, a)))
+                                   (lambda cmd, a=addr: handler(cmd, a)), self.rpc_hook)
                 await c.connect()
                 self._clients[addr] = c
         return c

@@ -79,7 +79,9 @@ _CONF_KEYS = {"listenPort": ("port", int), "brokerName": ("broker_name", str),
               "filterSupportRetry": ("filter_support_retry", _bool),
               "storeReplyMessageEnable": ("store_reply_message_enable", _bool),
               "kvConfigPath": ("kv_config_path", str),
-              "orderMessageEnable": ("order_message_enable", _bool)}
+              "orderMessageEnable": ("order_message_enable", _bool),
+              "aclEnable": ("acl_enable", _bool), "aclPlainFile": ("acl_plain_file", str),
+              "aclFileWatchInterval": ("acl_watch_interval_ms", int)}
 
 
 async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = None) -> None:
@@ -94,8 +96,11 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
         except ImportError as exc:
             raise click.ClickException(f"--metrics-port and --console need the ops extra "
                                        f"(pip install 'rocketstore[ops]'): {exc}") from exc
+    from ..broker.acl_address import AclError
     try:
         await broker.start()
+    except AclError as exc:  # aclEnable=true and a plain_acl.yml that does not parse
+        raise click.ClickException(f"ACL configuration: {exc}") from exc
     except OSError as exc:  # port in use, address not available...
         raise click.ClickException(
             f"cannot listen on {broker_cfg.host} (broker port {broker_cfg.port}, name server "

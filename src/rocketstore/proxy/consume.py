@@ -28,6 +28,7 @@ from ..broker.eventloop import cancel_and_wait
 from ..broker.filters import ConsumerFilterData, ExpressionMessageFilter, compile_expression
 from ..broker.namesrv import ensure_topic
 from ..broker.sql92 import not_supported
+from ..broker.state import readable
 from ..filter import SelectorSyntaxError
 from ..filter.bloom import BloomFilter
 from ..format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_MAX_RECONSUME_TIMES,
@@ -66,8 +67,11 @@ class Consumption:
         group, topic = req.group.name, req.message_queue.topic.name
         check_group(group)
         check_topic(topic)
-        if self.p.topics.get(topic) is None:
+        tc = self.p.topics.get(topic)
+        if tc is None:
             raise ValidationError(pb.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist")
+        if not readable(tc.perm):  # the broker's own check (as for a pull or a pop)
+            raise ValidationError(pb.FORBIDDEN, f"the topic[{topic}] pulling message is forbidden")
         fifo = bool(getattr(self.p.group_config(group), "consume_message_orderly", False))
         f = req.filter_expression
         expr = f.expression.strip() or "*"

@@ -39,6 +39,9 @@ class BrokerPieces:
     consumers: Any = None  # ConsumerManager: where gRPC consumers show as online
     filters: Any = None  # ConsumerFilterRegistry: SQL92 subscriptions (bitmaps, retry filter)
     consumer_ids_changed: Callable[[str], None] | None = None  # a group gained or lost a client
+    # the perm a topic's route carries (the topic's own, or what wipeWritePerm / addWritePerm
+    # set at the name server beside the broker): what QueryRoute / QueryAssignment hand out
+    route_perm: Callable[[Any], int] = lambda tc: tc.perm
 
     def group_config(self, group: str) -> Any:
         """The group's subscription config, auto-created as RocketMQ does; raises

@@ -23,6 +23,7 @@ import logging
 import time
 from typing import Any, AsyncIterator
 
+from ..broker.state import readable, writable
 from ..format.hashing import java_hash
 from .clients import VERSION_HEADER, GrpcClients, language_of, metadata_of, version_ordinal
 from .consume import Consumption
@@ -122,13 +123,10 @@ class MessagingService(services.MessagingServiceServicer):
             return pb.QueryRouteResponse(status=status(exc.code, str(exc)))
         broker = self._broker(self._endpoints(request.endpoints))
         types = [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]
-        queues = []
-        r, w = tc.read_queue_nums, tc.write_queue_nums
-        for i in range(max(r, w)):
-            perm = pb.READ_WRITE if i < min(r, w) else (pb.READ if i < r else pb.WRITE)
-            queues.append(pb.MessageQueue(topic=pb.Resource(name=tc.topic_name), id=i,
-                                          permission=perm, broker=broker,
-                                          accept_message_types=types))
+        queues = [pb.MessageQueue(topic=pb.Resource(name=tc.topic_name), id=i, permission=perm,
+                                  broker=broker, accept_message_types=types)
+                  for i, perm in route_queues(tc.read_queue_nums, tc.write_queue_nums,
+                                              self.p.route_perm(tc))]
         return pb.QueryRouteResponse(status=status(pb.OK), message_queues=queues)
 
     async def Heartbeat(self, request: Any, context: Any) -> Any:
@@ -158,9 +156,12 @@ class MessagingService(services.MessagingServiceServicer):
         except ValidationError as exc:
             return pb.QueryAssignmentResponse(status=status(exc.code, str(exc)))
         broker = self._broker(self._endpoints(request.endpoints))
+        perm = self.p.route_perm(tc)
+        if not readable(perm) or tc.read_queue_nums <= 0:
+            return pb.QueryAssignmentResponse(status=status(pb.FORBIDDEN, "no readable queue"))
         # one assignment for the whole broker: a receive pops from every queue (id -1)
         mq = pb.MessageQueue(topic=pb.Resource(name=tc.topic_name), id=-1,
-                             permission=pb.READ_WRITE, broker=broker,
+                             permission=_permission(perm), broker=broker,
                              accept_message_types=[pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION])
         return pb.QueryAssignmentResponse(status=status(pb.OK),
                                           assignments=[pb.Assignment(message_queue=mq)])
@@ -193,6 +194,8 @@ class MessagingService(services.MessagingServiceServicer):
             if any(m.topic.name != topic for m in msgs):
                 raise ValidationError(pb.BAD_REQUEST, "all messages of a send need one topic")
             tc = self._topic(topic)
+            if not writable(tc.perm):  # the broker's own check (SendMessageProcessor)
+                raise ValidationError(pb.FORBIDDEN, f"the topic[{topic}] sending message is forbidden")
             transactional = msgs[0].system_properties.message_type == pb.TRANSACTION
             if transactional and len(msgs) > 1:
                 raise ValidationError(pb.BAD_REQUEST, "a transactional send carries one message")
@@ -328,3 +331,26 @@ class MessagingService(services.MessagingServiceServicer):
         """End every Telemetry stream (shutdown)."""
         for channel in list(self.channels.values()):
             unregister(self.p, channel)
+
+
+def _permission(perm: int) -> int:
+    """A topic perm as a 5.x ``Permission``."""
+    r, w = readable(perm), writable(perm)
+    return pb.READ_WRITE if r and w else pb.READ if r else pb.WRITE if w else pb.NONE
+
+
+def route_queues(r: int, w: int, perm: int) -> list[tuple[int, int]]:
+    """(queue id, Permission) of a topic's route, by RocketMQ 5's rule
+    (``RouteActivity.genMessageQueueFromQueueData``): with read and write perm, queues below
+    both counts READ_WRITE and the rest READ or WRITE; with one of them, that many queues of it;
+    with neither, NONE queues. Ids are the broker's queue ids (a send names the queue it
+    writes), where RocketMQ's proxy numbers read-only queues first."""
+    if readable(perm) and writable(perm):
+        both = min(r, w)
+        return [(i, pb.READ_WRITE if i < both else pb.READ if i < r else pb.WRITE)
+                for i in range(max(r, w))]
+    if writable(perm):
+        return [(i, pb.WRITE) for i in range(w)]
+    if readable(perm):
+        return [(i, pb.READ) for i in range(r)]
+    return [(i, pb.NONE) for i in range(max(1, r, w))]

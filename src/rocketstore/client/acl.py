@@ -1,0 +1,39 @@
+"""Signed requests for brokers with ACL on (RocketMQ's ``SessionCredentials`` and
+``AclClientRPCHook``).
+
+    from rocketstore.client import Producer, SessionCredentials
+    creds = SessionCredentials("RocketMQ", "12345678")
+    with Producer("PG", "127.0.0.1:9876", credentials=creds) as p: ...
+
+Every client class (``Producer``, ``PullConsumer``, ``PushConsumer``, ``TransactionProducer``,
+``AdminClient`` and their ``Async*`` twins) takes ``credentials=``; each request it sends — to
+the name server too, as RocketMQ's clients do — then carries ``AccessKey`` (``SecurityToken``)
+and ``Signature`` (``remoting.signing``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..remoting.command import RemotingCommand
+from ..remoting.signing import sign_request
+
+
+@dataclass(frozen=True)
+class SessionCredentials:
+    access_key: str
+    secret_key: str
+    security_token: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.access_key or not self.secret_key:
+            raise ValueError("SessionCredentials need an access key and a secret key")
+
+    def __repr__(self) -> str:  # never print the secret
+        return f"SessionCredentials(access_key={self.access_key!r}, secret_key='***')"
+
+    def sign(self, cmd: RemotingCommand) -> RemotingCommand:
+        """``AclClientRPCHook.doBeforeRequest``: sign ``cmd`` in place."""
+        return sign_request(cmd, self.access_key, self.secret_key, self.security_token)
+
+
+__all__ = ["SessionCredentials"]

@@ -1,0 +1,60 @@
+"""RocketMQ's request signature (``AclSigner`` / ``AclClientRPCHook``): sans-IO, shared by the
+client that signs and the broker that checks.
+
+Theory of operation: a signed request carries ``AccessKey`` (and optionally ``SecurityToken``)
+among its ext fields, then ``Signature`` = base64(HmacSHA1(secretKey, content)), where content is
+the UTF-8 concatenation of the ext field *values* in the order of their keys (Java ``TreeMap``,
+i.e. UTF-16 code-unit order), ``Signature`` left out, followed by the body bytes. The broker
+also leaves out ``_UNIQUE_KEY_QUERY`` (a field some clients add after signing).
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from typing import Mapping
+
+from .command import RemotingCommand
+
+ACCESS_KEY = "AccessKey"
+SECRET_KEY = "SecretKey"
+SIGNATURE = "Signature"
+SECURITY_TOKEN = "SecurityToken"
+UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
+
+
+def _java_key_order(keys: list[str]) -> list[str]:
+    if all(k.isascii() for k in keys):
+        return sorted(keys)
+    return sorted(keys, key=lambda k: k.encode("utf-16-be"))  # String.compareTo
+
+
+def request_content(fields: Mapping[str, str], body: bytes | None,
+                    skip: tuple[str, ...] = (SIGNATURE,)) -> bytes:
+    """The bytes a signature covers: field values in key order, then the body."""
+    keys = _java_key_order([k for k in fields if k not in skip])
+    text = "".join(fields[k] for k in keys)
+    return text.encode("utf-8") + (body or b"")
+
+
+def cal_signature(data: bytes, secret_key: str) -> str:
+    """base64(HmacSHA1(secret_key, data)), as ``AclSigner.calSignature``."""
+    mac = hmac.new(secret_key.encode("utf-8"), data, hashlib.sha1).digest()
+    return base64.b64encode(mac).decode("ascii")
+
+
+def sign_request(cmd: RemotingCommand, access_key: str, secret_key: str,
+                 security_token: str | None = None) -> RemotingCommand:
+    """Add ``AccessKey`` (``SecurityToken``) and ``Signature`` to ``cmd`` in place, as
+    ``AclClientRPCHook.doBeforeRequest`` does; returns ``cmd``."""
+    ext = cmd.ext_fields
+    ext[ACCESS_KEY] = access_key
+    if security_token is not None:
+        ext[SECURITY_TOKEN] = security_token
+    ext.pop(SIGNATURE, None)
+    ext[SIGNATURE] = cal_signature(request_content(ext, cmd.body), secret_key)
+    return cmd
+
+
+__all__ = ["ACCESS_KEY", "SECRET_KEY", "SIGNATURE", "SECURITY_TOKEN", "UNIQUE_MSG_QUERY_FLAG",
+           "request_content", "cal_signature", "sign_request"]

@@ -1,0 +1,251 @@
+"""Plain ACL on ``rocketstore serve`` (``aclEnable=true``), driven over real sockets by our client.
+
+Expected remarks are RocketMQ 4.9.7's texts, as its broker answers them (checked against the
+Java broker in ``test_acl_java.py``); signatures are computed here from the documented formula
+and one value computed by RocketMQ's own ``AclClientRPCHook``.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from rocketstore.client import AdminClient, Producer, PullConsumer, SessionCredentials
+from rocketstore.errors import BrokerError
+from rocketstore.remoting.command import RemotingCommand
+from rocketstore.remoting.signing import sign_request
+
+from .conftest import SMALL_STORE, free_port, start_server
+
+ACL_YML = """\
+globalWhiteRemoteAddresses:
+  - 10.10.103.*
+accounts:
+  - accessKey: RocketMQ
+    secretKey: 12345678
+    whiteRemoteAddress:
+    admin: false
+    defaultTopicPerm: DENY
+    defaultGroupPerm: SUB
+    topicPerms:
+      - topicA=DENY
+      - topicB=PUB|SUB
+      - topicC=SUB
+    groupPerms:
+      - groupA=DENY
+      - groupB=PUB|SUB
+  - accessKey: rocketmq2
+    secretKey: 12345678
+    admin: true
+  - accessKey: localuser
+    secretKey: whatever-secret
+    whiteRemoteAddress: 127.0.0.1
+    defaultTopicPerm: DENY
+"""
+USER = SessionCredentials("RocketMQ", "12345678")
+ADMIN = SessionCredentials("rocketmq2", "12345678")
+DENIED = "org.apache.rocketmq.acl.common.AclException: "
+
+
+def write_acl_home(root, text: str = ACL_YML) -> tuple[str, str]:
+    store = os.path.join(str(root), "store")
+    os.makedirs(os.path.join(store, "conf"))
+    with open(os.path.join(store, "conf", "plain_acl.yml"), "w") as fh:
+        fh.write(text)
+    conf = os.path.join(str(root), "broker.conf")
+    with open(conf, "w") as fh:
+        fh.write("aclEnable=true\naclFileWatchInterval=200\n")
+    return store, conf
+
+
+@pytest.fixture(scope="module")
+def acl_server(tmp_path_factory):
+    store, conf = write_acl_home(tmp_path_factory.mktemp("acl"))
+    srv = start_server(store, "--config", conf)
+    yield srv
+    assert srv.stop() == 0, srv.log()
+
+
+def remark_of(excinfo) -> str:
+    err = excinfo.value
+    assert isinstance(err, BrokerError), err
+    assert err.code == 1  # SYSTEM_ERROR, as RocketMQ 4.9.7 answers a refused request
+    return err.remark
+
+
+def test_signature_matches_rocketmq():
+    """The value RocketMQ's AclClientRPCHook gives for this request (computed with its jar)."""
+    cmd = RemotingCommand.request(11, {"topic": "topicB", "consumerGroup": "groupB",
+                                       "queueId": "3", "zeta": "\u00e9\u4e2d", "Zeta": "Z"},
+                                  "body-\u00fc".encode())
+    sign_request(cmd, "RocketMQ", "12345678")
+    assert cmd.ext_fields["Signature"] == "nE97ceg3rESFrwXdQwZwvGpebFI="
+    # and the formula: values in key order (AccessKey included), then the body
+    f = cmd.ext_fields
+    content = "".join(f[k] for k in sorted(f) if k != "Signature").encode() + cmd.body
+    assert f["Signature"] == base64.b64encode(
+        hmac.new(b"12345678", content, hashlib.sha1).digest()).decode()
+
+
+def test_allowed_send_and_pull(acl_server):
+    with Producer("PG", acl_server.namesrv, credentials=USER) as p:
+        r = p.send("topicB", b"hello acl", queue_id=0)
+    assert r.status == "SEND_OK"
+    with PullConsumer("groupB", acl_server.namesrv, credentials=USER) as c:
+        got = []
+        deadline = time.monotonic() + 10
+        while not got and time.monotonic() < deadline:
+            got = c.pull("topicB", 0, 0, 32).messages
+    assert [m.body for m in got] == [b"hello acl"]
+
+
+def test_denied_by_permission(acl_server):
+    with Producer("PG", acl_server.namesrv, credentials=USER) as p:
+        with pytest.raises(BrokerError) as e:
+            p.send("topicA", b"x", queue_id=0)  # topicA=DENY
+        assert remark_of(e) == (DENIED + "No default permission for topic:topicA, org.apache."
+                                "rocketmq.acl.plain.PlainPermissionManager.checkPerm("
+                                "PlainPermissionManager.java:610)")
+        with pytest.raises(BrokerError) as e:
+            p.send("topicZ", b"x", queue_id=0)  # not listed: defaultTopicPerm DENY
+        assert "No default permission for topic:topicZ" in remark_of(e)
+    with PullConsumer("groupA", acl_server.namesrv, credentials=USER) as c:
+        with pytest.raises(BrokerError) as e:
+            c.pull("topicC", 0, 0, 32)  # topicC=SUB, but groupA=DENY
+        assert "No default permission for group:groupA" in remark_of(e)
+
+
+def test_bad_signature_unknown_key_and_unsigned(acl_server):
+    wrong = SessionCredentials("RocketMQ", "not-the-secret")
+    with Producer("PG", acl_server.namesrv, credentials=wrong) as p:
+        with pytest.raises(BrokerError) as e:
+            p.send("topicB", b"x", queue_id=0)
+        assert remark_of(e).startswith(DENIED + "Check signature failed for accessKey=RocketMQ")
+    with Producer("PG", acl_server.namesrv,
+                  credentials=SessionCredentials("nobody99", "12345678")) as p:
+        with pytest.raises(BrokerError) as e:
+            p.send("topicB", b"x", queue_id=0)
+        assert remark_of(e).startswith(DENIED + "No acl config for nobody99")
+    with Producer("PG", acl_server.namesrv) as p:
+        with pytest.raises(BrokerError) as e:
+            p.send("topicB", b"x", queue_id=0)
+        assert remark_of(e).startswith(DENIED + "No accessKey is configured")
+
+
+def test_account_white_address_skips_the_checks(acl_server):
+    """An account whose whiteRemoteAddress matches passes without signature or permission
+    checks (RocketMQ 4.9.7's rule): a wrong secret and a DENY default still send."""
+    creds = SessionCredentials("localuser", "not-its-secret")
+    with Producer("PG", acl_server.namesrv, credentials=creds) as p:
+        assert p.send("topicW", b"w", queue_id=0).status == "SEND_OK"
+
+
+def test_admin_only_codes(acl_server):
+    with AdminClient(broker=acl_server.broker, credentials=USER) as a:
+        with pytest.raises(BrokerError) as e:
+            a.create_topic("NewTopic1")
+        assert remark_of(e).startswith(DENIED + "Need admin permission for request code=17, "
+                                       "but accessKey=RocketMQ is not")
+    with AdminClient(broker=acl_server.broker, credentials=ADMIN) as a:
+        a.create_topic("NewTopic1")
+        assert "NewTopic1" in a.topic_configs(acl_server.broker)
+
+
+def test_global_white_list_and_acl_admin_codes(acl_server):
+    path = os.path.join(acl_server.store, "conf", "plain_acl.yml")
+    b = acl_server.broker
+    with AdminClient(broker=b, credentials=ADMIN) as a:
+        before = a.acl_version(b)
+        a.update_acl_config(b, "newuser1", "secret123", topic_perms=["topicN=PUB"],
+                            default_group_perm="SUB")
+        after = a.acl_version(b)
+        assert after["version"]["counter"] == before["version"]["counter"] + 1
+        assert after["allAclFileVersion"][path]["counter"] == after["version"]["counter"]
+        data = yaml.safe_load(open(path))
+        assert data["accounts"][-1] == {"accessKey": "newuser1", "secretKey": "secret123",
+                                        "admin": False, "defaultGroupPerm": "SUB",
+                                        "topicPerms": ["topicN=PUB"]}
+        cfg = a.acl_config(b)
+        assert cfg["globalWhiteAddrs"] == ["10.10.103.*"]
+        assert [c["accessKey"] for c in cfg["plainAccessConfigs"]] == [
+            "RocketMQ", "rocketmq2", "localuser", "newuser1"]
+        with Producer("PGN", acl_server.namesrv,
+                      credentials=SessionCredentials("newuser1", "secret123")) as p:
+            assert p.send("topicN", b"n", queue_id=0).status == "SEND_OK"
+            a.delete_acl_config(b, "newuser1")
+            with pytest.raises(BrokerError) as e:
+                p.send("topicN", b"n", queue_id=0)
+            assert remark_of(e).startswith(DENIED + "No acl config for newuser1")
+        with pytest.raises(BrokerError) as e:
+            a.delete_acl_config(b, "newuser1")
+        assert e.value.code == 210
+        with pytest.raises(BrokerError) as e:  # keys must be longer than 6 characters
+            a.update_acl_config(b, "short", "secret123")
+        assert e.value.code == 209 and "cannot be null and length should longer than 6" \
+            in e.value.remark
+        with pytest.raises(BrokerError) as e:  # a malformed rule is refused, nothing written
+            a.update_global_white_addrs(b, ["300.1.1.1"])
+        assert e.value.code == 211
+        assert yaml.safe_load(open(path))["globalWhiteRemoteAddresses"] == ["10.10.103.*"]
+        with Producer("PG", acl_server.namesrv) as p:  # unsigned: refused, then white-listed
+            with pytest.raises(BrokerError):
+                p.send("topicA", b"x", queue_id=0)
+            a.update_global_white_addrs(b, ["127.0.0.*"])
+            assert p.send("topicA", b"x", queue_id=0).status == "SEND_OK"
+            a.update_global_white_addrs(b, ["10.10.103.*"])
+            with pytest.raises(BrokerError):
+                p.send("topicA", b"x", queue_id=0)
+
+
+def test_file_edits_are_picked_up(acl_server):
+    path = os.path.join(acl_server.store, "conf", "plain_acl.yml")
+    creds = SessionCredentials("edited01", "secret-edited")
+    with Producer("PGE", acl_server.namesrv, credentials=creds) as p:
+        with pytest.raises(BrokerError):
+            p.send("topicE", b"e", queue_id=0)
+        data = yaml.safe_load(open(path))
+        data["accounts"].append({"accessKey": "edited01", "secretKey": "secret-edited",
+                                 "topicPerms": ["topicE=PUB"]})
+        with open(path, "w") as fh:
+            yaml.safe_dump(data, fh, sort_keys=False)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                assert p.send("topicE", b"e", queue_id=0).status == "SEND_OK"
+                break
+            except BrokerError:
+                assert time.monotonic() < deadline, "the edited file was not reloaded"
+                time.sleep(0.2)
+        with open(path, "a") as fh:  # a broken file: reported, the last good one stays
+            fh.write("accounts: [\n")
+        time.sleep(1.0)
+        assert p.send("topicE", b"e", queue_id=0).status == "SEND_OK"
+        data["accounts"].pop()
+        with open(path, "w") as fh:
+            yaml.safe_dump(data, fh, sort_keys=False)
+    assert "ACL files not reloaded" in acl_server.log()
+
+
+def test_bad_file_refuses_to_start_and_acl_off_answers(tmp_path):
+    store, conf = write_acl_home(tmp_path, "accounts:\n  - accessKey: ab\n    secretKey: cd\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "rocketstore.cli", "serve", "--store", store, "--port",
+         str(free_port()), "--namesrv-port", str(free_port()), "--config", conf, *SMALL_STORE],
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "ACL configuration" in proc.stderr and "accessKey=ab" in proc.stderr
+    srv = start_server(os.path.join(str(tmp_path), "plain"))
+    try:
+        with AdminClient(broker=srv.broker) as a:
+            with pytest.raises(BrokerError) as e:
+                a.update_acl_config(srv.broker, "newuser1", "secret123")
+            assert e.value.code == 209 and "aclEnable" in e.value.remark
+    finally:
+        assert srv.stop() == 0
