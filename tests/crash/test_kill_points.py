@@ -10,8 +10,9 @@ ConsumeQueues and index not yet following. After each kill:
 * the server had really died there (SIGKILL), with messages acknowledged before;
 * every acknowledged message is in the store at its queue offset, with its body, and by key
   (below the CommitLog's min offset only when cleaning deleted it);
-* a restarted ``serve`` loads the store and its state files (each topic that got a message is
-  known) and stops cleanly; ``verify`` then finds no error.
+* the state files load (each topic that got a message is known; after a kill inside a state
+  file's replace, a restarted ``serve`` takes a message and stops cleanly); ``verify`` then
+  finds no error.
 
 ``ROCKETSTORE_KILL_POINT_HITS`` (default ``2``) is a comma list of ``n`` values to run per point.
 """
@@ -102,12 +103,13 @@ def test_serve_killed_at(tmp_path, monkeypatch, point, hit):
             got = s.query_message(topic, f"kk{seq}").messages
             assert [x.queue_offset for x in got] == [qoff], (point, seq)
 
-    srv = start_server(store, *OPTS)
-    try:
-        with Producer("KillPG", srv.namesrv) as p:
-            assert p.send("Kill0", b"after", keys=["after"]).status == "SEND_OK"
-    finally:
-        assert srv.stop() == 0, srv.log()[-3000:]
+    if point == "state-write":  # the state files a kill there left: serve loads them
+        srv = start_server(store, *OPTS)
+        try:
+            with Producer("KillPG", srv.namesrv) as p:
+                assert p.send("Kill0", b"after", keys=["after"]).status == "SEND_OK"
+        finally:
+            assert srv.stop() == 0, srv.log()[-3000:]
     topics = {t.topic_name for t in TopicConfigManager(os.path.join(store, "config")).topics()}
     assert {a[1] for a in acked} <= topics, (point, sorted(topics))
     report = verify_store(store, StoreConfig(store_path_root_dir=store, **SIZES))
