@@ -238,3 +238,29 @@ def test_read_only_commands_on_a_store_with_damaged_state_files_write_nothing(tm
     run("status", "--store", str(root), "--json")
     run("verify", "--store", str(root), check=False)
     assert snapshot(str(root)) == before
+
+
+@pytest.fixture
+def small_fs(tmpfs_factory):
+    return tmpfs_factory("256k")
+
+
+def test_state_write_on_a_full_disk_keeps_the_old_file_and_retries(small_fs):
+    """A state-file write that finds the disk full fails, leaves the old version whole, and
+    the change is written by the next persist once there is space (it is still owed)."""
+    from tests.conftest import fill_disk
+    d = str(small_fs / "config")
+    os.makedirs(d)
+    m = ConsumerOffsetManager(d)
+    m.commit("G", "T", 0, 1)
+    m.persist()
+    filler = str(small_fs / "filler")
+    fill_disk(filler)
+    m.commit("G", "T", 0, 2)
+    with pytest.raises(OSError):
+        m.persist()
+    assert ConsumerOffsetManager(d).query("G", "T", 0) == 1  # the old version, whole
+    os.remove(filler)
+    m.persist()  # no new commit: the failed write is still owed
+    assert ConsumerOffsetManager(d).query("G", "T", 0) == 2
+    assert not [n for n in os.listdir(d) if n.endswith(".tmp")]
