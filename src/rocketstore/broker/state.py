@@ -92,10 +92,17 @@ def _write_json_atomic(path: str, obj: Any) -> None:
     os.makedirs(d, exist_ok=True)
     data = json.dumps(obj, ensure_ascii=False, indent=1, sort_keys=True).encode("utf-8")
     tmp = f"{path}.tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:  # a full disk: the old version stays, no partial temp file is left
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     if os.path.exists(path):
         # the previous version becomes the backup, unless it was found damaged: then it is
         # kept as ``.damaged`` for the operator and the good backup stays
@@ -287,7 +294,12 @@ class ConsumerOffsetManager:
             obj = {"offsetTable": {k: {str(q): o for q, o in sorted(v.items())}
                                    for k, v in self._table.items()}}
             self._dirty = False
-        write_json_atomic(self.path, obj)
+        try:
+            write_json_atomic(self.path, obj)
+        except BaseException:
+            with self._lock:  # still owed: the next persist writes it (a full disk passes)
+                self._dirty = True
+            raise
 
 
 class DelayOffsetStore:
@@ -316,4 +328,9 @@ class DelayOffsetStore:
                 return
             obj = {"offsetTable": {str(k): v for k, v in sorted(self._table.items())}}
             self._dirty = False
-        write_json_atomic(self.path, obj)
+        try:
+            write_json_atomic(self.path, obj)
+        except BaseException:
+            with self._lock:  # still owed
+                self._dirty = True
+            raise
