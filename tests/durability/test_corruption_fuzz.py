@@ -330,3 +330,51 @@ def test_cq_tail_cut_at_a_file_start_then_commitlog_truncated_below_it(template,
         assert r.ok and r.queue_offset == written[early_seq][2]
     report = verify_store(root, _cfg(root))
     assert report.ok, [str(p) for p in report.problems if p.severity == "error"]
+
+
+def _meta_snapshot(root):
+    """Every path with its size, mtime and content (directories: their entries and mtime)."""
+    out = {}
+    for d, dirs, names in os.walk(root):
+        st = os.stat(d)
+        out[d] = (st.st_mtime_ns, tuple(sorted(dirs + names)))
+        for n in names:
+            p = os.path.join(d, n)
+            st = os.stat(p)
+            with open(p, "rb") as fh:
+                out[p] = (st.st_size, st.st_mtime_ns, fh.read())
+    return out
+
+
+@pytest.mark.parametrize("seed", range(max(1, CASES // 4)))
+def test_read_only_reads_of_a_damaged_store_write_nothing(template, tmp_path, seed):
+    """What ``inspect``/``get``/``query``/``topics --store`` and ``verify`` do, over a store
+    damaged as above (after a crash or not): they may fail with a clear error, never write."""
+    from rocketstore.commands.live import OfflineState
+    from rocketstore.errors import RocketStoreError
+    src, written = template
+    root = tmp_path / "store"
+    shutil.copytree(src, root)
+    rng = random.Random(f"ro-{seed}")
+    if rng.random() < 0.5:
+        (root / "abort").write_text("1")
+    kind, path, how, _, _ = _damage(root, rng)
+    before = _meta_snapshot(root)
+    try:
+        with MessageStore.open_read_only(str(root)) as ro:
+            for topic, qid in TOPICS:
+                off = ro.get_min_offset_in_queue(topic, qid)
+                while off < ro.get_max_offset_in_queue(topic, qid):
+                    g = ro.get_message("g", topic, qid, off, 64)
+                    if g.next_begin_offset <= off:
+                        break
+                    off = g.next_begin_offset
+            for seq in rng.sample(sorted(written), 10):
+                ro.query_message(TOPICS[seq % 3][0], f"key{seq}")
+            st = OfflineState(ro, str(root))
+            assert {t.topic_name for t in st.topics.topics()} >= {"FuzzA", "FuzzB"} or \
+                kind == "consumequeue"
+    except RocketStoreError as exc:
+        assert str(exc), (kind, how)  # refused, with a message
+    verify_store(root, _cfg(root), check_lock=False)
+    assert _meta_snapshot(root) == before, (kind, how, path.name)
