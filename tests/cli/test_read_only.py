@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -172,5 +173,37 @@ def test_read_only_commands_beside_a_live_serve(tmp_path):
         assert "store is open in another process" not in v.stdout + v.stderr
         with Producer("PG", srv.namesrv) as p:  # the broker still takes writes
             assert p.send("LiveT", b"later", queue_id=0).status == "SEND_OK"
+    finally:
+        assert srv.stop() == 0, srv.log()
+
+
+def test_read_only_commands_change_no_byte_of_a_live_store(tmp_path):
+    """A live ``serve`` (lock held, abort file present, dispatch and flush threads mid-way) is
+    frozen with SIGSTOP so that it writes nothing meanwhile; every read-only command is run
+    against its store; not one file, size, mtime or directory entry may change."""
+    import signal
+    from rocketstore.client import Producer
+    store = str(tmp_path / "store")
+    srv = start_server(store)
+    try:
+        with Producer("PG", srv.namesrv) as p:
+            for i in range(40):
+                assert p.send(f"Frozen{i % 2}", b"f%d" % i, keys=["fk"], queue_id=i % 2).status \
+                    == "SEND_OK"
+        time.sleep(1.5)  # let the broker write its checkpoint and state files once
+        srv.proc.send_signal(signal.SIGSTOP)
+        try:
+            before = snapshot(store)
+            for cmd in (("inspect", "--json"), ("verify",), ("topics", "--all", "--json"),
+                        ("consumers", "--json"),
+                        ("get", "--topic", "Frozen1", "--queue", "1", "--offset", "0", "--json"),
+                        ("query", "--topic", "Frozen0", "--key", "fk", "--json")):
+                p = run(cmd[0], "--store", store, *cmd[1:], check=False)
+                assert p.returncode == 0 or cmd[0] == "verify", (cmd, p.stdout, p.stderr)
+                if cmd[0] == "get":
+                    assert len(json.loads(p.stdout)["messages"]) == 20
+            assert snapshot(store) == before
+        finally:
+            srv.proc.send_signal(signal.SIGCONT)
     finally:
         assert srv.stop() == 0, srv.log()

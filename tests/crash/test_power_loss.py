@@ -14,8 +14,8 @@ acknowledgements:
 * SYNC_FLUSH: every acknowledged message is there, intact, by ConsumeQueue and by key;
 * ASYNC_FLUSH: what was lost is a tail: every acknowledged message below the CommitLog's last
   synced position survives, and no message survives after a lost one;
-* recovery never cuts below the checkpoint's durable point: every message stored no later than
-  the (surviving) checkpoint's physicMsgTimestamp is there.
+* recovery never cuts below the checkpoint's durable point: every message stored before the
+  (surviving) checkpoint's physicMsgTimestamp is there.
 """
 from __future__ import annotations
 
@@ -187,8 +187,11 @@ def test_power_loss(tmp_path, flush, run):
             assert all(a[1] + a[2] > durable_end for a in lost), what
             first_lost = min((a[1] for a in lost), default=None)
             assert first_lost is None or all(off < first_lost for off in found.values()), what
-        # the checkpoint's durable point: every message stored by physicMsgTimestamp survives
-        assert all(a[0] in found for a in acked if a[3] <= physic), (what, physic)
+        # the checkpoint's durable point: every message stored before physicMsgTimestamp
+        # survives (strictly before: the flush records the time of the last record it synced,
+        # and later records of the same millisecond may lie beyond what it synced)
+        early = [a for a in acked if a[3] < physic and a[0] not in found]
+        assert not early, (what, physic, early[:5])
         for a in rng.sample(acked, min(20, len(acked))):
             if a[0] in found:
                 got = store.query_message(a[4], f"pk{a[0]}").messages

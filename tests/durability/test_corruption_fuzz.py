@@ -292,3 +292,41 @@ def test_corruption_fuzz(template, tmp_path, seed):
             (what, missed_keys[:5], [str(p) for p in report.problems])
     elif kind != "index" and not left_damaged:
         assert report.ok, (what, [str(p) for p in report.problems if p.severity == "error"])
+
+
+def test_cq_tail_cut_at_a_file_start_then_commitlog_truncated_below_it(template, tmp_path):
+    """Found by this fuzz (seed 1021 of 3000): the ConsumeQueue tail check cut a queue exactly at
+    a file boundary (its last file left empty), then the CommitLog was truncated below that
+    queue's last units: every unit pointing at or beyond the new end must go, not only those
+    in the empty file."""
+    src, written = template
+    root = tmp_path / "store"
+    shutil.copytree(src, root)
+    per_file = 20 * 64 // 20
+    cut_q = 2 * per_file  # FuzzA/1's queue offset at the start of its third file
+    cut_seq = 3 * cut_q + 1
+    early_seq = cut_seq - 3 * 17  # FuzzA/1 as well, 17 units earlier, inside the tail check
+    assert TOPICS[cut_seq % 3] == TOPICS[early_seq % 3] == ("FuzzA", 1)
+    assert written[cut_seq][2] == cut_q
+    # early: its BODYCRC (recovery truncates there); cut: its QUEUEOFFSET (the unit no longer
+    # matches the record it points at, the tail check cuts the queue there)
+    for seq, pos in ((early_seq, 8 + 3), (cut_seq, 20 + 7)):
+        off = written[seq][0]
+        seg = root / "commitlog" / f"{off - off % SEG:020d}"
+        with open(seg, "r+b") as fh:
+            fh.seek(off % SEG + pos)
+            b = fh.read(1)
+            fh.seek(-1, 1)
+            fh.write(bytes([b[0] ^ 0x40]))
+    end = written[early_seq][0]
+    with MessageStore(_cfg(root)) as store:
+        assert store.recovery_report.truncated_at == end
+        assert store.wait_dispatched(10)
+        assert store.get_max_offset_in_queue("FuzzA", 1) == written[early_seq][2]
+        g = store.get_message("g", "FuzzA", 1, written[early_seq][2] - 1, 32)
+        assert [m.commitlog_offset for m in g.messages] == [written[early_seq - 3][0]]
+        r = store.put_message(Message(topic="FuzzA", body=_body(10_000), keys=["after"],
+                                      queue_id=1))
+        assert r.ok and r.queue_offset == written[early_seq][2]
+    report = verify_store(root, _cfg(root))
+    assert report.ok, [str(p) for p in report.problems if p.severity == "error"]

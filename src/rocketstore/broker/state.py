@@ -17,6 +17,7 @@ quotes (``{0:12}``); we write standard JSON, which RocketMQ also reads, and read
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import threading
@@ -26,24 +27,55 @@ from typing import Any
 
 from ..remoting.codes import PERM_READ, PERM_RW, PERM_WRITE
 from ..remoting.jsonbody import load_json_text
+from ..store import syncprobe
 
+log = logging.getLogger(__name__)
+
+# files whose main copy ``load_json_lenient`` found damaged: the next write keeps those bytes
+# aside (``<file>.damaged``) instead of rotating them into ``.bak`` over the good backup
+_DAMAGED: set[str] = set()
+
+
+def _read_config(path: str) -> dict | None:
+    """One candidate: its object, None if absent or empty; ValueError if damaged."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        return None
+    if not raw.strip():
+        return None
+    try:
+        data = load_json_text(raw.decode("utf-8"))
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise ValueError(f"{path}: damaged, not a RocketMQ config file: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: damaged, not a RocketMQ config file: a JSON "
+                         f"{type(data).__name__}, not an object")
+    return data
 
 
 def load_json_lenient(path: str) -> dict | None:
-    """Read a RocketMQ config JSON file (bare integer keys allowed); None if absent/empty."""
-    for candidate in (path, path + ".bak"):
+    """Read a RocketMQ config JSON file (bare integer keys allowed); None if absent/empty.
+
+    As RocketMQ's ``ConfigManager.load``: a file that is absent, empty or does not decode is
+    read from ``<file>.bak``; when both are damaged a ValueError names them (a damaged file is
+    never read as empty). Nothing is written here (read-only commands call this)."""
+    try:
+        data = _read_config(path)
+    except ValueError as exc:
         try:
-            with open(candidate, encoding="utf-8") as fh:
-                text = fh.read()
-        except FileNotFoundError:
-            continue
-        if not text.strip():
-            continue
-        try:
-            return load_json_text(text)
-        except ValueError as exc:
-            raise ValueError(f"{candidate}: not a RocketMQ config file: {exc}") from exc
-    return None
+            bak = _read_config(path + ".bak")
+        except ValueError as exc2:
+            raise ValueError(f"{exc}; and its backup {exc2}") from exc
+        if bak is None:
+            raise
+        log.error("%s; read from its backup %s.bak", exc, path)
+        _DAMAGED.add(os.path.abspath(path))
+        return bak
+    if data is None:
+        return _read_config(path + ".bak")
+    return data
 
 
 _WRITE_LOCK = threading.Lock()
@@ -60,15 +92,28 @@ def _write_json_atomic(path: str, obj: Any) -> None:
     os.makedirs(d, exist_ok=True)
     data = json.dumps(obj, ensure_ascii=False, indent=1, sort_keys=True).encode("utf-8")
     tmp = f"{path}.tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    if os.path.exists(path):
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:  # a full disk: the old version stays, no partial temp file is left
         try:
-            os.replace(path, path + ".bak")
+            os.unlink(tmp)
         except OSError:
             pass
+        raise
+    if os.path.exists(path):
+        # the previous version becomes the backup, unless it was found damaged: then it is
+        # kept as ``.damaged`` for the operator and the good backup stays
+        key = os.path.abspath(path)
+        try:
+            os.replace(path, path + (".damaged" if key in _DAMAGED else ".bak"))
+        except OSError:
+            pass
+        else:
+            _DAMAGED.discard(key)
+        syncprobe.crash_point("state-write")
     os.replace(tmp, path)
     fd = os.open(d, os.O_RDONLY)
     try:
@@ -249,7 +294,12 @@ class ConsumerOffsetManager:
             obj = {"offsetTable": {k: {str(q): o for q, o in sorted(v.items())}
                                    for k, v in self._table.items()}}
             self._dirty = False
-        write_json_atomic(self.path, obj)
+        try:
+            write_json_atomic(self.path, obj)
+        except BaseException:
+            with self._lock:  # still owed: the next persist writes it (a full disk passes)
+                self._dirty = True
+            raise
 
 
 class DelayOffsetStore:
@@ -278,4 +328,9 @@ class DelayOffsetStore:
                 return
             obj = {"offsetTable": {str(k): v for k, v in sorted(self._table.items())}}
             self._dirty = False
-        write_json_atomic(self.path, obj)
+        try:
+            write_json_atomic(self.path, obj)
+        except BaseException:
+            with self._lock:  # still owed
+                self._dirty = True
+            raise

@@ -155,7 +155,12 @@ class SubscriptionGroupManager:
             if not (self._dirty or force):
                 return
             self._dirty = False
-        write_json_atomic(self.path, self.wrapper())
+        try:
+            write_json_atomic(self.path, self.wrapper())
+        except BaseException:
+            with self._lock:  # still owed: the next persist writes it
+                self._dirty = True
+            raise
 
 
 __all__ = ["SubscriptionGroupConfig", "SubscriptionGroupManager"]

@@ -47,6 +47,7 @@ def atomic_write(path: str, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
+    syncprobe.crash_point("checkpoint-write")
     os.replace(tmp, path)
     fsync_dir(os.path.dirname(os.path.abspath(path)))
     syncprobe.synced(path)

@@ -37,6 +37,8 @@ import threading
 import time
 from typing import Callable
 
+from . import syncprobe
+
 log = logging.getLogger(__name__)
 
 MANUAL_DELETE_ROUNDS = 20  # DefaultMessageStore.executeDeleteFilesManually
@@ -133,6 +135,8 @@ class CleanService:
         """One round; returns how many CommitLog segments were deleted."""
         with self._lock:
             deleted = self.delete_commitlog_files(manual)
+            if deleted:
+                syncprobe.crash_point("clean-delete")
             self.delete_logic_files()
             return deleted
 

@@ -319,6 +319,11 @@ class ConsumeQueue:
             files = self.queue.files
             cut = None
             for mf in reversed(files):
+                if mf.wrote_position == 0:
+                    # an empty last file (a queue cut at a file boundary): nothing to keep in
+                    # it, the earlier files decide
+                    cut = mf.file_from_offset
+                    continue
                 arr = np.frombuffer(mf.mm, dtype=UNIT_DTYPE, count=mf.wrote_position // CQ_UNIT_SIZE)
                 real = (arr["size"] != FILLER_SIZE)
                 bad = (arr["offset"] >= phy_offset) & real

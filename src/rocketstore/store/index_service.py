@@ -60,6 +60,7 @@ from ..format.hashing import index_key_hash
 from ..format.index_layout import build_key, index_file_name, index_file_size, parse_index_file_name
 from ..format.message import (KEY_SEPARATOR, TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE,
                               MessageExt)
+from . import syncprobe
 from .checkpoint import StoreCheckpoint
 from .index_file import IndexFile, index_key_hash_columns
 
@@ -203,6 +204,7 @@ class IndexService:
                              self.index_num, end_phy, end_ts, private=self.cfg.read_only)
         with self._lock:
             self.files = self.files + [f]
+        syncprobe.crash_point("index-roll")
         if prev is not None:
             self._flush_in_background(prev)
         return f

@@ -12,6 +12,7 @@ import threading
 
 from ..errors import CorruptFileError
 from ..format.layouts import name_to_offset, offset_to_name
+from . import syncprobe
 from .mapped_file import MappedFile
 
 
@@ -108,6 +109,9 @@ class MappedFileQueue:
                             create_offset, self.file_size, create=True, private=self.private,
                             durable_create=self.durable_create)
             self.files.append(mf)
+            point = syncprobe.roll_point(self.directory)
+            if point is not None:
+                syncprobe.crash_point(point)
             return mf
 
     # -- truncation and deletion ------------------------------------------------------------------

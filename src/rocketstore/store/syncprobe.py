@@ -17,9 +17,42 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 
 _SPEC = os.environ.get("ROCKETSTORE_SYNC_SHADOW")
 _SHADOW, _ROOT = (os.path.abspath(p) for p in _SPEC.rsplit(":", 1)) if _SPEC else (None, None)
+
+
+_CRASH = os.environ.get("ROCKETSTORE_CRASH_AT")
+_CRASH_POINT, _CRASH_AT = (_CRASH.rsplit(":", 1)[0], int(_CRASH.rsplit(":", 1)[1])) if _CRASH \
+    else (None, 0)
+_crash_hits = 0
+_crash_lock = threading.Lock()
+
+ROLL_POINTS = {"commitlog": "commitlog-roll", "consumequeue": "consumequeue-roll"}
+
+
+def crash_point(point: str) -> None:
+    """SIGKILL this process the ``n``-th time it passes ``point`` (see the module doc)."""
+    global _crash_hits
+    if _CRASH_POINT != point:
+        return
+    with _crash_lock:
+        _crash_hits += 1
+        if _crash_hits == _CRASH_AT:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def roll_point(directory: str) -> str | None:
+    """The crash point of a new file in ``directory`` (a CommitLog or ConsumeQueue dir)."""
+    if _CRASH_POINT is None:
+        return None
+    parts = os.path.abspath(directory).split(os.sep)
+    for kind in ("consumequeue", "commitlog"):
+        if kind in parts:
+            return ROLL_POINTS[kind]
+    return None
 
 
 def enabled() -> bool:
