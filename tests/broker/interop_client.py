@@ -3,6 +3,8 @@
     python interop_client.py produce NAMESRV TOPIC N      -> JSON list of send results
     python interop_client.py pull NAMESRV TOPIC GROUP     -> JSON list of pulled messages
     python interop_client.py push NAMESRV TOPIC GROUP N   -> JSON list of consumed messages
+    python interop_client.py acl-produce NAMESRV TOPIC AK SK -> {"status"} or {"error"}
+    python interop_client.py acl-push NAMESRV TOPIC GROUP N AK SK -> consumed messages
 
 Prints one JSON document on stdout; the parent test applies a hard timeout.
 """
@@ -43,6 +45,24 @@ def produce(namesrv, topic, n):
     print(json.dumps(out))
 
 
+def acl_produce(namesrv, topic, ak, sk):
+    """One send with session credentials (the broker has ACL on); the error text if refused."""
+    p = Producer("PG_interop_acl", timeout=15000)
+    p.set_namesrv_addr(namesrv)
+    p.set_session_credentials(ak, sk, "")
+    p.start()
+    try:
+        m = Message(topic)
+        m.set_body("acl-body")
+        r = p.send_sync(m)
+        out = {"status": int(r.status), "msg_id": r.msg_id}
+    except Exception as exc:  # the client raises ProducerSendSyncFailed with the broker's text
+        out = {"error": str(exc)}
+    finally:
+        p.shutdown()
+    print(json.dumps(out))
+
+
 def pull(namesrv, topic, group):
     c = PullConsumer(group)
     c.set_namesrv_addr(namesrv)
@@ -54,7 +74,7 @@ def pull(namesrv, topic, group):
     print(json.dumps(out))
 
 
-def push(namesrv, topic, group, n, orderly=False):
+def push(namesrv, topic, group, n, orderly=False, credentials=None):
     got, lock, done = [], threading.Lock(), threading.Event()
 
     def cb(m):
@@ -65,6 +85,8 @@ def push(namesrv, topic, group, n, orderly=False):
 
     c = PushConsumer(group, orderly=True) if orderly else PushConsumer(group)
     c.set_namesrv_addr(namesrv)
+    if credentials:
+        c.set_session_credentials(credentials[0], credentials[1], "")
     c.subscribe(topic, cb)
     c.start()
     done.wait(60)
@@ -162,7 +184,12 @@ def produce_orderly(namesrv, topic, n):
 
 if __name__ == "__main__":
     mode = sys.argv[1]
-    if mode == "produce":
+    if mode == "acl-produce":
+        acl_produce(*sys.argv[2:6])
+    elif mode == "acl-push":
+        push(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]),
+             credentials=(sys.argv[6], sys.argv[7]))
+    elif mode == "produce":
         produce(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif mode == "pull":
         pull(sys.argv[2], sys.argv[3], sys.argv[4])

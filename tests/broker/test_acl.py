@@ -249,3 +249,19 @@ def test_bad_file_refuses_to_start_and_acl_off_answers(tmp_path):
             assert e.value.code == 209 and "aclEnable" in e.value.remark
     finally:
         assert srv.stop() == 0
+
+
+def test_cli_commands_sign_with_keys_from_the_environment(acl_server):
+    cli = [sys.executable, "-m", "rocketstore.cli"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKETMQ_")}
+    keyed = dict(env, ROCKETMQ_ACCESS_KEY="RocketMQ", ROCKETMQ_SECRET_KEY="12345678")
+    send = [*cli, "send", "--namesrv", acl_server.namesrv, "--topic", "topicB", "--queue", "1",
+            "from-cli"]
+    refused = subprocess.run(send, capture_output=True, text=True, env=env, timeout=60)
+    assert refused.returncode != 0 and "No accessKey is configured" in refused.stderr
+    ok = subprocess.run(send, capture_output=True, text=True, env=keyed, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    admin = dict(env, ROCKETMQ_ACCESS_KEY="rocketmq2", ROCKETMQ_SECRET_KEY="12345678")
+    topics = subprocess.run([*cli, "topics", "--broker", acl_server.broker, "--json"],
+                            capture_output=True, text=True, env=admin, timeout=60)
+    assert topics.returncode == 0 and "topicB" in topics.stdout, topics.stderr

@@ -209,3 +209,32 @@ def test_cpp_clients_in_admin_views_and_reset(tmp_path):
             proc.kill()
             proc.wait(10)
         assert srv.stop() == 0, srv.log()
+
+
+def test_cpp_client_with_session_credentials(tmp_path):
+    """The C++ client's ``set_session_credentials`` against a broker with ``aclEnable=true``:
+    its signed sends and its push consumer are let through, a denied topic and a wrong secret
+    are refused (nothing stored)."""
+    from rocketstore.client import SessionCredentials
+
+    from .test_acl import ACL_YML, write_acl_home
+
+    py = _interop_python()
+    store, conf = write_acl_home(tmp_path, ACL_YML)
+    srv = start_server(store, "--config", conf)
+    try:
+        ok = _run(py, tmp_path, "acl-produce", srv.namesrv, "topicB", "RocketMQ", "12345678")
+        assert ok.get("status") == 0, ok
+        denied = _run(py, tmp_path, "acl-produce", srv.namesrv, "topicA", "RocketMQ",
+                      "12345678")
+        bad = _run(py, tmp_path, "acl-produce", srv.namesrv, "topicB", "RocketMQ", "wrong-secret")
+        assert "error" in denied and "error" in bad, (denied, bad)
+        got = _run(py, tmp_path, "acl-push", srv.namesrv, "topicB", "groupB", "1", "RocketMQ",
+                   "12345678", timeout=150)
+        assert [(m["body"], m["id"]) for m in got] == [("acl-body", ok["msg_id"])]
+        admin = SessionCredentials("rocketmq2", "12345678")
+        with PullConsumer("CG_check", srv.namesrv, credentials=admin) as c:
+            assert sum(c.max_offset("topicB", q) for q in range(4)) == 1
+            assert sum(c.max_offset("topicA", q) for q in range(4)) == 0
+    finally:
+        assert srv.stop() == 0, srv.log()

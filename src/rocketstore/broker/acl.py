@@ -282,16 +282,21 @@ def check_perm(req: AccessRequest, owned: Account) -> None:
                        f"{owned.access_key} is not", AT_ADMIN)
     if not req.resources or (owned.perms is None and owned.admin):
         return
-    for resource in _java_hashmap_order(list(req.resources)):
-        needed = req.resources[resource]
-        if owned.perms is None or resource not in owned.perms:
-            is_group = resource.startswith(RETRY_PREFIX)
-            perm = owned.default_group_perm if is_group else owned.default_topic_perm
-            if not check_permission(needed, perm):
-                raise AclError(f"No default permission for {_describe(resource)}",
-                               AT_DEFAULT_PERM)
-        elif not check_permission(needed, owned.perms[resource]):
-            raise AclError(f"No default permission for {_describe(resource)}", AT_RESOURCE_PERM)
+    refused = [r for r, needed in req.resources.items() if not _allowed(owned, r, needed)]
+    if not refused:
+        return
+    first = next(r for r in _java_hashmap_order(list(req.resources)) if r in refused)
+    listed = owned.perms is not None and first in owned.perms
+    raise AclError(f"No default permission for {_describe(first)}",
+                   AT_RESOURCE_PERM if listed else AT_DEFAULT_PERM)
+
+
+def _allowed(owned: Account, resource: str, needed: int) -> bool:
+    if owned.perms is not None and resource in owned.perms:
+        return check_permission(needed, owned.perms[resource])
+    if resource.startswith(RETRY_PREFIX):
+        return check_permission(needed, owned.default_group_perm)
+    return check_permission(needed, owned.default_topic_perm)
 
 
 def acl_files(default_file: str) -> list[str]:

@@ -12,6 +12,7 @@ and ``Signature`` (``remoting.signing``).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from ..remoting.command import RemotingCommand
@@ -30,6 +31,15 @@ class SessionCredentials:
 
     def __repr__(self) -> str:  # never print the secret
         return f"SessionCredentials(access_key={self.access_key!r}, secret_key='***')"
+
+    @classmethod
+    def from_env(cls) -> "SessionCredentials | None":
+        """``ROCKETMQ_ACCESS_KEY`` / ``ROCKETMQ_SECRET_KEY`` (/ ``ROCKETMQ_SECURITY_TOKEN``) of
+        the environment, or None when unset: how ``rocketstore``'s commands sign."""
+        ak, sk = os.environ.get("ROCKETMQ_ACCESS_KEY"), os.environ.get("ROCKETMQ_SECRET_KEY")
+        if not ak or not sk:
+            return None
+        return cls(ak, sk, os.environ.get("ROCKETMQ_SECURITY_TOKEN") or None)
 
     def sign(self, cmd: RemotingCommand) -> RemotingCommand:
         """``AclClientRPCHook.doBeforeRequest``: sign ``cmd`` in place."""

@@ -31,9 +31,9 @@ def _row(m) -> dict:
 def command(namesrv, topic, group, queue_id, offset, subscription, max_count, follow, commit,
             as_json) -> None:
     """Print the messages of TOPIC (all queues, or one) from an offset."""
-    from ..client import PullConsumer
+    from ..client import PullConsumer, SessionCredentials
 
-    c = PullConsumer(group, namesrv)
+    c = PullConsumer(group, namesrv, credentials=SessionCredentials.from_env())
     count = 0
     try:
         queues = [q.queue_id for q in c.queues(topic)]

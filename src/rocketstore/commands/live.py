@@ -57,9 +57,10 @@ def check_target(namesrv: str | None, broker: str | None, store_dir: str | None)
 
 @contextmanager
 def admin_client(namesrv: str | None, broker: str | None) -> Iterator[Any]:
+    from ..client.acl import SessionCredentials
     from ..client.admin import AdminClient
     from ..errors import BrokerError
-    client = AdminClient(namesrv=namesrv, broker=broker)
+    client = AdminClient(namesrv=namesrv, broker=broker, credentials=SessionCredentials.from_env())
     try:
         yield client
     except (ConnectionError, TimeoutError, OSError) as exc:

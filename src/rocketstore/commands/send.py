@@ -43,7 +43,9 @@ def command(namesrv, topic, tags, keys, queue_id, sharding_key, delay_level, pro
         else:
             data.append(b.encode())
     key_list = [k for k in (keys or "").split(",") if k]
-    producer = Producer(group, namesrv, timeout_s=timeout)
+    from ..client import SessionCredentials
+    producer = Producer(group, namesrv, timeout_s=timeout,
+                        credentials=SessionCredentials.from_env())
     results = []
     try:
         if batch:

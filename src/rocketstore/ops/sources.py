@@ -199,7 +199,9 @@ class RemoteSource:
         self._lt = LoopThread.shared()
 
         async def make() -> Any:
-            return AsyncAdminClient(namesrv, broker, timeout_s=timeout_s)
+            from ..client.acl import SessionCredentials  # a broker with aclEnable=true
+            return AsyncAdminClient(namesrv, broker, timeout_s=timeout_s,
+                                    credentials=SessionCredentials.from_env())
         self.client = self._lt.run(make())
         self.namesrv = namesrv or ""
         self.address = namesrv or broker or ""

@@ -10,7 +10,6 @@ also leaves out ``_UNIQUE_KEY_QUERY`` (a field some clients add after signing).
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 from typing import Mapping
 
@@ -23,24 +22,19 @@ SECURITY_TOKEN = "SecurityToken"
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
 
 
-def _java_key_order(keys: list[str]) -> list[str]:
-    if all(k.isascii() for k in keys):
-        return sorted(keys)
-    return sorted(keys, key=lambda k: k.encode("utf-16-be"))  # String.compareTo
-
-
 def request_content(fields: Mapping[str, str], body: bytes | None,
                     skip: tuple[str, ...] = (SIGNATURE,)) -> bytes:
     """The bytes a signature covers: field values in key order, then the body."""
-    keys = _java_key_order([k for k in fields if k not in skip])
-    text = "".join(fields[k] for k in keys)
-    return text.encode("utf-8") + (body or b"")
+    keys = sorted(fields)
+    if not "".join(keys).isascii():  # String.compareTo: UTF-16 code units
+        keys.sort(key=lambda k: k.encode("utf-16-be"))
+    text = "".join([fields[k] for k in keys if k not in skip]).encode("utf-8")
+    return text + body if body else text
 
 
 def cal_signature(data: bytes, secret_key: str) -> str:
     """base64(HmacSHA1(secret_key, data)), as ``AclSigner.calSignature``."""
-    mac = hmac.new(secret_key.encode("utf-8"), data, hashlib.sha1).digest()
-    return base64.b64encode(mac).decode("ascii")
+    return base64.b64encode(hmac.digest(secret_key.encode("utf-8"), data, "sha1")).decode("ascii")
 
 
 def sign_request(cmd: RemotingCommand, access_key: str, secret_key: str,

@@ -1,0 +1,94 @@
+import java.util.*;
+import org.apache.rocketmq.acl.common.AclClientRPCHook;
+import org.apache.rocketmq.acl.common.SessionCredentials;
+import org.apache.rocketmq.client.consumer.*;
+import org.apache.rocketmq.client.exception.MQBrokerException;
+import org.apache.rocketmq.client.producer.*;
+import org.apache.rocketmq.common.message.*;
+
+/** RocketMQ 4.9.7's own producer and pull consumer signing with AclClientRPCHook against a broker
+ *  with aclEnable=true. Prints one line per step, then DONE. Args: namesrv. */
+public class AclClient {
+  public static void main(String[] args) {
+    try {
+      run(args[0]);
+    } catch (Throwable t) {
+      t.printStackTrace();
+      System.exit(1);
+    }
+  }
+
+  static AclClientRPCHook hook(String ak, String sk) {
+    return new AclClientRPCHook(new SessionCredentials(ak, sk));
+  }
+
+  static String err(Throwable t) {
+    while (t != null && !(t instanceof MQBrokerException)) {
+      t = t.getCause();
+    }
+    if (t == null) {
+      return "ERR other";
+    }
+    MQBrokerException e = (MQBrokerException) t;
+    return "ERR " + e.getResponseCode() + " " + e.getErrorMessage();
+  }
+
+  static void send(String label, String ns, String ak, String sk, String topic, String body) {
+    DefaultMQProducer p = new DefaultMQProducer("PG_acl_" + label, hook(ak, sk));
+    p.setNamesrvAddr(ns);
+    p.setRetryTimesWhenSendFailed(0);
+    try {
+      p.start();
+      SendResult r = null;
+      for (int i = 0; i < 20; i++) {  // the first send may race the topic's route
+        try {
+          r = p.send(new Message(topic, body.getBytes("UTF-8")));
+          break;
+        } catch (org.apache.rocketmq.client.exception.MQClientException e) {
+          if (i == 19) throw e;
+          Thread.sleep(500);
+        }
+      }
+      System.out.println("SEND " + label + " " + r.getSendStatus());
+    } catch (Throwable t) {
+      System.out.println("SEND " + label + " " + err(t));
+    } finally {
+      p.shutdown();
+    }
+  }
+
+  static void pull(String label, String ns, String ak, String sk, String group, String topic) {
+    DefaultMQPullConsumer c = new DefaultMQPullConsumer(group, hook(ak, sk));
+    c.setNamesrvAddr(ns);
+    try {
+      c.start();
+      List<String> bodies = new ArrayList<>();
+      for (MessageQueue mq : new TreeSet<>(c.fetchSubscribeMessageQueues(topic))) {
+        PullResult r = c.pull(mq, "*", 0, 32);
+        if (r.getMsgFoundList() != null) {
+          for (MessageExt m : r.getMsgFoundList()) {
+            bodies.add(new String(m.getBody(), "UTF-8"));
+          }
+        }
+      }
+      Collections.sort(bodies);
+      System.out.println("PULL " + label + " " + bodies);
+    } catch (Throwable t) {
+      System.out.println("PULL " + label + " " + err(t));
+    } finally {
+      c.shutdown();
+    }
+  }
+
+  static void run(String ns) throws Exception {
+    send("allowed", ns, "RocketMQ", "12345678", "topicB", "hello");
+    send("denied", ns, "RocketMQ", "12345678", "topicA", "no");
+    send("defaultDenied", ns, "RocketMQ", "12345678", "topicZ", "no");
+    send("badSignature", ns, "RocketMQ", "wrong-secret", "topicB", "no");
+    send("unknownKey", ns, "nobody99", "12345678", "topicB", "no");
+    send("admin", ns, "rocketmq2", "12345678", "topicB", "from-admin");
+    pull("allowed", ns, "RocketMQ", "12345678", "groupB", "topicB");
+    pull("groupDenied", ns, "RocketMQ", "12345678", "groupA", "topicB");
+    System.out.println("DONE");
+  }
+}
