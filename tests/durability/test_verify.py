@@ -113,3 +113,28 @@ def test_rocketmq_written_stores_verify(tmp_path):
         assert not store.recovery_report.normal
     rep = verify_store(root, cfg)
     assert rep.ok and not rep.problems, [str(p) for p in rep.problems]
+
+
+def test_index_file_emptied_under_an_intact_range_is_reported(tmp_path):
+    """Found by the corruption fuzz (seed 2311 of 3000): an index file whose indexCount, slots
+    and entries were zeroed, its begin/end CommitLog range left, holds no key any more — every
+    key query for its messages misses. ``verify`` must say so (it read as an empty, valid file);
+    so must entries left beyond indexCount (beyond the one a killed put may leave)."""
+    root, cfg, rs = _store(tmp_path)
+    names = sorted(os.listdir(root / "index"))
+    path = root / "index" / names[0]
+    slots = cfg.max_hash_slot_num
+    with open(path, "r+b") as fh:
+        fh.seek(32)  # hashSlotCount, indexCount, every slot and the first 5 entries
+        fh.write(bytes(8 + slots * 4 + 5 * 20))
+    rep = verify_store(root, cfg)
+    assert any(p.file == os.path.join("index", names[0]) for p in rep.errors), \
+        [str(p) for p in rep.problems]
+    root2, cfg2, _ = _store(tmp_path / "b")
+    path2 = root2 / "index" / sorted(os.listdir(root2 / "index"))[0]
+    with open(path2, "r+b") as fh:  # indexCount 3 of a file holding more entries
+        fh.seek(36)
+        fh.write((3).to_bytes(4, "big"))
+    rep = verify_store(root2, cfg2)
+    assert any(p.file.startswith("index") and "beyond indexCount" in p.what for p in rep.errors), \
+        [str(p) for p in rep.problems]

@@ -413,6 +413,14 @@ def check_index_tail(index_service, commitlog: CommitLog, count: int = INDEX_TAI
         return 0
     f = files[-1]
     n = f.index_count
+    if n <= 1 and f.begin_phy_offset != f.end_phy_offset:
+        # no entries, yet the header covers a CommitLog range (an empty file has begin == end,
+        # both carried from the previous file): its entries were lost; indexing on from its
+        # end would leave every key of that range unfindable
+        log.warning("index file %s: indexCount %d but covers CommitLog %d..%d; the file is "
+                    "dropped and rebuilt", f.name, n, f.begin_phy_offset, f.end_phy_offset)
+        floor = files[-2].end_phy_offset + 1 if len(files) > 1 else 0
+        return index_service.truncate_dirty_files(floor)
     slots = f.hash_slot_num
     lo = max(1, n - window)
     ents = [f.entry(k) for k in range(lo, n)]

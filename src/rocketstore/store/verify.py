@@ -17,7 +17,8 @@ Theory of operation. Three passes over the files, none through the ``MessageStor
    unit and its end must point at a record of the CommitLog (or below its min offset: cleaned
    up) with the same size, topic, queue id, queue offset and tags code. Records the queue does
    not cover yet are a warning (dispatch is behind; the next open rebuilds them).
-3. **Index files.** indexCount within bounds; every slot holds its newest entry and every
+3. **Index files.** indexCount within bounds, zeros after the last entry, a file without entries
+   covers no CommitLog range (begin == end); every slot holds its newest entry and every
    ``prevIndex`` the previous entry of the same slot (``putKey``'s chain rule); every entry's
    CommitLog offset is the start of a record (or below the min offset) one of whose keys
    (``topic#key``, ``topic#uniqKey``) hashes to the entry's hash.
@@ -403,11 +404,22 @@ def _verify_index(cfg: StoreConfig, report: VerifyReport, records: _Records) -> 
             continue
         with open(path, "rb") as fh:
             buf = fh.read()
-        (_bt, _et, _bp, _ep, _hsc, count) = INDEX_HEADER.unpack_from(buf, 0)
+        (bt, et, bp, ep, _hsc, count) = INDEX_HEADER.unpack_from(buf, 0)
         count = max(count, 1)
         if count > num:
             report.add(ERROR, path, 36, f"indexCount {count} exceeds {num}")
             continue
+        if count == 1 and (bp != ep or bt != et):
+            # a file without entries has begin == end (both carried from the previous file)
+            report.add(ERROR, path, 36, f"indexCount {count} (no entries) but the header covers "
+                                        f"CommitLog {bp}..{ep}: its entries are lost")
+        # past the last entry (and the one a killed put may have left) the file is zeros
+        beyond = entry_position(slots, count + 1)
+        if beyond < len(buf):
+            nz = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8, offset=beyond))
+            if len(nz):
+                report.add(ERROR, path, beyond + int(nz[0]),
+                           f"non-zero bytes beyond indexCount {count}: entries lost")
         slot_vals = np.frombuffer(buf, dtype=">i4", count=slots, offset=INDEX_HEADER_SIZE).astype(np.int64)
         entries = np.frombuffer(buf, dtype=ENTRY_DTYPE, count=count, offset=entry_position(slots, 0))[1:]
         heads = np.zeros(slots, dtype=np.int64)  # a slot holds its newest entry (or 0)
