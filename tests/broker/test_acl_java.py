@@ -88,7 +88,8 @@ def run_java_client(b, which: str) -> list[str]:
                HOME=str(b["root"]))
     r = subprocess.run(["timeout", "240", str(b["home"] / "java-run"), "AclClient", namesrv],
                        capture_output=True, text=True, env=env)
-    lines = [ln for ln in r.stdout.splitlines() if ln.split(" ")[0] in ("SEND", "PULL", "DONE")]
+    lines = [ln for ln in r.stdout.splitlines()
+             if ln.split(" ")[0] in ("SEND", "PULL", "PUSH", "DONE")]
     assert r.returncode == 0 and "DONE" in lines, r.stdout[-3000:] + r.stderr[-3000:]
     return lines
 
@@ -104,6 +105,7 @@ def test_java_clients_with_acl_hook_same_answers(brokers):
     assert ours[3].startswith("SEND badSignature ERR 1 org.apache.rocketmq.acl.common."
                               "AclException: Check signature failed for accessKey=RocketMQ")
     assert "PULL allowed [from-admin, hello]" in ours
+    assert "PUSH allowed [from-admin, hello]" in ours  # heartbeat, rebalance, long polling
     assert any(ln.startswith("PULL groupDenied ERR 1 ") and "group:groupA" in ln for ln in ours)
 
 

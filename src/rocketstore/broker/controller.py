@@ -175,6 +175,9 @@ class Broker:
         self.schedule.start()
         self.transaction_check.start()
         if self.config.grpc_port is not None:
+            if self.acl is not None:
+                log.warning("aclEnable=true checks RocketMQ 4.x remoting only: the gRPC port "
+                            "%s serves 5.x clients without ACL", self.config.grpc_port)
             await self._start_grpc()
         self._tasks.append(self.loop.create_task(self._housekeeping(), name="housekeeping"))
         log.info("broker %s listening on %s:%s, name server on %s", self.config.broker_name,

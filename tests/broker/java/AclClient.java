@@ -80,6 +80,32 @@ public class AclClient {
     }
   }
 
+  static void push(String label, String ns, String ak, String sk, String group, String topic,
+                   int expect) throws Exception {
+    DefaultMQPushConsumer c = new DefaultMQPushConsumer(group, hook(ak, sk),
+        new org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely());
+    c.setNamesrvAddr(ns);
+    c.setConsumeFromWhere(org.apache.rocketmq.common.consumer.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+    List<String> bodies = Collections.synchronizedList(new ArrayList<>());
+    c.subscribe(topic, "*");
+    c.registerMessageListener((org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently)
+        (msgs, ctx) -> {
+          for (MessageExt m : msgs) {
+            bodies.add(new String(m.getBody(), java.nio.charset.StandardCharsets.UTF_8));
+          }
+          return org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+    c.start();
+    long deadline = System.currentTimeMillis() + 60000;
+    while (bodies.size() < expect && System.currentTimeMillis() < deadline) {
+      Thread.sleep(200);
+    }
+    c.shutdown();
+    List<String> sorted = new ArrayList<>(bodies);
+    Collections.sort(sorted);
+    System.out.println("PUSH " + label + " " + sorted);
+  }
+
   static void run(String ns) throws Exception {
     send("allowed", ns, "RocketMQ", "12345678", "topicB", "hello");
     send("denied", ns, "RocketMQ", "12345678", "topicA", "no");
@@ -89,6 +115,7 @@ public class AclClient {
     send("admin", ns, "rocketmq2", "12345678", "topicB", "from-admin");
     pull("allowed", ns, "RocketMQ", "12345678", "groupB", "topicB");
     pull("groupDenied", ns, "RocketMQ", "12345678", "groupA", "topicB");
+    push("allowed", ns, "RocketMQ", "12345678", "groupPush", "topicB", 2);
     System.out.println("DONE");
   }
 }
