@@ -282,7 +282,9 @@ def test_corruption_fuzz(template, tmp_path, seed):
             topic, _ = TOPICS[seq % 3]
             got = store.query_message(topic, f"key{seq}").messages
             assert all(m.keys == [f"key{seq}"] for m in got), what  # never a wrong message
-            if [m.commitlog_offset for m in got] != [written[seq][0]]:
+            # (a damaged record may now carry this key too, seed 6621 of 8000: not a miss)
+            if [m.commitlog_offset for m in got if not overlaps(m.commitlog_offset, m.store_size)] \
+                    != [written[seq][0]]:
                 missed_keys.append(seq)
         assert not missed_keys or kind == "index", (what, missed_keys[:5], rep.summary())
         r = store.put_message(Message(topic="FuzzA", body=_body(10_000), keys=["after"]))
