@@ -38,6 +38,7 @@ from .test_record_validity import java_check
 N = 400
 TOPICS = [("FuzzA", 0), ("FuzzA", 1), ("FuzzB", 0)]
 CASES = int(os.environ.get("ROCKETSTORE_FUZZ_CASES", "40"))
+FIRST_SEED = int(os.environ.get("ROCKETSTORE_FUZZ_FIRST_SEED", "0"))  # long runs: new seeds
 SEG = 16 * 1024
 BLANK_MAGIC = -875286124
 MAGICS = (-626843481, -626843477)
@@ -196,7 +197,7 @@ def _snapshot(root):
     return out
 
 
-@pytest.mark.parametrize("seed", range(CASES))
+@pytest.mark.parametrize("seed", range(FIRST_SEED, FIRST_SEED + CASES))
 def test_corruption_fuzz(template, tmp_path, seed):
     src, written = template
     root = tmp_path / "store"
@@ -350,7 +351,7 @@ def _meta_snapshot(root):
     return out
 
 
-@pytest.mark.parametrize("seed", range(max(1, CASES // 4)))
+@pytest.mark.parametrize("seed", range(FIRST_SEED, FIRST_SEED + max(1, CASES // 4)))
 def test_read_only_reads_of_a_damaged_store_write_nothing(template, tmp_path, seed):
     """What ``inspect``/``get``/``query``/``topics --store`` and ``verify`` do, over a store
     damaged as above (after a crash or not): they may fail with a clear error, never write."""

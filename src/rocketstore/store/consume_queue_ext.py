@@ -281,18 +281,27 @@ class ConsumeQueueExtDispatcher:
 
 
 def _existing_file_size(root: str) -> int | None:
-    """The size of the ext files already there (they keep the size they were created with)."""
+    """The size of the ext files already there (they keep the size they were created with):
+    the spacing of two file names of a queue, else the largest first file. Never the size of
+    one file alone, which may be cut short (then every other file looked misplaced and the
+    error named the wrong one)."""
     if not os.path.isdir(root):
         return None
-    for topic in sorted(os.listdir(root)):
-        tdir = os.path.join(root, topic)
-        for qid in sorted(os.listdir(tdir)) if os.path.isdir(tdir) else []:
-            qdir = os.path.join(tdir, qid)
-            names = sorted(n for n in os.listdir(qdir) if len(n) == 20 and n.isdigit()) \
-                if os.path.isdir(qdir) else []
-            if names:
-                return os.path.getsize(os.path.join(qdir, names[0]))
-    return None
+    largest = None
+    for _topic, _qid, qdir in queue_dirs(root):
+        offs = sorted(int(n) for n in os.listdir(qdir) if len(n) == 20 and n.isdigit())
+        if len(offs) >= 2 and offs[1] - offs[0] > 0:
+            return offs[1] - offs[0]
+        if offs:
+            size = os.path.getsize(os.path.join(qdir, f"{offs[0]:020d}"))
+            largest = size if largest is None else max(largest, size)
+    return largest
+
+
+def ext_file_size(cfg) -> int:
+    """The ext file size of the store at ``cfg``: the existing files', else the configured one."""
+    return _existing_file_size(ext_root(cfg.store_path_root_dir)) or \
+        getattr(cfg, "mapped_file_size_consume_queue_ext", cq_ext.DEFAULT_EXT_FILE_SIZE)
 
 
 def open_ext_table(cfg) -> ConsumeQueueExtTable | None:
@@ -300,9 +309,7 @@ def open_ext_table(cfg) -> ConsumeQueueExtTable | None:
     enabled = bool(getattr(cfg, "enable_consume_queue_ext", False))
     if not enabled and not os.path.isdir(ext_root(cfg.store_path_root_dir)):
         return None
-    size = _existing_file_size(ext_root(cfg.store_path_root_dir)) or \
-        getattr(cfg, "mapped_file_size_consume_queue_ext", cq_ext.DEFAULT_EXT_FILE_SIZE)
-    table = ConsumeQueueExtTable(cfg.store_path_root_dir, size,
+    table = ConsumeQueueExtTable(cfg.store_path_root_dir, ext_file_size(cfg),
                                  private=bool(getattr(cfg, "read_only", False)))
     table.load()
     return table

@@ -50,7 +50,8 @@ from ..format.layouts import CQ_UNIT_SIZE, name_to_offset
 from ..format.message import BLANK, SCHEDULE_TOPIC, decode_message
 from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
-from .consume_queue import FILLER_SIZE, UNIT_DTYPE, ConsumeQueue
+from .consume_queue import FILLER_SIZE, UNIT_DTYPE, ConsumeQueue, queue_dirs
+from .consume_queue_ext import ext_file_size, ext_root
 from .dispatch import ConsumeQueueTable
 from .recovery_scan import scan_commitlog
 
@@ -167,7 +168,8 @@ class RecoveryReport:
 
 # -- before load -------------------------------------------------------------------------------
 def repair_short_files(cfg: StoreConfig) -> list[str]:
-    """Pad the last CommitLog segment and each queue's last file back to full size."""
+    """Pad the last CommitLog segment and each queue's (and ext stream's) last file back to
+    full size."""
     padded: list[str] = []
     _pad_last(cfg.commitlog_dir, cfg.mapped_file_size_commitlog, padded)
     root = cfg.consume_queue_dir
@@ -180,6 +182,11 @@ def repair_short_files(cfg: StoreConfig) -> list[str]:
                 qdir = os.path.join(tdir, qid)
                 if qid.isdigit() and os.path.isdir(qdir):
                     _pad_last(qdir, cfg.cq_file_size, padded)
+    ext_dir = ext_root(cfg.store_path_root_dir)
+    if os.path.isdir(ext_dir):  # ConsumeQueue-ext: derived too, its last file is padded alike
+        size = ext_file_size(cfg)
+        for _topic, _qid, qdir in queue_dirs(ext_dir):
+            _pad_last(qdir, size, padded)
     for p in padded:
         log.warning("padded short file %s with zeros", p)
     return padded
