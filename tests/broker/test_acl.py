@@ -293,3 +293,30 @@ def test_acl_cli(acl_server):
     assert run("delete", *b, "--access-key", "cliuser1").returncode == 0
     again = run("delete", *b, "--access-key", "cliuser1")
     assert again.returncode != 0 and "deleted failed" in again.stderr
+
+
+@pytest.mark.parametrize("rule,yes,no", [
+    ("127.0.0.1", ["127.0.0.1"], ["127.0.0.2", ""]),
+    ("::1", ["::1", "0000:0000:0000:0000:0000:0000:0000:0001"], ["::2"]),
+    ("127.0.0.1,127.0.0.2,127.0.0.3", ["127.0.0.1", "127.0.0.3"], ["127.0.0.4", "127.0.0.0"]),
+    ("127.0.0.{1,2,3}", ["127.0.0.2"], ["127.0.0.4"]),
+    ("192.100-150.*.*", ["192.130.0.2"], ["192.151.0.2", "193.130.0.2"]),
+    ("192.168.1.1-100", ["192.168.1.100"], ["192.168.1.101", "192.168.2.1"]),
+    ("1050::0005:0600:300c:{1,2,3}", ["1050:0000:0000:0000:0005:0600:300c:3"],
+     ["1050:0000:0000:0000:0005:0600:300c:4"]),
+    ("*", ["10.1.2.3", "::1"], []), ("", [], ["127.0.0.1"]),
+])
+def test_white_address_rules(rule, yes, no):
+    """Cases of RocketMQ's own RemoteAddressStrategyTest."""
+    from rocketstore.broker.acl_address import parse_address_rule
+
+    r = parse_address_rule(rule)
+    assert all(r.match(ip) for ip in yes) and not any(r.match(ip) for ip in no)
+
+
+@pytest.mark.parametrize("rule", ["256.0.0.1", "::1ggg", "127.0.0.1,2,3}", "192.168.1.1-300"])
+def test_bad_white_address_rules(rule):
+    from rocketstore.broker.acl_address import AclError, parse_address_rule
+
+    with pytest.raises(AclError, match="examine|format"):
+        parse_address_rule(rule)
