@@ -265,3 +265,58 @@ def test_cli_commands_sign_with_keys_from_the_environment(acl_server):
     topics = subprocess.run([*cli, "topics", "--broker", acl_server.broker, "--json"],
                             capture_output=True, text=True, env=admin, timeout=60)
     assert topics.returncode == 0 and "topicB" in topics.stdout, topics.stderr
+
+
+def test_acl_cli(acl_server):
+    import json
+
+    cli = [sys.executable, "-m", "rocketstore.cli", "acl"]
+    env = dict({k: v for k, v in os.environ.items() if not k.startswith("ROCKETMQ_")},
+               ROCKETMQ_ACCESS_KEY="rocketmq2", ROCKETMQ_SECRET_KEY="12345678")
+    b = ["--broker", acl_server.broker]
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*cli, *args], capture_output=True, text=True, env=env,
+                              timeout=60)
+    r = run("update", *b, "--access-key", "cliuser1", "--secret-key", "cli-secret1",
+            "--topic-perm", "topicCli=PUB", "--default-group-perm", "SUB")
+    assert r.returncode == 0, r.stderr
+    [listing] = json.loads(run("list", *b, "--json").stdout)
+    acct = next(a for a in listing["plainAccessConfigs"] if a["accessKey"] == "cliuser1")
+    assert acct == {"accessKey": "cliuser1", "admin": False, "defaultGroupPerm": "SUB",
+                    "secretKey": "***", "topicPerms": ["topicCli=PUB"]}
+    path = os.path.join(acl_server.store, "conf", "plain_acl.yml")
+    assert listing["versions"][path]["counter"] >= 1
+    with Producer("PGC", acl_server.namesrv,
+                  credentials=SessionCredentials("cliuser1", "cli-secret1")) as p:
+        assert p.send("topicCli", b"c", queue_id=0).status == "SEND_OK"
+    assert run("delete", *b, "--access-key", "cliuser1").returncode == 0
+    again = run("delete", *b, "--access-key", "cliuser1")
+    assert again.returncode != 0 and "deleted failed" in again.stderr
+
+
+@pytest.mark.parametrize("rule,yes,no", [
+    ("127.0.0.1", ["127.0.0.1"], ["127.0.0.2", ""]),
+    ("::1", ["::1", "0000:0000:0000:0000:0000:0000:0000:0001"], ["::2"]),
+    ("127.0.0.1,127.0.0.2,127.0.0.3", ["127.0.0.1", "127.0.0.3"], ["127.0.0.4", "127.0.0.0"]),
+    ("127.0.0.{1,2,3}", ["127.0.0.2"], ["127.0.0.4"]),
+    ("192.100-150.*.*", ["192.130.0.2"], ["192.151.0.2", "193.130.0.2"]),
+    ("192.168.1.1-100", ["192.168.1.100"], ["192.168.1.101", "192.168.2.1"]),
+    ("1050::0005:0600:300c:{1,2,3}", ["1050:0000:0000:0000:0005:0600:300c:3"],
+     ["1050:0000:0000:0000:0005:0600:300c:4"]),
+    ("*", ["10.1.2.3", "::1"], []), ("", [], ["127.0.0.1"]),
+])
+def test_white_address_rules(rule, yes, no):
+    """Cases of RocketMQ's own RemoteAddressStrategyTest."""
+    from rocketstore.broker.acl_address import parse_address_rule
+
+    r = parse_address_rule(rule)
+    assert all(r.match(ip) for ip in yes) and not any(r.match(ip) for ip in no)
+
+
+@pytest.mark.parametrize("rule", ["256.0.0.1", "::1ggg", "127.0.0.1,2,3}", "192.168.1.1-300"])
+def test_bad_white_address_rules(rule):
+    from rocketstore.broker.acl_address import AclError, parse_address_rule
+
+    with pytest.raises(AclError, match="examine|format"):
+        parse_address_rule(rule)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import stat
 import tempfile
 import threading
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
@@ -58,10 +59,13 @@ def write_yaml(path: str, data: dict) -> None:
     import yaml
 
     text = yaml.safe_dump(data, default_flow_style=False, sort_keys=False, allow_unicode=True)
+    path = os.path.realpath(path)  # a symlinked file (a mounted config) is written through
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".plain_acl.", dir=folder)
     try:
+        if os.path.exists(path):  # keep the file's mode (mkstemp makes 0600)
+            os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
