@@ -225,12 +225,14 @@ def test_file_edits_are_picked_up(acl_server):
                 time.sleep(0.2)
         with open(path, "a") as fh:  # a broken file: reported, the last good one stays
             fh.write("accounts: [\n")
-        time.sleep(1.0)
+        deadline = time.monotonic() + 20
+        while "ACL files not reloaded" not in acl_server.log():
+            assert time.monotonic() < deadline, "the broken file was not reported"
+            time.sleep(0.2)
         assert p.send("topicE", b"e", queue_id=0).status == "SEND_OK"
         data["accounts"].pop()
         with open(path, "w") as fh:
             yaml.safe_dump(data, fh, sort_keys=False)
-    assert "ACL files not reloaded" in acl_server.log()
 
 
 def test_bad_file_refuses_to_start_and_acl_off_answers(tmp_path):
