@@ -282,7 +282,9 @@ def test_corruption_fuzz(template, tmp_path, seed):
             topic, _ = TOPICS[seq % 3]
             got = store.query_message(topic, f"key{seq}").messages
             assert all(m.keys == [f"key{seq}"] for m in got), what  # never a wrong message
-            if [m.commitlog_offset for m in got] != [written[seq][0]]:
+            # (a damaged record may now carry this key too, seed 6621 of 8000: not a miss)
+            if [m.commitlog_offset for m in got if not overlaps(m.commitlog_offset, m.store_size)] \
+                    != [written[seq][0]]:
                 missed_keys.append(seq)
         assert not missed_keys or kind == "index", (what, missed_keys[:5], rep.summary())
         r = store.put_message(Message(topic="FuzzA", body=_body(10_000), keys=["after"]))
@@ -419,3 +421,64 @@ def test_newest_index_file_emptied_under_its_range_is_rebuilt(template, tmp_path
         assert not missed, (len(missed), missed[:5], store.recovery_report.summary())
     report = verify_store(root, _cfg(root))
     assert report.ok, [str(p) for p in report.problems if p.severity == "error"]
+
+
+def _flip(root, offset, pos, mask):
+    seg = root / "commitlog" / f"{offset - offset % SEG:020d}"
+    with open(seg, "r+b") as fh:
+        fh.seek(offset % SEG + pos)
+        b = fh.read(1)
+        fh.seek(-1, 1)
+        fh.write(bytes([b[0] ^ mask]))
+
+
+def _missed_keys(store, written, seqs):
+    return [seq for seq in seqs
+            if [m.commitlog_offset for m in store.query_message(TOPICS[seq % 3][0],
+                                                                f"key{seq}").messages]
+            != [written[seq][0]]]
+
+
+def test_a_damaged_store_time_in_a_valid_record_hides_no_other_key(template, tmp_path):
+    """Found by this fuzz (seed 3296 of 8000): a flipped STORETIMESTAMP passes RocketMQ's rule
+    (the CRC covers the body only); indexed last, it became its index file's endTimestamp (here
+    negative) and the key query's own overlap test skipped the whole file. RocketMQ's
+    ``isTimeMatched`` (a window that encloses the file's range matches) keeps it."""
+    from rocketstore.format.record import store_timestamp_pos
+    src, written = template
+    root = tmp_path / "store"
+    shutil.copytree(src, root)
+    bad, cut = N - 50, N - 49
+    _flip(root, written[bad][0], store_timestamp_pos(0), 0x80)  # now a negative time
+    _flip(root, written[cut][0], 8, 0x01)  # BODYCRC: recovery truncates here
+    with MessageStore(_cfg(root)) as store:
+        assert store.recovery_report.truncated_at == written[cut][0]
+        assert store.wait_dispatched(10)
+        missed = _missed_keys(store, written, range(bad))
+        assert not missed, (len(missed), missed[:5], store.recovery_report.summary())
+
+
+def test_index_file_with_a_future_end_time_after_a_crash_leaves_no_hole(template, tmp_path):
+    """Found by this fuzz (seed 5767 of 8000): after a crash, index files whose endTimestamp is
+    newer than the checkpoint's are dropped (RocketMQ's rule) — one by one, so a damaged
+    *first* file went and the later ones stayed, and its keys were never indexed again. Once
+    one file is dropped, every later file goes too and all of it is re-indexed."""
+    src, written = template
+    root = tmp_path / "store"
+    shutil.copytree(src, root)
+    names = sorted(os.listdir(root / "index"))
+    assert len(names) >= 3
+    (root / "abort").write_text("1")
+    with open(root / "index" / names[1], "rb") as fh:
+        fh.seek(8)
+        second_end = fh.read(8)
+    with open(root / "checkpoint", "r+b") as fh:  # the index is durable to the second file
+        fh.seek(16)
+        fh.write(second_end)
+    with open(root / "index" / names[0], "r+b") as fh:  # endTimestamp: far in the future
+        fh.seek(8)
+        fh.write((int.from_bytes(second_end, "big") + 3_600_000).to_bytes(8, "big"))
+    with MessageStore(_cfg(root)) as store:
+        assert store.wait_dispatched(10)
+        missed = _missed_keys(store, written, range(N))
+        assert not missed, (len(missed), missed[:5], store.recovery_report.summary())

@@ -115,11 +115,15 @@ class IndexService:
         if not last_exit_ok:
             trusted = self.checkpoint.index_msg_timestamp
             keep = []
-            for f in loaded:
+            for k, f in enumerate(loaded):
                 if f.end_timestamp > trusted:
-                    f.destroy()
-                else:
-                    keep.append(f)
+                    # newer than the checkpoint: dropped (RocketMQ's rule) — and so is every
+                    # later file, else a damaged early file would leave an unindexed hole
+                    # behind files that are kept (re-indexing starts after the last kept one)
+                    for g in loaded[k:]:
+                        g.destroy()
+                    break
+                keep.append(f)
             loaded = keep
         with self._lock:
             old, self.files = self.files, loaded
@@ -360,7 +364,9 @@ class IndexService:
             files = self.files
             for i in range(len(files) - 1, -1, -1):
                 f = files[i]
-                if f.begin_timestamp <= end and f.end_timestamp >= begin and f.index_count > 1:
+                # RocketMQ's isTimeMatched: a window enclosing the file's range matches it even
+                # when a damaged record's store time left that range inverted
+                if f.index_count > 1 and f.is_time_matched(begin, end):
                     for phy in f.candidates(key_hash, begin, end):
                         if phy in seen:
                             continue
