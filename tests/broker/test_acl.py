@@ -322,3 +322,31 @@ def test_bad_white_address_rules(rule):
 
     with pytest.raises(AclError, match="examine|format"):
         parse_address_rule(rule)
+
+
+def test_push_consumer_with_credentials_and_a_retry(acl_server):
+    """Heartbeat, rebalance, long-polling pulls, a send-back to %RETRY%groupB and its
+    redelivery, offset commits: all signed, all allowed for groupB on topicC (SUB)."""
+    import threading
+
+    from rocketstore.client import PushConsumer
+
+    with Producer("PGA", acl_server.namesrv, credentials=ADMIN) as p:
+        p.send("topicC", b"retry-me", queue_id=0)
+    seen, done = [], threading.Event()
+
+    def listener(m):
+        seen.append((m.body, m.reconsume_times))
+        if len(seen) >= 2:
+            done.set()
+        return m.reconsume_times > 0  # fail the first delivery
+
+    pc = PushConsumer("groupB", acl_server.namesrv, {"topicC": "*"}, listener,
+                      consume_from="first", retry_delay_level=1, long_poll_ms=2000,
+                      rebalance_interval_s=1.0, credentials=USER)
+    pc.start()
+    try:
+        assert done.wait(40), seen
+    finally:
+        pc.shutdown()
+    assert seen[:2] == [(b"retry-me", 0), (b"retry-me", 1)]
