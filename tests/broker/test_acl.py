@@ -225,12 +225,14 @@ def test_file_edits_are_picked_up(acl_server):
                 time.sleep(0.2)
         with open(path, "a") as fh:  # a broken file: reported, the last good one stays
             fh.write("accounts: [\n")
-        time.sleep(1.0)
+        deadline = time.monotonic() + 20
+        while "ACL files not reloaded" not in acl_server.log():
+            assert time.monotonic() < deadline, "the broken file was not reported"
+            time.sleep(0.2)
         assert p.send("topicE", b"e", queue_id=0).status == "SEND_OK"
         data["accounts"].pop()
         with open(path, "w") as fh:
             yaml.safe_dump(data, fh, sort_keys=False)
-    assert "ACL files not reloaded" in acl_server.log()
 
 
 def test_bad_file_refuses_to_start_and_acl_off_answers(tmp_path):
@@ -320,3 +322,31 @@ def test_bad_white_address_rules(rule):
 
     with pytest.raises(AclError, match="examine|format"):
         parse_address_rule(rule)
+
+
+def test_push_consumer_with_credentials_and_a_retry(acl_server):
+    """Heartbeat, rebalance, long-polling pulls, a send-back to %RETRY%groupB and its
+    redelivery, offset commits: all signed, all allowed for groupB on topicC (SUB)."""
+    import threading
+
+    from rocketstore.client import PushConsumer
+
+    with Producer("PGA", acl_server.namesrv, credentials=ADMIN) as p:
+        p.send("topicC", b"retry-me", queue_id=0)
+    seen, done = [], threading.Event()
+
+    def listener(m):
+        seen.append((m.body, m.reconsume_times))
+        if len(seen) >= 2:
+            done.set()
+        return m.reconsume_times > 0  # fail the first delivery
+
+    pc = PushConsumer("groupB", acl_server.namesrv, {"topicC": "*"}, listener,
+                      consume_from="first", retry_delay_level=1, long_poll_ms=2000,
+                      rebalance_interval_s=1.0, credentials=USER)
+    pc.start()
+    try:
+        assert done.wait(40), seen
+    finally:
+        pc.shutdown()
+    assert seen[:2] == [(b"retry-me", 0), (b"retry-me", 1)]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 
@@ -32,7 +33,9 @@ from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExp
 
 
 def _cfg(ep: str) -> ClientConfiguration:
-    return ClientConfiguration(ep, Credentials(), request_timeout=10)
+    # a broker with aclEnable=true: keys from the environment (tests/broker/test_acl.py's)
+    creds = Credentials(os.environ.get("RMQ_ACCESS_KEY", ""), os.environ.get("RMQ_SECRET_KEY", ""))
+    return ClientConfiguration(ep, creds, request_timeout=10)
 
 
 def produce(ep: str, topic: str, n: str, kind: str, groups: str = "3") -> list:

@@ -254,7 +254,7 @@ class AclSnapshot:
     key_file: dict[str, str] = field(default_factory=dict)  # access key -> file
     global_white: tuple[Any, ...] = ()
     versions: dict[str, DataVersion] = field(default_factory=dict)
-    mtimes: dict[str, int] = field(default_factory=dict)  # what the watcher compares
+    stamps: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # see file_stamp
 
 
 def validate(snap: AclSnapshot, req: AccessRequest) -> None:
@@ -316,11 +316,14 @@ def acl_files(default_file: str) -> list[str]:
     return out
 
 
-def _mtime(path: str) -> int:
+def file_stamp(path: str) -> tuple[int, int, int]:
+    """What tells a changed file: mtime, size and inode (an edit within one mtime tick, or a
+    file replaced by rename, still shows)."""
     try:
-        return os.stat(path).st_mtime_ns
+        st = os.stat(path)
     except OSError:
-        return 0
+        return (0, 0, 0)
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
 def load_snapshot(default_file: str, read_yaml) -> AclSnapshot:
@@ -349,7 +352,7 @@ def load_snapshot(default_file: str, read_yaml) -> AclSnapshot:
             raise AclError(f"{path}: {exc}") from exc
         versions[path] = _version_of(data)
     return AclSnapshot(tuple(files), accounts, key_file, tuple(white), versions,
-                       {p: _mtime(p) for p in files})
+                       {p: file_stamp(p) for p in files})
 
 
 def cluster_acl_config(snap: AclSnapshot, read_yaml) -> dict:
@@ -388,4 +391,4 @@ def versions_json(snap: AclSnapshot, default_file: str) -> tuple[str, str]:
 __all__ = ["AclError", "Account", "AccessRequest", "AclSnapshot", "DataVersion", "DENY", "ANY",
            "PUB", "SUB", "ADMIN_CODES", "parse_perm", "check_permission", "build_account",
            "request_resources", "parse_request", "validate", "load_snapshot", "acl_files",
-           "cluster_acl_config", "versions_json", "check_resource_perms"]
+           "cluster_acl_config", "versions_json", "check_resource_perms", "file_stamp"]

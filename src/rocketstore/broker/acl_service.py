@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.command import RemotingCommand
 from .acl import (AclError, AclSnapshot, DataVersion, acl_files, build_account,
-                  check_resource_perms, cluster_acl_config, load_snapshot, parse_request,
-                  validate, versions_json)
+                  check_resource_perms, cluster_acl_config, file_stamp, load_snapshot,
+                  parse_request, validate, versions_json)
 from .acl_address import parse_address_rule
 
 if TYPE_CHECKING:
@@ -112,13 +112,7 @@ class PlainPermissionManager:
         snap = self.snapshot
         if tuple(files) != snap.files:
             return True
-        for path in files:
-            try:
-                if os.stat(path).st_mtime_ns != snap.mtimes.get(path):
-                    return True
-            except OSError:
-                return True
-        return False
+        return any(file_stamp(path) != snap.stamps.get(path) for path in files)
 
     def check(self, cmd: RemotingCommand, peer: str | None) -> None:
         validate(self.snapshot, parse_request(cmd, peer))
@@ -220,16 +214,23 @@ class AclFileWatchService:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.reloads = 0
+        self._bad: tuple | None = None  # the files as they were when a reload failed
 
     def run_once(self) -> bool:
         if not self.manager.changed():
+            return False
+        files = acl_files(self.manager.default_file)
+        seen = tuple((p, file_stamp(p)) for p in files)
+        if seen == self._bad:  # reported already; wait for the next edit
             return False
         try:
             with self.manager._lock:
                 self.manager.load()
         except AclError as exc:
+            self._bad = seen
             log.error("ACL files not reloaded, the last good configuration stays: %s", exc)
             return False
+        self._bad = None
         self.reloads += 1
         log.info("ACL files reloaded: %s", ", ".join(self.manager.snapshot.files))
         return True

@@ -175,9 +175,6 @@ class Broker:
         self.schedule.start()
         self.transaction_check.start()
         if self.config.grpc_port is not None:
-            if self.acl is not None:
-                log.warning("aclEnable=true checks RocketMQ 4.x remoting only: the gRPC port "
-                            "%s serves 5.x clients without ACL", self.config.grpc_port)
             await self._start_grpc()
         self._tasks.append(self.loop.create_task(self._housekeeping(), name="housekeeping"))
         log.info("broker %s listening on %s:%s, name server on %s", self.config.broker_name,
@@ -207,7 +204,7 @@ class Broker:
                               subgroups=self.subgroups, consumers=self.consumers,
                               filters=self.filters,
                               consumer_ids_changed=self._consumer_ids_changed,
-                              route_perm=self._route_perm)
+                              route_perm=self._route_perm, acl=self.acl)
         self.proxy = GrpcProxy(pieces, self.config.host, self.config.grpc_port)
         await self.proxy.start()
         self.config.grpc_port = self.proxy.port

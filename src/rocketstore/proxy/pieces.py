@@ -42,6 +42,7 @@ class BrokerPieces:
     # the perm a topic's route carries (the topic's own, or what wipeWritePerm / addWritePerm
     # set at the name server beside the broker): what QueryRoute / QueryAssignment hand out
     route_perm: Callable[[Any], int] = lambda tc: tc.perm
+    acl: Any = None  # broker.acl_service.PlainPermissionManager when aclEnable (proxy/acl.py)
 
     def group_config(self, group: str) -> Any:
         """The group's subscription config, auto-created as RocketMQ does; raises

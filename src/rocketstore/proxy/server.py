@@ -73,7 +73,11 @@ class GrpcProxy:
         n = await self.p.run(self._replay)
         if n:
             log.info("pop: %d open checkpoints recovered from %s", n, self.revive_topic)
-        self._server = grpc.aio.server(options=[
+        interceptors = []
+        if self.p.acl is not None:  # aclEnable: every call signed and checked, as the 5.x proxy
+            from .acl import AclInterceptor
+            interceptors.append(AclInterceptor(self.p.acl))
+        self._server = grpc.aio.server(interceptors=interceptors, options=[
             ("grpc.max_receive_message_length", MAX_INBOUND_MESSAGE_BYTES),
             ("grpc.so_reuseport", 0)])
         services.add_MessagingServiceServicer_to_server(self.service, self._server)
