@@ -78,7 +78,8 @@ class CommitLog:
         self.cfg = cfg
         self.file_size = cfg.mapped_file_size_commitlog
         self.queue = MappedFileQueue(cfg.commitlog_dir, self.file_size, readonly=readonly,
-                                     private=cfg.read_only, durable_create=True)
+                                     private=cfg.read_only, durable_create=True,
+                                     crash_point="commitlog-roll")
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.lock = threading.Lock()
         # records appended by this process, for the reput (see ``ReputService``); None: off

@@ -18,8 +18,10 @@ from .mapped_file import MappedFile
 
 class MappedFileQueue:
     def __init__(self, directory: str, file_size: int, *, readonly: bool = False,
-                 private: bool = False, durable_create: bool = False) -> None:
+                 private: bool = False, durable_create: bool = False,
+                 crash_point: str | None = None) -> None:
         self.directory = directory
+        self.crash_point = crash_point  # syncprobe's name for "a new file, not yet written"
         self.file_size = file_size
         self.readonly = readonly
         self.private = private  # copy-on-write views, no file created or removed (read-only open)
@@ -109,9 +111,8 @@ class MappedFileQueue:
                             create_offset, self.file_size, create=True, private=self.private,
                             durable_create=self.durable_create)
             self.files.append(mf)
-            point = syncprobe.roll_point(self.directory)
-            if point is not None:
-                syncprobe.crash_point(point)
+            if self.crash_point is not None:
+                syncprobe.crash_point(self.crash_point)
             return mf
 
     # -- truncation and deletion ------------------------------------------------------------------

@@ -30,9 +30,6 @@ _CRASH_POINT, _CRASH_AT = (_CRASH.rsplit(":", 1)[0], int(_CRASH.rsplit(":", 1)[1
 _crash_hits = 0
 _crash_lock = threading.Lock()
 
-ROLL_POINTS = {"commitlog": "commitlog-roll", "consumequeue": "consumequeue-roll"}
-
-
 def crash_point(point: str) -> None:
     """SIGKILL this process the ``n``-th time it passes ``point`` (see the module doc)."""
     global _crash_hits
@@ -42,17 +39,6 @@ def crash_point(point: str) -> None:
         _crash_hits += 1
         if _crash_hits == _CRASH_AT:
             os.kill(os.getpid(), signal.SIGKILL)
-
-
-def roll_point(directory: str) -> str | None:
-    """The crash point of a new file in ``directory`` (a CommitLog or ConsumeQueue dir)."""
-    if _CRASH_POINT is None:
-        return None
-    parts = os.path.abspath(directory).split(os.sep)
-    for kind in ("consumequeue", "commitlog"):
-        if kind in parts:
-            return ROLL_POINTS[kind]
-    return None
 
 
 def enabled() -> bool:
