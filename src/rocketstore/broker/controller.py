@@ -227,19 +227,26 @@ class Broker:
 
     async def _housekeeping(self) -> None:
         interval = self.config.flush_consumer_offset_interval_ms / 1000.0
+        def expire_consumers() -> None:
+            for group in self.consumers.scan_expired():
+                self.notify_consumer_ids_changed(group)
+                self.consumer_group_changed(group)
+
+        # each step on its own (RocketMQ schedules them apart): a state file that cannot be
+        # written (a full disk) must not stop consumer and producer expiry
+        steps = [(self.offsets.persist, True), (self.delay_offsets.persist, True),
+                 (self.subgroups.persist, True), (expire_consumers, False),
+                 (self.filters.persist, True), (self.producers.scan_expired, False)]
         while True:
             await asyncio.sleep(interval)
-            try:
-                await self.run(self.offsets.persist)
-                await self.run(self.delay_offsets.persist)
-                await self.run(self.subgroups.persist)
-                for group in self.consumers.scan_expired():
-                    self.notify_consumer_ids_changed(group)
-                    self.consumer_group_changed(group)
-                await self.run(self.filters.persist)
-                self.producers.scan_expired()
-            except Exception:
-                log.exception("housekeeping failed")
+            for fn, blocking in steps:
+                try:
+                    if blocking:
+                        await self.run(fn)
+                    else:
+                        fn()
+                except Exception:
+                    log.exception("housekeeping: %s failed", getattr(fn, "__qualname__", fn))
 
     async def stop(self) -> None:
         if self.registration is not None:  # clients stop routing here before we go
