@@ -98,15 +98,23 @@ def test_sql92_push_consumer_with_bitmap_and_registry(fserver):
 
 
 def test_consumer_filter_json_persisted(fserver):
-    deadline = time.monotonic() + 15
-    path = os.path.join(fserver.store, "config", "consumerFilter.json")
-    data = None
-    while time.monotonic() < deadline:
-        data = load_json_lenient(path) if os.path.exists(path) else None
-        if data and "SqlPush" in data.get("filterDataByTopic", {}):
-            break
-        time.sleep(0.2)
-    entry = data["filterDataByTopic"]["SqlPush"]["groupFilterData"]["PushSqlG"]
+    with Producer("PG", fserver.namesrv) as p:  # (the topic exists before the subscription)
+        p.send("SqlPersist", b"x", properties={"a": "1"})
+    pc = PushConsumer("PersistSqlG", fserver.namesrv,
+                      {"SqlPersist": MessageSelector.by_sql("a < 5")}, lambda m: True)
+    pc.start()
+    try:
+        deadline = time.monotonic() + 40  # (written by the broker's periodic persist)
+        path = os.path.join(fserver.store, "config", "consumerFilter.json")
+        data = None
+        while time.monotonic() < deadline:
+            data = load_json_lenient(path) if os.path.exists(path) else None
+            if data and "SqlPersist" in data.get("filterDataByTopic", {}):
+                break
+            time.sleep(0.2)
+    finally:
+        pc.shutdown()
+    entry = data["filterDataByTopic"]["SqlPersist"]["groupFilterData"]["PersistSqlG"]
     assert entry["expression"] == "a < 5" and entry["expressionType"] == "SQL92"
     assert entry["bloomFilterData"]["bitNum"] == 112 and len(entry["bloomFilterData"]["bitPos"]) == 3
 
