@@ -160,9 +160,24 @@ def test_write_perm_and_kv_config_on_namesrv(tmp_path):
         assert b"orderMessageEnable=true" in w.call(ns.addr, 319).body  # nothing applied
     finally:
         assert ns.stop() == 0
+    # a damaged kvConfig.json is read from its .bak (as every state file is); with the backup
+    # damaged too the name server refuses to start, naming the file, and changes neither
+    good_bak = kv_path.with_name("kvConfig.json.bak").read_text()
     kv_path.write_text("{not json")
+    backed_up = [(n, k, v) for n, t in json.loads(good_bak)["configTable"].items()
+                 for k, v in t.items()]
+    assert backed_up
+    ns = start_namesrv(None, "--kv-config-path", str(kv_path))
+    try:
+        for n, k, v in backed_up:
+            assert w.call(ns.addr, 101, {"namespace": n, "key": k}).ext_fields["value"] == v
+    finally:
+        assert ns.stop() == 0
+    kv_path.write_text("{not json")
+    kv_path.with_name("kvConfig.json.bak").write_text("[]")
     bad = start_namesrv_failing(kv_path)
     assert "kvConfig.json" in bad and kv_path.read_text() == "{not json"  # nothing lost
+    assert kv_path.with_name("kvConfig.json.bak").read_text() == "[]"
 
 
 def start_namesrv_failing(kv_path) -> str:
