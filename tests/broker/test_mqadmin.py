@@ -361,7 +361,14 @@ def test_wipe_and_add_write_perm(targets):
         m = re.search(line % "wipe", out, re.M)
         assert m and int(m.group(1)) >= 3, out  # OpsTopic, %RETRY%OpsCG, TBW102 at least
     for name in ("ours", "java"):
-        assert _route_perms(targets[name].namesrv) == {"broker-a": 4}, name
+        ns = targets[name].namesrv
+        for _ in range(3):  # a broker whose topic table changed since (a retry topic made by a
+            # consumer of an earlier test) re-registers and brings its own perms back — RocketMQ
+            # does that too; wipe again then (the request mqadmin sent) and look at once
+            if _route_perms(ns) == {"broker-a": 4}:
+                break
+            assert w.call(ns, 205, {"brokerName": "broker-a"}).code == 0
+        assert _route_perms(ns) == {"broker-a": 4}, name
         ci = ClientInstance(targets[name].namesrv)
         try:
             route = LoopThread.shared().run(ci.route(TOPIC, refresh=True))
