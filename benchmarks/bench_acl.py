@@ -24,6 +24,8 @@ import sys
 import tempfile
 import time
 
+from netutil import send_and_pull
+
 BODY = b"x" * 1024
 TOPIC = "BenchAcl"
 ACL_YML = f"""accounts:
@@ -58,36 +60,6 @@ class Broker:
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(60)
-
-
-async def send_and_pull(namesrv: str, n: int, creds, conns: int = 8) -> tuple[float, float]:
-    from rocketstore.client import AsyncProducer, AsyncPullConsumer
-    prods = [AsyncProducer("bench", namesrv, credentials=creds) for _ in range(conns)]
-    for p in prods:
-        await p.send(TOPIC, BODY)
-
-    async def worker(p, k):
-        for _ in range(k):
-            await p.send(TOPIC, BODY)
-    t0 = time.perf_counter()
-    await asyncio.gather(*(worker(p, n // conns) for p in prods))
-    send_rate = n / (time.perf_counter() - t0)
-    for p in prods:
-        await p.shutdown()
-    c = AsyncPullConsumer("bench-pull", namesrv, credentials=creds)
-    total = 0
-    t0 = time.perf_counter()
-    for q in await c.queues(TOPIC):
-        off = 0
-        while True:
-            r = await c.pull(TOPIC, q.queue_id, off, 32)
-            if not r.messages:
-                break
-            total += len(r.messages)
-            off = r.next_begin_offset
-    pull_rate = total / (time.perf_counter() - t0)
-    await c.shutdown()
-    return send_rate, pull_rate
 
 
 def check_cost_us(n: int = 50_000) -> dict[str, float]:
@@ -146,7 +118,8 @@ def main() -> int:
                 b = Broker(d, kind == "acl")
                 try:
                     rates[kind].append(asyncio.run(send_and_pull(
-                        b.namesrv, a.messages, creds if kind == "acl" else None)))
+                        b.namesrv, TOPIC, BODY, a.messages,
+                        credentials=creds if kind == "acl" else None)))
                 finally:
                     b.stop()
     out: dict = {"load_avg": os.getloadavg()[0], "messages": a.messages, "rounds": a.rounds,

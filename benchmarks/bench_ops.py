@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from netutil import free_port
+from netutil import free_port, send_and_pull
 
 BODY = b"x" * 1024
 TOPIC = "BenchOps"
@@ -51,36 +51,6 @@ class Broker:
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(60)
-
-
-async def send_and_pull(namesrv: str, n: int, conns: int = 8) -> tuple[float, float]:
-    from rocketstore.client import AsyncProducer, AsyncPullConsumer
-    prods = [AsyncProducer("bench", namesrv) for _ in range(conns)]
-    for p in prods:
-        await p.send(TOPIC, BODY)
-
-    async def worker(p, k):
-        for _ in range(k):
-            await p.send(TOPIC, BODY)
-    t0 = time.perf_counter()
-    await asyncio.gather(*(worker(p, n // conns) for p in prods))
-    send_rate = n / (time.perf_counter() - t0)
-    for p in prods:
-        await p.shutdown()
-    c = AsyncPullConsumer("bench-pull", namesrv)
-    total = 0
-    t0 = time.perf_counter()
-    for q in await c.queues(TOPIC):
-        off = 0
-        while True:
-            r = await c.pull(TOPIC, q.queue_id, off, 32)
-            if not r.messages:
-                break
-            total += len(r.messages)
-            off = r.next_begin_offset
-    pull_rate = total / (time.perf_counter() - t0)
-    await c.shutdown()
-    return send_rate, pull_rate
 
 
 async def populate(namesrv: str, topics: int, groups: int) -> None:
@@ -155,7 +125,7 @@ def main() -> int:
             with tempfile.TemporaryDirectory() as d:
                 b = Broker(d, kind == "ops")
                 try:
-                    rates[kind].append(asyncio.run(send_and_pull(b.namesrv, a.messages)))
+                    rates[kind].append(asyncio.run(send_and_pull(b.namesrv, TOPIC, BODY, a.messages)))
                 finally:
                     b.stop()
     out: dict = {"load_avg": os.getloadavg()[0], "messages": a.messages, "rounds": a.rounds,

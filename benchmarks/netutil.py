@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import socket
 import time
+from typing import Any
 
 
 def free_port() -> int:
@@ -22,3 +23,39 @@ def wait_port(port: int, timeout: float = 60.0) -> None:
         except OSError:
             time.sleep(0.05)
     raise RuntimeError(f"nothing listening on {port}")
+
+
+async def send_and_pull(namesrv: str, topic: str, body: bytes, n: int, conns: int = 8,
+                        credentials: Any = None) -> tuple[float, float]:
+    """(sends/s, pulled msgs/s): ``n`` sends from ``conns`` producer connections, then one
+    consumer drains every queue of ``topic`` 32 at a time (our Python client, signing when
+    ``credentials`` are given)."""
+    import asyncio
+
+    from rocketstore.client import AsyncProducer, AsyncPullConsumer
+    prods = [AsyncProducer("bench", namesrv, credentials=credentials) for _ in range(conns)]
+    for p in prods:
+        await p.send(topic, body)
+
+    async def worker(p, k):
+        for _ in range(k):
+            await p.send(topic, body)
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(p, n // conns) for p in prods))
+    send_rate = n / (time.perf_counter() - t0)
+    for p in prods:
+        await p.shutdown()
+    c = AsyncPullConsumer("bench-pull", namesrv, credentials=credentials)
+    total = 0
+    t0 = time.perf_counter()
+    for q in await c.queues(topic):
+        off = 0
+        while True:
+            r = await c.pull(topic, q.queue_id, off, 32)
+            if not r.messages:
+                break
+            total += len(r.messages)
+            off = r.next_begin_offset
+    pull_rate = total / (time.perf_counter() - t0)
+    await c.shutdown()
+    return send_rate, pull_rate
