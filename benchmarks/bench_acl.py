@@ -18,13 +18,12 @@ import asyncio
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-from netutil import send_and_pull
+from netutil import ab_report, send_and_pull
 
 BODY = b"x" * 1024
 TOPIC = "BenchAcl"
@@ -126,15 +125,7 @@ def main() -> int:
                  "in_process_us": cost}
     print(f"load average {out['load_avg']:.1f}; {a.messages} x 1 KiB, 8 connections, "
           f"{a.rounds} rounds each, alternated")
-    print(f"{'':8} {'send msg/s (median)':>20} {'pull msg/s (median)':>20}")
-    for kind in ("off", "acl"):
-        s = statistics.median(r[0] for r in rates[kind])
-        p = statistics.median(r[1] for r in rates[kind])
-        out[kind] = {"send": s, "pull": p, "runs": rates[kind]}
-        print(f"{kind:8} {s:20,.0f} {p:20,.0f}")
-    out["send_ratio"] = out["acl"]["send"] / out["off"]["send"]
-    out["pull_ratio"] = out["acl"]["pull"] / out["off"]["pull"]
-    print(f"acl/off: send {out['send_ratio']:.3f}, pull {out['pull_ratio']:.3f}")
+    ab_report(out, rates, "off", "acl")
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(out, fh, indent=1)

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from netutil import free_port, send_and_pull
+from netutil import ab_report, free_port, send_and_pull
 
 BODY = b"x" * 1024
 TOPIC = "BenchOps"
@@ -132,15 +132,7 @@ def main() -> int:
                  "wrapper_us": {"send": put_us, "pull": pull_us}}
     print(f"load average {out['load_avg']:.1f}; {a.messages} x 1 KiB, 8 connections, "
           f"{a.rounds} rounds each, alternated")
-    print(f"{'':8} {'send msg/s (median)':>20} {'pull msg/s (median)':>20}")
-    for kind in ("plain", "ops"):
-        s = statistics.median(r[0] for r in rates[kind])
-        p = statistics.median(r[1] for r in rates[kind])
-        out[kind] = {"send": s, "pull": p, "runs": rates[kind]}
-        print(f"{kind:8} {s:20,.0f} {p:20,.0f}")
-    out["send_ratio"] = out["ops"]["send"] / out["plain"]["send"]
-    out["pull_ratio"] = out["ops"]["pull"] / out["plain"]["pull"]
-    print(f"ops/plain: send {out['send_ratio']:.3f}, pull {out['pull_ratio']:.3f}")
+    ab_report(out, rates, "plain", "ops")
     with tempfile.TemporaryDirectory() as d:
         b = Broker(d, True)
         try:

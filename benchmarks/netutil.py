@@ -59,3 +59,18 @@ async def send_and_pull(namesrv: str, topic: str, body: bytes, n: int, conns: in
     pull_rate = total / (time.perf_counter() - t0)
     await c.shutdown()
     return send_rate, pull_rate
+
+
+def ab_report(out: dict, rates: dict, base: str, other: str) -> None:
+    """Print and record (in ``out``) the median send and pull rates of two alternated kinds of
+    broker, and ``other`` over ``base``."""
+    import statistics
+    print(f"{'':8} {'send msg/s (median)':>20} {'pull msg/s (median)':>20}")
+    for kind in (base, other):
+        s = statistics.median(r[0] for r in rates[kind])
+        p = statistics.median(r[1] for r in rates[kind])
+        out[kind] = {"send": s, "pull": p, "runs": rates[kind]}
+        print(f"{kind:8} {s:20,.0f} {p:20,.0f}")
+    out["send_ratio"] = out[other]["send"] / out[base]["send"]
+    out["pull_ratio"] = out[other]["pull"] / out[base]["pull"]
+    print(f"{other}/{base}: send {out['send_ratio']:.3f}, pull {out['pull_ratio']:.3f}")

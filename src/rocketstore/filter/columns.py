@@ -1,16 +1,17 @@
-"""Evaluate a compiled selector over many messages at once, column by column.
+"""Evaluate a compiled selector over a whole batch of messages at once, in numpy.
 
-``evaluate_matches(expr, columns, n)`` gives, for each of ``n`` messages, whether ``expr``
-matches (exactly ``expr.matches(props)`` of each message's properties): ``columns`` maps every
-property the expression reads to its values (None where absent). Each node yields a list of
-values, with ``ERR`` where Java's evaluation would have thrown; logic nodes keep RocketMQ's
-short-circuit order, so an error on the side that is never evaluated does not count. Common
-shapes — a property against a string or number literal, IN, IS NULL, AND/OR/NOT — are list
-comprehensions; any other node falls back to evaluating it message by message.
+``evaluate_blob(expr, blob)`` gives, for each record of a ``PropertyBlob``, exactly
+``expr.matches(its properties)``. Each boolean node yields an int8 code per message (FALSE,
+TRUE, NULL — SQL's unknown — or ERROR where Java's evaluation would have thrown); AND/OR keep
+RocketMQ's short-circuit order (the right side is evaluated only where the left does not decide,
+so an error there does not count) and combine codes by table lookup. A property against a
+string or integer literal, IN, IS NULL, a bare property as a condition and NOT are evaluated on
+the blob's bytes; any other node is evaluated message by message on the Python strings of the
+properties it reads (``expr.evaluate``), and so is a number the fast parse does not take.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -22,10 +23,6 @@ if TYPE_CHECKING:
 
 ERR = object()
 _ORDER = {">": lambda c: c > 0, ">=": lambda c: c >= 0, "<": lambda c: c < 0, "<=": lambda c: c <= 0}
-
-
-def evaluate_matches(expr: ex.Expr, columns: Mapping[str, Sequence[str | None]], n: int) -> list[bool]:
-    return [v is True for v in _eval(expr, columns, n)]
 
 
 def _per_message(node: ex.Expr, columns, n: int) -> list:
@@ -48,56 +45,6 @@ def _int_of(v: str):
     return None
 
 
-def _eval(node: ex.Expr, columns, n: int) -> list:
-    if isinstance(node, ex.Const):
-        return [node.value] * n
-    if isinstance(node, ex.Prop):
-        return list(columns.get(node.name) or [None] * n)
-    if isinstance(node, ex.Logic):
-        left = _eval(node.left, columns, n)
-        right = _eval(node.right, columns, n)
-        short = node.op == "OR"
-        out = []
-        for lv, rv in zip(left, right):
-            if lv is ERR:
-                out.append(ERR)
-            elif lv is short:
-                out.append(short)
-            elif rv is ERR:
-                out.append(ERR)
-            elif rv is short:
-                out.append(short)
-            elif lv is None or rv is None:
-                out.append(None)
-            elif isinstance(lv, bool) and isinstance(rv, bool):
-                out.append(not short)
-            else:
-                out.append(ERR)  # a non-Boolean operand: Java's cast fails
-        return out
-    if isinstance(node, ex.Not):
-        return [v if v is ERR or v is None else (not v if isinstance(v, bool) else ERR)
-                for v in _eval(node.right, columns, n)]
-    if isinstance(node, ex.BooleanCast) and isinstance(node.right, ex.Prop):
-        return [None if v is None else False for v in _eval(node.right, columns, n)]
-    if isinstance(node, ex.In) and isinstance(node.prop, ex.Prop):
-        vals, neg = node.values, node.negated
-        return [None if v is None else ((v in vals) != neg) for v in _eval(node.prop, columns, n)]
-    if isinstance(node, ex.Equal) and isinstance(node.left, ex.Prop) and isinstance(node.right, ex.Const):
-        c = node.right.value
-        col = _eval(node.left, columns, n)
-        if c is None:  # IS NULL
-            return [v is None for v in col]
-        if isinstance(c, str):
-            return [None if v is None else v == c for v in col]
-        if type(c) is int or type(c) is JLong:
-            return [_fast_or_slow(node, v, c, "=") for v in col]
-    if isinstance(node, ex.Compare) and isinstance(node.left, ex.Prop) and \
-            isinstance(node.right, ex.Const) and (type(node.right.value) is int or type(node.right.value) is JLong):
-        c = node.right.value
-        return [_fast_or_slow(node, v, c, node.op) for v in _eval(node.left, columns, n)]
-    return _per_message(node, columns, n)
-
-
 def _fast_or_slow(node: ex.Expr, v, c, op: str):
     if v is None:
         return None
@@ -111,10 +58,6 @@ def _fast_or_slow(node: ex.Expr, v, c, op: str):
     return r == 0 if op == "=" else _ORDER[op](r)
 
 
-# -- the same evaluation over a PropertyBlob, in numpy ------------------------------------------
-# Each boolean node gives an int8 code per message; a node of another shape is evaluated by
-# ``_eval`` above on the Python strings of the properties it reads, so every answer stays
-# exactly ``expr.matches``.
 FALSE, TRUE, NULL, ERROR = 0, 1, 2, 3
 
 
@@ -135,7 +78,7 @@ def _codes_of_values(values: list) -> np.ndarray:
 
 def _fallback(node: ex.Expr, blob: "PropertyBlob") -> np.ndarray:
     cols = {name: blob.strings(name) for name in node.properties()}
-    return _codes_of_values(_eval(node, cols, blob.n))
+    return _codes_of_values(_per_message(node, cols, blob.n))
 
 
 def _logic_table(op: str) -> np.ndarray:

@@ -126,22 +126,25 @@ def prefilter_records(commitlog, offs: np.ndarray, sizes: np.ndarray, unit_ok, m
             starts, lens, good = _property_spans(arr, pos, sizes_a, mf.wrote_position)
             good &= mine
             if cand is None and len(pos) == len(offs) and good.all():  # the usual case
-                groups = _by_width(lens)
-                if len(groups) == 1:
-                    return evaluate_blob(expr, propblob.gather(arr, starts, lens)).tolist()
-                for sel in groups:
-                    state[sel] = evaluate_blob(expr, propblob.gather(arr, starts[sel], lens[sel]))
-                return _as_objects(state)
+                return _evaluate(expr, arr, starts, lens).tolist()
             m = np.flatnonzero(good)
-            starts, lens = starts[m], lens[m]
-            for sel in _by_width(lens):
-                matched = evaluate_blob(expr, propblob.gather(arr, starts[sel], lens[sel]))
-                state[where[m[sel]]] = matched
+            state[where[m]] = _evaluate(expr, arr, starts[m], lens[m])
         if mine.all():
             break
         rest = np.flatnonzero(~mine)
         offs_a, sizes_a, where = offs_a[rest], sizes_a[rest], where[rest]
     return _as_objects(state)
+
+
+def _evaluate(expr, arr: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Does ``expr`` match each record whose properties are ``arr[starts[i]:][:lens[i]]``?"""
+    groups = _by_width(lens)
+    if len(groups) == 1:
+        return evaluate_blob(expr, propblob.gather(arr, starts, lens))
+    out = np.zeros(len(lens), dtype=bool)
+    for sel in groups:
+        out[sel] = evaluate_blob(expr, propblob.gather(arr, starts[sel], lens[sel]))
+    return out
 
 
 def _by_width(lens: np.ndarray) -> list:
