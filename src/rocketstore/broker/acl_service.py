@@ -350,7 +350,8 @@ def handlers(broker: "Broker") -> dict[int, Handler]:
         if m is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, remark=_OFF)
         try:
-            body = await broker.run(cluster_acl_config, m.snapshot, read_yaml)
+            body = await broker.run(cluster_acl_config, m.snapshot, read_yaml,
+                                    cmd.ext_fields.get("AccessKey"))
         except AclError as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, remark=exc.message)
         return cmd.response(ResponseCode.SUCCESS, body=json.dumps(
