@@ -81,7 +81,15 @@ _CONF_KEYS = {"listenPort": ("port", int), "brokerName": ("broker_name", str),
               "kvConfigPath": ("kv_config_path", str),
               "orderMessageEnable": ("order_message_enable", _bool),
               "aclEnable": ("acl_enable", _bool), "aclPlainFile": ("acl_plain_file", str),
-              "aclFileWatchInterval": ("acl_watch_interval_ms", int)}
+              "aclFileWatchInterval": ("acl_watch_interval_ms", int),
+              # security limits (README "Security")
+              "aclSignatureWindowSeconds": ("acl_signature_window_s", int),
+              "namesrvAclEnable": ("namesrv_acl_enable", _bool),
+              "serverChannelMaxIdleTimeSeconds": ("server_channel_max_idle_s", int),
+              "serverFrameReadTimeoutSeconds": ("server_frame_read_timeout_s", float),
+              "serverMaxConnections": ("server_max_connections", int),
+              "serverMaxConnectionsPerClient": ("server_max_connections_per_client", int),
+              "httpAllowedHosts": ("http_allowed_hosts", str)}
 
 
 async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = None) -> None:

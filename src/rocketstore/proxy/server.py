@@ -76,7 +76,8 @@ class GrpcProxy:
         interceptors = []
         if self.p.acl is not None:  # aclEnable: every call signed and checked, as the 5.x proxy
             from .acl import AclInterceptor
-            interceptors.append(AclInterceptor(self.p.acl))
+            interceptors.append(AclInterceptor(
+                self.p.acl, getattr(self.p.config, "acl_signature_window_s", 900)))
         self._server = grpc.aio.server(interceptors=interceptors, options=[
             ("grpc.max_receive_message_length", MAX_INBOUND_MESSAGE_BYTES),
             ("grpc.so_reuseport", 0)])
