@@ -19,6 +19,7 @@ from ..remoting.codes import PERM_RW, RequestCode, ResponseCode
 from ..remoting.command import RemotingCommand
 from .namesrv import RETRY_PREFIX, ensure_topic
 from ..remoting.jsonbody import load_json_text
+from .limits import validate_group
 from .state import TopicConfig
 
 if TYPE_CHECKING:
@@ -110,6 +111,10 @@ def handlers(broker: "Broker") -> dict[int, Any]:
         if not isinstance(data, dict):
             raise ValueError("heartbeat body is not a JSON object")
         client_id = str(data.get("clientID") or conn.peer)
+        for ds in ("consumerDataSet", "producerDataSet"):  # nothing registered from a bad one
+            for d in data.get(ds) or []:
+                if isinstance(d, dict) and (ds == "consumerDataSet" or d.get("groupName")):
+                    validate_group(d.get("groupName"))
         for cd in data.get("consumerDataSet") or []:
             if not isinstance(cd, dict):
                 continue
