@@ -57,7 +57,7 @@ def brokers(tmp_path_factory):
     (store / "conf").mkdir(parents=True)
     (store / "conf" / "plain_acl.yml").write_text(ACL_YML)
     conf = root / "broker.conf"
-    conf.write_text("aclEnable=true\n")
+    conf.write_text("aclEnable=true\nnamesrvAclEnable=true\n")
     classes = root / "classes"
     jobs = ThreadPoolExecutor(3)
     javac = jobs.submit(subprocess.run, [
@@ -184,3 +184,25 @@ def test_mqadmin_with_a_normal_accounts_keys_cannot_manage_the_acl(brokers):
     # the control: RocketMQ's own broker hands every secret key to the same command
     out = mqadmin(brokers, "getAccessConfigSubCommand", "-b", brokers["java"][0], home=home)
     assert "rocketmq2" in out and "whatever-secret" in out, out
+
+
+def test_mqadmin_write_perm_on_the_name_server_needs_the_admin_keys(brokers):
+    """``namesrvAclEnable=true``: mqadmin's name-server writes (wipeWritePerm, updateKvConfig)
+    work with tools.yml's admin keys and are refused with a normal account's."""
+    home = brokers["root"] / "user-home"
+    if not home.exists():
+        home = make_home(brokers["root"], "accessKey: RocketMQ\nsecretKey: 12345678\n",
+                         "user-home")
+    _, ns, _ = brokers["ours"]
+    out = mqadmin(brokers, "wipeWritePerm", "-b", "broker-a", "-n", ns, home=home)
+    assert "Need admin permission for request code=205" in out, out
+    out = mqadmin(brokers, "updateKvConfig", "-s", "ns1", "-k", "k1", "-v", "v1", "-n", ns,
+                  home=home)
+    assert "Need admin permission for request code=100" in out, out
+    out = mqadmin(brokers, "wipeWritePerm", "-b", "broker-a", "-n", ns)
+    assert re.search(r"wipe write perm of broker\[broker-a\] in name server\[.*\] OK", out,
+                     re.I), out
+    out = mqadmin(brokers, "addWritePerm", "-b", "broker-a", "-n", ns)
+    assert "OK" in out, out
+    out = mqadmin(brokers, "updateKvConfig", "-s", "ns1", "-k", "k1", "-v", "v1", "-n", ns)
+    assert "success" in out.lower(), out

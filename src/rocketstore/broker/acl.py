@@ -269,7 +269,7 @@ class AclSnapshot:
     stamps: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # see file_stamp
 
 
-def validate(snap: AclSnapshot, req: AccessRequest) -> None:
+def validate(snap: AclSnapshot, req: AccessRequest, admin_codes: frozenset = ADMIN_CODES) -> None:
     """``PlainPermissionManager.validate``: returns when allowed, raises ``AclError`` if not.
 
     Stricter than RocketMQ 4.9.7: the ACL codes (``ACL_ADMIN_CODES``) skip no check for a
@@ -285,18 +285,18 @@ def validate(snap: AclSnapshot, req: AccessRequest) -> None:
     if owned is None:
         raise AclError(f"No acl config for {req.access_key}", AT_NO_ACCOUNT)
     if owned.white.match(req.ip):
-        if req.code in ADMIN_CODES and not owned.admin:
-            check_perm(req, owned)  # raises: an admin code needs an admin account
+        if req.code in admin_codes and not owned.admin:
+            check_perm(req, owned, admin_codes)  # raises: an admin code needs an admin account
         return
     if cal_signature(req.content, owned.secret_key) != req.signature:
         raise AclError(f"Check signature failed for accessKey={req.access_key}", AT_SIGNATURE)
     if req.resources.get(TRACE_TOPIC) == PUB:  # message traces may always be written
         return
-    check_perm(req, owned)
+    check_perm(req, owned, admin_codes)
 
 
-def check_perm(req: AccessRequest, owned: Account) -> None:
-    if req.code in ADMIN_CODES and not owned.admin:
+def check_perm(req: AccessRequest, owned: Account, admin_codes: frozenset = ADMIN_CODES) -> None:
+    if req.code in admin_codes and not owned.admin:
         raise AclError(f"Need admin permission for request code={req.code}, but accessKey="
                        f"{owned.access_key} is not", AT_ADMIN)
     if not req.resources or (owned.perms is None and owned.admin):

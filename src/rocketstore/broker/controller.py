@@ -165,7 +165,12 @@ class Broker:
         self.servers.append(broker_srv)
         if self.config.namesrv_port is not None:
             self.route_perms = namesrv.LocalRoutePerms()
-            ns = RemotingServer(self, namesrv.handlers(self, perms=self.route_perms), "namesrv")
+            ns_handlers = namesrv.handlers(self, perms=self.route_perms)
+            if self.config.namesrv_acl_enable:  # write codes need an admin account
+                from . import namesrv_acl
+                self._namesrv_acl = self.acl or acl_service.start_acl(self)
+                ns_handlers = namesrv_acl.guard(self._namesrv_acl, ns_handlers)
+            ns = RemotingServer(self, ns_handlers, "namesrv")
             await ns.start(self.config.host, self.config.namesrv_port)
             self.config.namesrv_port = ns.port
             self.servers.append(ns)
@@ -267,6 +272,9 @@ class Broker:
             t.cancel()
         if self.acl is not None:
             self.acl.watcher.stop()
+        ns_acl = getattr(self, "_namesrv_acl", None)
+        if ns_acl is not None and ns_acl is not self.acl:
+            ns_acl.watcher.stop()
         if self.schedule is not None:
             await self.schedule.stop()
         if self.transaction_check is not None:

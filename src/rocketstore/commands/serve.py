@@ -195,8 +195,8 @@ def command(store_dir, host, port, namesrv_port, namesrv_addr, broker_name, conf
     """Serve the store to RocketMQ clients: name server + broker in one process."""
     from ..broker.config import BrokerConfig
 
-    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.WARNING),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from ..logsafe import configure
+    configure(getattr(logging, log_level.upper(), logging.WARNING))  # client values escaped
     store_cfg, host_given = _store_config(store_dir, conf, options, message_delay_level,
                                           flush_disk_type)
     broker_cfg = BrokerConfig(host=host, namesrv_port=namesrv_port,
