@@ -254,10 +254,17 @@ class Console:
 class ConsoleServer:
     """uvicorn serving a ``Console`` on its own thread and event loop."""
 
-    def __init__(self, source: Any, host: str, port: int, *, registry: Any = None) -> None:
+    def __init__(self, source: Any, host: str, port: int, *, registry: Any = None,
+                 limits: Any = None, allowed_hosts: Any = None) -> None:
+        from ..netlimits import ConnectionLimiter, Limits
+        from .httpguard import allowed_hosts as default_hosts
+
         self.console = Console(source, registry)
         self.host = host
         self.port = port
+        self.limits = limits or Limits()
+        self.limiter = ConnectionLimiter(self.limits, "console")
+        self.allowed = allowed_hosts or default_hosts(host)
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
@@ -274,8 +281,13 @@ class ConsoleServer:
             sock.close()
             raise
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self.console.app, log_level="warning", access_log=False,
-                                lifespan="off", timeout_graceful_shutdown=2)
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        from .httpguard import HostCheck, limited_protocol
+
+        config = uvicorn.Config(HostCheck(self.console.app, self.allowed), log_level="warning",
+                                access_log=False, lifespan="off", timeout_graceful_shutdown=2,
+                                http=limited_protocol(H11Protocol, self.limiter, self.limits))
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
                                         name="ConsoleServer", daemon=True)
