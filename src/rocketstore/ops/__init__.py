@@ -51,7 +51,8 @@ class OpsServices:
                 from .console import ConsoleServer
                 from .sources import LocalSource
                 self.console = ConsoleServer(LocalSource(self.state), self.host, self.console_port,
-                                             registry=self.registry, **self._guards())
+                                             registry=self.registry, **self._guards(),
+                                             acl=getattr(self.broker, "acl", None))
                 self.console.start()
                 urls["console"] = self.console.url
         except BaseException:
