@@ -27,9 +27,9 @@ class _NoBroker:
 
 async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
                order_message_enable: bool, acl_file: str | None = None) -> None:
-    from ..broker import namesrv
-    from ..broker.kvconfig import KVConfigManager
-    from ..broker.namesrv_config import NamesrvSettings
+    from ..broker.namesrv import routes as namesrv
+    from ..broker.namesrv.kvconfig import KVConfigManager
+    from ..broker.namesrv.settings import NamesrvSettings
     from ..broker.server import RemotingServer
 
     try:
@@ -39,10 +39,10 @@ async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
     settings = NamesrvSettings(kv_config_path, order_message_enable)
     handlers = namesrv.handlers(None, kv=kv, settings=settings)
     acl = None
-    if acl_file:  # the write codes need an admin account of that file (broker.namesrv_acl)
-        from ..broker import namesrv_acl
-        from ..broker.acl_address import AclError
-        from ..broker.acl_service import AclFileWatchService, PlainPermissionManager
+    if acl_file:  # the write codes need an admin account of that file (broker.namesrv.acl)
+        from ..broker.acl.address import AclError
+        from ..broker.acl.service import AclFileWatchService, PlainPermissionManager
+        from ..broker.namesrv import acl as namesrv_acl
         acl = PlainPermissionManager(acl_file)
         try:
             acl.load()
@@ -93,7 +93,7 @@ async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
 def command(host: str, port: int, log_level: str, kv_config_path: str | None,
             order_message_enable: bool, acl_file: str | None, as_json: bool) -> None:
     """Run a name server that brokers register with (no broker, no store)."""
-    from ..broker.kvconfig import default_kv_config_path
+    from ..broker.namesrv.kvconfig import default_kv_config_path
 
     from ..logsafe import configure
     configure(getattr(logging, log_level.upper(), logging.WARNING))  # client values escaped

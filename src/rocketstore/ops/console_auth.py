@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any
 
-from ..broker.acl import ANY, RETRY_PREFIX, SUB, Account, check_permission
+from ..broker.acl.plain import ANY, RETRY_PREFIX, SUB, Account, check_permission
 
 SESSION_COOKIE = "rocketstore_session"
 SESSION_TTL_S = 8 * 3600
