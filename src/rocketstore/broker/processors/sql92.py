@@ -29,15 +29,12 @@ from ...filter import SelectorSyntaxError, is_tag_type
 from ...remoting.codes import PULL_FLAG_SUBSCRIPTION, ResponseCode
 from ...remoting.command import RemotingCommand
 from ..state.filters import (ConsumerFilterData, ExpressionMessageFilter,
-                             RetryExpressionMessageFilter, compile_expression)
+                             RetryExpressionMessageFilter, compile_expression,
+                             not_supported)
 from ..state.topics import RETRY_PREFIX
 
 if TYPE_CHECKING:
     from ..contexts import PullContext
-
-
-def not_supported(expression_type: str) -> str:
-    return f"The broker does not support consumer to filter message by {expression_type}"
 
 
 class PullRefused(Exception):
