@@ -1,0 +1,472 @@
+"""``TimerMessageStore``: RocketMQ 5's timer wheel over the store (``timerwheel``, ``timerlog/``,
+``config/timercheck``, ``config/timermetrics``).
+
+Theory of operation. The put path stores a timer message on ``rmq_sys_wheel_timer`` queue 0
+(``transform.py``). Three threads then run here:
+
+* **enqueue** reads that queue from ``curr_queue_offset``; for each message it appends a 52-byte
+  unit to the timerlog (``prevPos`` = the slot's last unit) and points the wheel slot of its
+  ``TIMER_OUT_MS`` at it. A time beyond the roll window (``timerRollWindowSlot`` slots) gets a
+  *roll* unit at the window's end (or half of it, RocketMQ's rule); a ``TIMER_DEL_UNIQKEY``
+  message gets a *delete* unit. A time already past goes to the first slot the dequeue has not
+  started (RocketMQ puts it straight to delivery instead; a unit for every message makes the
+  timerlog the one record of enqueue progress).
+* **dequeue** waits until the clock has passed slot ``curr_read_ms``'s end, walks the slot's
+  chain, collects its delete keys, and re-puts every other message in timerlog order: to its
+  real topic and queue with ``TIMER_ENQUEUE_MS`` / ``TIMER_DEQUEUE_MS`` (a roll unit: back to
+  ``rmq_sys_wheel_timer`` with ``TIMER_ROLL_TIMES`` + 1). Then the read time moves one slot on.
+* **flush** makes the timerlog, the wheel and the checkpoint durable every
+  ``timerFlushIntervalMs`` and persists the metrics.
+
+Exactly once across SIGKILL. Every write lands in shared mappings at once. The enqueue position
+is recomputed on restart from the timerlog's last unit (its message's queue offset + 1). The
+dequeue writes a cursor after each re-put (the slot, the unit, the CommitLog end); a restart
+inside a slot skips the units the cursor covers and looks in the CommitLog after the cursor's
+offset for the one re-put a kill could have left unrecorded. RocketMQ itself restarts from its
+last flushed checkpoint and may deliver twice.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from ...config import StoreConfig
+from ...format.hashing import java_hash
+from ...format.message import (PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
+                               Message, MessageExt)
+from ...format.timer_layout import (MAGIC_DEFAULT, MAGIC_DELETE, MAGIC_ROLL,
+                                    PROPERTY_TIMER_DEL_UNIQKEY, PROPERTY_TIMER_DEQUEUE_MS,
+                                    PROPERTY_TIMER_ENQUEUE_MS, PROPERTY_TIMER_OUT_MS,
+                                    PROPERTY_TIMER_ROLL_TIMES, SLOTS_TOTAL, TIMER_BLANK_SLOTS,
+                                    TIMER_TOPIC, UNIT_SIZE, build_delete_key, roll_window_slots)
+from .. import syncprobe
+from .checkpoint import TimerCheckpoint
+from .log import TimerLog
+from .metrics import TimerMetrics
+from .wheel import TimerWheel
+
+log = logging.getLogger(__name__)
+ENQUEUE_BATCH = 64
+RETRY_PAUSE_S = 0.2
+
+
+@dataclass
+class TimerStoreAccess:
+    """What the timer store uses of the message store (no facade reference)."""
+    read_units: Callable[[int, int], list | None]       # (queue offset, count) of TIMER_TOPIC/0
+    look_message: Callable[[int], MessageExt | None]     # CommitLog offset -> message
+    put: Callable[[Message], object]                     # -> PutMessageResult
+    commitlog_max_offset: Callable[[], int]
+    commitlog_min_offset: Callable[[], int]
+    queue_bounds: Callable[[], tuple[int, int]]          # TIMER_TOPIC/0 (min, max)
+
+
+def timer_paths(root: str) -> tuple[str, str, str, str]:
+    cfg_dir = os.path.join(root, "config")
+    return (os.path.join(root, "timerwheel"), os.path.join(root, "timerlog"),
+            os.path.join(cfg_dir, "timercheck"), os.path.join(cfg_dir, "timermetrics"))
+
+
+class TimerMessageStore:
+    def __init__(self, cfg: StoreConfig, access: TimerStoreAccess,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.cfg = cfg
+        self.access = access
+        self.clock = clock
+        self.precision_ms = cfg.timer_precision_ms
+        self.window_slots = roll_window_slots(cfg.timer_roll_window_slot)
+        wheel_path, log_dir, ckpt_path, metrics_path = timer_paths(cfg.store_path_root_dir)
+        self.wheel = TimerWheel(wheel_path, self.precision_ms)
+        self.timerlog = TimerLog(log_dir, cfg.mapped_file_size_timer_log)
+        self.checkpoint = TimerCheckpoint(ckpt_path)
+        self.metrics = TimerMetrics(metrics_path)
+        self.curr_read_ms = 0
+        self.curr_write_ms = 0
+        self.curr_queue_offset = 0
+        self._reading: int | None = None  # the slot the dequeue has started
+        self._lock = threading.Lock()
+        self._wake_enqueue = threading.Event()
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.enqueued = 0
+        self.dequeued = 0
+        self.last_error: str | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    def format_ms(self, t: int) -> int:
+        return t // self.precision_ms * self.precision_ms
+
+    def load(self) -> None:
+        """Load and recover (``TimerMessageStore.recover``)."""
+        self.timerlog.load()
+        self.metrics.load()
+        had_files = self.checkpoint.existed or bool(self.timerlog.queue.files)
+        begin = max(0, self.checkpoint.last_timerlog_flush_pos - self.cfg.mapped_file_size_timer_log)
+        last_unit = [-1]
+
+        def revise(deliver_ms: int, pos: int) -> None:
+            self.wheel.revise_slot(deliver_ms, pos)
+            last_unit[0] = pos
+        process_offset = self.timerlog.recover(begin, revise)
+        self.curr_queue_offset = self._queue_offset_after(last_unit[0])
+        now = self.format_ms(self.now_ms())
+        read = self.checkpoint.last_read_time_ms
+        oldest = now - SLOTS_TOTAL * self.precision_ms + TIMER_BLANK_SLOTS * self.precision_ms
+        self.curr_read_ms = max(read, oldest) if had_files else now
+        self.curr_read_ms = self.format_ms(self.curr_read_ms)
+        min_first = self.wheel.check_phy_pos(self.curr_read_ms, process_offset)
+        if min_first < process_offset:  # the wheel points past the timerlog's valid end
+            log.warning("timer wheel points beyond timerlog end %d; revising from %d",
+                        process_offset, min_first)
+            self.wheel.clear_beyond(self.curr_read_ms, process_offset)
+            self.timerlog.recover(min_first, self.wheel.revise_slot)
+        self.curr_write_ms = now
+        self._settle_cursor()
+        self.checkpoint.last_read_time_ms = self.curr_read_ms
+        log.info("timer store recovered: read time %d, queue offset %d, timerlog end %d",
+                 self.curr_read_ms, self.curr_queue_offset, process_offset)
+
+    def _queue_offset_after(self, last_unit: int) -> int:
+        """The rmq_sys_wheel_timer offset after the last unit's message (RocketMQ's
+        ``reviseQueueOffset``), else the checkpoint's, within the queue's bounds."""
+        q = self.checkpoint.last_timer_queue_offset
+        if last_unit >= 0:
+            u = self.timerlog.read_unit(last_unit)
+            m = self.access.look_message(u[5]) if u is not None else None
+            if m is not None and m.topic == TIMER_TOPIC:
+                q = m.queue_offset + 1
+        lo, hi = self.access.queue_bounds()
+        return min(max(q, lo), hi)
+
+    def _settle_cursor(self) -> None:
+        """A restart inside a slot: the unit after the cursor may have been re-put just before
+        the kill; find its re-put in the CommitLog after the cursor's offset."""
+        ck = self.checkpoint
+        if ck.cursor_slot_ms != self.curr_read_ms or self.wheel.get_slot(self.curr_read_ms) is None:
+            return
+        deletes, normals = self._slot_units(self.curr_read_ms)
+        nxt = next((u for u in normals if u[0] > ck.cursor_unit_pos), None)
+        if nxt is None:
+            return
+        src = self.access.look_message(nxt[4])
+        if src is None:
+            return
+        roll = bool(nxt[1] & MAGIC_ROLL)
+        want_topic = TIMER_TOPIC if roll else src.properties.get(PROPERTY_REAL_TOPIC, src.topic)
+        want_key = src.uniq_key
+        want_out = src.properties.get(PROPERTY_TIMER_OUT_MS)
+        off = max(ck.cursor_cl_offset, nxt[4] + nxt[5])
+        end = self.access.commitlog_max_offset()
+        seg = self.cfg.mapped_file_size_commitlog
+        while off < end:
+            m = self.access.look_message(off)
+            if m is None:
+                off = off - off % seg + seg
+                continue
+            p = m.properties
+            if (m.topic == want_topic and m.uniq_key == want_key and PROPERTY_TIMER_DEQUEUE_MS in p
+                    and p.get(PROPERTY_TIMER_OUT_MS) == want_out and m.commitlog_offset != nxt[4]):
+                log.info("timer: unit %d of slot %d was re-put before the restart", nxt[0],
+                         self.curr_read_ms)
+                ck.cursor_unit_pos = nxt[0]
+                ck.cursor_cl_offset = m.commitlog_offset + m.store_size
+                return
+            off += m.store_size
+
+    def start(self) -> None:
+        for name, fn in (("timer-enqueue", self._enqueue_loop), ("timer-dequeue", self._dequeue_loop),
+                         ("timer-flush", self._flush_loop)):
+            t = threading.Thread(target=fn, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def wakeup(self) -> None:
+        self._wake_enqueue.set()
+
+    def shutdown(self) -> None:
+        self._stopping.set()
+        self._wake_enqueue.set()
+        for t in self._threads:
+            t.join(15)
+        self._threads.clear()
+        self.flush()
+        self.timerlog.close()
+        self.wheel.close()
+        self.checkpoint.close()
+
+    # -- enqueue --------------------------------------------------------------------------------
+    def _enqueue_loop(self) -> None:
+        idle_s = 100 * self.precision_ms / 1000 / 1000
+        while not self._stopping.is_set():
+            try:
+                n = self.enqueue_once()
+            except Exception as exc:  # logged; the same message is tried again
+                self.last_error = f"enqueue: {exc}"
+                log.exception("timer enqueue failed")
+                n = 0
+                self._stopping.wait(RETRY_PAUSE_S)
+            if n == 0:
+                self._wake_enqueue.wait(idle_s)
+                self._wake_enqueue.clear()
+
+    def enqueue_once(self) -> int:
+        """Enqueue what rmq_sys_wheel_timer holds beyond ``curr_queue_offset``; returns how many."""
+        self._move_write_time()
+        lo, hi = self.access.queue_bounds()
+        if self.curr_queue_offset < lo:
+            self.curr_queue_offset = lo
+        done = 0
+        while self.curr_queue_offset < hi and not self._stopping.is_set():
+            units = self.access.read_units(self.curr_queue_offset, ENQUEUE_BATCH)
+            if not units:
+                break
+            for offset_py, size_py, _tags in units:
+                m = self.access.look_message(offset_py)
+                if m is not None and PROPERTY_TIMER_OUT_MS in m.properties:
+                    self._do_enqueue(offset_py, size_py, int(m.properties[PROPERTY_TIMER_OUT_MS]), m)
+                else:
+                    log.warning("timer: no timer message at CommitLog offset %d", offset_py)
+                self.curr_queue_offset += 1
+                done += 1
+            self._move_write_time()
+        return done
+
+    def _move_write_time(self) -> None:
+        now = self.format_ms(self.now_ms())
+        if self.curr_write_ms < now:
+            self.curr_write_ms = now
+
+    def _do_enqueue(self, offset_py: int, size_py: int, delayed: int, m: MessageExt) -> None:
+        p = self.precision_ms
+        real_topic = m.properties.get(PROPERTY_REAL_TOPIC)
+        is_delete = PROPERTY_TIMER_DEL_UNIQKEY in m.properties
+        with self._lock:
+            write = self.curr_write_ms
+            magic = MAGIC_DEFAULT
+            w = self.window_slots
+            if delayed - write >= w * p:
+                magic |= MAGIC_ROLL
+                if delayed - write - w * p < w // 3 * p:
+                    delayed = write + (w // 2) * p
+                else:
+                    delayed = write + w * p
+            if is_delete:
+                magic |= MAGIC_DELETE
+            floor = self.curr_read_ms + (p if self._reading == self.curr_read_ms else 0)
+            if delayed < floor:
+                delayed = floor
+            slot = self.wheel.get_slot(delayed)
+            first, last, num, smagic = slot if slot is not None else (-1, -1, 0, 0)
+            pos = self.timerlog.append(last, magic, write, delayed - write, offset_py, size_py,
+                                       java_hash(real_topic) if real_topic else 0)
+            syncprobe.crash_point("timer-wheel-update")
+            self.wheel.put_slot(delayed, pos if first == -1 else first, pos,
+                                num - 1 if is_delete else num + 1, smagic)
+        if real_topic and not is_delete:
+            self.metrics.add(real_topic, 1, self.now_ms())
+        self.enqueued += 1
+
+    # -- dequeue --------------------------------------------------------------------------------
+    def _dequeue_loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                r = self.dequeue_once()
+            except _Stopping:
+                return
+            except Exception as exc:
+                self.last_error = f"dequeue: {exc}"
+                log.exception("timer dequeue failed")
+                self._stopping.wait(RETRY_PAUSE_S)
+                continue
+            if r < 0:  # caught up: sleep to the end of the slot being filled
+                now = self.now_ms()
+                wait_ms = self.curr_read_ms + self.precision_ms - now
+                self._stopping.wait(min(max(wait_ms, 1), self.precision_ms) / 1000)
+
+    def dequeue_once(self) -> int:
+        """Deliver slot ``curr_read_ms`` if its time is over: -1 not yet, else units delivered."""
+        self._move_write_time()
+        if self.curr_read_ms >= self.curr_write_ms:
+            return -1
+        t = self.curr_read_ms
+        with self._lock:
+            self._reading = t
+            slot = self.wheel.get_slot(t)
+        delivered = 0
+        if slot is not None:
+            delivered = self._deliver_slot(t)
+        with self._lock:
+            self.curr_read_ms = t + self.precision_ms
+            self._reading = None
+            self.checkpoint.last_read_time_ms = self.curr_read_ms
+        return delivered
+
+    def _slot_units(self, t: int) -> tuple[list, list]:
+        """The slot's units in timerlog order: (delete units, others), each
+        (pos, magic, enqueue_ms, delayed_ms, offset_py, size_py)."""
+        slot = self.wheel.get_slot(t)
+        units = []
+        pos = slot[1] if slot is not None else -1
+        end = self.timerlog.max_offset()
+        seen = 0
+        while pos != -1 and pos < end and seen < 100_000_000:
+            u = self.timerlog.read_unit(pos)
+            if u is None or u[0] != UNIT_SIZE:
+                log.warning("timer: bad unit at timerlog offset %d in slot %d", pos, t)
+                break
+            units.append((pos, u[2], u[3], u[3] + u[4], u[5], u[6]))
+            pos = u[1]
+            seen += 1
+        units.reverse()
+        deletes = [u for u in units if u[1] & MAGIC_DELETE and not u[1] & MAGIC_ROLL]
+        normals = [u for u in units if not (u[1] & MAGIC_DELETE and not u[1] & MAGIC_ROLL)]
+        return deletes, normals
+
+    def _deliver_slot(self, t: int) -> int:
+        ck = self.checkpoint
+        deletes, normals = self._slot_units(t)
+        if ck.cursor_slot_ms != t:  # a fresh slot: nothing of it delivered yet
+            ck.cursor_unit_pos = -1
+            ck.cursor_cl_offset = self.access.commitlog_max_offset()
+            ck.cursor_slot_ms = t
+        done_upto = ck.cursor_unit_pos
+        delete_keys = set()
+        for u in deletes:
+            m = self.access.look_message(u[4])
+            if m is not None and PROPERTY_TIMER_DEL_UNIQKEY in m.properties:
+                delete_keys.add(m.properties[PROPERTY_TIMER_DEL_UNIQKEY])
+        delivered = 0
+        for pos, magic, enqueue_ms, _delayed, offset_py, _size in normals:
+            if pos <= done_upto:
+                continue
+            if self._stopping.is_set():
+                raise _Stopping()
+            m = self.access.look_message(offset_py)
+            roll = bool(magic & MAGIC_ROLL)
+            if m is None:
+                log.warning("timer: message at CommitLog offset %d is gone", offset_py)
+            else:
+                real = m.properties.get(PROPERTY_REAL_TOPIC, m.topic)
+                if delete_keys and not roll and m.uniq_key is not None and \
+                        build_delete_key(real, m.uniq_key) in delete_keys:
+                    self.metrics.add(real, -1, self.now_ms())  # cancelled
+                elif PROPERTY_TIMER_DEL_UNIQKEY in m.properties and not roll:
+                    pass  # a delete unit is never delivered
+                else:
+                    self._reput(convert(m, enqueue_ms, roll, self.now_ms()))
+                    syncprobe.crash_point("timer-dequeue-put")
+                    if PROPERTY_TIMER_DEL_UNIQKEY not in m.properties:
+                        self.metrics.add(real, -1, self.now_ms())
+                    delivered += 1
+            ck.cursor_unit_pos = pos
+            ck.cursor_cl_offset = self.access.commitlog_max_offset()
+        self.dequeued += delivered
+        return delivered
+
+    def _reput(self, msg: Message) -> None:
+        """Put until the store takes it (a refused put is retried: never lost)."""
+        while True:
+            r = self.access.put(msg)
+            status = getattr(r, "status", None)
+            if status is not None and status.ok:
+                return
+            name = getattr(status, "name", str(status))
+            if name in ("MESSAGE_ILLEGAL", "PROPERTIES_SIZE_EXCEEDED"):
+                log.error("timer: re-put of %s refused for good (%s); dropped", msg.topic, name)
+                return
+            self.last_error = f"re-put failed: {name} {getattr(r, 'error', '')}"
+            if self._stopping.wait(RETRY_PAUSE_S):
+                raise _Stopping()
+
+    # -- flush and views ------------------------------------------------------------------------
+    def _flush_loop(self) -> None:
+        interval = self.cfg.timer_flush_interval_ms / 1000
+        while not self._stopping.wait(interval):
+            try:
+                self.flush()
+                self.timerlog.delete_expired(self.access.commitlog_min_offset())
+            except Exception as exc:
+                self.last_error = f"flush: {exc}"
+                log.exception("timer flush failed")
+
+    def flush(self) -> None:
+        """Timerlog, then wheel, then checkpoint (payload before the pointer to it)."""
+        flushed = self.timerlog.flush()
+        self.wheel.flush()
+        ck = self.checkpoint
+        ck.last_timerlog_flush_pos = flushed
+        ck.last_timer_queue_offset = self.curr_queue_offset
+        ck.master_timer_queue_offset = self.curr_queue_offset
+        ck.next_version()
+        ck.flush()
+        self.metrics.persist()
+
+    def congest_num(self) -> int:
+        """Timers in the wheel from the read time on (``getAllCongestNum``)."""
+        return sum(n for _, _, _, n in self.wheel.live_slots(self.curr_read_ms, SLOTS_TOTAL * 2))
+
+    def is_reject(self, deliver_ms: int) -> bool:
+        """``isReject``: flow control per slot (``timerCongestNumEachSlot``)."""
+        limit = self.cfg.timer_congest_num_each_slot
+        if limit >= 2**31 - 1:
+            return False
+        slot = self.wheel.get_slot(deliver_ms)
+        return slot is not None and slot[2] >= limit
+
+    def stats(self) -> dict:
+        now = self.now_ms()
+        lo, hi = self.access.queue_bounds()
+        return {"precision_ms": self.precision_ms, "roll_window_slots": self.window_slots,
+                "read_time_ms": self.curr_read_ms, "write_time_ms": self.curr_write_ms,
+                "dequeue_behind_ms": max(0, now - self.curr_read_ms - self.precision_ms),
+                "enqueue_behind_messages": max(0, hi - self.curr_queue_offset),
+                "enqueued": self.enqueued, "dequeued": self.dequeued,
+                "timerlog_bytes": self.timerlog.max_offset() - max(0, self.timerlog.min_offset()),
+                "topics": self.metrics.counts(), "error": self.last_error}
+
+    def distribution(self, now_ms: int | None = None) -> dict:
+        """Timers due per period from now (RocketMQ's timerDist: 5 s, 1 min, 5 min, 15 min, 1 h,
+        4 h, 8 h, 24 h) and per hour over the next 24 hours."""
+        now = self.format_ms(self.now_ms() if now_ms is None else now_ms)
+        start = min(now, self.curr_read_ms)
+        per_hour = [0] * 24
+        periods = {s: 0 for s in self.metrics.timer_dist}
+        horizon = 86400 * 1000
+        for t, _, _, n in self.wheel.live_slots(start, min(SLOTS_TOTAL * 2, horizon // self.precision_ms)):
+            ahead = max(0, t - now)
+            if ahead < horizon:
+                per_hour[ahead // 3_600_000] += n
+            for s in periods:
+                if ahead < s * 1000:
+                    periods[s] += n
+        return {"per_period": {str(k): v for k, v in periods.items()}, "per_hour": per_hour}
+
+
+class _Stopping(Exception):
+    pass
+
+
+def convert(m: MessageExt, enqueue_ms: int, roll: bool, now_ms: int) -> Message:
+    """``TimerMessageStore.convert`` + ``convertMessage``: the message to re-put."""
+    props = dict(m.properties)
+    props[PROPERTY_TIMER_ENQUEUE_MS] = str(enqueue_ms)
+    if roll:
+        props[PROPERTY_TIMER_ROLL_TIMES] = str(int(props.get(PROPERTY_TIMER_ROLL_TIMES, "0")) + 1)
+    props[PROPERTY_TIMER_DEQUEUE_MS] = str(now_ms)
+    props["WAIT"] = "false"
+    if roll:
+        topic, qid = m.topic, m.queue_id
+    else:
+        topic = props.pop(PROPERTY_REAL_TOPIC, m.topic)
+        qid = int(props.pop(PROPERTY_REAL_QUEUE_ID, "0"))
+    return Message(topic=topic, body=m.body, properties=props, queue_id=qid, flag=m.flag,
+                   sys_flag=m.sys_flag, born_timestamp=m.born_timestamp, born_host=m.born_host,
+                   store_host=m.store_host, reconsume_times=m.reconsume_times,
+                   prepared_transaction_offset=m.prepared_transaction_offset)
