@@ -80,8 +80,8 @@ class StoreConfig:
         self.store_path_root_dir = os.fspath(self.store_path_root_dir)
         from .format.timer_layout import round_precision
         self.timer_precision_ms = round_precision(int(self.timer_precision_ms))
-        if int(self.mapped_file_size_timer_log) < 1024:
-            raise ValueError("mapped_file_size_timer_log must be at least 1024")
+        if int(self.mapped_file_size_timer_log) < 52 + 16:  # one timerlog unit and a blank
+            raise ValueError("mapped_file_size_timer_log must be at least 68")
 
     # -- derived values (RocketMQ's getters) ----------------------------------------------------
     @property
