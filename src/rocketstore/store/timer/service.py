@@ -34,6 +34,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from ...config import StoreConfig
 from ...format.hashing import java_hash
 from ...format.message import (PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
@@ -95,6 +97,8 @@ class TimerMessageStore:
         self.enqueued = 0
         self.dequeued = 0
         self.last_error: str | None = None
+        self._rate_sample: tuple[float, int, int] | None = None
+        self._tps = (0.0, 0.0)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def now_ms(self) -> int:
@@ -121,7 +125,8 @@ class TimerMessageStore:
         oldest = now - SLOTS_TOTAL * self.precision_ms + TIMER_BLANK_SLOTS * self.precision_ms
         self.curr_read_ms = max(read, oldest) if had_files else now
         self.curr_read_ms = self.format_ms(self.curr_read_ms)
-        min_first = self.wheel.check_phy_pos(self.curr_read_ms, process_offset)
+        has_units = bool(self.timerlog.queue.files)
+        min_first = self.wheel.check_phy_pos(self.curr_read_ms, process_offset) if has_units else 1 << 62
         if min_first < process_offset:  # the wheel points past the timerlog's valid end
             log.warning("timer wheel points beyond timerlog end %d; revising from %d",
                         process_offset, min_first)
@@ -391,6 +396,7 @@ class TimerMessageStore:
         while not self._stopping.wait(interval):
             try:
                 self.flush()
+                self.tps()
                 self.timerlog.delete_expired(self.access.commitlog_min_offset())
             except Exception as exc:
                 self.last_error = f"flush: {exc}"
@@ -410,7 +416,19 @@ class TimerMessageStore:
 
     def congest_num(self) -> int:
         """Timers in the wheel from the read time on (``getAllCongestNum``)."""
-        return sum(n for _, _, _, n in self.wheel.live_slots(self.curr_read_ms, SLOTS_TOTAL * 2))
+        _, nums = self.wheel.nums_ahead(self.curr_read_ms, SLOTS_TOTAL * 2)
+        return int(nums.sum())
+
+    def tps(self) -> tuple[float, float]:
+        """(enqueue, dequeue) messages per second over the last flush interval or more."""
+        now = time.monotonic()
+        prev = self._rate_sample
+        if prev is None or now - prev[0] >= 1.0:
+            self._rate_sample = (now, self.enqueued, self.dequeued)
+            if prev is not None:
+                dt = now - prev[0]
+                self._tps = ((self.enqueued - prev[1]) / dt, (self.dequeued - prev[2]) / dt)
+        return self._tps
 
     def is_reject(self, deliver_ms: int) -> bool:
         """``isReject``: flow control per slot (``timerCongestNumEachSlot``)."""
@@ -436,17 +454,28 @@ class TimerMessageStore:
         4 h, 8 h, 24 h) and per hour over the next 24 hours."""
         now = self.format_ms(self.now_ms() if now_ms is None else now_ms)
         start = min(now, self.curr_read_ms)
-        per_hour = [0] * 24
-        periods = {s: 0 for s in self.metrics.timer_dist}
         horizon = 86400 * 1000
-        for t, _, _, n in self.wheel.live_slots(start, min(SLOTS_TOTAL * 2, horizon // self.precision_ms)):
-            ahead = max(0, t - now)
-            if ahead < horizon:
-                per_hour[ahead // 3_600_000] += n
-            for s in periods:
-                if ahead < s * 1000:
-                    periods[s] += n
-        return {"per_period": {str(k): v for k, v in periods.items()}, "per_hour": per_hour}
+        times, nums = self.wheel.nums_ahead(start, (now - start + horizon) // self.precision_ms)
+        ahead = np.maximum(times - now, 0)
+        per_hour = np.bincount(ahead // 3_600_000, weights=nums, minlength=24)[:24]
+        periods = {str(s): int(nums[ahead < s * 1000].sum()) for s in self.metrics.timer_dist}
+        busiest = int(np.argmax(nums)) if len(nums) else -1
+        return {"per_period": periods, "per_hour": [int(x) for x in per_hour],
+                "busiest_slot_ms": int(times[busiest]) if busiest >= 0 else None,
+                "busiest_slot_num": int(nums[busiest]) if busiest >= 0 else 0}
+
+
+def runtime_info(timer: "TimerMessageStore | None") -> dict[str, str]:
+    """RocketMQ 5's timer keys of the broker runtime info (``prepareRuntimeInfo``)."""
+    if timer is None:
+        return {"timerReadBehind": "0", "timerOffsetBehind": "0", "timerCongestNum": "0",
+                "timerEnqueueTps": "0.0", "timerDequeueTps": "0.0"}
+    st = timer.stats()
+    enq, deq = timer.tps()
+    return {"timerReadBehind": str(st["dequeue_behind_ms"] // 1000),
+            "timerOffsetBehind": str(st["enqueue_behind_messages"]),
+            "timerCongestNum": str(timer.congest_num()),
+            "timerEnqueueTps": f"{enq:.1f}", "timerDequeueTps": f"{deq:.1f}"}
 
 
 class _Stopping(Exception):

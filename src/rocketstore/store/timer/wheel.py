@@ -10,9 +10,14 @@ from __future__ import annotations
 import mmap
 import os
 
+import numpy as np
+
 from ...errors import CorruptFileError
 from ...format.timer_layout import SLOT, SLOT_SIZE, SLOTS_TOTAL
 from .. import syncprobe
+
+_SLOT_DTYPE = np.dtype([("t", ">i8"), ("first", ">i8"), ("last", ">i8"), ("num", ">i4"), ("magic", ">i4")])
+assert _SLOT_DTYPE.itemsize == SLOT_SIZE
 
 
 class TimerWheel:
@@ -66,46 +71,49 @@ class TimerWheel:
             if last != old_last:
                 self.put_slot(time_ms, first, last, num + (1 if last > old_last else 0), magic)
 
-    def check_phy_pos(self, time_start_ms: int, max_offset: int) -> int:
-        """The smallest first position of a live slot whose last position is beyond
-        ``max_offset`` (the wheel points past the timerlog's end), else a huge number."""
-        p = self.precision_ms
-        base = time_start_ms // p
+    def _live(self, time_start_ms: int) -> tuple[np.ndarray, np.ndarray]:
+        """(slot indexes, records) of every live slot of the turn starting at ``time_start_ms``."""
         n = self.slots_total * 2
-        start = base % n
-        min_first = 1 << 62
-        mm = self.mm
-        for i in range(n):
-            off = ((start + i) % n) * SLOT_SIZE
-            t, first, last, _, _ = SLOT.unpack_from(mm, off)
-            if t == base + i and last > max_offset and first < min_first:
-                min_first = first
-        return min_first
+        base = time_start_ms // self.precision_ms
+        arr = np.frombuffer(self.mm[:], dtype=_SLOT_DTYPE)
+        idx = np.arange(n, dtype=np.int64)
+        want = base + (idx - base % n) % n  # the time/precision each index holds in this turn
+        live = arr["t"] == want
+        return idx[live], arr[live]
+
+    def check_phy_pos(self, time_start_ms: int, max_offset: int) -> int:
+        """The smallest first position of a live slot whose last unit is not before
+        ``max_offset`` (the wheel points past the timerlog's end), else a huge number."""
+        _, rec = self._live(time_start_ms)
+        bad = rec["last"] >= max_offset  # a unit starting at the end is not there
+        return int(rec["first"][bad].min()) if bad.any() else 1 << 62
 
     def clear_beyond(self, time_start_ms: int, max_offset: int) -> int:
-        """Empty every live slot whose last position is beyond ``max_offset`` (recovery re-walks
+        """Empty every live slot whose last unit is not before ``max_offset`` (recovery re-walks
         the timerlog to rebuild them); returns how many."""
-        p = self.precision_ms
-        base = time_start_ms // p
-        n = self.slots_total * 2
-        cleared = 0
-        for i in range(n):
-            off = ((base + i) % n) * SLOT_SIZE
-            t, _, last, _, _ = SLOT.unpack_from(self.mm, off)
-            if t == base + i and last > max_offset:
-                self.mm[off:off + SLOT_SIZE] = bytes(SLOT_SIZE)
-                cleared += 1
-        return cleared
+        idx, rec = self._live(time_start_ms)
+        bad = idx[rec["last"] >= max_offset]
+        for i in bad:
+            off = int(i) * SLOT_SIZE
+            self.mm[off:off + SLOT_SIZE] = bytes(SLOT_SIZE)
+        return len(bad)
 
-    def live_slots(self, time_start_ms: int, count: int):
-        """(time_ms, first, last, num) of the live slots in ``count`` slots from ``time_start_ms``."""
+    def nums_ahead(self, time_start_ms: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """(slot times, nums) of the live slots among ``count`` slots from ``time_start_ms``,
+        read in one pass (numpy) for metrics."""
         p = self.precision_ms
-        base = time_start_ms // p
         n = self.slots_total * 2
-        for i in range(min(count, n)):
-            t, first, last, num, _ = SLOT.unpack_from(self.mm, ((base + i) % n) * SLOT_SIZE)
-            if t == base + i:
-                yield t * p, first, last, num
+        count = min(count, n)
+        base = time_start_ms // p
+        start = base % n
+        dt = _SLOT_DTYPE
+        first = np.frombuffer(self.mm[start * SLOT_SIZE:min(n, start + count) * SLOT_SIZE], dtype=dt)
+        rest = count - len(first)
+        arr = first if rest <= 0 else np.concatenate(
+            [first, np.frombuffer(self.mm[:rest * SLOT_SIZE], dtype=dt)])
+        want = base + np.arange(len(arr), dtype=np.int64)
+        live = arr["t"] == want
+        return want[live] * p, arr["num"][live].astype(np.int64)
 
     def flush(self) -> None:
         self.mm.flush()
