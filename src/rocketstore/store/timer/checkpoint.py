@@ -12,6 +12,7 @@ import time
 
 from ...format.timer_layout import (CURSOR_CL_OFF, CURSOR_POS_OFF, CURSOR_SLOT_OFF, I64,
                                     TIMER_CHECKPOINT, TIMER_CHECKPOINT_SIZE)
+from ...errors import StoreError
 from .. import syncprobe
 
 
@@ -31,6 +32,11 @@ class TimerCheckpoint:
             self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             if os.fstat(self._fd).st_size < TIMER_CHECKPOINT_SIZE:
                 os.ftruncate(self._fd, TIMER_CHECKPOINT_SIZE)
+            try:  # real blocks: stores into the mapping can never meet a full disk (SIGBUS)
+                os.posix_fallocate(self._fd, 0, TIMER_CHECKPOINT_SIZE)
+            except OSError as exc:
+                os.close(self._fd)
+                raise StoreError(f"{path}: cannot allocate the timer checkpoint: {exc.strerror}") from exc
             self.mm = mmap.mmap(self._fd, TIMER_CHECKPOINT_SIZE, access=mmap.ACCESS_WRITE)
         self.existed = existed
         if not existed and not readonly:

@@ -54,6 +54,7 @@ from .wheel import TimerWheel
 log = logging.getLogger(__name__)
 ENQUEUE_BATCH = 64
 RETRY_PAUSE_S = 0.2
+READ_TIME_REFRESH_MS = 600_000  # an idle wheel's read time is written this often at least
 
 
 @dataclass
@@ -98,6 +99,7 @@ class TimerMessageStore:
         self.dequeued = 0
         self.last_error: str | None = None
         self._rate_sample: tuple[float, int, int] | None = None
+        self._flushed_state: tuple[int, int] | None = None
         self._tps = (0.0, 0.0)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -135,6 +137,7 @@ class TimerMessageStore:
         self.curr_write_ms = now
         self._settle_cursor()
         self.checkpoint.last_read_time_ms = self.curr_read_ms
+        self.flush()  # the recovered state is on disk before anything new happens
         log.info("timer store recovered: read time %d, queue offset %d, timerlog end %d",
                  self.curr_read_ms, self.curr_queue_offset, process_offset)
 
@@ -310,7 +313,8 @@ class TimerMessageStore:
         with self._lock:
             self.curr_read_ms = t + self.precision_ms
             self._reading = None
-            self.checkpoint.last_read_time_ms = self.curr_read_ms
+            if slot is not None:  # empty slots are not worth a write (flush() catches up)
+                self.checkpoint.last_read_time_ms = self.curr_read_ms
         return delivered
 
     def _slot_units(self, t: int) -> tuple[list, list]:
@@ -407,11 +411,17 @@ class TimerMessageStore:
         flushed = self.timerlog.flush()
         self.wheel.flush()
         ck = self.checkpoint
-        ck.last_timerlog_flush_pos = flushed
-        ck.last_timer_queue_offset = self.curr_queue_offset
-        ck.master_timer_queue_offset = self.curr_queue_offset
-        ck.next_version()
-        ck.flush()
+        state = (flushed, self.curr_queue_offset)
+        read = self.curr_read_ms
+        if state != self._flushed_state or read - ck.last_read_time_ms > READ_TIME_REFRESH_MS:
+            ck.last_timerlog_flush_pos = flushed
+            ck.last_timer_queue_offset = self.curr_queue_offset
+            ck.master_timer_queue_offset = self.curr_queue_offset
+            if read > ck.last_read_time_ms:
+                ck.last_read_time_ms = read
+            ck.next_version()
+            ck.flush()
+            self._flushed_state = state
         self.metrics.persist()
 
     def congest_num(self) -> int:

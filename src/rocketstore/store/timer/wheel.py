@@ -2,12 +2,13 @@
 ``format/timer_layout.py``), written in place through a shared mapping.
 
 A slot holds ``time / precision`` so a slot from an earlier turn of the wheel reads as empty
-(``get_slot`` returns ``None``). Writes go to the page cache at once (they survive a SIGKILL);
-``flush`` makes them durable. The file's size never depends on the number of timers.
+(``get_slot`` returns ``None``). The file is sparse; slots are read with ``pread`` and written with
+``pwrite`` (no mapping: on a full file system a fault on a hole is a SIGBUS, a syscall an
+error), so they are in the page cache at once (they survive a SIGKILL); ``flush`` makes them
+durable. The file's size never depends on the number of timers.
 """
 from __future__ import annotations
 
-import mmap
 import os
 
 import numpy as np
@@ -32,33 +33,39 @@ class TimerWheel:
             raise CorruptFileError(path, f"timer wheel length {os.path.getsize(path)} != expected {self.length}")
         if readonly:
             fd = os.open(path, os.O_RDONLY)
-            self.mm = mmap.mmap(fd, self.length, access=mmap.ACCESS_COPY)
         else:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             if os.fstat(fd).st_size != self.length:
                 os.ftruncate(fd, self.length)  # sparse: pages appear as slots are used
-            self.mm = mmap.mmap(fd, self.length, access=mmap.ACCESS_WRITE)
         self._fd = fd
+
+    def _read(self, off: int, n: int) -> bytes:
+        data = os.pread(self._fd, n, off)
+        if len(data) != n:
+            raise OSError(f"{self.path}: short read at {off}")
+        return data
 
     def slot_index(self, time_ms: int) -> int:
         return time_ms // self.precision_ms % (self.slots_total * 2)
 
     def raw_slot(self, time_ms: int) -> tuple[int, int, int, int, int]:
         """(time_ms, first, last, num, magic) as stored, whatever turn it belongs to."""
-        t, first, last, num, magic = SLOT.unpack_from(self.mm, self.slot_index(time_ms) * SLOT_SIZE)
+        t, first, last, num, magic = SLOT.unpack(self._read(self.slot_index(time_ms) * SLOT_SIZE, SLOT_SIZE))
         return t * self.precision_ms, first, last, num, magic
 
     def get_slot(self, time_ms: int) -> tuple[int, int, int, int] | None:
         """(first, last, num, magic) of the slot for ``time_ms``, None when empty."""
-        t, first, last, num, magic = SLOT.unpack_from(self.mm, self.slot_index(time_ms) * SLOT_SIZE)
+        t, first, last, num, magic = SLOT.unpack(self._read(self.slot_index(time_ms) * SLOT_SIZE, SLOT_SIZE))
         if t != time_ms // self.precision_ms:
             return None
         return first, last, num, magic
 
     def put_slot(self, time_ms: int, first: int, last: int, num: int, magic: int = 0) -> None:
+        """A full disk is an ``OSError`` here."""
         off = self.slot_index(time_ms) * SLOT_SIZE
-        self.mm[off:off + SLOT_SIZE] = SLOT.pack(time_ms // self.precision_ms, first, last, num, magic)
+        if os.pwrite(self._fd, SLOT.pack(time_ms // self.precision_ms, first, last, num, magic), off) != SLOT_SIZE:
+            raise OSError(f"{self.path}: short write at {off}")
 
     def revise_slot(self, time_ms: int, last: int) -> None:
         """Recovery (``reviseSlot(.., IGNORE, last, force)``): the slot's last unit is ``last``;
@@ -75,7 +82,7 @@ class TimerWheel:
         """(slot indexes, records) of every live slot of the turn starting at ``time_start_ms``."""
         n = self.slots_total * 2
         base = time_start_ms // self.precision_ms
-        arr = np.frombuffer(self.mm[:], dtype=_SLOT_DTYPE)
+        arr = np.frombuffer(self._read(0, self.length), dtype=_SLOT_DTYPE)
         idx = np.arange(n, dtype=np.int64)
         want = base + (idx - base % n) % n  # the time/precision each index holds in this turn
         live = arr["t"] == want
@@ -94,8 +101,7 @@ class TimerWheel:
         idx, rec = self._live(time_start_ms)
         bad = idx[rec["last"] >= max_offset]
         for i in bad:
-            off = int(i) * SLOT_SIZE
-            self.mm[off:off + SLOT_SIZE] = bytes(SLOT_SIZE)
+            os.pwrite(self._fd, bytes(SLOT_SIZE), int(i) * SLOT_SIZE)
         return len(bad)
 
     def nums_ahead(self, time_start_ms: int, count: int) -> tuple[np.ndarray, np.ndarray]:
@@ -107,23 +113,19 @@ class TimerWheel:
         base = time_start_ms // p
         start = base % n
         dt = _SLOT_DTYPE
-        first = np.frombuffer(self.mm[start * SLOT_SIZE:min(n, start + count) * SLOT_SIZE], dtype=dt)
+        first = np.frombuffer(self._read(start * SLOT_SIZE, (min(n, start + count) - start) * SLOT_SIZE), dtype=dt)
         rest = count - len(first)
         arr = first if rest <= 0 else np.concatenate(
-            [first, np.frombuffer(self.mm[:rest * SLOT_SIZE], dtype=dt)])
+            [first, np.frombuffer(self._read(0, rest * SLOT_SIZE), dtype=dt)])
         want = base + np.arange(len(arr), dtype=np.int64)
         live = arr["t"] == want
         return want[live] * p, arr["num"][live].astype(np.int64)
 
     def flush(self) -> None:
-        self.mm.flush()
+        os.fdatasync(self._fd)
         syncprobe.synced(self.path)
 
     def close(self) -> None:
-        try:
-            self.mm.close()
-        except (BufferError, ValueError):
-            pass
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
