@@ -6,7 +6,7 @@ import os
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.broker.config import BrokerConfig
 from rocketstore.broker.controller import Broker
-from rocketstore.broker.schedule import ScheduleMessageService
+from rocketstore.broker.services.schedule import ScheduleMessageService
 from rocketstore.format.message import SCHEDULE_TOPIC
 
 from ..conftest import fill_disk

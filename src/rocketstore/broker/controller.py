@@ -24,16 +24,17 @@ from ..format.message import Message
 from ..remoting.codes import RequestCode
 from ..remoting.command import RemotingCommand
 from .config import BrokerConfig
-from .consumers import ConsumerManager
-from .filters import ConsumerFilterRegistry
-from .producers import ProducerManager
-from .stats import BrokerStats
-from .subgroups import SubscriptionGroupManager
-from .longpoll import PullHoldService
+from .state.consumers import ConsumerManager
+from .state.filters import ConsumerFilterRegistry
+from .state.producers import ProducerManager
+from .state.stats import BrokerStats
+from .state.subgroups import SubscriptionGroupManager
+from .services.longpoll import PullHoldService
 from ..format.batch import parse_delay_levels
-from .schedule import ScheduleMessageService
-from .writer import PutWriter
-from .state import ConsumerOffsetManager, DelayOffsetStore, TopicConfigManager
+from .services.schedule import ScheduleMessageService
+from .services.writer import PutWriter
+from .state.offsets import ConsumerOffsetManager, DelayOffsetStore
+from .state.topics import TopicConfigManager
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ class Broker:
         self.registration: Any = None  # NameServerRegistration when --namesrv is given
         self.route_perms: Any = None  # namesrv.LocalRoutePerms of the in-process name server
         self.handler_wrappers: list[Callable[[dict], dict]] = []  # e.g. ops.stats.instrument
-        self.acl: Any = None  # acl_service.PlainPermissionManager when aclEnable
+        self.acl: Any = None  # acl.service.PlainPermissionManager when aclEnable
         self._tasks: list[asyncio.Task] = []
 
     # -- helpers used by processors -------------------------------------------------------------
@@ -142,14 +143,15 @@ class Broker:
 
     async def _start_servers(self) -> None:
         from .server import RemotingServer
-        from . import admin, locks, namesrv, pull, send, transaction
-        from . import admin_consumers, admin_groups, admin_runtime, admin_topics
+        from .acl import service as acl_service
+        from .admin import consumers as admin_consumers, groups, runtime, topics
+        from .namesrv import routes as namesrv
+        from .processors import client, locks, pull, reply, send, sql92, transaction
 
         self.topics.persist()
         self._start_transactions()
         handlers: dict[int, Any] = {}
-        from . import acl_service, reply, sql92
-        for mod in (send, pull, admin, locks, admin_topics, admin_groups, admin_runtime,
+        for mod in (send, pull, client, locks, topics, groups, runtime,
                     transaction, sql92, reply, admin_consumers, acl_service):
             handlers.update(mod.handlers(self))
         if self.config.acl_enable:  # every request checked first (RocketMQ's ACL RPC hook)
@@ -181,8 +183,8 @@ class Broker:
                  self.config.host, self.config.port, self.config.namesrv_port)
 
     def _start_transactions(self) -> None:
-        from .transaction import (TransactionalMessageCheckService, TransactionalMessageService,
-                                  TransactionConfig)
+        from .services.transaction import (TransactionalMessageCheckService,
+                                           TransactionalMessageService, TransactionConfig)
 
         c = self.config
         tcfg = TransactionConfig(c.transaction_timeout_ms, c.transaction_check_interval_ms,
@@ -214,7 +216,7 @@ class Broker:
         return perms.perm(self.topics, tc.topic_name, tc.perm) if perms is not None else tc.perm
 
     async def _register_at_name_servers(self) -> None:
-        from .registration import NameServerRegistration, parse_namesrv_addrs
+        from .namesrv.registration import NameServerRegistration, parse_namesrv_addrs
 
         cfg = self.config
         self.registration = NameServerRegistration(

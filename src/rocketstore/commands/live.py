@@ -77,9 +77,10 @@ class OfflineState:
 
     def __init__(self, store: Any, store_dir: str) -> None:
         from ..broker.config import BrokerConfig
-        from ..broker.consumers import ConsumerManager
-        from ..broker.state import ConsumerOffsetManager, TopicConfigManager
-        from ..broker.subgroups import SubscriptionGroupManager
+        from ..broker.state.consumers import ConsumerManager
+        from ..broker.state.offsets import ConsumerOffsetManager
+        from ..broker.state.topics import TopicConfigManager
+        from ..broker.state.subgroups import SubscriptionGroupManager
         config_dir = os.path.join(store_dir, "config")
         self.store = store
         self.config = BrokerConfig()
@@ -121,7 +122,7 @@ def _table(rows: list[list[Any]], header: list[str]) -> None:
 
 # -- topics ------------------------------------------------------------------------------------
 def topics_online(client: Any, include_system: bool) -> list[dict]:
-    from ..broker.admin_views import is_system_topic
+    from ..broker.admin.views import is_system_topic
     rows: dict[str, dict] = {}
     for b in client.brokers():
         configs = client.topic_configs(b["addr"])
@@ -151,7 +152,7 @@ def topics(namesrv, broker, store_dir, include_system, as_json):
     """Topics with their queues, stored messages and last store time."""
     check_target(namesrv, broker, store_dir)
     if store_dir:
-        from ..broker.admin_views import topic_summary
+        from ..broker.admin.views import topic_summary
         with offline(store_dir) as st:
             rows = topic_summary(st.store, st.topics, st.config.broker_name,
                                  include_system=include_system)
@@ -174,7 +175,7 @@ def status(namesrv, broker, store_dir, as_json):
     """Broker runtime numbers: CommitLog offsets, dispatch lag, totals, rates, disk use."""
     check_target(namesrv, broker, store_dir)
     if store_dir:
-        from ..broker.admin_views import runtime_info
+        from ..broker.admin.views import runtime_info
         with offline(store_dir) as st:
             info = runtime_info(st.store, st.store.cfg, st.config, None)
             brokers = [{"name": None, "cluster": None, "addr": None, "store": store_dir,
@@ -229,7 +230,7 @@ SYSTEM_GROUPS = frozenset({"TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_
 
 
 def consumers_offline(st: OfflineState, group: str | None) -> list[dict]:
-    from ..broker import admin_views as views
+    from ..broker.admin import views
     names = [group] if group else views.all_group_names(st.offsets, st.consumers, st.subgroups)
     out = []
     for g in names:

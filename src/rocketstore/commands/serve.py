@@ -96,7 +96,7 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
         except ImportError as exc:
             raise click.ClickException(f"--metrics-port and --console need the ops extra "
                                        f"(pip install 'rocketstore[ops]'): {exc}") from exc
-    from ..broker.acl_address import AclError
+    from ..broker.acl.address import AclError
     try:
         await broker.start()
     except AclError as exc:  # aclEnable=true and a plain_acl.yml that does not parse
@@ -208,7 +208,7 @@ def command(store_dir, host, port, namesrv_port, namesrv_addr, broker_name, conf
         if value is not None:
             setattr(broker_cfg, name, value)
     if broker_cfg.namesrv_addr:  # join a cluster: no name server of our own
-        from ..broker.registration import parse_namesrv_addrs
+        from ..broker.namesrv.registration import parse_namesrv_addrs
         try:
             parse_namesrv_addrs(broker_cfg.namesrv_addr)
         except ValueError as exc:

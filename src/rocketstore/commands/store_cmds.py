@@ -119,7 +119,7 @@ def get(store_dir, namesrv, broker, topic, queue_id, offset, max_msgs, subscript
     from .live import check_target, get_via_broker
     message_filter = None
     if sql is not None:
-        from ..broker.filters import ConsumerFilterData, ExpressionMessageFilter
+        from ..broker.state.filters import ConsumerFilterData, ExpressionMessageFilter
         from ..filter import SelectorSyntaxError, compile_sql92
         from ..filter.bloom import BloomFilter
         try:

@@ -6,7 +6,7 @@ refuses such sends with NO_PERMISSION ("Sending message to topic[X] is forbidden
 """
 from __future__ import annotations
 
-from ..format.message import SCHEDULE_TOPIC
+from ...format.message import SCHEDULE_TOPIC
 
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 BENCHMARK_TOPIC = "BenchmarkTest"

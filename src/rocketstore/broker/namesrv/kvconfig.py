@@ -34,9 +34,9 @@ import os
 import threading
 from typing import Any, Callable
 
-from ..remoting.codes import RequestCode, ResponseCode
-from ..remoting.command import RemotingCommand
-from .state import load_json_lenient, write_json_atomic
+from ...remoting.codes import RequestCode, ResponseCode
+from ...remoting.command import RemotingCommand
+from ..state.files import load_json_lenient, write_json_atomic
 
 log = logging.getLogger(__name__)
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"  # NamesrvUtil.NAMESPACE_ORDER_TOPIC_CONFIG

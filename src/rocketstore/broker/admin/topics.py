@@ -13,7 +13,7 @@ code  request                          body of the answer (fastjson, see ``fastj
 ====  ===============================  ==================================================
 
 Theory of operation: each handler reads the request header, computes the numbers with the pure
-functions of ``admin_views`` on the store executor, and encodes RocketMQ's bean with
+functions of ``views`` on the store executor, and encodes RocketMQ's bean with
 ``fastjson.dumps``. Missing things answer as RocketMQ does: TOPIC_NOT_EXIST for stats of an
 unknown topic, SYSTEM_ERROR "<q>@<topic> is not exist!" for an unknown consume queue.
 """
@@ -21,14 +21,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..remoting import fastjson
-from ..remoting.codes import RequestCode, ResponseCode
-from ..remoting.command import RemotingCommand
-from . import admin_views as views
-from .state import validate_topic
+from ...remoting import fastjson
+from ...remoting.codes import RequestCode, ResponseCode
+from ...remoting.command import RemotingCommand
+from . import views
+from ..state.topics import validate_topic
 
 if TYPE_CHECKING:
-    from .controller import Broker
+    from ..controller import Broker
 
 
 def topic_stats_body(rows: list[views.QueueStats]) -> bytes:

@@ -33,14 +33,14 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..format.message import parse_message_id
-from ..remoting import fastjson
-from ..remoting.codes import RequestCode, ResponseCode
-from ..remoting.command import RemotingCommand
-from .admin import record_bytes
+from ...format.message import parse_message_id
+from ...remoting import fastjson
+from ...remoting.codes import RequestCode, ResponseCode
+from ...remoting.command import RemotingCommand
+from ...format.message import record_bytes
 
 if TYPE_CHECKING:
-    from .controller import Broker
+    from ..controller import Broker
 
 log = logging.getLogger(__name__)
 CALL_CLIENT_TIMEOUT_S = 10.0  # Broker2Client.callClient

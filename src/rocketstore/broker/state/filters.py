@@ -32,11 +32,11 @@ import numpy as np
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from ..filter import SelectorSyntaxError, compile_sql92, is_tag_type
-from ..filter.bitmap import FilterSpec, compute_bitmaps
-from ..filter.bloom import BloomFilter, BloomFilterData, hit_mask
-from ..filter.expression import Expr
-from .state import load_json_lenient, write_json_atomic
+from ...filter import SelectorSyntaxError, compile_sql92, is_tag_type
+from ...filter.bitmap import FilterSpec, compute_bitmaps
+from ...filter.bloom import BloomFilter, BloomFilterData, hit_mask
+from ...filter.expression import Expr
+from .files import load_json_lenient, write_json_atomic
 
 log = logging.getLogger(__name__)
 

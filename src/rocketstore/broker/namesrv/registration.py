@@ -27,11 +27,11 @@ import time
 import zlib
 from typing import Any, Callable
 
-from ..remoting.codes import RequestCode, ResponseCode
-from ..remoting.command import RemotingCommand
-from ..remoting.connection import CLOSED, NEED_DATA, RemotingConnection
-from ..remoting.jsonbody import load_json_text
-from .eventloop import cancel_and_wait
+from ...remoting.codes import RequestCode, ResponseCode
+from ...remoting.command import RemotingCommand
+from ...remoting.connection import CLOSED, NEED_DATA, RemotingConnection
+from ...remoting.jsonbody import load_json_text
+from ..eventloop import cancel_and_wait
 
 log = logging.getLogger(__name__)
 RETRY_LOST_S = 5.0  # how soon a name server whose connection dropped is tried again

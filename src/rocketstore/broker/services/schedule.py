@@ -21,11 +21,11 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from ..format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_QUEUE_ID,
-                              PROPERTY_REAL_TOPIC, SCHEDULE_TOPIC, Message, MessageExt)
+from ...format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_QUEUE_ID,
+                               PROPERTY_REAL_TOPIC, SCHEDULE_TOPIC, Message, MessageExt)
 
 if TYPE_CHECKING:
-    from .controller import Broker
+    from ..controller import Broker
 
 log = logging.getLogger(__name__)
 RETRY_PAUSE_S = 1.0  # after a failed re-put (RocketMQ waits DELAY_FOR_A_PERIOD, 10 s)

@@ -17,13 +17,13 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..remoting.codes import (PERM_READ, PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION,
-                              PULL_FLAG_SUSPEND, RequestCode, ResponseCode)
-from ..remoting.command import RemotingCommand
+from ...remoting.codes import (PERM_READ, PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION,
+                               PULL_FLAG_SUSPEND, RequestCode, ResponseCode)
+from ...remoting.command import RemotingCommand
 from .sql92 import PullRefused, pull_subscription
 
 if TYPE_CHECKING:
-    from .controller import Broker
+    from ..controller import Broker
 
 MAX_PULL_MSGS = 1024  # cap of maxMsgNums
 

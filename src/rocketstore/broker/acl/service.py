@@ -22,15 +22,15 @@ import tempfile
 import threading
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from ..remoting.codes import RequestCode, ResponseCode
-from ..remoting.command import RemotingCommand
-from .acl import (AclError, AclSnapshot, DataVersion, acl_files, build_account,
-                  check_resource_perms, cluster_acl_config, file_stamp, load_snapshot,
-                  parse_request, validate, versions_json)
-from .acl_address import parse_address_rule
+from ...remoting.codes import RequestCode, ResponseCode
+from ...remoting.command import RemotingCommand
+from .plain import (AclError, AclSnapshot, DataVersion, acl_files, build_account,
+                    check_resource_perms, cluster_acl_config, file_stamp, load_snapshot,
+                    parse_request, validate, versions_json)
+from .address import parse_address_rule
 
 if TYPE_CHECKING:
-    from .controller import Broker
+    from ..controller import Broker
 
 log = logging.getLogger(__name__)
 Handler = Callable[[Any, RemotingCommand], Awaitable[RemotingCommand | None]]

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .state import load_json_lenient, write_json_atomic
+from .files import load_json_lenient, write_json_atomic
 
 _JSON_NAMES = {
     "group_name": "groupName",

@@ -45,20 +45,18 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
-from ..format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERTY_PRODUCER_GROUP,
-                              PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, PROPERTY_TAGS,
-                              PROPERTY_TRANSACTION_PREPARED, PROPERTY_WAIT_STORE_MSG_OK,
-                              TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE,
-                              TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, Message,
-                              MessageExt)
-from ..remoting.codes import RequestCode, ResponseCode
-from ..remoting.command import RemotingCommand
-from .topic_validator import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-
-if TYPE_CHECKING:
-    from .controller import Broker
+from ...format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERTY_PRODUCER_GROUP,
+                               PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, PROPERTY_TAGS,
+                               PROPERTY_TRANSACTION_PREPARED, PROPERTY_WAIT_STORE_MSG_OK,
+                               TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE,
+                               TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, Message,
+                               MessageExt, record_bytes)
+from ...remoting.codes import RequestCode, ResponseCode
+from ...remoting.command import RemotingCommand
+from ..state.topic_validator import (TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC,
+                                     TRANS_OP_HALF_TOPIC)
 
 log = logging.getLogger(__name__)
 
@@ -155,8 +153,6 @@ def discard_message(half: MessageExt) -> Message:
 def check_request(half: MessageExt) -> RemotingCommand:
     """CHECK_TRANSACTION_STATE (oneway) about ``half``; the body is the message as the producer
     sent it (real topic and queue), encoded like a stored record (``MessageDecoder.encode``)."""
-    from .admin import record_bytes  # the record encoder the query handlers use
-
     uniq = half.uniq_key
     header = {"tranStateTableOffset": half.queue_offset, "commitLogOffset": half.commitlog_offset,
               "msgId": uniq, "transactionId": uniq, "offsetMsgId": half.msg_id}
@@ -594,21 +590,3 @@ class TransactionalMessageCheckService:
             log.warning("transaction check: %d half message(s) of producer group %s, which has "
                         "no live producer connection; asking again next pass", n, group)
         return sent
-
-
-def handlers(broker: "Broker") -> dict[int, Any]:
-    async def end_transaction(conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
-        req = EndTransactionRequest.from_command(cmd)
-        service = broker.transactions
-        if service is None:
-            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, remark="broker is starting")
-        result = await broker.run(service.end_transaction, req)
-        if result is None:
-            return None
-        code, remark = result
-        if code != ResponseCode.SUCCESS:
-            log.warning("END_TRANSACTION %s of %s from %s: %s", _STATE_NAMES.get(
-                req.commit_or_rollback), req.transaction_id or req.msg_id, conn.peer, remark)
-        return cmd.response(code, remark=remark)
-
-    return {RequestCode.END_TRANSACTION: end_transaction}

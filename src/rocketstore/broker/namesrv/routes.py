@@ -1,7 +1,7 @@
 """Name-server requests: routes (105), cluster info (106), topic list (206), the brokers'
 REGISTER_BROKER (103) / UNREGISTER_BROKER (104), an operator's WIPE_WRITE_PERM_OF_BROKER (205) /
 ADD_WRITE_PERM_OF_BROKER (327), the KV config (100-102, 219; see ``kvconfig``) and the name
-server's own settings (318, 319; see ``namesrv_config``).
+server's own settings (318, 319; see ``settings``).
 
 Theory of operation: a name server answers from a ``RouteTable`` — RocketMQ's
 ``RouteInfoManager`` reduced to what clients ask: which brokers (name → cluster, id → address)
@@ -38,37 +38,20 @@ import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..remoting.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
-from ..remoting.command import RemotingCommand
-from ..remoting.jsonbody import load_json_text
-from . import kvconfig, namesrv_config
+from ...remoting.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
+from ...remoting.command import RemotingCommand
+from ...remoting.jsonbody import load_json_text
+from . import kvconfig, settings as settings_requests
 from .kvconfig import KV_CONFIG_FILE, ORDER_TOPIC_CONFIG, KVConfigManager, kv_table_body
-from .namesrv_config import NamesrvSettings
+from .settings import NamesrvSettings
+from ..state.topics import ensure_topic
 
 if TYPE_CHECKING:
-    from .controller import Broker
+    from ..controller import Broker
 
 log = logging.getLogger(__name__)
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
 BROKER_EXPIRY_S = 120.0  # RouteInfoManager.BROKER_CHANNEL_EXPIRED_TIME
 MASTER_ID = 0
-
-
-def queue_nums_for(broker: "Broker", topic: str) -> int:
-    if topic.startswith(RETRY_PREFIX) or topic.startswith(DLQ_PREFIX):
-        return 1
-    return broker.config.default_topic_queue_nums
-
-
-def ensure_topic(broker: "Broker", topic: str, queue_nums: int | None = None):
-    """The topic's config, auto-creating it if allowed; None when it does not exist."""
-    tc = broker.topics.get(topic)
-    if tc is None and (broker.config.auto_create_topic_enable or topic.startswith(RETRY_PREFIX)
-                       or topic.startswith(DLQ_PREFIX)):
-        n = queue_nums or queue_nums_for(broker, topic)
-        tc = broker.topics.create(topic, min(n, 1024) if n > 0 else queue_nums_for(broker, topic))
-    return tc
 
 
 def _queue_data(broker_name: str, tc: dict) -> dict:
@@ -335,7 +318,7 @@ def handlers(broker: "Broker | None", table: RouteTable | None = None,
             # the name server answers as RocketMQ's does (clients then send via TBW102)
             if tc is None and not table.brokers():
                 try:
-                    tc = ensure_topic(broker, topic)
+                    tc = ensure_topic(broker.topics, broker.config, topic)
                 except ValueError:
                     tc = None
         if tc is None and topic not in table.topic_names():
@@ -402,9 +385,9 @@ def handlers(broker: "Broker | None", table: RouteTable | None = None,
         return cmd.response(ResponseCode.SUCCESS,
                             {"wipeTopicCount" if wipe else "addTopicCount": count})
 
-    from . import admin_namesrv  # imports the admin views, which import this module
+    from . import admin as admin_namesrv  # imports the admin views, which import this module
 
-    return {**kvconfig.handlers(kv, kv_changed), **namesrv_config.handlers(settings),
+    return {**kvconfig.handlers(kv, kv_changed), **settings_requests.handlers(settings),
             **admin_namesrv.handlers(broker, table),
             RequestCode.WIPE_WRITE_PERM_OF_BROKER: write_perm,
             RequestCode.ADD_WRITE_PERM_OF_BROKER: write_perm,

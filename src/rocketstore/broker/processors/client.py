@@ -14,32 +14,14 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from ..format.message import Message, encode_message, patch_record
-from ..remoting.codes import PERM_RW, RequestCode, ResponseCode
-from ..remoting.command import RemotingCommand
-from .namesrv import RETRY_PREFIX, ensure_topic
-from ..remoting.jsonbody import load_json_text
-from .state import TopicConfig
+from ...format.message import record_bytes
+from ...remoting.codes import PERM_RW, RequestCode, ResponseCode
+from ...remoting.command import RemotingCommand
+from ...remoting.jsonbody import load_json_text
+from ..state.topics import RETRY_PREFIX, TopicConfig, ensure_topic
 
 if TYPE_CHECKING:
-    from .controller import Broker
-
-
-def record_bytes(m: Any) -> bytes:
-    """The stored record of a decoded ``MessageExt``, byte for byte."""
-    raw = getattr(m, "raw", None)
-    if raw:
-        return bytes(raw)
-    msg = Message(topic=m.topic, body=m.body, queue_id=m.queue_id, flag=m.flag,
-                  sys_flag=m.sys_flag, reconsume_times=m.reconsume_times,
-                  prepared_transaction_offset=m.prepared_transaction_offset)
-    enc = encode_message(msg, m.properties, born_timestamp=m.born_timestamp,
-                         born_host=m.born_host, store_host=m.store_host,
-                         max_body_size=max(len(m.body), 1))
-    data = bytearray(enc.data)
-    patch_record(data, 0, enc.store_ts_pos, m.queue_offset, m.commitlog_offset,
-                 m.store_timestamp)
-    return bytes(data)
+    from ..controller import Broker
 
 
 def handlers(broker: "Broker") -> dict[int, Any]:
@@ -118,7 +100,7 @@ def handlers(broker: "Broker") -> dict[int, Any]:
             group = str(cd.get("groupName"))
             broker.filters.register_group(group, [s for s in cd.get("subscriptionDataSet") or []
                                                   if isinstance(s, dict)])
-            ensure_topic(broker, RETRY_PREFIX + group, 1)
+            ensure_topic(broker.topics, broker.config, RETRY_PREFIX + group, 1)
             broker.subgroups.ensure(group)
             if changed:
                 broker.notify_consumer_ids_changed(group)
@@ -176,4 +158,4 @@ def handlers(broker: "Broker") -> dict[int, Any]:
     }
 
 
-__all__ = ["handlers", "record_bytes"]
+__all__ = ["handlers"]

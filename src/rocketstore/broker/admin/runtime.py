@@ -1,7 +1,7 @@
 """Broker-wide admin requests: runtime info (28), broker config get (26) and live update (25).
 
 GET_BROKER_RUNTIME_INFO answers a ``KVTable`` (``{"table": {name: string}}``) with the names
-RocketMQ 4.9.7 reports (``admin_views.runtime_info``). GET_BROKER_CONFIG answers the broker's
+RocketMQ 4.9.7 reports (``views.runtime_info``). GET_BROKER_CONFIG answers the broker's
 and the store's settings as a Java properties text (``key=value`` lines, RocketMQ's camelCase
 names) with the config data version (JSON) in the ``version`` header field. UPDATE_BROKER_CONFIG
 takes a properties body and applies the keys that can change while the broker runs (``LIVE``
@@ -20,14 +20,14 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..config import parse_properties
-from ..remoting import fastjson
-from ..remoting.codes import RequestCode, ResponseCode
-from ..remoting.command import RemotingCommand
-from . import admin_views as views
+from ...config import parse_properties
+from ...remoting import fastjson
+from ...remoting.codes import RequestCode, ResponseCode
+from ...remoting.command import RemotingCommand
+from . import views
 
 if TYPE_CHECKING:
-    from .controller import Broker
+    from ..controller import Broker
 
 # Java name -> (which config object, attribute); only these can change live.
 LIVE: dict[str, tuple[str, str]] = {

@@ -31,14 +31,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..remoting import fastjson
-from ..remoting.codes import RequestCode, ResponseCode
-from ..remoting.command import RemotingCommand
-from . import admin_views as views
-from .subgroups import SubscriptionGroupConfig
+from ...remoting import fastjson
+from ...remoting.codes import RequestCode, ResponseCode
+from ...remoting.command import RemotingCommand
+from . import views
+from ..state.subgroups import SubscriptionGroupConfig
 
 if TYPE_CHECKING:
-    from .controller import Broker
+    from ..controller import Broker
 
 
 def consume_stats_body(view: views.ConsumeStatsView) -> bytes:

@@ -24,14 +24,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..remoting.codes import RequestCode, ResponseCode
-from ..remoting.command import RemotingCommand
-from . import admin_views as views
-from .admin_topics import topic_list_body
+from ...remoting.codes import RequestCode, ResponseCode
+from ...remoting.command import RemotingCommand
+from ..admin import views
+from ..admin.topics import topic_list_body
 
 if TYPE_CHECKING:
-    from .controller import Broker
-    from .namesrv import RouteTable
+    from ..controller import Broker
+    from .routes import RouteTable
 
 
 def handlers(broker: "Broker | None", table: "RouteTable") -> dict[int, Any]:

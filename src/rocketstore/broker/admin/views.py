@@ -22,8 +22,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
-from ..format.hashing import java_hash
-from .namesrv import DLQ_PREFIX, RETRY_PREFIX
+from ...format.hashing import java_hash
+from ..state.topics import DLQ_PREFIX, RETRY_PREFIX
 
 SYSTEM_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "TBW102", "BenchmarkTest", "OFFSET_MOVED_EVENT",
                            "SELF_TEST_TOPIC", "RMQ_SYS_TRANS_HALF_TOPIC",

@@ -22,16 +22,16 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..format.message import (PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, Message,
-                              create_uniq_key, properties_to_string, string_to_properties)
-from ..remoting.codes import RequestCode, ResponseCode
-from ..remoting.command import RemotingCommand
-from ..remoting.header import send_header_v1
-from .namesrv import ensure_topic
+from ...format.message import (PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, Message, create_uniq_key,
+                               properties_to_string, string_to_properties)
+from ...remoting.codes import RequestCode, ResponseCode
+from ...remoting.command import RemotingCommand
+from ...remoting.header import send_header_v1
+from ..state.topics import ensure_topic
 from .send import pick_queue_id
 
 if TYPE_CHECKING:
-    from .controller import Broker
+    from ..controller import Broker
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def handlers(broker: "Broker") -> dict[int, Any]:
     async def send_reply(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         h = cmd.ext_fields if "topic" in cmd.ext_fields else send_header_v1(cmd.ext_fields)
         topic = h.get("topic") or ""
-        tc = ensure_topic(broker, topic, None)
+        tc = ensure_topic(broker.topics, broker.config, topic, None)
         if tc is None:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
                                 remark=f"topic[{topic}] not exist, apply first please!")

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..remoting.codes import RequestCode, ResponseCode
-from ..remoting.command import RemotingCommand
-from ..config import parse_properties
+from ...remoting.codes import RequestCode, ResponseCode
+from ...remoting.command import RemotingCommand
+from ...config import parse_properties
 
 LIVE = ("orderMessageEnable",)
 PATHS = ("kvConfigPath", "configStorePath")

@@ -25,15 +25,15 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..filter import SelectorSyntaxError, is_tag_type
-from ..remoting.codes import PULL_FLAG_SUBSCRIPTION, RequestCode, ResponseCode
-from ..remoting.command import RemotingCommand
-from .filters import (ConsumerFilterData, ExpressionMessageFilter, RetryExpressionMessageFilter,
-                      compile_expression)
-from .namesrv import RETRY_PREFIX
+from ...filter import SelectorSyntaxError, is_tag_type
+from ...remoting.codes import PULL_FLAG_SUBSCRIPTION, RequestCode, ResponseCode
+from ...remoting.command import RemotingCommand
+from ..state.filters import (ConsumerFilterData, ExpressionMessageFilter,
+                             RetryExpressionMessageFilter, compile_expression)
+from ..state.topics import RETRY_PREFIX
 
 if TYPE_CHECKING:
-    from .controller import Broker
+    from ..controller import Broker
 
 
 def not_supported(expression_type: str) -> str:

@@ -19,22 +19,22 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..format.message import (PROPERTY_CLUSTER,
-                              PROPERTY_DELAY_TIME_LEVEL, PROPERTY_MAX_RECONSUME_TIMES,
-                              PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RECONSUME_TIME,
-                              PROPERTY_RETRY_TOPIC, PROPERTY_TRANSACTION_PREPARED,
-                              PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-                              Message, create_uniq_key, string_to_properties)
-from ..remoting.codes import PERM_WRITE, RequestCode, ResponseCode
-from ..remoting.command import RemotingCommand
-from ..remoting.header import send_header_v1
-from ..remoting.message_batch import decode_batch
-from .namesrv import DLQ_PREFIX, RETRY_PREFIX, ensure_topic
-from .topic_validator import is_not_allowed_send_topic, send_forbidden_remark
-from .transaction import is_transactional
+from ...format.message import (PROPERTY_CLUSTER, PROPERTY_DELAY_TIME_LEVEL,
+                               PROPERTY_MAX_RECONSUME_TIMES, PROPERTY_ORIGIN_MESSAGE_ID,
+                               PROPERTY_RECONSUME_TIME, PROPERTY_RETRY_TOPIC,
+                               PROPERTY_TRANSACTION_PREPARED,
+                               PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, Message, create_uniq_key,
+                               string_to_properties)
+from ...remoting.codes import PERM_WRITE, RequestCode, ResponseCode
+from ...remoting.command import RemotingCommand
+from ...remoting.header import send_header_v1
+from ...remoting.message_batch import decode_batch
+from ..state.topics import DLQ_PREFIX, RETRY_PREFIX, ensure_topic
+from ..state.topic_validator import is_not_allowed_send_topic, send_forbidden_remark
+from ..services.transaction import is_transactional
 
 if TYPE_CHECKING:
-    from .controller import Broker
+    from ..controller import Broker
 
 _PUT_CODES = {
     "PUT_OK": ResponseCode.SUCCESS,
@@ -84,7 +84,7 @@ def handlers(broker: "Broker") -> dict[int, Any]:
         if is_not_allowed_send_topic(topic):
             return cmd.response(ResponseCode.NO_PERMISSION, remark=send_forbidden_remark(topic))
         try:
-            tc = ensure_topic(broker, topic, _int(h, "defaultTopicQueueNums", 0) or None)
+            tc = ensure_topic(broker.topics, broker.config, topic, _int(h, "defaultTopicQueueNums", 0) or None)
         except ValueError as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
         if tc is None:
@@ -105,7 +105,7 @@ def handlers(broker: "Broker") -> dict[int, Any]:
             max_times = _int(h, "maxReconsumeTimes", broker.config.max_reconsume_times)
             if base["reconsume_times"] >= max_times:  # a client-side retry at the limit → DLQ
                 dlq = DLQ_PREFIX + topic[len(RETRY_PREFIX):]
-                ensure_topic(broker, dlq, 1)
+                ensure_topic(broker.topics, broker.config, dlq, 1)
                 base["topic"], base["queue_id"] = dlq, 0
         try:
             if batch:
@@ -156,7 +156,7 @@ def handlers(broker: "Broker") -> dict[int, Any]:
             topic = RETRY_PREFIX + group
             level = delay_level if delay_level > 0 else 3 + old.reconsume_times
             props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
-        ensure_topic(broker, topic, 1)
+        ensure_topic(broker.topics, broker.config, topic, 1)
         msg = Message(topic=topic, body=old.body, properties=props, queue_id=0, flag=old.flag,
                       sys_flag=old.sys_flag, born_timestamp=old.born_timestamp,
                       born_host=old.born_host, store_host=broker.store_host,

@@ -31,13 +31,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from ..format.hashing import java_hash
-from ..remoting.codes import RequestCode
-from ..remoting.command import RemotingCommand
-from ..remoting.jsonbody import load_json_text
-from ..remoting.signing import (ACCESS_KEY, SIGNATURE, UNIQUE_MSG_QUERY_FLAG, cal_signature,
-                                request_content)
-from .acl_address import AclError, parse_address_rule
+from ...format.hashing import java_hash
+from ...remoting.codes import RequestCode
+from ...remoting.command import RemotingCommand
+from ...remoting.jsonbody import load_json_text
+from ...remoting.signing import (ACCESS_KEY, SIGNATURE, UNIQUE_MSG_QUERY_FLAG, cal_signature,
+                                 request_content)
+from .address import AclError, parse_address_rule
 
 log = logging.getLogger(__name__)
 
