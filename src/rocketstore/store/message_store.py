@@ -226,7 +226,9 @@ class MessageStore:
             return self.get_min_offset_in_queue(TIMER_TOPIC, 0), self.get_max_offset_in_queue(TIMER_TOPIC, 0)
 
         access = TimerStoreAccess(read_units=read_units, look_message=self.commitlog.look_message,
-                                  put=self.put_message, commitlog_max_offset=self.commitlog.max_offset,
+                                  put=self.put_message, put_batch=self.put_messages,
+                                  read_records=self.commitlog.read_record_views,
+                                  commitlog_max_offset=self.commitlog.max_offset,
                                   commitlog_min_offset=self.commitlog.min_offset, queue_bounds=bounds)
         self.timer = TimerMessageStore(self.cfg, access)
         self.timer.load()

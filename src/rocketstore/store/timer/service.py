@@ -32,14 +32,15 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable
 
 import numpy as np
 
 from ...config import StoreConfig
 from ...format.hashing import java_hash
-from ...format.message import (PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC,
-                               Message, MessageExt)
+from ...format.message import (PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, TRANSACTION_MASK,
+                               Message, MessageExt, record_properties)
 from ...format.timer_layout import (MAGIC_DEFAULT, MAGIC_DELETE, MAGIC_ROLL,
                                     PROPERTY_TIMER_DEL_UNIQKEY, PROPERTY_TIMER_DEQUEUE_MS,
                                     PROPERTY_TIMER_ENQUEUE_MS, PROPERTY_TIMER_OUT_MS,
@@ -53,6 +54,7 @@ from .wheel import TimerWheel
 
 log = logging.getLogger(__name__)
 ENQUEUE_BATCH = 64
+DEQUEUE_CHUNK = 256  # units re-put between two cursor writes
 RETRY_PAUSE_S = 0.2
 READ_TIME_REFRESH_MS = 600_000  # an idle wheel's read time is written this often at least
 
@@ -63,6 +65,8 @@ class TimerStoreAccess:
     read_units: Callable[[int, int], list | None]       # (queue offset, count) of TIMER_TOPIC/0
     look_message: Callable[[int], MessageExt | None]     # CommitLog offset -> message
     put: Callable[[Message], object]                     # -> PutMessageResult
+    put_batch: Callable[[list], object]                  # one topic and queue, one append
+    read_records: Callable[[list, list], list]           # (offsets, sizes) -> record views
     commitlog_max_offset: Callable[[], int]
     commitlog_min_offset: Callable[[], int]
     queue_bounds: Callable[[], tuple[int, int]]          # TIMER_TOPIC/0 (min, max)
@@ -91,6 +95,7 @@ class TimerMessageStore:
         self.curr_write_ms = 0
         self.curr_queue_offset = 0
         self._reading: int | None = None  # the slot the dequeue has started
+        self._already: set[int] = set()  # units of the current slot re-put before a restart
         self._lock = threading.Lock()
         self._wake_enqueue = threading.Event()
         self._stopping = threading.Event()
@@ -154,23 +159,29 @@ class TimerMessageStore:
         return min(max(q, lo), hi)
 
     def _settle_cursor(self) -> None:
-        """A restart inside a slot: the unit after the cursor may have been re-put just before
-        the kill; find its re-put in the CommitLog after the cursor's offset."""
+        """A restart inside a slot: the chunk after the cursor may have been re-put (wholly or
+        in part) just before the kill; find those re-puts in the CommitLog after the cursor's
+        offset and mark their units delivered."""
         ck = self.checkpoint
+        self._already = set()
         if ck.cursor_slot_ms != self.curr_read_ms or self.wheel.get_slot(self.curr_read_ms) is None:
             return
-        deletes, normals = self._slot_units(self.curr_read_ms)
-        nxt = next((u for u in normals if u[0] > ck.cursor_unit_pos), None)
-        if nxt is None:
+        _, normals = self._slot_units(self.curr_read_ms)
+        pending = [u for u in normals if u[0] > ck.cursor_unit_pos][:DEQUEUE_CHUNK]
+        if not pending:
             return
-        src = self.access.look_message(nxt[4])
-        if src is None:
-            return
-        roll = bool(nxt[1] & MAGIC_ROLL)
-        want_topic = TIMER_TOPIC if roll else src.properties.get(PROPERTY_REAL_TOPIC, src.topic)
-        want_key = src.uniq_key
-        want_out = src.properties.get(PROPERTY_TIMER_OUT_MS)
-        off = max(ck.cursor_cl_offset, nxt[4] + nxt[5])
+        expected: dict[tuple, list[int]] = {}
+        sources = set()
+        for u in pending:
+            src = self.access.look_message(u[4])
+            if src is None:
+                continue
+            roll = bool(u[1] & MAGIC_ROLL)
+            topic = TIMER_TOPIC if roll else src.properties.get(PROPERTY_REAL_TOPIC, src.topic)
+            key = (topic, src.uniq_key, src.properties.get(PROPERTY_TIMER_OUT_MS))
+            expected.setdefault(key, []).append(u[0])
+            sources.add(u[4])
+        off = ck.cursor_cl_offset
         end = self.access.commitlog_max_offset()
         seg = self.cfg.mapped_file_size_commitlog
         while off < end:
@@ -179,14 +190,14 @@ class TimerMessageStore:
                 off = off - off % seg + seg
                 continue
             p = m.properties
-            if (m.topic == want_topic and m.uniq_key == want_key and PROPERTY_TIMER_DEQUEUE_MS in p
-                    and p.get(PROPERTY_TIMER_OUT_MS) == want_out and m.commitlog_offset != nxt[4]):
-                log.info("timer: unit %d of slot %d was re-put before the restart", nxt[0],
-                         self.curr_read_ms)
-                ck.cursor_unit_pos = nxt[0]
-                ck.cursor_cl_offset = m.commitlog_offset + m.store_size
-                return
+            if PROPERTY_TIMER_DEQUEUE_MS in p and off not in sources:
+                units = expected.get((m.topic, m.uniq_key, p.get(PROPERTY_TIMER_OUT_MS)))
+                if units:
+                    self._already.add(units.pop(0))
             off += m.store_size
+        if self._already:
+            log.info("timer: %d unit(s) of slot %d were re-put before the restart",
+                     len(self._already), self.curr_read_ms)
 
     def start(self) -> None:
         for name, fn in (("timer-enqueue", self._enqueue_loop), ("timer-dequeue", self._dequeue_loop),
@@ -235,14 +246,18 @@ class TimerMessageStore:
             units = self.access.read_units(self.curr_queue_offset, ENQUEUE_BATCH)
             if not units:
                 break
-            for offset_py, size_py, _tags in units:
-                m = self.access.look_message(offset_py)
-                if m is not None and PROPERTY_TIMER_OUT_MS in m.properties:
-                    self._do_enqueue(offset_py, size_py, int(m.properties[PROPERTY_TIMER_OUT_MS]), m)
+            views = self.access.read_records([u[0] for u in units], [u[1] for u in units])
+            items = []
+            for (offset_py, size_py, _tags), v in zip(units, views):
+                rp = record_properties(v) if v is not None else None
+                if rp is not None and PROPERTY_TIMER_OUT_MS in rp[2]:
+                    items.append((offset_py, size_py, int(rp[2][PROPERTY_TIMER_OUT_MS]), rp[2]))
                 else:
                     log.warning("timer: no timer message at CommitLog offset %d", offset_py)
-                self.curr_queue_offset += 1
-                done += 1
+            del views
+            self._enqueue_batch(items)
+            self.curr_queue_offset += len(units)
+            done += len(units)
             self._move_write_time()
         return done
 
@@ -251,35 +266,50 @@ class TimerMessageStore:
         if self.curr_write_ms < now:
             self.curr_write_ms = now
 
-    def _do_enqueue(self, offset_py: int, size_py: int, delayed: int, m: MessageExt) -> None:
+    def _enqueue_batch(self, items: list) -> None:
+        """Append a unit per message and point the wheel at them (``doEnqueue``), the slots
+        of a batch written once at its end (recovery revises slots from the units)."""
         p = self.precision_ms
-        real_topic = m.properties.get(PROPERTY_REAL_TOPIC)
-        is_delete = PROPERTY_TIMER_DEL_UNIQKEY in m.properties
+        w = self.window_slots
+        added: dict[str, int] = {}
         with self._lock:
             write = self.curr_write_ms
-            magic = MAGIC_DEFAULT
-            w = self.window_slots
-            if delayed - write >= w * p:
-                magic |= MAGIC_ROLL
-                if delayed - write - w * p < w // 3 * p:
-                    delayed = write + (w // 2) * p
-                else:
-                    delayed = write + w * p
-            if is_delete:
-                magic |= MAGIC_DELETE
             floor = self.curr_read_ms + (p if self._reading == self.curr_read_ms else 0)
-            if delayed < floor:
-                delayed = floor
-            slot = self.wheel.get_slot(delayed)
-            first, last, num, smagic = slot if slot is not None else (-1, -1, 0, 0)
-            pos = self.timerlog.append(last, magic, write, delayed - write, offset_py, size_py,
-                                       java_hash(real_topic) if real_topic else 0)
-            syncprobe.crash_point("timer-wheel-update")
-            self.wheel.put_slot(delayed, pos if first == -1 else first, pos,
-                                num - 1 if is_delete else num + 1, smagic)
-        if real_topic and not is_delete:
-            self.metrics.add(real_topic, 1, self.now_ms())
-        self.enqueued += 1
+            slots: dict[int, list[int]] = {}  # time // p -> [first, last, num, magic]
+            for offset_py, size_py, delayed, props in items:
+                real_topic = props.get(PROPERTY_REAL_TOPIC)
+                is_delete = PROPERTY_TIMER_DEL_UNIQKEY in props
+                magic = MAGIC_DEFAULT
+                if delayed - write >= w * p:
+                    magic |= MAGIC_ROLL
+                    if delayed - write - w * p < w // 3 * p:
+                        delayed = write + (w // 2) * p
+                    else:
+                        delayed = write + w * p
+                if is_delete:
+                    magic |= MAGIC_DELETE
+                if delayed < floor:
+                    delayed = floor
+                key = delayed // p
+                st = slots.get(key)
+                if st is None:
+                    got = self.wheel.get_slot(delayed)
+                    st = slots[key] = list(got) if got is not None else [-1, -1, 0, 0]
+                pos = self.timerlog.append(st[1], magic, write, delayed - write, offset_py, size_py,
+                                           _topic_hash(real_topic))
+                syncprobe.crash_point("timer-wheel-update")
+                if st[0] == -1:
+                    st[0] = pos
+                st[1] = pos
+                st[2] += -1 if is_delete else 1
+                if real_topic and not is_delete:
+                    added[real_topic] = added.get(real_topic, 0) + 1
+            for key, (first, last, num, smagic) in slots.items():
+                self.wheel.put_slot(key * p, first, last, num, smagic)
+        now = self.now_ms()
+        for topic, n in added.items():
+            self.metrics.add(topic, n, now)
+        self.enqueued += len(items)
 
     # -- dequeue --------------------------------------------------------------------------------
     def _dequeue_loop(self) -> None:
@@ -345,50 +375,77 @@ class TimerMessageStore:
             ck.cursor_unit_pos = -1
             ck.cursor_cl_offset = self.access.commitlog_max_offset()
             ck.cursor_slot_ms = t
+            self._already = set()
         done_upto = ck.cursor_unit_pos
         delete_keys = set()
         for u in deletes:
             m = self.access.look_message(u[4])
             if m is not None and PROPERTY_TIMER_DEL_UNIQKEY in m.properties:
                 delete_keys.add(m.properties[PROPERTY_TIMER_DEL_UNIQKEY])
+        todo = [u for u in normals if u[0] > done_upto]
         delivered = 0
-        for pos, magic, enqueue_ms, _delayed, offset_py, _size in normals:
-            if pos <= done_upto:
-                continue
+        for i in range(0, len(todo), DEQUEUE_CHUNK):
             if self._stopping.is_set():
                 raise _Stopping()
-            m = self.access.look_message(offset_py)
-            roll = bool(magic & MAGIC_ROLL)
-            if m is None:
-                log.warning("timer: message at CommitLog offset %d is gone", offset_py)
-            else:
-                real = m.properties.get(PROPERTY_REAL_TOPIC, m.topic)
-                if delete_keys and not roll and m.uniq_key is not None and \
-                        build_delete_key(real, m.uniq_key) in delete_keys:
-                    self.metrics.add(real, -1, self.now_ms())  # cancelled
-                elif PROPERTY_TIMER_DEL_UNIQKEY in m.properties and not roll:
-                    pass  # a delete unit is never delivered
-                else:
-                    self._reput(convert(m, enqueue_ms, roll, self.now_ms()))
-                    syncprobe.crash_point("timer-dequeue-put")
-                    if PROPERTY_TIMER_DEL_UNIQKEY not in m.properties:
-                        self.metrics.add(real, -1, self.now_ms())
-                    delivered += 1
-            ck.cursor_unit_pos = pos
+            chunk = todo[i:i + DEQUEUE_CHUNK]
+            delivered += self._deliver_chunk(chunk, delete_keys)
+            ck.cursor_unit_pos = chunk[-1][0]  # the chunk's re-puts are in the CommitLog
             ck.cursor_cl_offset = self.access.commitlog_max_offset()
         self.dequeued += delivered
         return delivered
 
-    def _reput(self, msg: Message) -> None:
-        """Put until the store takes it (a refused put is retried: never lost)."""
+    def _deliver_chunk(self, chunk: list, delete_keys: set) -> int:
+        """Re-put a chunk of units: messages for the same topic and queue go in one append."""
+        now = self.now_ms()
+        groups: dict[tuple, list[Message]] = {}
+        gone: dict[str, int] = {}
+        for pos, magic, enqueue_ms, _delayed, offset_py, _size in chunk:
+            if pos in self._already:
+                continue
+            m = self.access.look_message(offset_py)
+            if m is None:
+                log.warning("timer: message at CommitLog offset %d is gone", offset_py)
+                continue
+            roll = bool(magic & MAGIC_ROLL)
+            real = m.properties.get(PROPERTY_REAL_TOPIC, m.topic)
+            is_delete = PROPERTY_TIMER_DEL_UNIQKEY in m.properties
+            if not roll:
+                if is_delete:
+                    continue  # a delete unit is never delivered
+                if delete_keys and m.uniq_key is not None and \
+                        build_delete_key(real, m.uniq_key) in delete_keys:
+                    gone[real] = gone.get(real, 0) + 1  # cancelled
+                    continue
+            msg = convert(m, enqueue_ms, roll, now)
+            key = (msg.topic, msg.queue_id, msg.sys_flag & TRANSACTION_MASK == 0)
+            groups.setdefault(key, []).append(msg)
+            if not is_delete:
+                gone[real] = gone.get(real, 0) + 1
+        n = 0
+        for (_topic, _qid, batchable), msgs in groups.items():
+            for part in _parts(msgs, self.cfg.max_message_size, batchable):
+                self._reput(part)
+                syncprobe.crash_point("timer-dequeue-put")
+                n += len(part)
+        for topic, k in gone.items():
+            self.metrics.add(topic, -k, now)
+        return n
+
+    def _reput(self, msgs: list[Message]) -> None:
+        """Put until the store takes them (a refused put is retried: never lost)."""
         while True:
-            r = self.access.put(msg)
+            r = self.access.put(msgs[0]) if len(msgs) == 1 else self.access.put_batch(msgs)
             status = getattr(r, "status", None)
             if status is not None and status.ok:
                 return
             name = getattr(status, "name", str(status))
             if name in ("MESSAGE_ILLEGAL", "PROPERTIES_SIZE_EXCEEDED"):
-                log.error("timer: re-put of %s refused for good (%s); dropped", msg.topic, name)
+                if len(msgs) > 1:  # find the one the store refuses; the others go on
+                    for m in msgs:
+                        self._reput([m])
+                    return
+                log.error("timer: re-put of %s refused for good (%s %s); dropped", msgs[0].topic,
+                          name, getattr(r, "error", ""))
                 return
             self.last_error = f"re-put failed: {name} {getattr(r, 'error', '')}"
             if self._stopping.wait(RETRY_PAUSE_S):
@@ -486,6 +543,29 @@ def runtime_info(timer: "TimerMessageStore | None") -> dict[str, str]:
             "timerOffsetBehind": str(st["enqueue_behind_messages"]),
             "timerCongestNum": str(timer.congest_num()),
             "timerEnqueueTps": f"{enq:.1f}", "timerDequeueTps": f"{deq:.1f}"}
+
+
+def _parts(msgs: list[Message], max_bytes: int, batchable: bool):
+    """Runs of ``msgs`` whose bodies fit one batch put (transactional ones one by one)."""
+    if not batchable:
+        for m in msgs:
+            yield [m]
+        return
+    part: list[Message] = []
+    size = 0
+    for m in msgs:
+        if part and (size + len(m.body) > max_bytes or len(part) >= DEQUEUE_CHUNK):
+            yield part
+            part, size = [], 0
+        part.append(m)
+        size += len(m.body)
+    if part:
+        yield part
+
+
+@lru_cache(maxsize=4096)
+def _topic_hash(topic: str | None) -> int:
+    return java_hash(topic) if topic else 0
 
 
 class _Stopping(Exception):
