@@ -98,7 +98,7 @@ class OfflineState:
 
 @contextmanager
 def offline(store_dir: str) -> Iterator[OfflineState]:
-    from .store_cmds import open_store_read_only
+    from ._common import open_store_read_only
     with open_store_read_only(store_dir) as store:
         yield OfflineState(store, store_dir)
 
@@ -337,7 +337,7 @@ PULL_STATUS = {0: "FOUND", 19: "NO_NEW_MSG", 20: "RETRY_IMMEDIATELY", 21: "OFFSE
 def get_via_broker(namesrv: str | None, broker: str | None, topic: str, queue_id: int,
                    offset: int, max_msgs: int, subscription: str | None) -> dict:
     """``rocketstore get`` through a running broker: one PULL_MESSAGE, nothing committed."""
-    from .store_cmds import message_dict
+    from ._common import message_dict
     with admin_client(namesrv, broker) as client:
         code, fields, msgs = client.pull(topic, queue_id, offset, max_msgs,
                                          subscription=subscription or "*")

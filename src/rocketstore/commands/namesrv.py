@@ -27,7 +27,8 @@ class _NoBroker:
 
 async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
                order_message_enable: bool) -> None:
-    from ..broker.namesrv import routes as namesrv
+    from ..broker import requests
+    from ..broker.namesrv import context
     from ..broker.namesrv.kvconfig import KVConfigManager
     from ..broker.namesrv.settings import NamesrvSettings
     from ..broker.server import RemotingServer
@@ -37,7 +38,8 @@ async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot load the KV config: {exc}") from exc
     settings = NamesrvSettings(kv_config_path, order_message_enable)
-    srv = RemotingServer(_NoBroker(), namesrv.handlers(None, kv=kv, settings=settings), "namesrv")
+    handlers = requests.namesrv_handlers(context.build(None, kv=kv, settings=settings))
+    srv = RemotingServer(_NoBroker(), handlers, "namesrv")
     settings.listen_port = lambda: srv.port
     try:
         await srv.start(host, port)

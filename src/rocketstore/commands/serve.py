@@ -88,6 +88,9 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
     from ..broker.controller import Broker
 
     broker = Broker(store_cfg, broker_cfg)
+    if broker_cfg.grpc_port is not None:  # RocketMQ 5.x clients: started with the broker
+        from ..proxy.attach import GrpcService
+        broker.extensions.append(GrpcService(broker, broker_cfg.host, broker_cfg.grpc_port))
     ops = None
     if ops_ports and any(v is not None for v in ops_ports.values()):
         try:  # metrics and console: opt-in, from the ``ops`` extra

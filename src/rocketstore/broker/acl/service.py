@@ -22,7 +22,7 @@ import tempfile
 import threading
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from ...remoting.codes import RequestCode, ResponseCode
+from ...remoting.codes import ResponseCode
 from ...remoting.command import RemotingCommand
 from .plain import (AclError, AclSnapshot, DataVersion, acl_files, build_account,
                     check_resource_perms, cluster_acl_config, file_stamp, load_snapshot,
@@ -30,7 +30,7 @@ from .plain import (AclError, AclSnapshot, DataVersion, acl_files, build_account
 from .address import parse_address_rule
 
 if TYPE_CHECKING:
-    from ..controller import Broker
+    from ..contexts import AclContext
 
 log = logging.getLogger(__name__)
 Handler = Callable[[Any, RemotingCommand], Awaitable[RemotingCommand | None]]
@@ -253,10 +253,10 @@ class AclFileWatchService:
 
 
 # -- wiring -----------------------------------------------------------------------------------
-def start_acl(broker: "Broker") -> PlainPermissionManager:
-    """Load the files and start the watcher (raises ``AclError`` for a bad file)."""
-    cfg = broker.config
-    path = cfg.acl_plain_file or os.path.join(broker.store_config.store_path_root_dir,
+def start_acl(cfg: Any, store_config: Any) -> PlainPermissionManager:
+    """Load the files and start the watcher (raises ``AclError`` for a bad file); ``cfg`` is
+    the ``BrokerConfig``."""
+    path = cfg.acl_plain_file or os.path.join(store_config.store_path_root_dir,
                                               "conf", "plain_acl.yml")
     manager = PlainPermissionManager(path)
     manager.load()
@@ -282,86 +282,80 @@ def guard(manager: PlainPermissionManager, handlers: dict[int, Handler]) -> dict
 _OFF = "ACL is not enabled on this broker (set aclEnable=true)"
 
 
-def handlers(broker: "Broker") -> dict[int, Handler]:
-    def manager() -> PlainPermissionManager | None:
-        return broker.acl
-
-    async def update(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        m, f = manager(), cmd.ext_fields
-        fail = ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED
-        if m is None:
-            return cmd.response(fail, remark=_OFF)
-        cfg = {"accessKey": f.get("accessKey"), "secretKey": f.get("secretKey"),
-               "whiteRemoteAddress": f.get("whiteRemoteAddress"),
-               "admin": cmd.get_bool("admin"), "defaultTopicPerm": f.get("defaultTopicPerm"),
-               "defaultGroupPerm": f.get("defaultGroupPerm"),
-               "topicPerms": _split(f.get("topicPerms")),
-               "groupPerms": _split(f.get("groupPerms"))}
-        try:
-            await broker.run(m.update_account, cfg)
-        except (AclError, OSError) as exc:
-            return cmd.response(fail, remark=getattr(exc, "message", None) or str(exc))
-        return cmd.response(ResponseCode.SUCCESS)
-
-    async def delete(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        m, ak = manager(), cmd.ext_fields.get("accessKey")
-        fail = ResponseCode.DELETE_ACL_CONFIG_FAILED
-        if m is None:
-            return cmd.response(fail, remark=_OFF)
-        try:
-            ok = await broker.run(m.delete_account, ak)
-        except (AclError, OSError) as exc:
-            return cmd.response(fail, remark=getattr(exc, "message", None) or str(exc))
-        if not ok:
-            return cmd.response(fail, remark=f"The accesskey[{ak}] corresponding to accessConfig "
-                                             "has been deleted failed.")
-        return cmd.response(ResponseCode.SUCCESS)
-
-    async def white(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        m, f = manager(), cmd.ext_fields
-        fail = ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED
-        if m is None:
-            return cmd.response(fail, remark=_OFF)
-        addrs = f.get("globalWhiteAddrs")
-        try:
-            ok = await broker.run(m.update_global_white, _split(addrs) or [],
-                                  f.get("aclFileFullPath"))
-        except (AclError, OSError) as exc:
-            return cmd.response(fail, remark=getattr(exc, "message", None) or str(exc))
-        if not ok:
-            return cmd.response(fail, remark=f"The globalWhiteAddresses[{addrs}] has been "
-                                             "updated failed.")
-        return cmd.response(ResponseCode.SUCCESS)
-
-    async def version(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        m = manager()
-        if m is None:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=_OFF)
-        v, every = versions_json(m.snapshot, m.default_file)
-        c = broker.config
-        return cmd.response(ResponseCode.SUCCESS, {
-            "version": v, "allAclFileVersion": every, "brokerName": c.broker_name,
-            "brokerAddr": broker.store_host, "clusterName": c.cluster_name})
-
-    async def config(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        import json
-
-        m = manager()
-        if m is None:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=_OFF)
-        try:
-            body = await broker.run(cluster_acl_config, m.snapshot, read_yaml)
-        except AclError as exc:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=exc.message)
-        return cmd.response(ResponseCode.SUCCESS, body=json.dumps(
-            body, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
-
-    return {RequestCode.UPDATE_AND_CREATE_ACL_CONFIG: update,
-            RequestCode.DELETE_ACL_CONFIG: delete,
-            RequestCode.GET_BROKER_CLUSTER_ACL_INFO: version,
-            RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: white,
-            RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG: config}
+async def update_acl(ctx: AclContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    m, f = ctx.acl, cmd.ext_fields
+    fail = ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED
+    if m is None:
+        return cmd.response(fail, remark=_OFF)
+    cfg = {"accessKey": f.get("accessKey"), "secretKey": f.get("secretKey"),
+           "whiteRemoteAddress": f.get("whiteRemoteAddress"),
+           "admin": cmd.get_bool("admin"), "defaultTopicPerm": f.get("defaultTopicPerm"),
+           "defaultGroupPerm": f.get("defaultGroupPerm"),
+           "topicPerms": _split(f.get("topicPerms")),
+           "groupPerms": _split(f.get("groupPerms"))}
+    try:
+        await ctx.run(m.update_account, cfg)
+    except (AclError, OSError) as exc:
+        return cmd.response(fail, remark=getattr(exc, "message", None) or str(exc))
+    return cmd.response(ResponseCode.SUCCESS)
 
 
-__all__ = ["PlainPermissionManager", "AclFileWatchService", "start_acl", "guard", "handlers",
-           "read_yaml", "write_yaml"]
+async def delete_acl(ctx: AclContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    m, ak = ctx.acl, cmd.ext_fields.get("accessKey")
+    fail = ResponseCode.DELETE_ACL_CONFIG_FAILED
+    if m is None:
+        return cmd.response(fail, remark=_OFF)
+    try:
+        ok = await ctx.run(m.delete_account, ak)
+    except (AclError, OSError) as exc:
+        return cmd.response(fail, remark=getattr(exc, "message", None) or str(exc))
+    if not ok:
+        return cmd.response(fail, remark=f"The accesskey[{ak}] corresponding to accessConfig "
+                                         "has been deleted failed.")
+    return cmd.response(ResponseCode.SUCCESS)
+
+
+async def update_global_white(ctx: AclContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    m, f = ctx.acl, cmd.ext_fields
+    fail = ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED
+    if m is None:
+        return cmd.response(fail, remark=_OFF)
+    addrs = f.get("globalWhiteAddrs")
+    try:
+        ok = await ctx.run(m.update_global_white, _split(addrs) or [],
+                              f.get("aclFileFullPath"))
+    except (AclError, OSError) as exc:
+        return cmd.response(fail, remark=getattr(exc, "message", None) or str(exc))
+    if not ok:
+        return cmd.response(fail, remark=f"The globalWhiteAddresses[{addrs}] has been "
+                                         "updated failed.")
+    return cmd.response(ResponseCode.SUCCESS)
+
+
+async def acl_version(ctx: AclContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    m = ctx.acl
+    if m is None:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, remark=_OFF)
+    v, every = versions_json(m.snapshot, m.default_file)
+    c = ctx.config
+    return cmd.response(ResponseCode.SUCCESS, {
+        "version": v, "allAclFileVersion": every, "brokerName": c.broker_name,
+        "brokerAddr": ctx.store_host, "clusterName": c.cluster_name})
+
+
+async def acl_config(ctx: AclContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    import json
+
+    m = ctx.acl
+    if m is None:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, remark=_OFF)
+    try:
+        body = await ctx.run(cluster_acl_config, m.snapshot, read_yaml)
+    except AclError as exc:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, remark=exc.message)
+    return cmd.response(ResponseCode.SUCCESS, body=json.dumps(
+        body, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+
+
+__all__ = ["PlainPermissionManager", "AclFileWatchService", "start_acl", "guard", "read_yaml",
+           "write_yaml"]

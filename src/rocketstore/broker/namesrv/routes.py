@@ -31,23 +31,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
-import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
-from ...remoting.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
-from ...remoting.command import RemotingCommand
+from ...remoting.codes import PERM_READ, PERM_WRITE
 from ...remoting.jsonbody import load_json_text
-from . import kvconfig, settings as settings_requests
-from .kvconfig import KV_CONFIG_FILE, ORDER_TOPIC_CONFIG, KVConfigManager, kv_table_body
-from .settings import NamesrvSettings
-from ..state.topics import ensure_topic
-
-if TYPE_CHECKING:
-    from ..controller import Broker
 
 log = logging.getLogger(__name__)
 BROKER_EXPIRY_S = 120.0  # RouteInfoManager.BROKER_CHANNEL_EXPIRED_TIME
@@ -192,6 +182,14 @@ class RouteTable:
             return set(self._topics)
 
 
+@dataclass
+class LocalBroker:
+    """The broker beside the name server of ``rocketstore serve``."""
+    config: Any  # BrokerConfig
+    store_config: Any  # StoreConfig
+    topics: Any  # TopicConfigManager
+
+
 class LocalRoutePerms:
     """wipeWritePerm / addWritePerm on the broker ``rocketstore serve`` runs beside its name
     server: the perms its routes carry instead of the topic table's, until that table changes
@@ -216,17 +214,17 @@ class LocalRoutePerms:
         return self._perms.get(topic, perm)
 
 
-def _local_route(broker: "Broker", tc: Any, perms: LocalRoutePerms | None) -> tuple[dict, dict]:
-    cfg = broker.config
+def _local_route(local: LocalBroker, tc: Any, perms: LocalRoutePerms | None) -> tuple[dict, dict]:
+    cfg = local.config
     bd = {"brokerAddrs": {"0": cfg.broker_addr}, "brokerName": cfg.broker_name,
           "cluster": cfg.cluster_name}
     qd = _queue_data(cfg.broker_name, tc.to_json())
     if perms is not None:
-        qd["perm"] = perms.perm(broker.topics, tc.topic_name, qd["perm"])
+        qd["perm"] = perms.perm(local.topics, tc.topic_name, qd["perm"])
     return bd, qd
 
 
-def route_body(broker: "Broker | None", tc: Any, table: RouteTable | None = None,
+def route_body(local: LocalBroker | None, tc: Any, table: RouteTable | None = None,
                topic: str | None = None, perms: LocalRoutePerms | None = None,
                order_conf: Callable[[str], str | None] | None = None) -> bytes:
     """The TopicRouteData JSON of a topic: the local broker's part (``tc``) and the table's.
@@ -234,11 +232,11 @@ def route_body(broker: "Broker | None", tc: Any, table: RouteTable | None = None
     ``orderTopicConf`` when given, as RocketMQ's name server does."""
     topic = topic or tc.topic_name
     bds, qds, order = table.route(topic) if table is not None else ([], [], None)
-    if broker is not None and tc is not None:
-        name = broker.config.broker_name
+    if local is not None and tc is not None:
+        name = local.config.broker_name
         bds = [b for b in bds if b["brokerName"] != name]
         qds = [q for q in qds if q["brokerName"] != name]
-        bd, qd = _local_route(broker, tc, perms)
+        bd, qd = _local_route(local, tc, perms)
         bds.insert(0, bd)
         qds.insert(0, qd)
         if tc.order:
@@ -271,128 +269,3 @@ def parse_register_body(body: bytes, compressed: bool = False) -> tuple[dict[str
     return out, json.dumps(dv, sort_keys=True)
 
 
-def local_kv_config_path(broker: "Broker") -> str:
-    """Where ``rocketstore serve`` keeps its name server's ``kvConfig.json``: ``kvConfigPath``
-    of ``--config``, else beside the broker's own state in ``<store>/config/``."""
-    return broker.config.kv_config_path or os.path.join(
-        broker.store_config.store_path_root_dir, "config", KV_CONFIG_FILE)
-
-
-def handlers(broker: "Broker | None", table: RouteTable | None = None,
-             kv: KVConfigManager | None = None,
-             settings: NamesrvSettings | None = None,
-             perms: LocalRoutePerms | None = None) -> dict[int, Any]:
-    """Name-server handlers; ``broker`` is the in-process broker, if any; ``kv`` the KV config
-    (default: memory only, or ``local_kv_config_path`` beside a broker); ``settings`` the
-    name server's own (default: ``orderMessageEnable`` of the broker's config); ``perms`` the
-    in-process broker's route perms (shared with its gRPC routes)."""
-    table = table if table is not None else RouteTable()
-    if kv is None:
-        kv = KVConfigManager(local_kv_config_path(broker) if broker is not None else None)
-    if settings is None:
-        settings = NamesrvSettings(kv.path, bool(broker is not None
-                                                 and broker.config.order_message_enable))
-        if broker is not None:
-            settings.listen_port = lambda: broker.config.namesrv_port
-    if perms is None and broker is not None:
-        perms = LocalRoutePerms()
-
-    def order_conf(topic: str) -> str | None:
-        return kv.get(ORDER_TOPIC_CONFIG, topic)
-
-    def kv_changed(namespace: str) -> None:
-        """The local broker takes the ORDER_TOPIC_CONFIG namespace as a registering broker
-        takes it from the answer to REGISTER_BROKER."""
-        order = kv.namespace(ORDER_TOPIC_CONFIG)
-        if broker is not None and namespace == ORDER_TOPIC_CONFIG and order is not None:
-            broker.topics.update_order_topics(set(order))
-
-    kv_changed(ORDER_TOPIC_CONFIG)
-
-    async def get_route(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        topic = cmd.require_str("topic")
-        tc = None
-        if broker is not None:
-            tc = broker.topics.get(topic)
-            # alone, the broker creates topics on lookup; once other brokers registered here,
-            # the name server answers as RocketMQ's does (clients then send via TBW102)
-            if tc is None and not table.brokers():
-                try:
-                    tc = ensure_topic(broker.topics, broker.config, topic)
-                except ValueError:
-                    tc = None
-        if tc is None and topic not in table.topic_names():
-            return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
-                                remark=f"No topic route info in name server for the topic: {topic}")
-        return cmd.response(ResponseCode.SUCCESS,
-                            body=route_body(broker, tc, table, topic, perms,
-                                            order_conf if settings.order_message_enable else None))
-
-    async def cluster_info(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        addr_table: dict[str, dict] = {}
-        clusters: dict[str, set[str]] = {}
-        for name, (cluster, addrs) in table.brokers().items():
-            addr_table[name] = {"brokerAddrs": {str(k): v for k, v in addrs.items()},
-                                "brokerName": name, "cluster": cluster}
-            clusters.setdefault(cluster, set()).add(name)
-        if broker is not None:
-            cfg = broker.config
-            addr_table[cfg.broker_name] = {"brokerAddrs": {"0": cfg.broker_addr},
-                                           "brokerName": cfg.broker_name,
-                                           "cluster": cfg.cluster_name}
-            clusters.setdefault(cfg.cluster_name, set()).add(cfg.broker_name)
-        body = {"brokerAddrTable": addr_table,
-                "clusterAddrTable": {c: sorted(n) for c, n in clusters.items()}}
-        return cmd.response(ResponseCode.SUCCESS,
-                            body=json.dumps(body, separators=(",", ":")).encode())
-
-    async def topic_list(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        names = table.topic_names()
-        if broker is not None:
-            names |= {t.topic_name for t in broker.topics.topics()}
-        return cmd.response(ResponseCode.SUCCESS,
-                            body=json.dumps({"topicList": sorted(names)}).encode())
-
-    async def register(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        crc = cmd.get_int("bodyCrc32", 0) or 0
-        if crc and (zlib.crc32(cmd.body or b"") & 0x7FFFFFFF) != crc:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, remark="crc32 not match")
-        try:
-            topics, version = parse_register_body(cmd.body or b"", cmd.get_bool("compressed"))
-        except (ValueError, UnicodeDecodeError) as exc:
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                remark=f"Failed to decode RegisterBrokerBody: {exc}")
-        table.register(cmd.require_str("clusterName"), cmd.require_str("brokerAddr"),
-                       cmd.require_str("brokerName"), cmd.get_int("brokerId", 0) or 0,
-                       topics, version)
-        order = kv.namespace(ORDER_TOPIC_CONFIG)  # RegisterBrokerResult.kvTable; none: no body
-        return cmd.response(ResponseCode.SUCCESS, {"haServerAddr": "", "masterAddr": ""},
-                            body=kv_table_body(order) if order is not None else b"")
-
-    async def unregister(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        table.unregister(cmd.require_str("brokerAddr"), cmd.require_str("brokerName"),
-                         cmd.get_int("brokerId", 0) or 0)
-        return cmd.response(ResponseCode.SUCCESS)
-
-    async def write_perm(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        name = cmd.require_str("brokerName")
-        wipe = cmd.code == RequestCode.WIPE_WRITE_PERM_OF_BROKER
-        count = table.operate_write_perm(name, wipe)
-        if broker is not None and perms is not None and name == broker.config.broker_name:
-            count += perms.operate(broker.topics, wipe)
-        log.info("%s write perm of broker %s from %s: %d topics",
-                 "wipe" if wipe else "add", name, getattr(conn, "peer", "?"), count)
-        return cmd.response(ResponseCode.SUCCESS,
-                            {"wipeTopicCount" if wipe else "addTopicCount": count})
-
-    from . import admin as admin_namesrv  # imports the admin views, which import this module
-
-    return {**kvconfig.handlers(kv, kv_changed), **settings_requests.handlers(settings),
-            **admin_namesrv.handlers(broker, table),
-            RequestCode.WIPE_WRITE_PERM_OF_BROKER: write_perm,
-            RequestCode.ADD_WRITE_PERM_OF_BROKER: write_perm,
-            RequestCode.GET_ROUTEINFO_BY_TOPIC: get_route,
-            RequestCode.GET_BROKER_CLUSTER_INFO: cluster_info,
-            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: topic_list,
-            RequestCode.REGISTER_BROKER: register,
-            RequestCode.UNREGISTER_BROKER: unregister}
