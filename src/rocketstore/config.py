@@ -78,8 +78,7 @@ class StoreConfig:
             if int(getattr(self, name)) <= 0:
                 raise ValueError(f"{name} must be positive")
         self.store_path_root_dir = os.fspath(self.store_path_root_dir)
-        from .format.timer_layout import round_precision
-        self.timer_precision_ms = round_precision(int(self.timer_precision_ms))
+        self.timer_precision_ms = round_timer_precision(int(self.timer_precision_ms))
         if int(self.mapped_file_size_timer_log) < 52 + 16:  # one timerlog unit and a blank
             raise ValueError("mapped_file_size_timer_log must be at least 68")
 
@@ -143,6 +142,16 @@ class StoreConfig:
         cfg = cls(**values)
         cfg.extra.update(extra)
         return cfg
+
+
+def round_timer_precision(ms: int) -> int:
+    """``MessageStoreConfig.setTimerPrecisionMs``: the largest of 100/200/500/1000 not above
+    ``ms`` (100 below that)."""
+    candidates = (100, 200, 500, 1000)
+    for lo, hi in zip(candidates, candidates[1:]):
+        if ms < hi:
+            return lo
+    return candidates[-1]
 
 
 _ALIASES = {

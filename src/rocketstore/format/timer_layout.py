@@ -48,6 +48,8 @@ from __future__ import annotations
 
 import struct
 
+from ..config import round_timer_precision
+
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 
 # message properties (RocketMQ 5 ``MessageConst``)
@@ -136,13 +138,7 @@ CURSOR_CL_OFF = 80
 I64 = struct.Struct(">q")
 
 
-def round_precision(ms: int) -> int:
-    """``MessageStoreConfig.setTimerPrecisionMs``: the largest of 100/200/500/1000 not above
-    ``ms`` (100 below that)."""
-    for lo, hi in zip(PRECISION_CANDIDATES, PRECISION_CANDIDATES[1:]):
-        if ms < hi:
-            return lo
-    return PRECISION_CANDIDATES[-1]
+round_precision = round_timer_precision  # RocketMQ's rounding, kept with the config
 
 
 def roll_window_slots(configured: int) -> int:
