@@ -150,6 +150,7 @@ class RebuildResult:
     cq_units: int = 0
     index_keys: int = 0
     index_files: int = 0
+    timer_slots: int = 0  # timerwheel slots rebuilt from the timerlog
     seconds: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
@@ -425,6 +426,8 @@ def rebuild(root: str, *, engine: str = "spark", cfg: StoreConfig | None = None,
         if index_end > 0:
             ck.index_msg_timestamp = index_end
         ck.flush()
+        from ..store.timer.offline import detect_precision, rebuild_wheel  # derived from timerlog
+        res.timer_slots = rebuild_wheel(root, detect_precision(root, cfg.timer_precision_ms))
         t3 = time.monotonic()
     res.seconds = {"scan": round(t1 - t0, 3), "write": round(t2 - t1, 3),
                    "swap": round(t3 - t2, 3), "total": round(t3 - t0, 3)}

@@ -163,6 +163,7 @@ class MessageStore:
 
     def _open(self) -> None:
         cfg = self.cfg
+        self.timer = None
         self.abort_path = os.path.join(self.root, "abort")
         self.last_exit_ok = not os.path.exists(self.abort_path)
         self.checkpoint = StoreCheckpoint(os.path.join(self.root, "checkpoint"), read_only=self.read_only)
@@ -204,6 +205,8 @@ class MessageStore:
         atomic_write(self.abort_path, str(os.getpid()).encode())  # durable before the first put
         self.flush_service.start()
         self.reput.start()
+        if cfg.timer_wheel_enable:
+            self._start_timer()
         try:
             from .clean import CleanService
         except ImportError:
@@ -211,6 +214,32 @@ class MessageStore:
         else:
             self.clean_service = CleanService(self)
             self.clean_service.start()
+
+    def _start_timer(self) -> None:
+        from .timer import TimerMessageStore, TimerStoreAccess
+        from ..format.timer_layout import TIMER_TOPIC
+
+        def read_units(index: int, count: int):
+            return self.read_consume_queue(TIMER_TOPIC, 0, index, count)
+
+        def bounds() -> tuple[int, int]:
+            return self.get_min_offset_in_queue(TIMER_TOPIC, 0), self.get_max_offset_in_queue(TIMER_TOPIC, 0)
+
+        access = TimerStoreAccess(read_units=read_units, look_message=self.commitlog.look_message,
+                                  put=self.put_message, put_batch=self.put_messages,
+                                  read_records=self.commitlog.read_record_views,
+                                  commitlog_max_offset=self.commitlog.max_offset,
+                                  commitlog_min_offset=self.commitlog.min_offset, queue_bounds=bounds)
+        self.timer = TimerMessageStore(self.cfg, access)
+        self.timer.load()
+        self.put_path.timer = self.timer
+        timer = self.timer
+
+        def on_arrival(topic: str, *_: object) -> None:
+            if topic == TIMER_TOPIC:
+                timer.wakeup()
+        self.reput.listeners.append(on_arrival)
+        self.timer.start()
 
     def _check_saved_sizes(self) -> None:
         """A store opened with other file sizes than it was created with is refused up front
@@ -240,6 +269,8 @@ class MessageStore:
         if self._closed:
             return
         self._closed = True
+        if self.timer is not None:  # first: its last re-put still goes through the put path
+            self.timer.shutdown()
         self.put_path.running = False
         if self.read_only:
             self.commitlog.close()

@@ -12,9 +12,13 @@
 | no space for a new segment                              | CREATE_MAPPED_FILE_FAILED  |
 | SYNC_FLUSH and not durable within sync_flush_timeout    | FLUSH_DISK_TIMEOUT         |
 
+| timer message: bad value, beyond timerMaxDelaySec,      | WHEEL_TIMER_MSG_ILLEGAL    |
+| cancel for a past time; timer store disabled            | WHEEL_TIMER_NOT_ENABLE     |
+
 Nothing is written for any status but PUT_OK and FLUSH_DISK_TIMEOUT. Delayed messages
 (``DELAY`` property) go to ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` with ``REAL_TOPIC`` and
-``REAL_QID``, as RocketMQ 4.9's CommitLog does.
+``REAL_QID``, as RocketMQ 4.9's CommitLog does; timer messages (``TIMER_DELIVER_MS`` /
+``TIMER_DELAY_SEC`` / ``TIMER_DELAY_MS``) go to ``rmq_sys_wheel_timer`` (``store/timer/``).
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ from .commitlog import CommitLog, RecordTooLarge
 from .dispatch import ReputService
 from .flush import FlushService
 from .results import PutMessageResult, PutStatus
+from .timer.transform import TimerRejected, is_timer_message, transform_timer_message
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +70,7 @@ class PutPath:
         self.running = True
         self.writeable = True  # cleared by the clean service when the disk is nearly full
         self._delays = parse_delay_levels(cfg.message_delay_level)
+        self.timer = None  # the TimerMessageStore, when timer_wheel_enable
 
     def put(self, msgs: list[Message], batch: bool, nowait: bool = False) -> PutMessageResult | None:
         """Put ``msgs``; with ``nowait`` (ASYNC_FLUSH only) None means "would block, nothing
@@ -114,6 +120,8 @@ class PutPath:
             if batch and total_body > cfg.max_message_size:
                 return PutMessageResult(PutStatus.MESSAGE_ILLEGAL,
                                         error=f"batch body of {total_body} bytes exceeds max_message_size")
+        except TimerRejected as exc:
+            return PutMessageResult(PutStatus[exc.status], error=exc.remark)
         except PropertiesTooLarge as exc:
             return PutMessageResult(PutStatus.PROPERTIES_SIZE_EXCEEDED, error=str(exc))
         except (MessageTooLarge, ValueError, TypeError, AttributeError) as exc:
@@ -170,12 +178,19 @@ class PutPath:
     def _apply_delay(self, m: Message, props: dict[str, str]) -> tuple[str, int]:
         level_s = props.get(PROPERTY_DELAY_TIME_LEVEL)
         tran = m.sys_flag & TRANSACTION_MASK
-        if not level_s or tran not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+        if tran not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
             return m.topic, m.queue_id
         try:
-            level = int(level_s)
+            level = int(level_s) if level_s else 0
         except ValueError as exc:
             raise ValueError(f"DELAY must be an int level, not {level_s!r}") from exc
+        if is_timer_message(m.topic, props, level):  # RocketMQ 5's handleScheduleMessage
+            timer = self.timer
+            return transform_timer_message(
+                m.topic, m.queue_id, props, int(time.time() * 1000),
+                enabled=timer is not None, precision_ms=self.cfg.timer_precision_ms,
+                max_delay_sec=self.cfg.timer_max_delay_sec,
+                is_reject=timer.is_reject if timer is not None else None)
         if level <= 0:
             return m.topic, m.queue_id
         level = min(level, len(self._delays))

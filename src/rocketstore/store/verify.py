@@ -73,6 +73,7 @@ class VerifyReport:
     cq_units: int = 0
     index_files: int = 0
     index_entries: int = 0
+    timer_units: int = 0
     min_offset: int = 0
     max_offset: int = 0
     problems: list[Problem] = field(default_factory=list)
@@ -133,7 +134,18 @@ def verify_store(root: str, cfg: StoreConfig | None = None, *, check_lock: bool 
     records = _verify_commitlog(cfg, report)
     _verify_consume_queues(cfg, report, records)
     _verify_index(cfg, report, records)
+    _verify_timer(cfg, report, records)
     return report
+
+
+def _verify_timer(cfg: StoreConfig, report: VerifyReport, records: _Records) -> None:
+    """4. RocketMQ 5's timer files (``store/timer/offline.py``)."""
+    from .timer.offline import detect_precision, verify_timer
+    root = cfg.store_path_root_dir
+    order = np.argsort(records.phy, kind="stable")
+    precision = detect_precision(root, cfg.timer_precision_ms)
+    report.timer_units = verify_timer(root, precision, records.phy[order], records.topic_arr[order],
+                                      records.min_offset, report.add)
 
 
 def _check_unlocked(root: str) -> None:

@@ -320,6 +320,8 @@ def runtime_info(store: Any, store_config: Any, broker_config: Any, stats: Any,
         "putMessageDistributeTime": "null", "dispatchMaxBuffer": 0,
         "putLatency99": "0.00", "putLatency999": "0.00",
     }
+    from ...store.timer.service import runtime_info as timer_runtime_info
+    info.update(timer_runtime_info(getattr(store, "timer", None)))  # RocketMQ 5's timer keys
     root = store_config.store_path_root_dir
     cl_ratio = disk_ratio(store_config.commitlog_dir)
     info["commitLogDiskRatio"] = str(cl_ratio)
