@@ -16,7 +16,6 @@ record. A directory that holds no store is refused (``NotAStoreError``) before a
 from __future__ import annotations
 
 import collections
-import fcntl
 import logging
 import os
 import shutil
@@ -24,10 +23,11 @@ import threading
 from typing import Callable, Sequence
 
 from ..config import StoreConfig
-from ..errors import CorruptFileError, NotAStoreError, StoreClosedError, StoreError, StoreLockedError
+from ..errors import CorruptFileError, NotAStoreError, StoreClosedError, StoreError
 from ..format.message import Message, MessageExt, parse_message_id
 from . import read_path
 from .checkpoint import StoreCheckpoint, atomic_write
+from .lock import StoreLock
 from .commitlog import CommitLog
 from .consume_queue_ext import ConsumeQueueExtDispatcher, open_ext_table
 from .dispatch import ConsumeQueueDispatcher, ConsumeQueueTable, ReputService
@@ -102,7 +102,7 @@ class MessageStore:
         self.root = cfg.store_path_root_dir
         self.read_only = cfg.read_only
         self._closed = True
-        self._lock_fd: int | None = None
+        self._lock: StoreLock | None = None
         if self.read_only:
             if not is_store_dir(self.root, cfg.store_path_commit_log):
                 raise NotAStoreError(f"{self.root}: not a store directory (no commitlog, "
@@ -145,21 +145,12 @@ class MessageStore:
                     log.exception("stopping %s after a failed open", name)
 
     def _take_lock(self) -> None:
-        path = os.path.join(self.root, "lock")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            raise StoreLockedError(f"{path}: the store is open in another process or store") from exc
-        os.pwrite(fd, b"lock", 0)
-        self._lock_fd = fd
+        self._lock = StoreLock(self.root).acquire()
 
     def _release_lock(self) -> None:
-        if self._lock_fd is not None:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def _open(self) -> None:
         cfg = self.cfg
