@@ -47,6 +47,9 @@ class PutMessageResult:
     msg_num: int = 0
     msg_ids: list[str] = field(default_factory=list)
     error: str | None = None  # why, for MESSAGE_ILLEGAL and friends
+    # SYNC_MASTER with a deferred replica wait (``PutPath.defer_replica_wait``): the caller
+    # still has to wait for a slave to hold this offset (``HAService.submit_wait``)
+    replica_wait_offset: int | None = None
 
     @property
     def ok(self) -> bool:
