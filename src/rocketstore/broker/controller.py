@@ -69,8 +69,11 @@ class Broker:
         self.proxy: Any = None  # rocketstore.proxy.GrpcProxy when config.grpc_port is set
         self.registration: Any = None  # NameServerRegistration when --namesrv is given
         self.route_perms: Any = None  # namesrv.LocalRoutePerms of the in-process name server
+        self.route_table: Any = None  # namesrv.RouteTable of the in-process name server
         self.handler_wrappers: list[Callable[[dict], dict]] = []  # e.g. ops.stats.instrument
         self.acl: Any = None  # acl_service.PlainPermissionManager when aclEnable
+        self.slave_sync: Any = None  # replication.SlaveSynchronize on a SLAVE
+        self.fast_port: int | None = None  # the VIP remoting port (listenPort - 2) when it listens
         self._tasks: list[asyncio.Task] = []
 
     # -- helpers used by processors -------------------------------------------------------------
@@ -83,11 +86,35 @@ class Broker:
         assert self.loop is not None
         return await self.loop.run_in_executor(self.executor, fn, *args)
 
+    @property
+    def is_slave(self) -> bool:
+        return getattr(self.store_config, "broker_role", "ASYNC_MASTER") == "SLAVE"
+
+    @property
+    def ha_server_addr(self) -> str | None:
+        """brokerIP2:haListenPort, as registered at the name server (None: no HA socket)."""
+        ha = getattr(self.store, "ha", None)
+        if ha is None or ha.port is None:
+            return None
+        return f"{self.config.broker_ip2 or self.config.host}:{ha.port}"
+
     async def put(self, fn: Callable, *args: Any) -> Any:
-        """Run a put: on the single put thread (ASYNC_FLUSH) or the executor (SYNC_FLUSH)."""
+        """Run a put: on the single put thread (ASYNC_FLUSH) or the executor (SYNC_FLUSH);
+        on a SYNC_MASTER then wait, without a thread, for a slave to hold it."""
         if self.writer is not None:
-            return await self.writer.submit(fn, *args)
-        return await self.run(fn, *args)
+            r = await self.writer.submit(fn, *args)
+        else:
+            r = await self.run(fn, *args)
+        wait_to = getattr(r, "replica_wait_offset", None)
+        if wait_to is not None and getattr(self.store, "ha", None) is not None:
+            assert self.loop is not None
+            loop, fut = self.loop, self.loop.create_future()
+            self.store.ha.submit_wait(wait_to, lambda st: loop.call_soon_threadsafe(_resolve, fut, st))
+            status = await fut
+            r.replica_wait_offset = None
+            if status.name != "PUT_OK":
+                r.status = status
+        return r
 
     def put_blocking(self, msg: Message, nowait: bool = False) -> Any:
         """Put one message (blocking; ``nowait``: None rather than block, see ``PutWriter``).
@@ -108,6 +135,8 @@ class Broker:
                 pass
 
     def connection_closed(self, conn: Any) -> None:
+        if self.route_table is not None:
+            self.route_table.channel_closed(conn)
         self.producers.connection_closed(conn)
         for group in self.consumers.connection_closed(conn):
             self.notify_consumer_ids_changed(group)
@@ -132,6 +161,9 @@ class Broker:
         self.store.add_arrival_listener(self.hold.arrival)
         if self.config.enable_calc_filter_bit_map:
             self.store.set_filter_bitmap_source(self.filters.bitmaps)
+        if getattr(self.store, "ha", None) is not None and \
+                self.store_config.broker_role == "SYNC_MASTER":
+            self.store.put_path.defer_replica_wait = True  # ``put`` awaits the replicas
         if not getattr(self.store_config, "sync_flush", False):
             self.writer = PutWriter(self.loop, inline=(self.put_blocking, self.store.put_messages))
         try:
@@ -152,6 +184,9 @@ class Broker:
         for mod in (send, pull, admin, locks, admin_topics, admin_groups, admin_runtime,
                     transaction, sql92, reply, admin_consumers, acl_service):
             handlers.update(mod.handlers(self))
+        if self.is_slave:  # RocketMQ's slave refusals (replication.py)
+            from .replication import slave_handlers
+            handlers = slave_handlers(handlers)
         if self.config.acl_enable:  # every request checked first (RocketMQ's ACL RPC hook)
             self.acl = acl_service.start_acl(self)
             handlers = acl_service.guard(self.acl, handlers)
@@ -163,22 +198,67 @@ class Broker:
         if self.store_host.rsplit(":", 1)[-1] == "0":
             self.store_config.store_host = f"{self.config.host}:{broker_srv.port}"
         self.servers.append(broker_srv)
+        await self._start_fast_port(handlers)
         if self.config.namesrv_port is not None:
             self.route_perms = namesrv.LocalRoutePerms()
-            ns = RemotingServer(self, namesrv.handlers(self, perms=self.route_perms), "namesrv")
+            self.route_table = namesrv.RouteTable()
+            ns = RemotingServer(self, namesrv.handlers(self, self.route_table, perms=self.route_perms),
+                                "namesrv")
             await ns.start(self.config.host, self.config.namesrv_port)
             self.config.namesrv_port = ns.port
             self.servers.append(ns)
         if self.config.namesrv_addr:
             await self._register_at_name_servers()
-        self.schedule = ScheduleMessageService(self)
-        self.schedule.start()
-        self.transaction_check.start()
+        if self.is_slave:  # as RocketMQ: no delayed delivery nor transaction checks on a slave
+            from .replication import SlaveSynchronize
+            self.slave_sync = SlaveSynchronize(self, self._master_addr)
+            self.slave_sync.start()
+        else:
+            self.schedule = ScheduleMessageService(self)
+            self.schedule.start()
+            self.transaction_check.start()
         if self.config.grpc_port is not None:
             await self._start_grpc()
         self._tasks.append(self.loop.create_task(self._housekeeping(), name="housekeeping"))
         log.info("broker %s listening on %s:%s, name server on %s", self.config.broker_name,
                  self.config.host, self.config.port, self.config.namesrv_port)
+
+    async def _start_fast_port(self, handlers: dict[int, Any]) -> None:
+        """RocketMQ's VIP channel on listenPort - 2 (a Java slave's SlaveSynchronize reads the
+        topic config there). A port that cannot be had is logged, not fatal."""
+        from .server import RemotingServer
+
+        port = self.config.port - 2
+        if self.config.port == 0 or port <= 0:
+            return
+        srv = RemotingServer(self, handlers, "fast")
+        try:
+            await srv.start(self.config.host, port)
+        except OSError as exc:
+            log.warning("fast remoting port %d not available: %s", port, exc)
+            return
+        self.fast_port = srv.port
+        self.servers.append(srv)
+
+    _ha_master_remoting: str | None = None
+
+    def _on_master(self, ha_addr: str | None, master_addr: str | None) -> None:
+        """A slave's register answer: the master's HA address (for the next connect) and its
+        remoting address (for SlaveSynchronize), as RocketMQ's BrokerController takes them."""
+        ha = getattr(self.store, "ha", None)
+        if ha is not None and ha_addr:
+            ha.set_master_address(ha_addr)
+        self._ha_master_remoting = master_addr
+
+    def _master_addr(self) -> str | None:
+        if self._ha_master_remoting:
+            return self._ha_master_remoting
+        fixed = getattr(self.store_config, "ha_master_address", None)
+        if fixed and ":" in fixed:  # no name server answer: the HA port is listenPort + 1
+            host, _, port = fixed.rpartition(":")
+            if port.isdigit():
+                return f"{host}:{int(port) - 1}"
+        return None
 
     def _start_transactions(self) -> None:
         from .transaction import (TransactionalMessageCheckService, TransactionalMessageService,
@@ -222,7 +302,8 @@ class Broker:
             broker_name=cfg.broker_name, broker_addr=lambda: cfg.broker_addr,
             topic_table=lambda: {t.topic_name: t.to_json() for t in self.topics.topics()},
             period_s=cfg.register_name_server_period_ms / 1000.0,
-            order_topics=self.topics.update_order_topics)
+            order_topics=self.topics.update_order_topics, broker_id=cfg.broker_id,
+            ha_server_addr=lambda: self.ha_server_addr or "", on_master=self._on_master)
         await self.registration.start()
 
     async def _housekeeping(self) -> None:
@@ -265,6 +346,8 @@ class Broker:
             await srv.close()
         for t in self._tasks:
             t.cancel()
+        if self.slave_sync is not None:
+            await self.slave_sync.stop()
         if self.acl is not None:
             self.acl.watcher.stop()
         if self.schedule is not None:
@@ -282,6 +365,11 @@ class Broker:
             store, self.store = self.store, None
             await self.run(_close_store, store)
         self.executor.shutdown(wait=True)
+
+
+def _resolve(fut: asyncio.Future, value: Any) -> None:
+    if not fut.done():
+        fut.set_result(value)
 
 
 def _open_store(factory: Any, cfg: Any) -> Any:

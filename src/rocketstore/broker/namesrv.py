@@ -88,6 +88,7 @@ class _BrokerData:
 class _Live:
     last_update: float
     data_version: Any
+    ha_server_addr: str = ""
 
 
 class RouteTable:
@@ -100,10 +101,14 @@ class RouteTable:
         self._topics: dict[str, dict[str, dict]] = {}  # topic -> broker name -> queue data
         self._order: dict[str, str] = {}  # topic -> orderTopicConf of a broker
         self._live: dict[str, _Live] = {}  # broker address -> last registration
+        self._channels: dict[Any, str] = {}  # connection a broker registered on -> its address
 
     def register(self, cluster: str, addr: str, name: str, broker_id: int,
-                 topic_table: dict[str, dict] | None, data_version: Any) -> None:
+                 topic_table: dict[str, dict] | None, data_version: Any,
+                 ha_server_addr: str = "", channel: Any = None) -> None:
         with self._lock:
+            if channel is not None:
+                self._channels[channel] = addr
             bd = self._brokers.setdefault(name, _BrokerData(cluster))
             bd.cluster = cluster
             for bid, a in list(bd.addrs.items()):  # same address, new id: the old entry goes
@@ -113,12 +118,43 @@ class RouteTable:
             bd.addrs[broker_id] = addr
             prev = self._live.get(addr)
             changed = first or prev is None or prev.data_version != data_version
-            self._live[addr] = _Live(time.monotonic(), data_version)
+            self._live[addr] = _Live(time.monotonic(), data_version, ha_server_addr)
             if broker_id == MASTER_ID and topic_table is not None and changed:
                 for topic, tc in topic_table.items():
                     self._topics.setdefault(topic, {})[name] = _queue_data(name, tc)
                     if tc.get("order"):
                         self._order[topic] = f"{name}:{int(tc.get('writeQueueNums', 0))}"
+
+    def channel_closed(self, channel: Any) -> str | None:
+        """A broker's connection closed: forget that address at once (RocketMQ's
+        ``onChannelDestroy``), so clients route to the slave left; the address, if any."""
+        with self._lock:
+            addr = self._channels.pop(channel, None)
+            if addr is None or addr in self._channels.values():
+                return None
+            self._live.pop(addr, None)
+            for name, bd in list(self._brokers.items()):
+                for bid, a in list(bd.addrs.items()):
+                    if a == addr:
+                        del bd.addrs[bid]
+                if not bd.addrs:
+                    self._drop_broker(name)
+        log.warning("broker %s connection closed: removed from the routes", addr)
+        return addr
+
+    def master_of(self, name: str) -> tuple[str, str] | None:
+        """(haServerAddr, address) of broker ``name``'s live id-0 entry (a slave's answer)."""
+        self.expire()
+        with self._lock:
+            bd = self._brokers.get(name)
+            addr = bd.addrs.get(MASTER_ID) if bd is not None else None
+            live = self._live.get(addr) if addr else None
+            return (live.ha_server_addr, addr) if live is not None and addr else None
+
+    def addrs_of(self, name: str) -> dict[int, str]:
+        with self._lock:
+            bd = self._brokers.get(name)
+            return dict(bd.addrs) if bd is not None else {}
 
     def unregister(self, addr: str, name: str, broker_id: int) -> None:
         with self._lock:
@@ -233,9 +269,18 @@ class LocalRoutePerms:
         return self._perms.get(topic, perm)
 
 
-def _local_route(broker: "Broker", tc: Any, perms: LocalRoutePerms | None) -> tuple[dict, dict]:
+def local_broker_addrs(broker: "Broker", table: RouteTable | None) -> dict[str, str]:
+    """The local broker's address under its id, with the slaves registered under its name."""
     cfg = broker.config
-    bd = {"brokerAddrs": {"0": cfg.broker_addr}, "brokerName": cfg.broker_name,
+    addrs = {str(k): v for k, v in (table.addrs_of(cfg.broker_name) if table is not None else {}).items()}
+    addrs[str(getattr(cfg, "broker_id", 0))] = cfg.broker_addr
+    return dict(sorted(addrs.items(), key=lambda kv: int(kv[0])))
+
+
+def _local_route(broker: "Broker", tc: Any, perms: LocalRoutePerms | None,
+                 table: RouteTable | None = None) -> tuple[dict, dict]:
+    cfg = broker.config
+    bd = {"brokerAddrs": local_broker_addrs(broker, table), "brokerName": cfg.broker_name,
           "cluster": cfg.cluster_name}
     qd = _queue_data(cfg.broker_name, tc.to_json())
     if perms is not None:
@@ -255,7 +300,7 @@ def route_body(broker: "Broker | None", tc: Any, table: RouteTable | None = None
         name = broker.config.broker_name
         bds = [b for b in bds if b["brokerName"] != name]
         qds = [q for q in qds if q["brokerName"] != name]
-        bd, qd = _local_route(broker, tc, perms)
+        bd, qd = _local_route(broker, tc, perms, table)
         bds.insert(0, bd)
         qds.insert(0, qd)
         if tc.order:
@@ -354,7 +399,7 @@ def handlers(broker: "Broker | None", table: RouteTable | None = None,
             clusters.setdefault(cluster, set()).add(name)
         if broker is not None:
             cfg = broker.config
-            addr_table[cfg.broker_name] = {"brokerAddrs": {"0": cfg.broker_addr},
+            addr_table[cfg.broker_name] = {"brokerAddrs": local_broker_addrs(broker, table),
                                            "brokerName": cfg.broker_name,
                                            "cluster": cfg.cluster_name}
             clusters.setdefault(cfg.cluster_name, set()).add(cfg.broker_name)
@@ -379,11 +424,23 @@ def handlers(broker: "Broker | None", table: RouteTable | None = None,
         except (ValueError, UnicodeDecodeError) as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR,
                                 remark=f"Failed to decode RegisterBrokerBody: {exc}")
-        table.register(cmd.require_str("clusterName"), cmd.require_str("brokerAddr"),
-                       cmd.require_str("brokerName"), cmd.get_int("brokerId", 0) or 0,
-                       topics, version)
+        name = cmd.require_str("brokerName")
+        broker_id = cmd.get_int("brokerId", 0) or 0
+        table.register(cmd.require_str("clusterName"), cmd.require_str("brokerAddr"), name,
+                       broker_id, topics, version, cmd.get_str("haServerAddr") or "", channel=conn)
         order = kv.namespace(ORDER_TOPIC_CONFIG)  # RegisterBrokerResult.kvTable; none: no body
-        return cmd.response(ResponseCode.SUCCESS, {"haServerAddr": "", "masterAddr": ""},
+        answer: dict[str, str] = {}  # a slave learns its master (RocketMQ: absent when none)
+        if broker_id != MASTER_ID:
+            if broker is not None and name == broker.config.broker_name and \
+                    getattr(broker.config, "broker_id", 0) == MASTER_ID:
+                master = (broker.ha_server_addr or "", broker.config.broker_addr)
+            else:
+                master = table.master_of(name)
+            if master is not None:
+                if master[0]:
+                    answer["haServerAddr"] = master[0]
+                answer["masterAddr"] = master[1]
+        return cmd.response(ResponseCode.SUCCESS, answer,
                             body=kv_table_body(order) if order is not None else b"")
 
     async def unregister(conn: Any, cmd: RemotingCommand) -> RemotingCommand:

@@ -42,7 +42,14 @@ def pull_code(status_name: str, queue_offset: int) -> int:
     return ResponseCode.SYSTEM_ERROR
 
 
+# statuses whose nextBeginOffset a master corrects and a slave leaves at the request's offset
+_SLAVE_KEEPS_OFFSET = frozenset({"OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY", "NO_MESSAGE_IN_QUEUE",
+                                 "NO_MATCHED_LOGIC_QUEUE", "OFFSET_FOUND_NULL"})
+
+
 def handlers(broker: "Broker") -> dict[int, Any]:
+    from .replication import suggest_broker_id
+
     async def pull(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         started = time.monotonic()
         group = cmd.require_str("consumerGroup")
@@ -67,7 +74,7 @@ def handlers(broker: "Broker") -> dict[int, Any]:
         except PullRefused as exc:
             return cmd.response(exc.code, remark=exc.remark)
         expr, message_filter = psub.tags, psub.message_filter
-        if sys_flag & PULL_FLAG_COMMIT_OFFSET:
+        if sys_flag & PULL_FLAG_COMMIT_OFFSET and not broker.is_slave:  # a slave never commits
             commit = cmd.get_int("commitOffset", -1)
             if commit is not None and commit >= 0:
                 broker.offsets.commit(group, topic, queue_id, commit)
@@ -103,7 +110,17 @@ def handlers(broker: "Broker") -> dict[int, Any]:
             woken = await broker.hold.wait(topic, queue_id, at, remaining, read)
             # the reput thread may have read for us; otherwise read again on the executor
             g = woken if hasattr(woken, "status") else await broker.run(read)
-        fields = {"suggestWhichBrokerId": 0, "nextBeginOffset": g.next_begin_offset,
+        group_cfg = broker.subgroups.get(group)
+        suggest = suggest_broker_id(broker.config.slave_read_enable,
+                                    getattr(g, "suggest_pulling_from_slave", False), group_cfg)
+        next_begin = g.next_begin_offset
+        if broker.is_slave and g.status.name in _SLAVE_KEEPS_OFFSET:
+            # offsetCheckInSlave=false: a slave never moves a consumer's offset
+            next_begin = offset
+            if code == ResponseCode.PULL_OFFSET_MOVED:
+                code = ResponseCode.PULL_RETRY_IMMEDIATELY
+                suggest = int(getattr(group_cfg, "broker_id", 0))
+        fields = {"suggestWhichBrokerId": suggest, "nextBeginOffset": next_begin,
                   "minOffset": g.min_offset, "maxOffset": g.max_offset}
         body = b"".join(g.buffers) if code == ResponseCode.SUCCESS else b""
         broker.stats.record_get(group, topic, len(g.buffers) if body else 0, len(body))

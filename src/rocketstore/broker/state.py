@@ -215,6 +215,18 @@ class TopicConfigManager:
             self.persist()
         return found
 
+    def replace_all(self, table: dict[str, dict]) -> None:
+        """A slave takes its master's whole table (SlaveSynchronize); persisted."""
+        topics = {}
+        for name, d in table.items():
+            topics[name] = TopicConfig.from_json({"topicName": name, **(d or {})})
+        with self._lock:
+            self._topics = topics
+            if self.DEFAULT_TOPIC not in self._topics:
+                self._topics[self.DEFAULT_TOPIC] = TopicConfig(self.DEFAULT_TOPIC, 8, 8, 7)
+            self._counter += 1
+        self.persist()
+
     @property
     def data_version(self) -> int:
         """Moves on every change of the table (RocketMQ's ``dataVersion`` counter)."""
@@ -287,6 +299,13 @@ class ConsumerOffsetManager:
         with self._lock:
             return {k: dict(v) for k, v in self._table.items()}
 
+    def merge(self, table: dict[str, dict[int, int]]) -> None:
+        """A slave's copy of its master's offsets: the master's entries win, others stay."""
+        with self._lock:
+            for key, queues in table.items():
+                self._table[key] = dict(queues)
+            self._dirty = True
+
     def persist(self, force: bool = False) -> None:
         with self._lock:
             if not (self._dirty or force):
@@ -315,6 +334,13 @@ class DelayOffsetStore:
     def get(self, level: int) -> int:
         with self._lock:
             return self._table.get(level, 0)
+
+    def replace_all(self, table: dict[int, int]) -> None:
+        """A slave takes its master's delay offsets as they are; persisted."""
+        with self._lock:
+            self._table = dict(table)
+            self._dirty = True
+        self.persist()
 
     def set(self, level: int, offset: int) -> None:
         with self._lock:

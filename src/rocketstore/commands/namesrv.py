@@ -18,11 +18,15 @@ import click
 
 
 class _NoBroker:
-    """What the remoting server calls on a closing connection; a name server keeps no state
-    per connection."""
+    """What the remoting server calls on a closing connection: a broker's registration
+    connection closing removes that broker from the routes (RocketMQ's onChannelDestroy)."""
+
+    def __init__(self, table=None) -> None:
+        self.table = table
 
     def connection_closed(self, conn) -> None:
-        pass
+        if self.table is not None:
+            self.table.channel_closed(conn)
 
 
 async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
@@ -37,7 +41,9 @@ async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot load the KV config: {exc}") from exc
     settings = NamesrvSettings(kv_config_path, order_message_enable)
-    srv = RemotingServer(_NoBroker(), namesrv.handlers(None, kv=kv, settings=settings), "namesrv")
+    table = namesrv.RouteTable()
+    srv = RemotingServer(_NoBroker(table), namesrv.handlers(None, table, kv=kv, settings=settings),
+                         "namesrv")
     settings.listen_port = lambda: srv.port
     try:
         await srv.start(host, port)

@@ -64,6 +64,9 @@ class GetMessageResult:
     max_offset: int = 0
     messages: list[MessageExt] = field(default_factory=list)
     buffers: list[bytes] = field(default_factory=list)  # the raw stored records
+    # RocketMQ's suggestPullingFromSlave: the pull lags the CommitLog end by more than the
+    # page-cache share of RAM (accessMessageInMemoryMaxRatio)
+    suggest_pulling_from_slave: bool = False
 
     @property
     def message_count(self) -> int:

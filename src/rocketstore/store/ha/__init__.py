@@ -47,9 +47,17 @@ class HAService:
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
         if self.cfg.ha_listen_port is not None:
-            self.accept = AcceptService(self, self.cfg.ha_bind_host, self.cfg.ha_listen_port)
-            self.port = self.accept.port
-            self.accept.start()
+            try:
+                self.accept = AcceptService(self, self.cfg.ha_bind_host, self.cfg.ha_listen_port)
+            except OSError as exc:
+                if self.cfg.broker_role != "ASYNC_MASTER":
+                    raise
+                # an ASYNC_MASTER nobody replicates from still serves its clients
+                log.warning("HA port %s not available (no slave can connect): %s",
+                            self.cfg.ha_listen_port, exc)
+            else:
+                self.port = self.accept.port
+                self.accept.start()
         self.group.start()
         if self.client is not None:
             self.client.start()
