@@ -98,7 +98,8 @@ def broker_conf(path: str, **keys) -> str:
 
 
 def start_broker(workdir: str, namesrv: str, role: str, *, port: int | None = None,
-                 name: str = "broker-ha", broker_id: int | None = None, **keys) -> Proc:
+                 name: str = "broker-ha", broker_id: int | None = None,
+                 args: tuple[str, ...] = (), **keys) -> Proc:
     """``rocketstore serve`` with a broker.conf of RocketMQ's keys for ``role``."""
     os.makedirs(workdir, exist_ok=True)
     port = port or free_port_block()
@@ -112,5 +113,5 @@ def start_broker(workdir: str, namesrv: str, role: str, *, port: int | None = No
     path = broker_conf(os.path.join(workdir, "broker.conf"), **conf)
     store = os.path.join(workdir, "store")
     return _start([sys.executable, "-m", "rocketstore.cli", "serve", "--store", store,
-                   "--config", path, "--host", "127.0.0.1", "--json", "--log-level", "INFO"],
+                   "--config", path, "--host", "127.0.0.1", "--json", "--log-level", "INFO", *args],
                   os.path.join(workdir, "serve.log"))

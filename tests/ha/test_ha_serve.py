@@ -221,3 +221,51 @@ def test_slave_sigkill_and_restart_mid_stream_stays_identical(cluster):
     assert read_range(s_dir, SEG, start, end) == read_range(m_dir, SEG, start, end)
     assert segment_names(s_dir)[0] == "0" * 20
     assert cq_units(s_store) == cq_units(str(tmp / "m" / "store"))
+
+
+def test_operators_see_the_pair(cluster):
+    import json
+    import subprocess
+    import sys
+    import urllib.request
+
+    ns, track, tmp = cluster
+    master = track(start_broker(str(tmp / "m"), ns.addr, "SYNC_MASTER",
+                                args=("--metrics-port", "0", "--console", "0")))
+    slave = track(start_broker(str(tmp / "s"), ns.addr, "SLAVE"))
+    with Producer("ha-pg", ns.addr) as p:
+        wait_for(lambda: _try_send(p, b"probe"), 30, "replication")
+        for i in range(50):
+            assert p.send(TOPIC, _body(i)).status == "SEND_OK"
+
+    def status() -> dict:
+        out = subprocess.run([sys.executable, "-m", "rocketstore.cli", "status", "--namesrv", ns.addr,
+                              "--json"], capture_output=True, text=True, timeout=60, check=True)
+        return json.loads(out.stdout)
+    rows = status()["brokers"]
+    assert [(r["broker"], r["id"], r["role"]) for r in rows] == \
+        [("broker-ha", 0, "SYNC_MASTER"), ("broker-ha", 1, "SLAVE")]
+    m_row, s_row = rows
+    assert len(m_row["slaves"]) == 1 and m_row["slaves"][0]["lag_bytes"] == 0
+    assert not m_row["slaves"][0]["stalled"]
+    assert s_row["master"]["connected"] and s_row["commitlog_max_offset"] == m_row["commitlog_max_offset"]
+
+    metrics = urllib.request.urlopen(master.ready["metrics"], timeout=10).read().decode()
+    assert 'rocketstore_ha_slave_lag_bytes{slave="' in metrics
+    assert 'rocketstore_ha_role{role="SYNC_MASTER"} 1.0' in metrics
+    page = urllib.request.urlopen(master.ready["console"], timeout=10).read().decode()
+    assert 'id="ha-slaves"' in page and "STALLED" not in page
+
+    # the slave stops: its lag shows in bytes and seconds on every view
+    os.kill(slave.proc.pid, signal.SIGSTOP)
+    try:
+        with Producer("ha-pg", ns.addr, retries=0) as p:
+            assert p.send(TOPIC, b"x" * 5000).status == "FLUSH_SLAVE_TIMEOUT"
+        lagging = status()["brokers"][0]["slaves"][0]
+        assert lagging["lag_bytes"] > 5000 and lagging["lag_seconds"] >= 0.9
+        metrics = urllib.request.urlopen(master.ready["metrics"], timeout=10).read().decode()
+        line = next(x for x in metrics.splitlines() if x.startswith("rocketstore_ha_slave_lag_bytes{"))
+        assert float(line.rsplit(" ", 1)[1]) > 5000
+    finally:
+        os.kill(slave.proc.pid, signal.SIGCONT)
+    wait_for(lambda: status()["brokers"][0]["slaves"][0]["lag_bytes"] == 0, 20, "catch-up")
