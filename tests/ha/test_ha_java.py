@@ -74,6 +74,7 @@ def test_java_slave_replicates_from_rocketstore_master(java_ns, tmp_path):
             wait_for(lambda: p.send(TOPIC, b"probe").status == "SEND_OK", 60,
                      "the Java slave to acknowledge")
         acked = _send_mix(ns.addr, 1500)
+        assert cluster_rows(home, ns.addr) == [("broker-ha", "0", master.addr), ("broker-ha", "1", slave.addr)]
         # the Java slave's SlaveSynchronize read the topic from our fast port (listenPort - 2)
         topics = os.path.join(str(tmp_path / "js"), "store", "config", "topics.json")
         wait_for(lambda: os.path.exists(topics) and TOPIC in open(topics).read(), 30,
@@ -104,6 +105,10 @@ def test_rocketstore_slave_replicates_from_java_master(java_ns, tmp_path):
         wait_for(lambda: TOPIC in json.loads(admin_call(ns.addr, slave.addr,
                                                         RequestCode.GET_ALL_TOPIC_CONFIG).body)
                  ["topicConfigTable"], 30, "SlaveSynchronize from the Java master")
+        # RocketMQ's operator tool sees the mixed pair as it sees a Java pair
+        assert cluster_rows(home, ns.addr) == [("broker-ha", "0", jm.addr), ("broker-ha", "1", slave.addr)]
+        status = mqadmin(home, "brokerStatus", "-n", ns.addr, "-b", slave.addr)
+        assert "haRole" in status and "SLAVE" in status and "commitLogMaxOffset" in status
         assert slave.stop() == 0
     finally:
         slave.kill()
@@ -112,6 +117,25 @@ def test_rocketstore_slave_replicates_from_java_master(java_ns, tmp_path):
     start, end = _compare(str(tmp_path / "jm" / "store"), str(tmp_path / "s" / "store"))
     assert end > 3 * SEG
     assert len(acked) == 1500
+
+
+def mqadmin(home: str, *args: str) -> str:
+    import subprocess
+    env = dict(os.environ, TOOLS_HEAP="192m")
+    env.pop("ROCKETMQ_HOME", None)
+    p = subprocess.run(["timeout", "120", os.path.join(home, "mqadmin"), *args],
+                       capture_output=True, text=True, env=env)
+    return p.stdout + p.stderr
+
+
+def cluster_rows(home: str, ns_addr: str) -> list[tuple[str, str, str]]:
+    """(broker name, BID, address) rows of ``mqadmin clusterList``."""
+    rows = []
+    for line in mqadmin(home, "clusterList", "-n", ns_addr).splitlines():
+        parts = line.split()
+        if len(parts) > 4 and parts[0] == "HaCluster":
+            rows.append((parts[1], parts[2], parts[3]))
+    return rows
 
 
 def _ok(p) -> bool:
