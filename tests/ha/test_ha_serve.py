@@ -238,17 +238,22 @@ def test_operators_see_the_pair(cluster):
         for i in range(50):
             assert p.send(TOPIC, _body(i)).status == "SEND_OK"
 
-    def status() -> dict:
-        out = subprocess.run([sys.executable, "-m", "rocketstore.cli", "status", "--namesrv", ns.addr,
-                              "--json"], capture_output=True, text=True, timeout=60, check=True)
+    def status(*target: str) -> dict:
+        out = subprocess.run([sys.executable, "-m", "rocketstore.cli", "status",
+                              *(target or ("--namesrv", ns.addr)), "--json"],
+                             capture_output=True, text=True, timeout=60, check=True)
         return json.loads(out.stdout)
     rows = status()["brokers"]
-    assert [(r["broker"], r["id"], r["role"]) for r in rows] == \
-        [("broker-ha", 0, "SYNC_MASTER"), ("broker-ha", 1, "SLAVE")]
+    assert [(r["name"], r["id"], r["addr"], r["replication"]["role"]) for r in rows] == \
+        [("broker-ha", 0, master.addr, "SYNC_MASTER"), ("broker-ha", 1, slave.addr, "SLAVE")]
     m_row, s_row = rows
-    assert len(m_row["slaves"]) == 1 and m_row["slaves"][0]["lag_bytes"] == 0
-    assert not m_row["slaves"][0]["stalled"]
-    assert s_row["master"]["connected"] and s_row["commitlog_max_offset"] == m_row["commitlog_max_offset"]
+    slaves = m_row["replication"]["slaves"]
+    assert len(slaves) == 1 and slaves[0]["lag_bytes"] == 0 and not slaves[0]["stalled"]
+    assert s_row["replication"]["master"]["connected"]
+    assert s_row["runtime"]["commitLogMaxOffset"] == m_row["runtime"]["commitLogMaxOffset"]
+    text = subprocess.run([sys.executable, "-m", "rocketstore.cli", "status", "--namesrv", ns.addr],
+                          capture_output=True, text=True, timeout=60, check=True).stdout
+    assert f"(brokerId 1)" in text and "lag 0 bytes" in text and "role" in text
 
     metrics = urllib.request.urlopen(master.ready["metrics"], timeout=10).read().decode()
     assert 'rocketstore_ha_slave_lag_bytes{slave="' in metrics
@@ -261,11 +266,12 @@ def test_operators_see_the_pair(cluster):
     try:
         with Producer("ha-pg", ns.addr, retries=0) as p:
             assert p.send(TOPIC, b"x" * 5000).status == "FLUSH_SLAVE_TIMEOUT"
-        lagging = status()["brokers"][0]["slaves"][0]
+        lagging = status("--broker", master.addr)["brokers"][0]["replication"]["slaves"][0]
         assert lagging["lag_bytes"] > 5000 and lagging["lag_seconds"] >= 0.9
         metrics = urllib.request.urlopen(master.ready["metrics"], timeout=10).read().decode()
         line = next(x for x in metrics.splitlines() if x.startswith("rocketstore_ha_slave_lag_bytes{"))
         assert float(line.rsplit(" ", 1)[1]) > 5000
     finally:
         os.kill(slave.proc.pid, signal.SIGCONT)
-    wait_for(lambda: status()["brokers"][0]["slaves"][0]["lag_bytes"] == 0, 20, "catch-up")
+    wait_for(lambda: status()["brokers"][0]["replication"]["slaves"][0]["lag_bytes"] == 0, 20,
+             "catch-up")
