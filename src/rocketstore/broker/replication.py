@@ -12,7 +12,7 @@ reads, and refuses:
 | END_TRANSACTION 37                                   | 11 SLAVE_NOT_AVAILABLE                  |
 | UPDATE_AND_CREATE_TOPIC 17, DELETE_TOPIC_IN_BROKER 215, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP 200, DELETE_SUBSCRIPTIONGROUP 207 | 1 SYSTEM_ERROR "Can't modify topic or subscription group from slave broker, ..." |
 
-``SlaveSynchronize`` runs on a slave 3 s after start and then every 10 s while its master's
+``services.slave_sync.SlaveSynchronize`` runs on a slave 3 s after start and then every 10 s while its master's
 remoting address is known (from the name server's register answer, else derived from
 ``haMasterAddress``): GET_ALL_TOPIC_CONFIG (21) from the master's fast port (listenPort - 2,
 falling back to the main port), GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45) and
@@ -22,20 +22,11 @@ offsets are taken as they are. A failed call is logged and the next one still ru
 """
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any
 
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.command import RemotingCommand
-from ..remoting.jsonbody import load_json_text
-from .eventloop import cancel_and_wait
-
-if TYPE_CHECKING:
-    from .controller import Broker
-
-log = logging.getLogger(__name__)
 
 MASTER_ID = 0
 SLAVE_SEND_REMARK = ("service not available now. It may be caused by one of the following reasons: "
@@ -43,9 +34,6 @@ SLAVE_SEND_REMARK = ("service not available now. It may be caused by one of the 
                      "has been shut down, etc.")
 SLAVE_MODIFY_REMARK = ("Can't modify topic or subscription group from slave broker, please execute it "
                        "from master broker.")
-SYNC_FIRST_S = 3.0
-SYNC_PERIOD_S = 10.0
-SYNC_TIMEOUT_S = 3.0
 
 _MODIFY_CODES = (RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.DELETE_TOPIC_IN_BROKER,
                  RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, RequestCode.DELETE_SUBSCRIPTIONGROUP)
@@ -88,111 +76,6 @@ def suggest_broker_id(slave_read_enable: bool, suggest_pulling_from_slave: bool,
     return int(getattr(group_cfg, "broker_id", MASTER_ID))
 
 
-def fast_addr(addr: str) -> str:
-    """RocketMQ's VIP channel address: the same host, port - 2."""
-    host, _, port = addr.rpartition(":")
-    return f"{host}:{int(port) - 2}"
-
-
-class SlaveSynchronize:
-    """The slave's periodic copy of its master's configuration (see the module doc)."""
-
-    def __init__(self, broker: "Broker", master_addr: Callable[[], str | None]) -> None:
-        self.broker = broker
-        self.master_addr = master_addr
-        self._task: asyncio.Task | None = None
-        self._topic_version: Any = None
-        self._group_version: Any = None
-        self.last_sync_ms = 0
-        self.last_error: str | None = None
-        self.runs = 0
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="slave-synchronize")
-
-    async def stop(self) -> None:
-        await cancel_and_wait(self._task)
-        self._task = None
-
-    async def _run(self) -> None:
-        await asyncio.sleep(SYNC_FIRST_S)
-        while True:
-            try:
-                await self.sync_all()
-            except Exception:  # noqa: BLE001 - logged; the next period tries again
-                log.exception("SlaveSynchronize failed")
-            await asyncio.sleep(SYNC_PERIOD_S)
-
-    async def sync_all(self) -> bool:
-        """One round of the four copies; True when all four succeeded."""
-        addr = self.master_addr()
-        if not addr or addr == self.broker.config.broker_addr:
-            return False
-        ok = 0
-        for step in (self._topics, self._offsets, self._delay_offsets, self._groups):
-            try:
-                await step(addr)
-                ok += 1
-            except (OSError, asyncio.TimeoutError, ConnectionError, ValueError, RuntimeError) as exc:
-                self.last_error = f"{step.__name__.strip('_')}: {exc}"
-                log.warning("SlaveSynchronize %s from %s failed: %s", step.__name__.strip("_"), addr, exc)
-        self.runs += 1
-        if ok == 4:
-            import time
-            self.last_sync_ms = int(time.time() * 1000)
-            self.last_error = None
-        return ok == 4
-
-    async def _call(self, addr: str, code: int) -> dict:
-        from .registration import _Channel  # one short-lived connection per call
-
-        ch = _Channel(addr)
-        try:
-            resp = await ch.invoke(RemotingCommand.request(code, {}, language="JAVA"), SYNC_TIMEOUT_S)
-        finally:
-            ch.close()
-        if resp.code != ResponseCode.SUCCESS:
-            raise RuntimeError(f"code {code} answered {resp.code}: {resp.remark}")
-        data = load_json_text((resp.body or b"{}").decode("utf-8"))
-        if not isinstance(data, dict):
-            raise ValueError(f"code {code}: the answer is not a JSON object")
-        return data
-
-    async def _topics(self, addr: str) -> None:
-        try:
-            data = await self._call(fast_addr(addr), RequestCode.GET_ALL_TOPIC_CONFIG)
-        except (OSError, asyncio.TimeoutError, ConnectionError):
-            data = await self._call(addr, RequestCode.GET_ALL_TOPIC_CONFIG)
-        version = _version(data)
-        if version != self._topic_version:
-            table = data.get("topicConfigTable") or {}
-            await self.broker.run(self.broker.topics.replace_all, table)
-            self._topic_version = version
-
-    async def _offsets(self, addr: str) -> None:
-        data = await self._call(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
-        table = {k: {int(q): int(o) for q, o in (v or {}).items()}
-                 for k, v in (data.get("offsetTable") or {}).items()}
-        self.broker.offsets.merge(table)
-        await self.broker.run(self.broker.offsets.persist)
-
-    async def _delay_offsets(self, addr: str) -> None:
-        data = await self._call(addr, RequestCode.GET_ALL_DELAY_OFFSET)
-        table = {int(k): int(v) for k, v in (data.get("offsetTable") or {}).items()}
-        await self.broker.run(self.broker.delay_offsets.replace_all, table)
-
-    async def _groups(self, addr: str) -> None:
-        data = await self._call(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
-        version = _version(data)
-        if version != self._group_version:
-            await self.broker.run(self.broker.subgroups.replace_all, data)
-            self._group_version = version
-
-    def status(self) -> dict:
-        return {"master": self.master_addr(), "runs": self.runs, "last_sync_ms": self.last_sync_ms,
-                "last_error": self.last_error}
-
-
 def ha_runtime_fields(store: Any) -> dict[str, str]:
     """Replication in the runtime KVTable (GET_BROKER_RUNTIME_INFO, ``mqadmin brokerStatus``),
     beyond RocketMQ 4.9.7, which shows none: role, each slave's lag in bytes and seconds, a
@@ -225,9 +108,4 @@ def ha_runtime_fields(store: Any) -> dict[str, str]:
     return {k: str(v) for k, v in out.items()}
 
 
-def _version(data: dict) -> str:
-    return json.dumps(data.get("dataVersion"), sort_keys=True)
-
-
-__all__ = ["SlaveSynchronize", "check_role", "ha_runtime_fields", "slave_handlers",
-           "suggest_broker_id"]
+__all__ = ["check_role", "ha_runtime_fields", "slave_handlers", "suggest_broker_id"]

@@ -23,19 +23,16 @@ import select
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Any
 
 from .protocol import HAProtocolError, ReportReader, encode_header
-
-if TYPE_CHECKING:
-    from . import HAService
 
 log = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.1
 
 
 class HAConnection:
-    def __init__(self, service: "HAService", sock: socket.socket, peer: str) -> None:
+    def __init__(self, service: Any, sock: socket.socket, peer: str) -> None:
         self.service = service
         self.sock = sock
         self.peer = peer
@@ -171,7 +168,7 @@ class HAConnection:
 class AcceptService:
     """Listens on ``haListenPort`` and hands each slave to a new ``HAConnection``."""
 
-    def __init__(self, service: "HAService", host: str, port: int) -> None:
+    def __init__(self, service: Any, host: str, port: int) -> None:
         self.service = service
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -20,12 +20,9 @@ import select
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Any
 
 from .protocol import FrameReader, HAProtocolError, encode_report
-
-if TYPE_CHECKING:
-    from . import HAService
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 5.0
@@ -33,7 +30,7 @@ RETRY_S = 5.0
 
 
 class HAClient:
-    def __init__(self, service: "HAService") -> None:
+    def __init__(self, service: Any) -> None:
         self.service = service
         self.master_address: str | None = service.cfg.ha_master_address or None
         self.connected = False
