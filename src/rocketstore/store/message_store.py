@@ -136,7 +136,7 @@ class MessageStore:
     # -- lifecycle ------------------------------------------------------------------------------
     def _stop_started_services(self) -> None:
         """After a failed open: stop whatever threads were already started."""
-        for name in ("clean_service", "reput", "flush_service"):
+        for name in ("ha", "clean_service", "reput", "flush_service"):
             svc = getattr(self, name, None)
             if svc is not None:
                 try:
@@ -188,6 +188,7 @@ class MessageStore:
                                           self.checkpoint)
         self.put_path = PutPath(cfg, self.commitlog, self.reput, self.flush_service)
         self.clean_service = None
+        self.ha = None
         if self.read_only:
             self.put_path.running = False
             return
@@ -196,8 +197,13 @@ class MessageStore:
         atomic_write(self.abort_path, str(os.getpid()).encode())  # durable before the first put
         self.flush_service.start()
         self.reput.start()
-        if cfg.timer_wheel_enable:
+        if cfg.timer_wheel_enable and not cfg.is_slave:  # a slave delivers nothing: its master does
             self._start_timer()
+        if cfg.ha_listen_port is not None or cfg.is_slave or cfg.broker_role == "SYNC_MASTER":
+            from .ha import HAService
+            self.ha = HAService(cfg, self.commitlog, self.reput.wakeup)
+            self.ha.start()
+            self.put_path.replicas = self.ha
         try:
             from .clean import CleanService
         except ImportError:
@@ -271,6 +277,8 @@ class MessageStore:
                 for f in self.index_service.files:
                     f.close()
             return
+        if self.ha is not None:
+            self.ha.stop()
         if self.clean_service is not None:
             self.clean_service.stop()
         self.reput.wait_dispatched(timeout=10.0)
@@ -406,6 +414,10 @@ class MessageStore:
 
     def get_min_phy_offset(self) -> int:
         return self.commitlog.min_offset()
+
+    def ha_status(self) -> dict | None:
+        """Replication as operators see it (``store.ha.HAService.status``); None: no HA."""
+        return self.ha.status() if self.ha is not None else None
 
     def dispatch_behind_bytes(self) -> int:
         return self.reput.behind_bytes()
