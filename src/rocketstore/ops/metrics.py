@@ -66,7 +66,7 @@ class BrokerCollector(Collector):
             yield from self._producers(st.producers)
         store = st.store()
         if store is not None:
-            for part in (self._store, self._queues, self._groups, self._timer):
+            for part in (self._store, self._replication, self._queues, self._groups, self._timer):
                 try:
                     yield from part(store)
                 except Exception:  # a partial scrape beats none; the error is logged and counted
@@ -182,6 +182,37 @@ class BrokerCollector(Collector):
             free.add_metric(labels, p.disk_free_bytes)
             ratio.add_metric(labels, p.disk_used_ratio)
         yield from (files, total, free, ratio)
+
+    def _replication(self, store: Any) -> Iterator[Metric]:
+        """Master/slave replication (``store.ha``): each slave's lag and whether it stalled."""
+        fn = getattr(store, "ha_status", None)
+        st = fn() if fn is not None else None
+        if st is None:
+            return
+        role = _gauge("rocketstore_ha_role", "This broker's brokerRole (always 1).", ["role"])
+        role.add_metric([st["role"]], 1)
+        yield role
+        yield GaugeMetricFamily("rocketstore_ha_slave_connections", "Slaves connected to the "
+                                "HA port.", value=len(st["slaves"]))
+        yield GaugeMetricFamily("rocketstore_ha_slave_acked_offset", "Highest CommitLog offset "
+                                "a slave acknowledged (what SYNC_MASTER puts wait for).",
+                                value=st["slave_acked_offset"])
+        lag_b = _gauge("rocketstore_ha_slave_lag_bytes", "CommitLog bytes the slave does not "
+                       "hold yet.", ["slave"])
+        lag_s = _gauge("rocketstore_ha_slave_lag_seconds", "Store-time age of the oldest "
+                       "message the slave does not hold yet.", ["slave"])
+        stalled = _gauge("rocketstore_ha_slave_stalled", "1 when the slave is behind and has "
+                         "not caught up for a while (or is behind the master's oldest file).",
+                         ["slave"])
+        for x in st["slaves"]:
+            lag_b.add_metric([x["address"]], x["lag_bytes"])
+            lag_s.add_metric([x["address"]], x["lag_seconds"])
+            stalled.add_metric([x["address"]], 1 if x["stalled"] else 0)
+        yield from (lag_b, lag_s, stalled)
+        master = st.get("master")
+        if master is not None:
+            yield GaugeMetricFamily("rocketstore_ha_master_connected", "A slave's connection to "
+                                    "its master's HA port (1 up).", value=1 if master["connected"] else 0)
 
     def _queues(self, store: Any) -> Iterator[Metric]:
         tvs = views.topic_views(store, self.state.topics, self.state.broker_name)

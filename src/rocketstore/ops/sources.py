@@ -73,7 +73,12 @@ class LocalSource:
                   "put_total": totals.get("put_msgs"), "get_total": totals.get("get_msgs"),
                   "boot_ms": st.started_ms if not st.read_only else 0,
                   "disk_ratio": rt.paths[0].disk_used_ratio if rt.paths else None}
+        ha = getattr(store, "ha_status", None)
+        replication = ha() if ha is not None else None
+        if replication is not None:
+            broker["role"] = replication["role"]
         return {"cluster": st.cluster_name, "namesrv": st.namesrv_addr, "brokers": [broker],
+                "replication": replication,
                 "store": st.store_config.store_path_root_dir, "read_only": st.read_only,
                 "topics": sum(1 for t in tvs if not t.system),
                 "system_topics": sum(1 for t in tvs if t.system),

@@ -28,7 +28,6 @@ has after a crash and before the next open.
 """
 from __future__ import annotations
 
-import fcntl
 import os
 from dataclasses import asdict, dataclass, field
 
@@ -37,7 +36,6 @@ import numpy as np
 from .consume_queue_ext import read_ext_tags
 
 from ..config import StoreConfig
-from ..errors import StoreLockedError
 from ..format import batch as fbatch
 from ..format.hashing import index_key_hash_many
 from ..format.index_layout import (ENTRY_DTYPE, INDEX_HEADER, INDEX_HEADER_SIZE, entry_position,
@@ -46,6 +44,7 @@ from ..format.layouts import CQ_UNIT_SIZE, name_to_offset
 from ..format.message import TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
 from .consume_queue import FILLER_SIZE, UNIT_DTYPE
 from .index_file import index_keys
+from .lock import check_unlocked
 
 ERROR = "error"
 WARNING = "warning"
@@ -149,16 +148,7 @@ def _verify_timer(cfg: StoreConfig, report: VerifyReport, records: _Records) -> 
 
 
 def _check_unlocked(root: str) -> None:
-    path = os.path.join(root, "lock")
-    if not os.path.exists(path):
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        raise StoreLockedError(f"{path}: the store is open; verify checks a closed store") from exc
-    finally:
-        os.close(fd)  # closing drops the probe lock
+    check_unlocked(root, "the store is open; verify checks a closed store")
 
 
 def _listing(directory: str) -> list[tuple[int, str]]:

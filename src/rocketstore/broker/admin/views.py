@@ -347,6 +347,8 @@ def runtime_info(store: Any, store_config: Any, broker_config: Any, stats: Any,
         info["getTotalTps"] = " ".join(f"{found.rate(w) + miss.rate(w):.1f}" for w in (10, 60, 600))
         n = stats.put_msgs.total
         info["putMessageAverageSize"] = str(stats.put_bytes.total / n if n else 0.0)
+    from ..replication import ha_runtime_fields  # master/slave replication (store/ha)
+    info.update(ha_runtime_fields(store))
     health = getattr(store, "dispatch_error", None)
     info["dispatchHealthy"] = "false" if health else "true"
     if health:
