@@ -177,6 +177,8 @@ def inspect(store_dir, config, as_json):
             "index": store.index_service.describe() if store.index_service else [],
             "consumequeue_ext": store.cq_ext.describe() if getattr(store, "cq_ext", None) else [],
         }
+        from ..store import quarantine
+        info["quarantine"] = quarantine.summary(store_dir)
     if as_json:
         emit_json(info)
         return
@@ -187,6 +189,16 @@ def inspect(store_dir, config, as_json):
     d = info["dispatch"]
     click.echo(f"dispatch: {'ok' if d['ok'] else 'FAILING: ' + str(d['error'])}, "
                f"{d['behind_bytes']} byte(s) behind")
+    rec, q = info["recovery"], info["quarantine"]
+    if rec.get("truncated_at") is not None:
+        click.echo(f"DAMAGE: CommitLog record at {rec['truncated_at']} is damaged "
+                   f"({rec['reason']}); {rec['dropped_bytes']} byte(s) after it are unreadable "
+                   "in place — the next open for writing sets them aside in quarantine/, then "
+                   "`rocketstore salvage` re-appends the intact records")
+    if q["events"]:
+        click.echo(f"QUARANTINE: {q['events']} event(s), {q['bytes']} byte(s) in {q['path']}"
+                   + (f"; {q['unsalvaged']} not salvaged yet (rocketstore salvage --store "
+                      f"{store_dir})" if q["unsalvaged"] else "; all salvaged"))
     for note in info["recovery"].get("notes", []):
         click.echo(f"recovery note: {note}")
     for t, qs in info["topics"].items():
