@@ -2,7 +2,8 @@
 
 Each sub-command lives in its own module under ``rocketstore.commands`` and exposes a click
 command named ``command`` (or a list ``commands``); this module discovers them, so features add
-commands without editing a shared file. Errors print one line and exit non-zero.
+commands without editing a shared file. Errors print ``error: <message>`` on stderr and exit 1
+(a user error) or 2 (a usage error).
 """
 from __future__ import annotations
 
@@ -16,16 +17,29 @@ from . import commands as _commands_pkg
 from .errors import RocketStoreError
 
 
+USER_ERROR = 1  # bad input, a missing store or topic, a broker that refused or is gone
+USAGE_ERROR = 2  # the command line itself is wrong
+
+
 class _Group(click.Group):
+    """One error convention for every command: the message on stderr after ``error:``, exit 1
+    for a user error, 2 for a usage error (with the usage line and the ``--help`` hint)."""
+
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         try:
             return super().invoke(ctx)
-        except RocketStoreError as exc:
+        except click.UsageError as exc:
+            if exc.ctx is not None:
+                click.echo(exc.ctx.get_usage(), err=True)
+                click.echo(f"Try '{exc.ctx.command_path} --help' for help.", err=True)
+            click.echo(f"error: {exc.format_message()}", err=True)
+            sys.exit(USAGE_ERROR)
+        except click.ClickException as exc:
+            click.echo(f"error: {exc.format_message()}", err=True)
+            sys.exit(USER_ERROR)
+        except (RocketStoreError, FileNotFoundError, PermissionError, ValueError) as exc:
             click.echo(f"error: {exc}", err=True)
-            sys.exit(2)
-        except (FileNotFoundError, PermissionError, ValueError) as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(2)
+            sys.exit(USER_ERROR)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

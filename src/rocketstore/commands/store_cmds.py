@@ -37,6 +37,11 @@ def open_store_read_only(store_dir: str, config: str | None = None):
         raise click.ClickException(str(exc)) from exc
 
 
+def _open_for_put(cfg):
+    from ..store.message_store import MessageStore
+    return MessageStore(cfg)
+
+
 def detect_sizes(store_dir: str) -> dict:
     """File sizes of an existing store, so it opens without a config file."""
     from ..errors import CorruptFileError
@@ -75,15 +80,34 @@ def message_dict(m, with_body: bool = True) -> dict:
 @click.option("--queue", "queue_id", default=0, show_default=True, type=int)
 @click.option("--property", "props", multiple=True, help="name=value, repeatable.")
 @config_option
+@click.option("--store-option", "-o", "options", multiple=True, metavar="NAME=VALUE",
+              help="A StoreConfig field for a new store, e.g. -o mapped_file_size_commitlog="
+                   "1048576 (an existing store keeps the sizes it was created with).")
 @json_option
 @click.argument("bodies", nargs=-1, required=True)
-def put(store_dir, topic, tags, keys, queue_id, props, config, as_json, bodies):
+def put(store_dir, topic, tags, keys, queue_id, props, config, options, as_json, bodies):
     """Append one message per BODY."""
     from ..format.message import Message
+    from ..store.message_store import is_store_dir
+    bad = [p for p in props if "=" not in p]
+    if bad:
+        raise click.BadParameter(f"{bad[0]!r}: want NAME=VALUE", param_hint="--property")
     properties = dict(p.split("=", 1) for p in props)
     key_list = [k for k in (keys or "").split(",") if k]
+    if os.path.exists(store_dir) and not os.path.isdir(store_dir):
+        raise click.ClickException(f"{store_dir}: not a directory")
+    if os.path.isdir(store_dir) and os.listdir(store_dir) and not is_store_dir(store_dir):
+        raise click.ClickException(
+            f"{store_dir}: not a store directory and not empty ({len(os.listdir(store_dir))} "
+            "entr(ies), no commitlog, consumequeue, index or checkpoint); put creates a store "
+            "only in an empty or missing directory; nothing was written")
+    from .serve import _store_config
+    cfg, _ = _store_config(store_dir, config, options, None, None)
+    if is_store_dir(store_dir) and not config:  # an existing store: the sizes it has
+        given = {o.partition("=")[0].strip().replace("-", "_") for o in options}
+        cfg = cfg.replace(**{k: v for k, v in detect_sizes(store_dir).items() if k not in given})
     out = []
-    with open_store(store_dir, config, create=True) as store:
+    with _open_for_put(cfg) as store:
         for body in bodies:
             r = store.put_message(Message(topic, body.encode("utf-8"), tags=tags, keys=key_list,
                                           properties=properties, queue_id=queue_id))

@@ -27,7 +27,7 @@ def command(store_dir: str, config: str | None, as_json: bool) -> None:
         raise click.ClickException(f"{store_dir}: no such store directory")
     from ..store.message_store import is_store_dir
     if not is_store_dir(store_dir):
-        click.echo(f"Error: {store_dir}: not a store directory (no commitlog, consumequeue, index "
+        click.echo(f"error: {store_dir}: not a store directory (no commitlog, consumequeue, index "
                    "or checkpoint); nothing was written", err=True)
         sys.exit(2)
     from .store_cmds import detect_sizes
