@@ -87,6 +87,19 @@ _CONF_KEYS = {"listenPort": ("port", int), "brokerName": ("broker_name", str),
               "aclFileWatchInterval": ("acl_watch_interval_ms", int)}
 
 
+# keys of our own (not RocketMQ's) that broker.conf may hold
+_OWN_KEYS = ("serverWorkerProcesses", "kvConfigPath", "grpcServerPort",
+             "minInvisibleTimeMillsForRecv")
+
+
+def _warn_unknown_keys(conf: str, extra: dict) -> None:
+    """One warning per broker.conf key nobody reads, with the nearest known key."""
+    from ..broker.conf_keys import unknown_keys
+    for key, near in unknown_keys(extra, (*_CONF_KEYS, *_OWN_KEYS)):
+        hint = f" (did you mean {near!r}?)" if near else ""
+        click.echo(f"warning: {conf}: unknown key {key!r} ignored{hint}", err=True)
+
+
 async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = None) -> None:
     from ..broker.controller import Broker
 
@@ -212,6 +225,8 @@ def command(store_dir, host, port, namesrv_port, namesrv_addr, broker_name, conf
             except ValueError as exc:
                 raise click.BadParameter(f"{key}={store_cfg.extra[key]!r}: {exc}",
                                          param_hint="--config") from exc
+    if conf:
+        _warn_unknown_keys(conf, store_cfg.extra)
     for name, value in (("port", port), ("broker_name", broker_name),
                         ("namesrv_addr", namesrv_addr),
                         ("auto_create_topic_enable", auto_create_topic),

@@ -158,20 +158,32 @@ def get(store_dir, namesrv, broker, topic, queue_id, offset, max_msgs, subscript
         res = get_via_broker(namesrv, broker, topic, queue_id, offset, max_msgs, subscription)
     else:
         with open_store_read_only(store_dir, config) as store:
+            if queue_id not in store.topics().get(topic, ()):
+                raise click.ClickException(f"topic {topic!r} queue {queue_id}: no such topic "
+                                           f"or queue in {store_dir}")
             g = store.get_message("cli", topic, queue_id, offset, max_msgs, subscription,
                                   message_filter=message_filter)
         res = {"status": g.status.name, "next_begin_offset": g.next_begin_offset,
                "min_offset": g.min_offset, "max_offset": g.max_offset,
                "messages": [message_dict(m) for m in g.messages]}
+    n = len(res["messages"])
+    more = n < max_msgs and res["status"] == "FOUND" and \
+        (res["next_begin_offset"] or 0) < (res["max_offset"] or 0)
+    res["more"] = bool(more)
     if as_json:
         emit_json(res)
-        return
-    click.echo(f"{res['status']} next={res['next_begin_offset']} min={res['min_offset']} "
-               f"max={res['max_offset']}")
-    for m in res["messages"]:
-        body = m.get("body", m.get("body_hex", ""))
-        click.echo(f"  [{m['queue_offset']}] {m['msg_id']} tags={m['tags']} keys={','.join(m['keys'])} "
-                   f"body={body[:80]!r}")
+    else:
+        click.echo(f"{res['status']} next={res['next_begin_offset']} min={res['min_offset']} "
+                   f"max={res['max_offset']}")
+        for m in res["messages"]:
+            body = m.get("body", m.get("body_hex", ""))
+            click.echo(f"  [{m['queue_offset']}] {m['msg_id']} tags={m['tags']} "
+                       f"keys={','.join(m['keys'])} body={body[:80]!r}")
+    if more:  # one read returns at most 32 (RocketMQ's transfer limits), whatever --max says
+        click.echo(f"note: {n} of the {max_msgs} asked for returned (the most one read "
+                   f"returns); continue with --offset {res['next_begin_offset']}", err=True)
+    if res["status"] in ("NO_MATCHED_LOGIC_QUEUE", "TOPIC_NOT_EXIST"):
+        raise click.ClickException(f"topic {topic!r} queue {queue_id}: no such topic or queue")
 
 
 @click.command("inspect")
@@ -227,8 +239,9 @@ def inspect(store_dir, config, as_json):
         click.echo(f"recovery note: {note}")
     for t, qs in info["topics"].items():
         click.echo(f"topic {t}: " + ", ".join(f"q{q['queue_id']}[{q['min_offset']}..{q['max_offset']})" for q in qs))
+    from ..store.index_service import summarize_index_file
     for f in info["index"]:
-        click.echo("index " + " ".join(f"{k}={v}" for k, v in f.items()))
+        click.echo("index " + summarize_index_file(f))
     for e in info["consumequeue_ext"]:
         click.echo(f"consumequeue_ext {e['topic']}/{e['queue_id']}: {e['files']} file(s), "
                    f"{e['bytes']} byte(s) of units, SQL92 bitmap {e['bitmap_bits'] or 'none'}"
