@@ -192,8 +192,8 @@ class Runner:
                     cmd = self._bind_fresh_ports(cmd, bound, sub)
                 cmd = self._substitute(cmd, bound, ctx)
                 if prog in ("python", "python3") and " -m pytest" in cmd:
-                    cmd = cmd.replace(shlex.split(cmd)[0], shlex.quote(sys.executable), 1) \
-                        + " --collect-only -q"
+                    cmd = re.sub(r"\S*/python3?(?= -m pytest)", shlex.quote(sys.executable),
+                                 cmd, count=1) + " --collect-only -q"
                 if server:
                     servers.append((cmd, self._start(cmd, line)))
                     if not background:  # run in the foreground: the user's Ctrl-C comes next
