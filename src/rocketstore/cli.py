@@ -8,7 +8,9 @@ commands without editing a shared file. Errors print ``error: <message>`` on std
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
+import re
 import sys
 
 import click
@@ -35,11 +37,31 @@ class _Group(click.Group):
             click.echo(f"error: {exc.format_message()}", err=True)
             sys.exit(USAGE_ERROR)
         except click.ClickException as exc:
-            click.echo(f"error: {exc.format_message()}", err=True)
+            click.echo(f"error: {readable(exc.format_message())}", err=True)
             sys.exit(USER_ERROR)
         except (RocketStoreError, FileNotFoundError, PermissionError, ValueError) as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {readable(str(exc))}", err=True)
             sys.exit(USER_ERROR)
+
+
+_ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException: "
+_JAVA_FRAME = re.compile(r",?\s*org\.apache\.rocketmq\.[\w.$]+\([\w]+\.java:\d+\)")
+
+
+def readable(message: str) -> str:
+    """A broker's answer as a person reads it: RocketMQ's ACL refusal (which names a Java
+    exception and source line, kept on the wire for Java clients' sake) without those, plus
+    what to do about it."""
+    if _ACL_EXCEPTION not in message:
+        return message
+    text = _JAVA_FRAME.sub("", message.replace(_ACL_EXCEPTION, "")).rstrip(", ")
+    if os.environ.get("ROCKETMQ_ACCESS_KEY"):
+        hint = (f"refused by the broker's ACL for access key "
+                f"{os.environ['ROCKETMQ_ACCESS_KEY']!r}: check its permissions in plain_acl.yml")
+    else:
+        hint = ("refused by the broker's ACL: set ROCKETMQ_ACCESS_KEY and ROCKETMQ_SECRET_KEY "
+                "to sign requests with an account")
+    return f"{text} ({hint})"
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
