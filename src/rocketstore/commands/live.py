@@ -34,7 +34,8 @@ from ._common import emit_json, json_option
 STATUS_KEYS = ("brokerVersionDesc", "runtime", "commitLogMinOffset", "commitLogMaxOffset",
                "dispatchBehindBytes", "remainHowManyDataToFlush", "earliestMessageTimeStamp",
                "msgPutTotalTodayNow", "msgGetTotalTodayNow", "putTps", "getTransferedTps",
-               "commitLogDiskRatio", "commitLogDirCapacity")
+               "commitLogDiskRatio", "commitLogDirCapacity", "timerReadBehind",
+               "timerOffsetBehind", "timerCongestNum", "timerEnqueueTps", "timerDequeueTps")
 
 
 def target_options(fn):
@@ -76,9 +77,10 @@ class OfflineState:
 
     def __init__(self, store: Any, store_dir: str) -> None:
         from ..broker.config import BrokerConfig
-        from ..broker.consumers import ConsumerManager
-        from ..broker.state import ConsumerOffsetManager, TopicConfigManager
-        from ..broker.subgroups import SubscriptionGroupManager
+        from ..broker.state.consumers import ConsumerManager
+        from ..broker.state.offsets import ConsumerOffsetManager
+        from ..broker.state.topics import TopicConfigManager
+        from ..broker.state.subgroups import SubscriptionGroupManager
         config_dir = os.path.join(store_dir, "config")
         self.store = store
         self.config = BrokerConfig()
@@ -96,7 +98,7 @@ class OfflineState:
 
 @contextmanager
 def offline(store_dir: str) -> Iterator[OfflineState]:
-    from .store_cmds import open_store_read_only
+    from ._common import open_store_read_only
     with open_store_read_only(store_dir) as store:
         yield OfflineState(store, store_dir)
 
@@ -120,7 +122,7 @@ def _table(rows: list[list[Any]], header: list[str]) -> None:
 
 # -- topics ------------------------------------------------------------------------------------
 def topics_online(client: Any, include_system: bool) -> list[dict]:
-    from ..broker.admin_views import is_system_topic
+    from ..broker.admin.views import is_system_topic
     rows: dict[str, dict] = {}
     for b in client.brokers():
         configs = client.topic_configs(b["addr"])
@@ -150,7 +152,7 @@ def topics(namesrv, broker, store_dir, include_system, as_json):
     """Topics with their queues, stored messages and last store time."""
     check_target(namesrv, broker, store_dir)
     if store_dir:
-        from ..broker.admin_views import topic_summary
+        from ..broker.admin.views import topic_summary
         with offline(store_dir) as st:
             rows = topic_summary(st.store, st.topics, st.config.broker_name,
                                  include_system=include_system)
@@ -173,22 +175,35 @@ def status(namesrv, broker, store_dir, as_json):
     """Broker runtime numbers: CommitLog offsets, dispatch lag, totals, rates, disk use."""
     check_target(namesrv, broker, store_dir)
     if store_dir:
-        from ..broker.admin_views import runtime_info
+        from ..broker.admin.views import runtime_info
         with offline(store_dir) as st:
             info = runtime_info(st.store, st.store.cfg, st.config, None)
             brokers = [{"name": None, "cluster": None, "addr": None, "store": store_dir,
                         "topics": len(st.topics.topics()), "runtime": info}]
     else:
+        from ._replication import broker_targets, replication
         with admin_client(namesrv, broker) as client:
             brokers = []
-            for b in client.brokers():
-                brokers.append({**b, "runtime": client.runtime_info(b["addr"])})
+            for b in broker_targets(client):  # slaves too (brokerId > 0)
+                try:
+                    rt = client.runtime_info(b["addr"])
+                except (ConnectionError, TimeoutError, OSError) as exc:
+                    if not b.get("id"):
+                        raise  # a master: the command fails as before
+                    # a stopped slave is a row, not a failed command
+                    brokers.append({**b, "runtime": {}, "replication": None, "error": str(exc)})
+                    continue
+                brokers.append({**b, "runtime": rt, "replication": replication(rt)})
     if as_json:
         emit_json({"brokers": brokers})
         return
     for b in brokers:
         title = b.get("store") or f"{b['cluster']}/{b['name']} {b['addr']}"
+        if b.get("id"):
+            title += f" (brokerId {b['id']})"
         click.echo(title)
+        if b.get("error"):
+            click.echo(f"  unreachable: {b['error']}")
         rt = b["runtime"]
         for k in STATUS_KEYS:
             if k in rt:
@@ -196,6 +211,9 @@ def status(namesrv, broker, store_dir, as_json):
                 if k == "earliestMessageTimeStamp":
                     v = f"{v} ({_ts(v)})"
                 click.echo(f"  {k:<26} {v}")
+        from ._replication import replication_lines
+        for line in replication_lines(b.get("replication")):
+            click.echo(line)
 
 
 # -- consumers ---------------------------------------------------------------------------------
@@ -228,7 +246,7 @@ SYSTEM_GROUPS = frozenset({"TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_
 
 
 def consumers_offline(st: OfflineState, group: str | None) -> list[dict]:
-    from ..broker import admin_views as views
+    from ..broker.admin import views
     names = [group] if group else views.all_group_names(st.offsets, st.consumers, st.subgroups)
     out = []
     for g in names:
@@ -336,7 +354,7 @@ PULL_STATUS = {0: "FOUND", 17: "TOPIC_NOT_EXIST", 19: "NO_NEW_MSG", 20: "RETRY_I
 def get_via_broker(namesrv: str | None, broker: str | None, topic: str, queue_id: int,
                    offset: int, max_msgs: int, subscription: str | None) -> dict:
     """``rocketstore get`` through a running broker: one PULL_MESSAGE, nothing committed."""
-    from .store_cmds import message_dict
+    from ._common import message_dict
     with admin_client(namesrv, broker) as client:
         code, fields, msgs = client.pull(topic, queue_id, offset, max_msgs,
                                          subscription=subscription or "*")

@@ -18,18 +18,23 @@ import click
 
 
 class _NoBroker:
-    """What the remoting server calls on a closing connection; a name server keeps no state
-    per connection."""
+    """What the remoting server calls on a closing connection: a broker's registration
+    connection closing removes that broker from the routes (RocketMQ's onChannelDestroy)."""
+
+    def __init__(self, table=None) -> None:
+        self.table = table
 
     def connection_closed(self, conn) -> None:
-        pass
+        if self.table is not None:
+            self.table.channel_closed(conn)
 
 
 async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
                order_message_enable: bool) -> None:
-    from ..broker import namesrv
-    from ..broker.kvconfig import KVConfigManager
-    from ..broker.namesrv_config import NamesrvSettings
+    from ..broker import requests
+    from ..broker.namesrv import context
+    from ..broker.namesrv.kvconfig import KVConfigManager
+    from ..broker.namesrv.settings import NamesrvSettings
     from ..broker.server import RemotingServer
 
     try:
@@ -37,7 +42,9 @@ async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot load the KV config: {exc}") from exc
     settings = NamesrvSettings(kv_config_path, order_message_enable)
-    srv = RemotingServer(_NoBroker(), namesrv.handlers(None, kv=kv, settings=settings), "namesrv")
+    ctx = context.build(None, kv=kv, settings=settings)
+    handlers = requests.namesrv_handlers(ctx)
+    srv = RemotingServer(_NoBroker(ctx.table), handlers, "namesrv")
     settings.listen_port = lambda: srv.port
     try:
         await srv.start(host, port)
@@ -73,7 +80,7 @@ async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
 def command(host: str, port: int, log_level: str, kv_config_path: str | None,
             order_message_enable: bool, as_json: bool) -> None:
     """Run a name server that brokers register with (no broker, no store)."""
-    from ..broker.kvconfig import default_kv_config_path
+    from ..broker.namesrv.kvconfig import default_kv_config_path
 
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.WARNING),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -84,7 +84,9 @@ _CONF_KEYS = {"listenPort": ("port", int), "brokerName": ("broker_name", str),
               "kvConfigPath": ("kv_config_path", str),
               "orderMessageEnable": ("order_message_enable", _bool),
               "aclEnable": ("acl_enable", _bool), "aclPlainFile": ("acl_plain_file", str),
-              "aclFileWatchInterval": ("acl_watch_interval_ms", int)}
+              "aclFileWatchInterval": ("acl_watch_interval_ms", int),
+              "brokerId": ("broker_id", int), "slaveReadEnable": ("slave_read_enable", _bool),
+              "brokerIP2": ("broker_ip2", str)}
 
 
 # keys of our own (not RocketMQ's) that broker.conf may hold
@@ -104,6 +106,9 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
     from ..broker.controller import Broker
 
     broker = Broker(store_cfg, broker_cfg)
+    if broker_cfg.grpc_port is not None:  # RocketMQ 5.x clients: started with the broker
+        from ..proxy.attach import GrpcService
+        broker.extensions.append(GrpcService(broker, broker_cfg.host, broker_cfg.grpc_port))
     ops = None
     if ops_ports and any(v is not None for v in ops_ports.values()):
         try:  # metrics and console: opt-in, from the ``ops`` extra
@@ -112,7 +117,7 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
         except ImportError as exc:
             raise click.ClickException(f"--metrics-port and --console need the ops extra "
                                        f"(pip install 'rocketstore[ops]'): {exc}") from exc
-    from ..broker.acl_address import AclError
+    from ..broker.acl.address import AclError
     try:
         await broker.start()
     except AclError as exc:  # aclEnable=true and a plain_acl.yml that does not parse
@@ -133,6 +138,12 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
         ready["grpc"] = f"{broker_cfg.host}:{broker_cfg.grpc_port}"
     if broker.registration is not None:
         ready["registers_with"] = list(broker.registration.addrs)
+    ready["role"] = store_cfg.broker_role
+    ready["broker_id"] = broker_cfg.broker_id
+    if broker.ha_server_addr:
+        ready["ha"] = broker.ha_server_addr
+    if broker.fast_port is not None:
+        ready["fast"] = f"{broker_cfg.host}:{broker.fast_port}"
     if ops is not None:
         try:
             ready.update(ops.start())
@@ -148,6 +159,8 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
         click.echo(json.dumps(ready))
     else:
         grpc_note = f", gRPC on {ready['grpc']}" if "grpc" in ready else ""
+        if "ha" in ready:
+            grpc_note += f", {ready['role']} (brokerId {ready['broker_id']}) HA on {ready['ha']}"
         ns_note = (f", name server on {ready['namesrv']}" if ready["namesrv_listening"]
                    else "")
         reg = ready.get("registers_with")
@@ -236,7 +249,7 @@ def command(store_dir, host, port, namesrv_port, namesrv_addr, broker_name, conf
             setattr(broker_cfg, name, value)
     broker_cfg.namesrv_port = namesrv_port if namesrv_port is not None else 9876
     if broker_cfg.namesrv_addr:  # join a cluster: our own name server only when asked for
-        from ..broker.registration import parse_namesrv_addrs
+        from ..broker.namesrv.registration import parse_namesrv_addrs
         try:
             parse_namesrv_addrs(broker_cfg.namesrv_addr)
         except ValueError as exc:
@@ -245,6 +258,14 @@ def command(store_dir, host, port, namesrv_port, namesrv_addr, broker_name, conf
             broker_cfg.namesrv_port = None
     if not host_given:
         store_cfg.store_host = f"{host}:{broker_cfg.port}"
+    from ..broker.replication import check_role
+    try:  # RocketMQ's BrokerStartup: masters are id 0, a slave's id must be > 0
+        broker_cfg.broker_id = check_role(store_cfg.broker_role, broker_cfg.broker_id)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--config (brokerId)") from exc
+    # as RocketMQ 4.9.7's BrokerStartup: the HA socket is always listenPort + 1
+    store_cfg.ha_listen_port = broker_cfg.port + 1 if broker_cfg.port else 0
+    store_cfg.ha_bind_host = host
     from ..broker.eventloop import run as run_loop  # uvloop when installed
     run_loop(_serve(store_cfg, broker_cfg, as_json,
                     {"metrics_port": metrics_port, "console_port": console_port}))

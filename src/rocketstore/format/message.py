@@ -358,6 +358,23 @@ def patch_record(buf, pos: int, store_ts_pos: int, queue_offset: int, physical_o
     _Q64.pack_into(buf, pos + store_ts_pos, store_timestamp)
 
 
+def record_bytes(m: MessageExt) -> bytes:
+    """The stored record of a decoded ``MessageExt``, byte for byte."""
+    raw = getattr(m, "raw", None)
+    if raw:
+        return bytes(raw)
+    msg = Message(topic=m.topic, body=m.body, queue_id=m.queue_id, flag=m.flag,
+                  sys_flag=m.sys_flag, reconsume_times=m.reconsume_times,
+                  prepared_transaction_offset=m.prepared_transaction_offset)
+    enc = encode_message(msg, m.properties, born_timestamp=m.born_timestamp,
+                         born_host=m.born_host, store_host=m.store_host,
+                         max_body_size=max(len(m.body), 1))
+    data = bytearray(enc.data)
+    patch_record(data, 0, enc.store_ts_pos, m.queue_offset, m.commitlog_offset,
+                 m.store_timestamp)
+    return bytes(data)
+
+
 def encode_blank(buf, pos: int, remaining: int) -> None:
     _BLANK.pack_into(buf, pos, remaining, BLANK_MAGIC_CODE)
 
@@ -444,3 +461,31 @@ def decode_message(buf, pos: int = 0, *, check_crc: bool = False,
                       born_host=born_host, store_timestamp=store_ts, store_host=store_host,
                       reconsume_times=reconsume, prepared_transaction_offset=prepared,
                       magic=magic, msg_id=msg_id)
+
+
+def record_properties(buf, pos: int = 0) -> tuple[str, int, dict[str, str]] | None:
+    """(topic, queue offset, properties) of the record at ``buf[pos:]`` without decoding the
+    rest (the timer store's enqueue reads only these); None for a blank or a record that is not
+    whole (``decode_message`` says why)."""
+    try:
+        size, magic = _BLANK.unpack_from(buf, pos)
+        version = version_of(magic)
+        if not version or size > len(buf) - pos:
+            return None
+        sys_flag = _I32.unpack_from(buf, pos + SYSFLAG_POS)[0]
+        queue_offset = struct.unpack_from(">q", buf, pos + QUEUEOFFSET_POS)[0]
+        p = pos + BORNHOST_POS + (20 if sys_flag & BORNHOST_V6_FLAG else 8) + 8
+        p += (20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8)
+        body_len = max(TAIL.unpack_from(buf, p)[2], 0)
+        p += TAIL.size + body_len
+        topic_len = buf[p] if version == 1 else _H16.unpack_from(buf, p)[0]
+        p += 1 if version == 1 else 2
+        topic = bytes(buf[p:p + topic_len]).decode("utf-8", "replace")
+        p += topic_len
+        props_len = max(_H16.unpack_from(buf, p)[0], 0)
+        p += 2
+        if p + props_len > pos + size:
+            return None
+        return topic, queue_offset, string_to_properties(bytes(buf[p:p + props_len]).decode("utf-8", "replace"))
+    except (struct.error, IndexError, ValueError):
+        return None
