@@ -56,6 +56,10 @@ class BrokerConfig:
     server_max_connections: int = 4096  # per listening port (remoting, console, metrics)
     server_max_connections_per_client: int = 1024  # per client address on one port
     http_allowed_hosts: str = ""  # Host values the console/metrics answer, beyond the defaults
+    # master/slave (the role and HA keys are the store's: StoreConfig.broker_role ...)
+    broker_id: int = 0  # brokerId: 0 for masters, > 0 for a slave
+    slave_read_enable: bool = False  # slaveReadEnable: suggestWhichBrokerId sends slow readers to slave 1
+    broker_ip2: str | None = None  # brokerIP2: the host of the HA address registered (default host)
 
     @property
     def broker_addr(self) -> str:

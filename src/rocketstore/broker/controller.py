@@ -1,5 +1,9 @@
 """``Broker``: wires the store, the state managers, the services and the two servers.
 
+It handles no request itself: at start it builds one context per kind of processor
+(``contexts``) and binds the request table (``requests``) to them; extensions (the gRPC proxy,
+attached by ``rocketstore serve``) start after the servers from those same contexts.
+
 Theory of operation: everything protocol-facing runs on one asyncio event loop; every call
 into the ``MessageStore`` (which may touch files, fsync or wait for a group commit) runs on a
 small thread pool through ``Broker.run``. The store's reput thread reports new messages through
@@ -20,20 +24,26 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from ..format.message import Message
+from ..format.batch import parse_delay_levels
 from ..remoting.codes import RequestCode
 from ..remoting.command import RemotingCommand
+from . import requests
+from .admin import runtime
 from .config import BrokerConfig
+from .contexts import (AclContext, AdminContext, ClientContext, ClientEvents, PullContext,
+                       SendContext)
+from .processors import reply
+from .services.longpoll import PullHoldService
+from .services.puts import Puts
+from .services.schedule import ScheduleMessageService
+from .services.writer import PutWriter
 from .state.consumers import ConsumerManager
 from .state.filters import ConsumerFilterRegistry
+from .state.locks import RebalanceLockManager
+from .state.offsets import ConsumerOffsetManager, DelayOffsetStore
 from .state.producers import ProducerManager
 from .state.stats import BrokerStats
 from .state.subgroups import SubscriptionGroupManager
-from .services.longpoll import PullHoldService
-from ..format.batch import parse_delay_levels
-from .services.schedule import ScheduleMessageService
-from .services.writer import PutWriter
-from .state.offsets import ConsumerOffsetManager, DelayOffsetStore
 from .state.topics import TopicConfigManager
 
 log = logging.getLogger(__name__)
@@ -66,15 +76,21 @@ class Broker:
         self.transactions: Any = None  # transaction.TransactionalMessageService, once started
         self.transaction_check: Any = None
         self.writer: PutWriter | None = None
+        self.puts: Puts | None = None  # the one way a message goes into the store
+        self.locks = RebalanceLockManager()
         self.servers: list[Any] = []
-        self.proxy: Any = None  # rocketstore.proxy.GrpcProxy when config.grpc_port is set
+        self.contexts: dict[str, Any] = {}  # kind -> the context its processors take
+        self.extensions: list[Any] = []  # started after the servers, stopped first (gRPC)
         self.registration: Any = None  # NameServerRegistration when --namesrv is given
-        self.route_perms: Any = None  # namesrv.LocalRoutePerms of the in-process name server
+        self.route_perms: Any = None  # namesrv.routes.LocalRoutePerms of the in-process name server
         self.handler_wrappers: list[Callable[[dict], dict]] = []  # e.g. ops.stats.instrument
         self.acl: Any = None  # acl.service.PlainPermissionManager when aclEnable
+        self.route_table: Any = None  # namesrv.routes.RouteTable of the in-process name server
+        self.slave_sync: Any = None  # services.slave_sync.SlaveSynchronize on a SLAVE
+        self.fast_port: int | None = None  # the VIP remoting port (listenPort - 2) when it listens
         self._tasks: list[asyncio.Task] = []
 
-    # -- helpers used by processors -------------------------------------------------------------
+    # -- what the wiring hands on ---------------------------------------------------------------
     @property
     def store_host(self) -> str:
         return self.store_config.store_host
@@ -84,19 +100,17 @@ class Broker:
         assert self.loop is not None
         return await self.loop.run_in_executor(self.executor, fn, *args)
 
-    async def put(self, fn: Callable, *args: Any) -> Any:
-        """Run a put: on the single put thread (ASYNC_FLUSH) or the executor (SYNC_FLUSH)."""
-        if self.writer is not None:
-            return await self.writer.submit(fn, *args)
-        return await self.run(fn, *args)
+    @property
+    def is_slave(self) -> bool:
+        return getattr(self.store_config, "broker_role", "ASYNC_MASTER") == "SLAVE"
 
-    def put_blocking(self, msg: Message, nowait: bool = False) -> Any:
-        """Put one message (blocking; ``nowait``: None rather than block, see ``PutWriter``).
-        The store itself reroutes a ``DELAY`` level through ``SCHEDULE_TOPIC_XXXX``, as
-        RocketMQ's CommitLog does."""
-        if msg.store_host is None:
-            msg.store_host = self.store_host
-        return self.store.put_message(msg, nowait=nowait)
+    @property
+    def ha_server_addr(self) -> str | None:
+        """brokerIP2:haListenPort, as registered at the name server (None: no HA socket)."""
+        ha = getattr(self.store, "ha", None)
+        if ha is None or ha.port is None:
+            return None
+        return f"{self.config.broker_ip2 or self.config.host}:{ha.port}"
 
     def notify_consumer_ids_changed(self, group: str) -> None:
         """Tell every live consumer of ``group`` to rebalance now (oneway, code 40)."""
@@ -109,14 +123,12 @@ class Broker:
                 pass
 
     def connection_closed(self, conn: Any) -> None:
+        if self.route_table is not None:
+            self.route_table.channel_closed(conn)
         self.producers.connection_closed(conn)
         for group in self.consumers.connection_closed(conn):
             self.notify_consumer_ids_changed(group)
             self.consumer_group_changed(group)
-
-    def _consumer_ids_changed(self, group: str) -> None:
-        self.notify_consumer_ids_changed(group)
-        self.consumer_group_changed(group)
 
     def consumer_group_changed(self, group: str) -> None:
         """A group lost clients: when none is left its SQL92 filters die (RocketMQ's UNREGISTER)."""
@@ -133,29 +145,57 @@ class Broker:
         self.store.add_arrival_listener(self.hold.arrival)
         if self.config.enable_calc_filter_bit_map:
             self.store.set_filter_bitmap_source(self.filters.bitmaps)
+        if getattr(self.store, "ha", None) is not None and \
+                self.store_config.broker_role == "SYNC_MASTER":
+            self.store.put_path.defer_replica_wait = True  # ``put`` awaits the replicas
+        self.puts = Puts(self.store, self.run)
         if not getattr(self.store_config, "sync_flush", False):
-            self.writer = PutWriter(self.loop, inline=(self.put_blocking, self.store.put_messages))
+            self.writer = self.puts.writer = PutWriter(self.loop, inline=self.puts.inline())
         try:
             await self._start_servers()
         except BaseException:
             await self.stop()  # close the store cleanly: no abort file, lock released
             raise
 
+    def build_contexts(self) -> dict[str, Any]:
+        """One context per kind of processor (see ``contexts``), built once at start."""
+        assert self.store is not None and self.puts is not None and self.hold is not None
+        events = ClientEvents(ids_changed=self.notify_consumer_ids_changed,
+                              group_changed=self.consumer_group_changed)
+        return {
+            "send": SendContext(self.store, self.store_config, self.config, self.topics,
+                                self.puts, self.stats, self.producers, self.transactions,
+                                self.run),
+            "pull": PullContext(self.store, self.config, self.topics, self.offsets,
+                                self.consumers, self.filters, self.hold, self.stats, self.run,
+                                subgroups=self.subgroups, is_slave=self.is_slave),
+            "client": ClientContext(self.store, self.config, self.topics, self.offsets,
+                                    self.consumers, self.producers, self.filters,
+                                    self.subgroups, self.locks, events, self.run),
+            "admin": AdminContext(self.store, self.store_config, self.config, self.topics,
+                                  self.offsets, self.delay_offsets, self.consumers,
+                                  self.producers, self.subgroups, self.stats, self.run,
+                                  runtime.ConfigVersion()),
+            "acl": AclContext(self.store_config, self.config, self.run),
+        }
+
     async def _start_servers(self) -> None:
-        from .server import RemotingServer
         from .acl import service as acl_service
-        from .admin import consumers as admin_consumers, groups, runtime, topics
-        from .namesrv import routes as namesrv
-        from .processors import client, locks, pull, reply, send, sql92, transaction
+        from .namesrv import context as namesrv_context
+        from .server import RemotingServer
 
         self.topics.persist()
         self._start_transactions()
-        handlers: dict[int, Any] = {}
-        for mod in (send, pull, client, locks, topics, groups, runtime,
-                    transaction, sql92, reply, admin_consumers, acl_service):
-            handlers.update(mod.handlers(self))
+        reply.create_reply_topic(self.topics, self.config)
+        self.contexts = self.build_contexts()
         if self.config.acl_enable:  # every request checked first (RocketMQ's ACL RPC hook)
-            self.acl = acl_service.start_acl(self)
+            self.acl = self.contexts["acl"].acl = acl_service.start_acl(self.config,
+                                                                        self.store_config)
+        handlers = requests.broker_handlers(self.contexts)
+        if self.is_slave:  # RocketMQ's slave refusals (replication.py)
+            from .replication import slave_handlers
+            handlers = slave_handlers(handlers)
+        if self.acl is not None:
             handlers = acl_service.guard(self.acl, handlers)
         for wrap in self.handler_wrappers:
             handlers = wrap(handlers)
@@ -165,12 +205,18 @@ class Broker:
         if self.store_host.rsplit(":", 1)[-1] == "0":
             self.store_config.store_host = f"{self.config.host}:{broker_srv.port}"
         self.servers.append(broker_srv)
+        await self._start_fast_port(handlers)
         if self.config.namesrv_port is not None:
-            self.route_perms = namesrv.LocalRoutePerms()
-            ns_handlers = namesrv.handlers(self, perms=self.route_perms)
+            local = namesrv_context.LocalBroker(self.config, self.store_config, self.topics,
+                                                lambda: self.ha_server_addr)
+            ns_ctx = namesrv_context.build(local)
+            self.route_perms = ns_ctx.perms
+            self.route_table = ns_ctx.table
+            ns_handlers = requests.namesrv_handlers(ns_ctx)
             if self.config.namesrv_acl_enable:  # write codes need an admin account
                 from .namesrv import acl as namesrv_acl
-                self._namesrv_acl = self.acl or acl_service.start_acl(self)
+                self._namesrv_acl = self.acl or acl_service.start_acl(self.config,
+                                                                      self.store_config)
                 ns_handlers = namesrv_acl.guard(self._namesrv_acl, ns_handlers)
             ns = RemotingServer(self, ns_handlers, "namesrv")
             await ns.start(self.config.host, self.config.namesrv_port)
@@ -178,14 +224,61 @@ class Broker:
             self.servers.append(ns)
         if self.config.namesrv_addr:
             await self._register_at_name_servers()
-        self.schedule = ScheduleMessageService(self)
-        self.schedule.start()
-        self.transaction_check.start()
-        if self.config.grpc_port is not None:
-            await self._start_grpc()
+        if self.is_slave:  # as RocketMQ: no delayed delivery nor transaction checks on a slave
+            from .services.slave_sync import SlaveSynchronize
+            self.slave_sync = SlaveSynchronize(
+                own_addr=lambda: self.config.broker_addr, master_addr=self._master_addr,
+                topics=self.topics, offsets=self.offsets, delay_offsets=self.delay_offsets,
+                subgroups=self.subgroups, run=self.run)
+            self.slave_sync.start()
+        else:
+            self.schedule = ScheduleMessageService(
+                self.store, self.delay_offsets, self.delay_levels_ms, self.puts.put_blocking,
+                self.run, self.config.schedule_poll_interval_ms / 1000.0)
+            self.schedule.start()
+            self.transaction_check.start()
+        for ext in self.extensions:
+            await ext.start()
         self._tasks.append(self.loop.create_task(self._housekeeping(), name="housekeeping"))
         log.info("broker %s listening on %s:%s, name server on %s", self.config.broker_name,
                  self.config.host, self.config.port, self.config.namesrv_port)
+
+    async def _start_fast_port(self, handlers: dict[int, Any]) -> None:
+        """RocketMQ's VIP channel on listenPort - 2 (a Java slave's SlaveSynchronize reads the
+        topic config there). A port that cannot be had is logged, not fatal."""
+        from .server import RemotingServer
+
+        port = self.config.port - 2
+        if self.config.port == 0 or port <= 0:
+            return
+        srv = RemotingServer(self, handlers, "fast")
+        try:
+            await srv.start(self.config.host, port)
+        except OSError as exc:
+            log.warning("fast remoting port %d not available: %s", port, exc)
+            return
+        self.fast_port = srv.port
+        self.servers.append(srv)
+
+    _ha_master_remoting: str | None = None
+
+    def _on_master(self, ha_addr: str | None, master_addr: str | None) -> None:
+        """A slave's register answer: the master's HA address (for the next connect) and its
+        remoting address (for SlaveSynchronize), as RocketMQ's BrokerController takes them."""
+        ha = getattr(self.store, "ha", None)
+        if ha is not None and ha_addr:
+            ha.set_master_address(ha_addr)
+        self._ha_master_remoting = master_addr
+
+    def _master_addr(self) -> str | None:
+        if self._ha_master_remoting:
+            return self._ha_master_remoting
+        fixed = getattr(self.store_config, "ha_master_address", None)
+        if fixed and ":" in fixed:  # no name server answer: the HA port is listenPort + 1
+            host, _, port = fixed.rpartition(":")
+            if port.isdigit():
+                return f"{host}:{int(port) - 1}"
+        return None
 
     def _start_transactions(self) -> None:
         from .services.transaction import (TransactionalMessageCheckService,
@@ -196,40 +289,32 @@ class Broker:
                                  c.transaction_check_max,
                                  int(getattr(self.store_config, "file_reserved_time", 72)))
         self.transactions = TransactionalMessageService(self.store, self.topics, self.offsets,
-                                                        self.put_blocking, tcfg)
+                                                        self.puts.put_blocking, tcfg)
         self.transaction_check = TransactionalMessageCheckService(
             self.transactions, self.run, self.producers.available_connection)
 
-    async def _start_grpc(self) -> None:
-        from ..proxy import BrokerPieces, GrpcProxy
-
-        pieces = BrokerPieces(store=self.store, topics=self.topics, offsets=self.offsets,
-                              config=self.config, run=self.run, put=self.put,
-                              put_message=self.put_blocking, hold=self.hold,
-                              delay_levels_ms=self.delay_levels_ms,
-                              transactions=self.transactions, producers=self.producers,
-                              subgroups=self.subgroups, consumers=self.consumers,
-                              filters=self.filters,
-                              consumer_ids_changed=self._consumer_ids_changed,
-                              route_perm=self._route_perm, acl=self.acl)
-        self.proxy = GrpcProxy(pieces, self.config.host, self.config.grpc_port)
-        await self.proxy.start()
-        self.config.grpc_port = self.proxy.port
-
-    def _route_perm(self, tc: Any) -> int:
+    def route_perm(self, tc: Any) -> int:
+        """The perm a topic's route carries (the topic's own, or what wipeWritePerm /
+        addWritePerm set at the name server beside this broker)."""
         perms = self.route_perms
         return perms.perm(self.topics, tc.topic_name, tc.perm) if perms is not None else tc.perm
 
     async def _register_at_name_servers(self) -> None:
-        from .namesrv.registration import NameServerRegistration, parse_namesrv_addrs
+        from .namesrv.registration import (NameServerRegistration, other_name_servers,
+                                           parse_namesrv_addrs)
 
         cfg = self.config
+        addrs = other_name_servers(parse_namesrv_addrs(cfg.namesrv_addr or ""), cfg.host,
+                                   cfg.namesrv_port)  # our own name server knows us already
+        if not addrs:
+            return
         self.registration = NameServerRegistration(
-            parse_namesrv_addrs(cfg.namesrv_addr or ""), cluster_name=cfg.cluster_name,
+            addrs, cluster_name=cfg.cluster_name,
             broker_name=cfg.broker_name, broker_addr=lambda: cfg.broker_addr,
             topic_table=lambda: {t.topic_name: t.to_json() for t in self.topics.topics()},
             period_s=cfg.register_name_server_period_ms / 1000.0,
-            order_topics=self.topics.update_order_topics)
+            order_topics=self.topics.update_order_topics, broker_id=cfg.broker_id,
+            ha_server_addr=lambda: self.ha_server_addr or "", on_master=self._on_master)
         await self.registration.start()
 
     async def _housekeeping(self) -> None:
@@ -263,8 +348,8 @@ class Broker:
             srv.stop_accepting()
         if self.hold is not None:
             self.hold.wake_all()
-        if self.proxy is not None:
-            await self.proxy.stop()
+        for ext in self.extensions:
+            await ext.stop()
         deadline = time.monotonic() + self.config.shutdown_grace_s
         for srv in self.servers:
             await srv.drain(max(0.0, deadline - time.monotonic()))
@@ -272,6 +357,8 @@ class Broker:
             await srv.close()
         for t in self._tasks:
             t.cancel()
+        if self.slave_sync is not None:
+            await self.slave_sync.stop()
         if self.acl is not None:
             self.acl.watcher.stop()
         ns_acl = getattr(self, "_namesrv_acl", None)

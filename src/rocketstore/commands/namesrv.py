@@ -18,16 +18,21 @@ import click
 
 
 class _NoBroker:
-    """What the remoting server calls on a closing connection; a name server keeps no state
-    per connection."""
+    """What the remoting server calls on a closing connection: a broker's registration
+    connection closing removes that broker from the routes (RocketMQ's onChannelDestroy)."""
+
+    def __init__(self, table=None) -> None:
+        self.table = table
 
     def connection_closed(self, conn) -> None:
-        pass
+        if self.table is not None:
+            self.table.channel_closed(conn)
 
 
 async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
                order_message_enable: bool, acl_file: str | None = None) -> None:
-    from ..broker.namesrv import routes as namesrv
+    from ..broker import requests
+    from ..broker.namesrv import context
     from ..broker.namesrv.kvconfig import KVConfigManager
     from ..broker.namesrv.settings import NamesrvSettings
     from ..broker.server import RemotingServer
@@ -37,7 +42,8 @@ async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot load the KV config: {exc}") from exc
     settings = NamesrvSettings(kv_config_path, order_message_enable)
-    handlers = namesrv.handlers(None, kv=kv, settings=settings)
+    ctx = context.build(None, kv=kv, settings=settings)
+    handlers = requests.namesrv_handlers(ctx)
     acl = None
     if acl_file:  # the write codes need an admin account of that file (broker.namesrv.acl)
         from ..broker.acl.address import AclError
@@ -51,7 +57,7 @@ async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
         acl.watcher = AclFileWatchService(acl, 5.0)  # type: ignore[attr-defined]
         acl.watcher.start()
         handlers = namesrv_acl.guard(acl, handlers)
-    srv = RemotingServer(_NoBroker(), handlers, "namesrv")
+    srv = RemotingServer(_NoBroker(ctx.table), handlers, "namesrv")
     settings.listen_port = lambda: srv.port
     try:
         await srv.start(host, port)

@@ -25,9 +25,9 @@ import time
 from typing import Any, AsyncIterator
 
 from ..broker.eventloop import cancel_and_wait
-from ..broker.state.filters import ConsumerFilterData, ExpressionMessageFilter, compile_expression
+from ..broker.state.filters import (ConsumerFilterData, ExpressionMessageFilter, compile_expression,
+                                    not_supported)
 from ..broker.state.topics import ensure_topic
-from ..broker.processors.sql92 import not_supported
 from ..broker.state.topics import readable
 from ..filter import SelectorSyntaxError
 from ..filter.bloom import BloomFilter

@@ -18,6 +18,9 @@ class PutStatus(enum.Enum):
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     OS_PAGE_CACHE_BUSY = "OS_PAGE_CACHE_BUSY"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
+    WHEEL_TIMER_FLOW_CONTROL = "WHEEL_TIMER_FLOW_CONTROL"  # RocketMQ 5's timer answers
+    WHEEL_TIMER_MSG_ILLEGAL = "WHEEL_TIMER_MSG_ILLEGAL"
+    WHEEL_TIMER_NOT_ENABLE = "WHEEL_TIMER_NOT_ENABLE"
 
     @property
     def ok(self) -> bool:
@@ -47,6 +50,9 @@ class PutMessageResult:
     msg_num: int = 0
     msg_ids: list[str] = field(default_factory=list)
     error: str | None = None  # why, for MESSAGE_ILLEGAL and friends
+    # SYNC_MASTER with a deferred replica wait (``PutPath.defer_replica_wait``): the caller
+    # still has to wait for a slave to hold this offset (``HAService.submit_wait``)
+    replica_wait_offset: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -61,6 +67,9 @@ class GetMessageResult:
     max_offset: int = 0
     messages: list[MessageExt] = field(default_factory=list)
     buffers: list[bytes] = field(default_factory=list)  # the raw stored records
+    # RocketMQ's suggestPullingFromSlave: the pull lags the CommitLog end by more than the
+    # page-cache share of RAM (accessMessageInMemoryMaxRatio)
+    suggest_pulling_from_slave: bool = False
 
     @property
     def message_count(self) -> int:

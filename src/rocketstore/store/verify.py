@@ -28,7 +28,6 @@ has after a crash and before the next open.
 """
 from __future__ import annotations
 
-import fcntl
 import os
 from dataclasses import asdict, dataclass, field
 
@@ -37,7 +36,6 @@ import numpy as np
 from .consume_queue_ext import read_ext_tags
 
 from ..config import StoreConfig
-from ..errors import StoreLockedError
 from ..format import batch as fbatch
 from ..format.hashing import index_key_hash_many
 from ..format.index_layout import (ENTRY_DTYPE, INDEX_HEADER, INDEX_HEADER_SIZE, entry_position,
@@ -45,7 +43,9 @@ from ..format.index_layout import (ENTRY_DTYPE, INDEX_HEADER, INDEX_HEADER_SIZE,
 from ..format.layouts import CQ_UNIT_SIZE, name_to_offset
 from ..format.message import TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
 from .consume_queue import FILLER_SIZE, UNIT_DTYPE
+from .damage import root_cause
 from .index_file import index_keys
+from .lock import check_unlocked
 
 ERROR = "error"
 WARNING = "warning"
@@ -73,12 +73,28 @@ class VerifyReport:
     cq_units: int = 0
     index_files: int = 0
     index_entries: int = 0
+    timer_units: int = 0
     min_offset: int = 0
     max_offset: int = 0
     problems: list[Problem] = field(default_factory=list)
     error_count: int = 0
     warning_count: int = 0
+    # the root cause: the first damaged CommitLog record (file, offset, field, expected, found)
+    first_damage: dict | None = None
+    # ConsumeQueue units and index entries pointing into CommitLog bytes a damaged record made
+    # unreadable: consequences of the damage, counted, not listed
+    knock_on: int = 0
     _per_file: dict = field(default_factory=dict, repr=False)
+    _unreadable: list = field(default_factory=list, repr=False)
+
+    def knock_on_of(self, phy: int) -> bool:
+        """Whether CommitLog offset ``phy`` lies in bytes a damaged record made unreadable
+        (then the finding is counted as knock-on instead of listed)."""
+        for lo, hi in self._unreadable:
+            if lo <= phy < hi:
+                self.knock_on += 1
+                return True
+        return False
 
     @property
     def errors(self) -> list[Problem]:
@@ -105,6 +121,7 @@ class VerifyReport:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("_per_file", None)
+        d.pop("_unreadable", None)
         d["ok"] = self.ok
         return d
 
@@ -133,20 +150,22 @@ def verify_store(root: str, cfg: StoreConfig | None = None, *, check_lock: bool 
     records = _verify_commitlog(cfg, report)
     _verify_consume_queues(cfg, report, records)
     _verify_index(cfg, report, records)
+    _verify_timer(cfg, report, records)
     return report
 
 
+def _verify_timer(cfg: StoreConfig, report: VerifyReport, records: _Records) -> None:
+    """4. RocketMQ 5's timer files (``store/timer/offline.py``)."""
+    from .timer.offline import detect_precision, verify_timer
+    root = cfg.store_path_root_dir
+    order = np.argsort(records.phy, kind="stable")
+    precision = detect_precision(root, cfg.timer_precision_ms)
+    report.timer_units = verify_timer(root, precision, records.phy[order], records.topic_arr[order],
+                                      records.min_offset, report.add)
+
+
 def _check_unlocked(root: str) -> None:
-    path = os.path.join(root, "lock")
-    if not os.path.exists(path):
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        raise StoreLockedError(f"{path}: the store is open; verify checks a closed store") from exc
-    finally:
-        os.close(fd)  # closing drops the probe lock
+    check_unlocked(root, "the store is open; verify checks a closed store")
 
 
 def _listing(directory: str) -> list[tuple[int, str]]:
@@ -233,7 +252,15 @@ def _verify_commitlog(cfg: StoreConfig, report: VerifyReport) -> _Records:
                 report.max_offset = off + size
             continue
         if recs.stop in (fbatch.STOP_CORRUPT, fbatch.STOP_INCOMPLETE):
-            report.add(ERROR, path, off + end, f"damaged record ({recs.stop}: {recs.stop_reason or 'cut short'})")
+            cause = root_cause(buf, end, off)
+            report._unreadable.append((off + end, off + size))
+            if report.first_damage is None:
+                report.first_damage = {"file": os.path.relpath(path, report.root), **cause}
+            report.add(ERROR, path, off + end,
+                       f"damaged record: {cause['field']} expected {cause['expected']}, found "
+                       f"{cause['found']}" + (f"; next intact record at {cause['next_intact']}"
+                                              if cause["next_intact"] is not None else
+                                              "; no intact record after it in this segment"))
         elif not last:
             later = segs[i + 1:]
             if all(_starts_empty(os.path.join(cfg.commitlog_dir, n)) for _, n in later):
@@ -373,6 +400,8 @@ def _check_units(units, first_real, base, topic, qid, records, qdir, files, fsiz
         if filler[k]:
             report.add(ERROR, where, q * CQ_UNIT_SIZE, "filler unit after real units")
         elif not found[k]:
+            if report.knock_on_of(p):
+                continue
             report.add(ERROR, where, q * CQ_UNIT_SIZE, f"unit {q} -> CommitLog {p}: not the start of a record")
         else:
             rr = int(r[k])
@@ -463,6 +492,8 @@ def _check_entries(entries, slots: int, path: str, records: _Records, report: Ve
             report.add(ERROR, path, pos, f"entry {int(k[i])}: prevIndex {int(prev[i])} (expected "
                                          f"{int(expect[i])}), timeDiff {int(td[i])}")
         elif not starts[i]:
+            if report.knock_on_of(int(phy[i])):
+                continue
             report.add(ERROR, path, pos, f"entry {int(k[i])} -> CommitLog {int(phy[i])}: not the start of a record")
         else:
             report.add(ERROR, path, pos, f"entry {int(k[i])} -> CommitLog {int(phy[i])}: no key of that "

@@ -17,20 +17,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import stat
-import tempfile
 import threading
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from ...remoting.codes import RequestCode, ResponseCode
+from ...remoting.codes import ResponseCode
 from ...remoting.command import RemotingCommand
+from ...store.checkpoint import atomic_write
 from .plain import (AclError, AclSnapshot, DataVersion, acl_files, build_account,
                     check_resource_perms, cluster_acl_config, file_stamp, load_snapshot,
                     parse_request, validate, versions_json)
 from .address import parse_address_rule
 
 if TYPE_CHECKING:
-    from ..controller import Broker
+    from ..contexts import AclContext
 
 log = logging.getLogger(__name__)
 Handler = Callable[[Any, RemotingCommand], Awaitable[RemotingCommand | None]]
@@ -55,31 +54,16 @@ def read_yaml(path: str) -> dict | None:
 
 
 def write_yaml(path: str, data: dict) -> None:
-    """Write ``data`` in SnakeYAML's ``dumpAsMap`` block style, atomically."""
+    """Write ``data`` in SnakeYAML's ``dumpAsMap`` block style, atomically (the file keeps its
+    permission bits, a new one is 0600: it holds secret keys; a symlinked file, a mounted
+    config, is written through)."""
     import yaml
 
     text = yaml.safe_dump(data, default_flow_style=False, sort_keys=False, allow_unicode=True)
-    path = os.path.realpath(path)  # a symlinked file (a mounted config) is written through
-    folder = os.path.dirname(path) or "."
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".plain_acl.", dir=folder)
-    try:
-        if os.path.exists(path):  # keep the file's mode (mkstemp makes 0600)
-            os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    dfd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    path = os.path.realpath(path)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    atomic_write(path, text.encode("utf-8"), point=None, keep_mode=True, new_file_mode=0o600,
+                 record_synced=False)
 
 
 def _split(value: str | None) -> list[str] | None:
@@ -253,10 +237,10 @@ class AclFileWatchService:
 
 
 # -- wiring -----------------------------------------------------------------------------------
-def start_acl(broker: "Broker") -> PlainPermissionManager:
-    """Load the files and start the watcher (raises ``AclError`` for a bad file)."""
-    cfg = broker.config
-    path = cfg.acl_plain_file or os.path.join(broker.store_config.store_path_root_dir,
+def start_acl(cfg: Any, store_config: Any) -> PlainPermissionManager:
+    """Load the files and start the watcher (raises ``AclError`` for a bad file); ``cfg`` is
+    the ``BrokerConfig``."""
+    path = cfg.acl_plain_file or os.path.join(store_config.store_path_root_dir,
                                               "conf", "plain_acl.yml")
     manager = PlainPermissionManager(path)
     manager.load()
@@ -282,87 +266,81 @@ def guard(manager: PlainPermissionManager, handlers: dict[int, Handler]) -> dict
 _OFF = "ACL is not enabled on this broker (set aclEnable=true)"
 
 
-def handlers(broker: "Broker") -> dict[int, Handler]:
-    def manager() -> PlainPermissionManager | None:
-        return broker.acl
-
-    async def update(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        m, f = manager(), cmd.ext_fields
-        fail = ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED
-        if m is None:
-            return cmd.response(fail, remark=_OFF)
-        cfg = {"accessKey": f.get("accessKey"), "secretKey": f.get("secretKey"),
-               "whiteRemoteAddress": f.get("whiteRemoteAddress"),
-               "admin": cmd.get_bool("admin"), "defaultTopicPerm": f.get("defaultTopicPerm"),
-               "defaultGroupPerm": f.get("defaultGroupPerm"),
-               "topicPerms": _split(f.get("topicPerms")),
-               "groupPerms": _split(f.get("groupPerms"))}
-        try:
-            await broker.run(m.update_account, cfg)
-        except (AclError, OSError) as exc:
-            return cmd.response(fail, remark=getattr(exc, "message", None) or str(exc))
-        return cmd.response(ResponseCode.SUCCESS)
-
-    async def delete(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        m, ak = manager(), cmd.ext_fields.get("accessKey")
-        fail = ResponseCode.DELETE_ACL_CONFIG_FAILED
-        if m is None:
-            return cmd.response(fail, remark=_OFF)
-        try:
-            ok = await broker.run(m.delete_account, ak)
-        except (AclError, OSError) as exc:
-            return cmd.response(fail, remark=getattr(exc, "message", None) or str(exc))
-        if not ok:
-            return cmd.response(fail, remark=f"The accesskey[{ak}] corresponding to accessConfig "
-                                             "has been deleted failed.")
-        return cmd.response(ResponseCode.SUCCESS)
-
-    async def white(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        m, f = manager(), cmd.ext_fields
-        fail = ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED
-        if m is None:
-            return cmd.response(fail, remark=_OFF)
-        addrs = f.get("globalWhiteAddrs")
-        try:
-            ok = await broker.run(m.update_global_white, _split(addrs) or [],
-                                  f.get("aclFileFullPath"))
-        except (AclError, OSError) as exc:
-            return cmd.response(fail, remark=getattr(exc, "message", None) or str(exc))
-        if not ok:
-            return cmd.response(fail, remark=f"The globalWhiteAddresses[{addrs}] has been "
-                                             "updated failed.")
-        return cmd.response(ResponseCode.SUCCESS)
-
-    async def version(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        m = manager()
-        if m is None:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=_OFF)
-        v, every = versions_json(m.snapshot, m.default_file)
-        c = broker.config
-        return cmd.response(ResponseCode.SUCCESS, {
-            "version": v, "allAclFileVersion": every, "brokerName": c.broker_name,
-            "brokerAddr": broker.store_host, "clusterName": c.cluster_name})
-
-    async def config(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        import json
-
-        m = manager()
-        if m is None:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=_OFF)
-        try:
-            body = await broker.run(cluster_acl_config, m.snapshot, read_yaml,
-                                    cmd.ext_fields.get("AccessKey"))
-        except AclError as exc:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=exc.message)
-        return cmd.response(ResponseCode.SUCCESS, body=json.dumps(
-            body, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
-
-    return {RequestCode.UPDATE_AND_CREATE_ACL_CONFIG: update,
-            RequestCode.DELETE_ACL_CONFIG: delete,
-            RequestCode.GET_BROKER_CLUSTER_ACL_INFO: version,
-            RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: white,
-            RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG: config}
+async def update_acl(ctx: AclContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    m, f = ctx.acl, cmd.ext_fields
+    fail = ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED
+    if m is None:
+        return cmd.response(fail, remark=_OFF)
+    cfg = {"accessKey": f.get("accessKey"), "secretKey": f.get("secretKey"),
+           "whiteRemoteAddress": f.get("whiteRemoteAddress"),
+           "admin": cmd.get_bool("admin"), "defaultTopicPerm": f.get("defaultTopicPerm"),
+           "defaultGroupPerm": f.get("defaultGroupPerm"),
+           "topicPerms": _split(f.get("topicPerms")),
+           "groupPerms": _split(f.get("groupPerms"))}
+    try:
+        await ctx.run(m.update_account, cfg)
+    except (AclError, OSError) as exc:
+        return cmd.response(fail, remark=getattr(exc, "message", None) or str(exc))
+    return cmd.response(ResponseCode.SUCCESS)
 
 
-__all__ = ["PlainPermissionManager", "AclFileWatchService", "start_acl", "guard", "handlers",
-           "read_yaml", "write_yaml"]
+async def delete_acl(ctx: AclContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    m, ak = ctx.acl, cmd.ext_fields.get("accessKey")
+    fail = ResponseCode.DELETE_ACL_CONFIG_FAILED
+    if m is None:
+        return cmd.response(fail, remark=_OFF)
+    try:
+        ok = await ctx.run(m.delete_account, ak)
+    except (AclError, OSError) as exc:
+        return cmd.response(fail, remark=getattr(exc, "message", None) or str(exc))
+    if not ok:
+        return cmd.response(fail, remark=f"The accesskey[{ak}] corresponding to accessConfig "
+                                         "has been deleted failed.")
+    return cmd.response(ResponseCode.SUCCESS)
+
+
+async def update_global_white(ctx: AclContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    m, f = ctx.acl, cmd.ext_fields
+    fail = ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED
+    if m is None:
+        return cmd.response(fail, remark=_OFF)
+    addrs = f.get("globalWhiteAddrs")
+    try:
+        ok = await ctx.run(m.update_global_white, _split(addrs) or [],
+                              f.get("aclFileFullPath"))
+    except (AclError, OSError) as exc:
+        return cmd.response(fail, remark=getattr(exc, "message", None) or str(exc))
+    if not ok:
+        return cmd.response(fail, remark=f"The globalWhiteAddresses[{addrs}] has been "
+                                         "updated failed.")
+    return cmd.response(ResponseCode.SUCCESS)
+
+
+async def acl_version(ctx: AclContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    m = ctx.acl
+    if m is None:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, remark=_OFF)
+    v, every = versions_json(m.snapshot, m.default_file)
+    c = ctx.config
+    return cmd.response(ResponseCode.SUCCESS, {
+        "version": v, "allAclFileVersion": every, "brokerName": c.broker_name,
+        "brokerAddr": ctx.store_host, "clusterName": c.cluster_name})
+
+
+async def acl_config(ctx: AclContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    import json
+
+    m = ctx.acl
+    if m is None:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, remark=_OFF)
+    try:
+        body = await ctx.run(cluster_acl_config, m.snapshot, read_yaml,
+                             cmd.ext_fields.get("AccessKey"))  # others masked
+    except AclError as exc:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, remark=exc.message)
+    return cmd.response(ResponseCode.SUCCESS, body=json.dumps(
+        body, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+
+
+__all__ = ["PlainPermissionManager", "AclFileWatchService", "start_acl", "guard", "read_yaml",
+           "write_yaml"]

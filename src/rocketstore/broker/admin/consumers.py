@@ -40,7 +40,7 @@ from ...remoting.command import RemotingCommand
 from ...format.message import record_bytes
 
 if TYPE_CHECKING:
-    from ..controller import Broker
+    from ..contexts import AdminContext
 
 log = logging.getLogger(__name__)
 CALL_CLIENT_TIMEOUT_S = 10.0  # Broker2Client.callClient
@@ -77,61 +77,56 @@ async def call_consumer(consumers: Any, cmd: RemotingCommand, code: int, group: 
     return cmd.response(answer.code, answer.ext_fields, remark=answer.remark, body=answer.body)
 
 
-def handlers(broker: "Broker") -> dict[int, Any]:
-    consumers = broker.consumers
+async def running_info(ctx: AdminContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    return await call_consumer(ctx.consumers, cmd, RequestCode.GET_CONSUMER_RUNNING_INFO,
+                               cmd.require_str("consumerGroup"), cmd.require_str("clientId"))
 
-    async def running_info(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        return await call_consumer(consumers, cmd, RequestCode.GET_CONSUMER_RUNNING_INFO,
-                                   cmd.require_str("consumerGroup"), cmd.require_str("clientId"))
 
-    async def consume_directly(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        group, client_id = cmd.require_str("consumerGroup"), cmd.require_str("clientId")
-        cmd.ext_fields["brokerName"] = broker.config.broker_name
-        body = b""
+async def consume_directly(ctx: AdminContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    group, client_id = cmd.require_str("consumerGroup"), cmd.require_str("clientId")
+    cmd.ext_fields["brokerName"] = ctx.config.broker_name
+    body = b""
+    try:
+        _, offset = parse_message_id(cmd.require_str("msgId"))
+        m = await ctx.run(ctx.store.look_message_by_offset, offset)
+        body = record_bytes(m) if m is not None else b""
+    except ValueError:  # RocketMQ sends the request on without a body
+        pass
+    return await call_consumer(ctx.consumers, cmd, RequestCode.CONSUME_MESSAGE_DIRECTLY, group,
+                               client_id, body)
+
+
+async def consumer_status(ctx: AdminContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    topic, group = cmd.require_str("topic"), cmd.require_str("group")
+    only = (cmd.get_str("clientAddr") or "").strip()
+    info = ctx.consumers.group(group)
+    if info is None or not info.channels:
+        return cmd.response(ResponseCode.SYSTEM_ERROR,
+                            remark=f"No Any Consumer online in the consumer group: [{group}]")
+    targets = [ch for cid, ch in sorted(info.channels.items()) if not only or cid == only]
+    too_old = [ch for ch in targets if ch.version < V3_0_7_SNAPSHOT]
+    if too_old:
+        return cmd.response(ResponseCode.SYSTEM_ERROR,
+                            remark="the client does not support this feature. "
+                                   f"version={too_old[0].version}")
+
+    async def ask(ch: Any) -> tuple[str, Any]:
+        req = RemotingCommand.request(RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT,
+                                      {"topic": topic, "group": group}, language="JAVA")
         try:
-            _, offset = parse_message_id(cmd.require_str("msgId"))
-            m = await broker.run(broker.store.look_message_by_offset, offset)
-            body = record_bytes(m) if m is not None else b""
-        except ValueError:  # RocketMQ sends the request on without a body
-            pass
-        return await call_consumer(consumers, cmd, RequestCode.CONSUME_MESSAGE_DIRECTLY, group,
-                                   client_id, body)
+            resp = await ch.connection.call(req, CONSUMER_STATUS_TIMEOUT_S)
+            if resp.code == ResponseCode.SUCCESS and resp.body:
+                return ch.client_id, fastjson.loads(resp.body).get("messageQueueTable") or {}
+        except (TimeoutError, asyncio.TimeoutError, ConnectionError, OSError,
+                ValueError, AttributeError) as exc:
+            log.warning("consumer status of %s in %s: %s", ch.client_id, group, exc)
+        return ch.client_id, None
 
-    async def consumer_status(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        topic, group = cmd.require_str("topic"), cmd.require_str("group")
-        only = (cmd.get_str("clientAddr") or "").strip()
-        info = consumers.group(group)
-        if info is None or not info.channels:
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                remark=f"No Any Consumer online in the consumer group: [{group}]")
-        targets = [ch for cid, ch in sorted(info.channels.items()) if not only or cid == only]
-        too_old = [ch for ch in targets if ch.version < V3_0_7_SNAPSHOT]
-        if too_old:
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                remark="the client does not support this feature. "
-                                       f"version={too_old[0].version}")
-
-        async def ask(ch: Any) -> tuple[str, Any]:
-            req = RemotingCommand.request(RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT,
-                                          {"topic": topic, "group": group}, language="JAVA")
-            try:
-                resp = await ch.connection.call(req, CONSUMER_STATUS_TIMEOUT_S)
-                if resp.code == ResponseCode.SUCCESS and resp.body:
-                    return ch.client_id, fastjson.loads(resp.body).get("messageQueueTable") or {}
-            except (TimeoutError, asyncio.TimeoutError, ConnectionError, OSError,
-                    ValueError, AttributeError) as exc:
-                log.warning("consumer status of %s in %s: %s", ch.client_id, group, exc)
-            return ch.client_id, None
-
-        answers = await asyncio.gather(*(ask(ch) for ch in targets
-                                         if hasattr(ch.connection, "call")))
-        table = {cid: mqs for cid, mqs in answers if mqs is not None}
-        body = fastjson.dumps({"consumerTable": table, "messageQueueTable": {}})
-        return cmd.response(ResponseCode.SUCCESS, body=body.encode("utf-8"))
-
-    return {RequestCode.GET_CONSUMER_RUNNING_INFO: running_info,
-            RequestCode.CONSUME_MESSAGE_DIRECTLY: consume_directly,
-            RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: consumer_status}
+    answers = await asyncio.gather(*(ask(ch) for ch in targets
+                                     if hasattr(ch.connection, "call")))
+    table = {cid: mqs for cid, mqs in answers if mqs is not None}
+    body = fastjson.dumps({"consumerTable": table, "messageQueueTable": {}})
+    return cmd.response(ResponseCode.SUCCESS, body=body.encode("utf-8"))
 
 
-__all__ = ["call_consumer", "handlers"]
+__all__ = ["call_consumer"]

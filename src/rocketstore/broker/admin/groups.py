@@ -38,7 +38,7 @@ from . import views
 from ..state.subgroups import SubscriptionGroupConfig
 
 if TYPE_CHECKING:
-    from ..controller import Broker
+    from ..contexts import AdminContext
 
 
 def consume_stats_body(view: views.ConsumeStatsView) -> bytes:
@@ -76,110 +76,103 @@ def reset_offsets(store: Any, offsets: Any, topic_config: Any, group: str, times
     return out
 
 
-def handlers(broker: "Broker") -> dict[int, Any]:
-    cfg = broker.config
+async def update_group(ctx: AdminContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    if not cmd.body:
+        return cmd.response(ResponseCode.SYSTEM_ERROR,
+                            remark="the request has no SubscriptionGroupConfig body")
+    try:
+        sg = SubscriptionGroupConfig.from_json(fastjson.loads(cmd.body))
+    except (ValueError, UnicodeDecodeError) as exc:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"bad subscription group: {exc}")
+    await ctx.run(ctx.subgroups.update, sg)
+    return cmd.response(ResponseCode.SUCCESS)
 
-    async def update_group(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        if not cmd.body:
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                remark="the request has no SubscriptionGroupConfig body")
+
+async def all_groups(ctx: AdminContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    return cmd.response(ResponseCode.SUCCESS,
+                        body=fastjson.dumps(ctx.subgroups.wrapper()).encode("utf-8"))
+
+
+async def delete_group(ctx: AdminContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    group = cmd.require_str("groupName")
+    await ctx.run(ctx.subgroups.delete, group)
+    if cmd.get_bool("removeOffset"):
+        ctx.offsets.remove_group(group)
+        await ctx.run(ctx.offsets.persist)
+    return cmd.response(ResponseCode.SUCCESS)
+
+
+async def consumer_connection(ctx: AdminContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    group = cmd.require_str("consumerGroup")
+    data = views.consumer_connection(ctx.consumers, group)
+    if data is None:
+        return cmd.response(ResponseCode.CONSUMER_NOT_ONLINE,
+                            remark=f"the consumer group[{group}] not online")
+    return cmd.response(ResponseCode.SUCCESS, body=fastjson.dumps(data).encode("utf-8"))
+
+
+async def producer_connection(ctx: AdminContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    group = cmd.require_str("producerGroup")
+    data = views.producer_connection(ctx.producers, group)
+    if data is None:
+        return cmd.response(ResponseCode.SYSTEM_ERROR,
+                            remark=f"the producer group[{group}] not exist")
+    return cmd.response(ResponseCode.SUCCESS, body=fastjson.dumps(data).encode("utf-8"))
+
+
+async def consume_stats(ctx: AdminContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    group = cmd.require_str("consumerGroup")
+    topic = (cmd.get_str("topic") or "").strip() or None
+    view = await ctx.run(views.consume_stats, ctx.store, ctx.topics, ctx.offsets,
+                            ctx.consumers, ctx.config.broker_name, group, topic, ctx.stats)
+    return cmd.response(ResponseCode.SUCCESS, body=consume_stats_body(view))
+
+
+async def all_consumer_offsets(ctx: AdminContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    body = {"offsetTable": ctx.offsets.table()}
+    return cmd.response(ResponseCode.SUCCESS, body=fastjson.dumps(body).encode("utf-8"))
+
+
+async def all_delay_offsets(ctx: AdminContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    table = dict(getattr(ctx.delay_offsets, "_table", {}))
+    return cmd.response(ResponseCode.SUCCESS,
+                        body=fastjson.dumps({"offsetTable": table}).encode("utf-8"))
+
+
+async def reset_offset(ctx: AdminContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    topic, group = cmd.require_str("topic"), cmd.require_str("group")
+    timestamp = cmd.require_int("timestamp")
+    force = cmd.get_bool("isForce", False)
+    for_cpp = cmd.language == "CPP"  # RocketMQ: the list body when the requester is C++
+    tc = ctx.topics.get(topic)
+    if tc is None:
+        return cmd.response(ResponseCode.SYSTEM_ERROR,
+                            remark="[reset-offset] reset offset failed, no topic in this "
+                                   f"broker. topic={topic}")
+    conns = ctx.consumers.connections(group)
+    if not conns:
+        return cmd.response(ResponseCode.CONSUMER_NOT_ONLINE,
+                            remark="Consumer not online, so can not reset offset, Group: "
+                                   f"{group} Topic: {topic} Timestamp: {timestamp}")
+    new = await ctx.run(reset_offsets, ctx.store, ctx.offsets, tc, group,
+                           timestamp, force)
+    for qid, off in new.items():
+        ctx.offsets.commit(group, topic, qid, off)
+    info = ctx.consumers.group(group)
+    langs = {id(ch.connection): ch.language for ch in info.channels.values()} if info else {}
+    for c in conns:
+        notify = RemotingCommand.request(
+            RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+            {"topic": topic, "group": group, "timestamp": timestamp, "isForce": False},
+            reset_offset_body(topic, ctx.config.broker_name, new,
+                              for_cpp or langs.get(id(c)) == "CPP"),
+            oneway=True, language="JAVA")
         try:
-            sg = SubscriptionGroupConfig.from_json(fastjson.loads(cmd.body))
-        except (ValueError, UnicodeDecodeError) as exc:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"bad subscription group: {exc}")
-        await broker.run(broker.subgroups.update, sg)
-        return cmd.response(ResponseCode.SUCCESS)
-
-    async def all_groups(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.response(ResponseCode.SUCCESS,
-                            body=fastjson.dumps(broker.subgroups.wrapper()).encode("utf-8"))
-
-    async def delete_group(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        group = cmd.require_str("groupName")
-        await broker.run(broker.subgroups.delete, group)
-        if cmd.get_bool("removeOffset"):
-            broker.offsets.remove_group(group)
-            await broker.run(broker.offsets.persist)
-        return cmd.response(ResponseCode.SUCCESS)
-
-    async def consumer_connection(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        group = cmd.require_str("consumerGroup")
-        data = views.consumer_connection(broker.consumers, group)
-        if data is None:
-            return cmd.response(ResponseCode.CONSUMER_NOT_ONLINE,
-                                remark=f"the consumer group[{group}] not online")
-        return cmd.response(ResponseCode.SUCCESS, body=fastjson.dumps(data).encode("utf-8"))
-
-    async def producer_connection(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        group = cmd.require_str("producerGroup")
-        data = views.producer_connection(broker.producers, group)
-        if data is None:
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                remark=f"the producer group[{group}] not exist")
-        return cmd.response(ResponseCode.SUCCESS, body=fastjson.dumps(data).encode("utf-8"))
-
-    async def consume_stats(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        group = cmd.require_str("consumerGroup")
-        topic = (cmd.get_str("topic") or "").strip() or None
-        view = await broker.run(views.consume_stats, broker.store, broker.topics, broker.offsets,
-                                broker.consumers, cfg.broker_name, group, topic, broker.stats)
-        return cmd.response(ResponseCode.SUCCESS, body=consume_stats_body(view))
-
-    async def all_consumer_offsets(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        body = {"offsetTable": broker.offsets.table()}
-        return cmd.response(ResponseCode.SUCCESS, body=fastjson.dumps(body).encode("utf-8"))
-
-    async def all_delay_offsets(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        table = dict(getattr(broker.delay_offsets, "_table", {}))
-        return cmd.response(ResponseCode.SUCCESS,
-                            body=fastjson.dumps({"offsetTable": table}).encode("utf-8"))
-
-    async def reset_offset(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        topic, group = cmd.require_str("topic"), cmd.require_str("group")
-        timestamp = cmd.require_int("timestamp")
-        force = cmd.get_bool("isForce", False)
-        for_cpp = cmd.language == "CPP"  # RocketMQ: the list body when the requester is C++
-        tc = broker.topics.get(topic)
-        if tc is None:
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                remark="[reset-offset] reset offset failed, no topic in this "
-                                       f"broker. topic={topic}")
-        conns = broker.consumers.connections(group)
-        if not conns:
-            return cmd.response(ResponseCode.CONSUMER_NOT_ONLINE,
-                                remark="Consumer not online, so can not reset offset, Group: "
-                                       f"{group} Topic: {topic} Timestamp: {timestamp}")
-        new = await broker.run(reset_offsets, broker.store, broker.offsets, tc, group,
-                               timestamp, force)
-        for qid, off in new.items():
-            broker.offsets.commit(group, topic, qid, off)
-        info = broker.consumers.group(group)
-        langs = {id(ch.connection): ch.language for ch in info.channels.values()} if info else {}
-        for c in conns:
-            notify = RemotingCommand.request(
-                RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
-                {"topic": topic, "group": group, "timestamp": timestamp, "isForce": False},
-                reset_offset_body(topic, cfg.broker_name, new,
-                                  for_cpp or langs.get(id(c)) == "CPP"),
-                oneway=True, language="JAVA")
-            try:
-                c.notify(notify)
-            except Exception:  # a closing connection: it goes away by itself
-                pass
-        return cmd.response(ResponseCode.SUCCESS,
-                            body=reset_offset_body(topic, cfg.broker_name, new))
-
-    return {
-        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: update_group,
-        RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: all_groups,
-        RequestCode.DELETE_SUBSCRIPTIONGROUP: delete_group,
-        RequestCode.GET_CONSUMER_CONNECTION_LIST: consumer_connection,
-        RequestCode.GET_PRODUCER_CONNECTION_LIST: producer_connection,
-        RequestCode.GET_CONSUME_STATS: consume_stats,
-        RequestCode.GET_ALL_CONSUMER_OFFSET: all_consumer_offsets,
-        RequestCode.GET_ALL_DELAY_OFFSET: all_delay_offsets,
-        RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: reset_offset,
-    }
+            c.notify(notify)
+        except Exception:  # a closing connection: it goes away by itself
+            pass
+    return cmd.response(ResponseCode.SUCCESS,
+                        body=reset_offset_body(topic, ctx.config.broker_name, new))
 
 
-__all__ = ["consume_stats_body", "handlers", "reset_offset_body", "reset_offsets"]
+__all__ = ["consume_stats_body", "reset_offset_body", "reset_offsets"]

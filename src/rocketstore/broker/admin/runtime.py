@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from ...config import parse_properties
 from ...remoting import fastjson
-from ...remoting.codes import RequestCode, ResponseCode
+from ...remoting.codes import ResponseCode
 from ...remoting.command import RemotingCommand
 from . import views
 from ..state.limits import check_live_value
 
 if TYPE_CHECKING:
-    from ..controller import Broker
+    from ..contexts import AdminContext
 
 # Java name -> (which config object, attribute); only these can change live.
 LIVE: dict[str, tuple[str, str]] = {
@@ -152,7 +152,7 @@ def apply_update(props: dict[str, str], broker_config: Any, store_config: Any) -
         new = coerce(getattr(obj, attr), value, key)
         if isinstance(new, int) and not isinstance(new, bool) and new < 0:
             raise ValueError(f"{key} must not be negative")
-        check_live_value(key, new, store_config)  # broker.limits: each key's range
+        check_live_value(key, new, store_config)  # state.limits: each key's range
         if key == "deleteWhen" and not re.fullmatch(r"\d{1,2}(;\d{1,2})*", new):
             raise ValueError(f"deleteWhen must be hours like 04 or 04;16, not {new!r}")
         plan.append((obj, attr, key, new))
@@ -161,35 +161,30 @@ def apply_update(props: dict[str, str], broker_config: Any, store_config: Any) -
     return {key: new for _, _, key, new in plan}
 
 
-def handlers(broker: "Broker") -> dict[int, Any]:
-    version = ConfigVersion()
+async def runtime_info(ctx: AdminContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    table = await ctx.run(views.runtime_info, ctx.store, ctx.store_config,
+                             ctx.config, ctx.stats)
+    return cmd.response(ResponseCode.SUCCESS,
+                        body=fastjson.dumps({"table": table}).encode("utf-8"))
 
-    async def runtime_info(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        table = await broker.run(views.runtime_info, broker.store, broker.store_config,
-                                 broker.config, broker.stats)
-        return cmd.response(ResponseCode.SUCCESS,
-                            body=fastjson.dumps({"table": table}).encode("utf-8"))
 
-    async def get_config(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        cfgs = all_configs(broker.config, broker.store_config)
-        text = "".join(f"{k}={v}\n" for k, v in cfgs.items())
-        return cmd.response(ResponseCode.SUCCESS, {"version": version.json()},
-                            body=text.encode("utf-8"))
+async def get_config(ctx: AdminContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    cfgs = all_configs(ctx.config, ctx.store_config)
+    text = "".join(f"{k}={v}\n" for k, v in cfgs.items())
+    return cmd.response(ResponseCode.SUCCESS, {"version": ctx.config_version.json()},
+                        body=text.encode("utf-8"))
 
-    async def update_config(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        if not cmd.body:
-            return cmd.response(ResponseCode.SUCCESS)
-        try:
-            props = parse_properties(cmd.body.decode("utf-8"))
-            apply_update(props, broker.config, broker.store_config)
-        except (ValueError, UnicodeDecodeError) as exc:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
-        version.bump()
+
+async def update_config(ctx: AdminContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    if not cmd.body:
         return cmd.response(ResponseCode.SUCCESS)
+    try:
+        props = parse_properties(cmd.body.decode("utf-8"))
+        apply_update(props, ctx.config, ctx.store_config)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
+    ctx.config_version.bump()
+    return cmd.response(ResponseCode.SUCCESS)
 
-    return {RequestCode.GET_BROKER_RUNTIME_INFO: runtime_info,
-            RequestCode.GET_BROKER_CONFIG: get_config,
-            RequestCode.UPDATE_BROKER_CONFIG: update_config}
 
-
-__all__ = ["LIVE", "all_configs", "apply_update", "handlers", "parse_properties"]
+__all__ = ["LIVE", "all_configs", "apply_update", "parse_properties"]

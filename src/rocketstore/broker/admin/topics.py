@@ -22,13 +22,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ...remoting import fastjson
-from ...remoting.codes import RequestCode, ResponseCode
+from ...remoting.codes import ResponseCode
 from ...remoting.command import RemotingCommand
 from . import views
 from ..state.topics import validate_topic
 
 if TYPE_CHECKING:
-    from ..controller import Broker
+    from ..contexts import AdminContext
 
 
 def topic_stats_body(rows: list[views.QueueStats]) -> bytes:
@@ -42,92 +42,85 @@ def topic_list_body(names: list[str], broker_addr: str | None = None) -> bytes:
     return fastjson.dumps({"brokerAddr": broker_addr, "topicList": names}).encode("utf-8")
 
 
-def topic_config_body(broker: "Broker") -> bytes:
-    table = {tc.topic_name: tc.to_json() for tc in broker.topics.topics()}
-    counter = getattr(broker.topics, "_counter", 0)
-    return fastjson.dumps({"dataVersion": {"counter": counter, "timestamp": broker.stats.boot_ms},
+def topic_config_body(ctx: AdminContext) -> bytes:
+    table = {tc.topic_name: tc.to_json() for tc in ctx.topics.topics()}
+    counter = getattr(ctx.topics, "_counter", 0)
+    return fastjson.dumps({"dataVersion": {"counter": counter, "timestamp": ctx.stats.boot_ms},
                            "topicConfigTable": table}).encode("utf-8")
 
 
-def handlers(broker: "Broker") -> dict[int, Any]:
-    cfg = broker.config
+async def all_topic_config(ctx: AdminContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    return cmd.response(ResponseCode.SUCCESS, body=topic_config_body(ctx))
 
-    async def all_topic_config(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.response(ResponseCode.SUCCESS, body=topic_config_body(broker))
 
-    async def topic_stats(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        topic = cmd.require_str("topic")
-        tc = broker.topics.get(topic)
-        if tc is None:
-            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{topic}] not exist")
-        rows = await broker.run(views.topic_stats, broker.store, tc, cfg.broker_name)
-        return cmd.response(ResponseCode.SUCCESS, body=topic_stats_body(rows))
+async def topic_stats(ctx: AdminContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    topic = cmd.require_str("topic")
+    tc = ctx.topics.get(topic)
+    if tc is None:
+        return cmd.response(ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{topic}] not exist")
+    rows = await ctx.run(views.topic_stats, ctx.store, tc, ctx.config.broker_name)
+    return cmd.response(ResponseCode.SUCCESS, body=topic_stats_body(rows))
 
-    async def topic_list(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+
+async def topic_list(ctx: AdminContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    return cmd.response(ResponseCode.SUCCESS,
+                        body=topic_list_body(views.topic_names(ctx.topics)))
+
+
+async def system_topics(ctx: AdminContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    names = [t for t in views.topic_names(ctx.topics) if views.is_system_topic(t, ctx.config)]
+    return cmd.response(ResponseCode.SUCCESS, body=topic_list_body(names))
+
+
+async def delete_topic(ctx: AdminContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    topic = cmd.require_str("topic")
+    try:
+        validate_topic(topic)
+    except ValueError as exc:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
+    if views.is_system_topic(topic, ctx.config):
+        return cmd.response(ResponseCode.SYSTEM_ERROR,
+                            remark=f"The topic[{topic}] is conflict with system topic.")
+    await ctx.run(ctx.topics.delete, topic)
+    await ctx.run(ctx.store.delete_topic, topic)
+    return cmd.response(ResponseCode.SUCCESS)
+
+
+async def consume_by_who(ctx: AdminContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    topic = cmd.require_str("topic")
+    groups = views.groups_of_topic(ctx.offsets, ctx.consumers, topic)
+    return cmd.response(ResponseCode.SUCCESS,
+                        body=fastjson.dumps({"groupList": groups}).encode("utf-8"))
+
+
+async def query_consume_queue(ctx: AdminContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    topic, qid = cmd.require_str("topic"), cmd.require_int("queueId")
+    index, count = cmd.get_int("index", 0) or 0, cmd.get_int("count", 10) or 0
+    group = cmd.get_str("consumerGroup")
+    s = ctx.store
+
+    def read() -> tuple[Any, int, int]:
+        units = s.read_consume_queue(topic, qid, index, min(count, 10_000))
+        return (units, s.get_min_offset_in_queue(topic, qid),
+                s.get_max_offset_in_queue(topic, qid))
+    units, lo, hi = await ctx.run(read)
+    if units is None:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{qid}@{topic} is not exist!")
+    body: dict[str, Any] = {"maxQueueIndex": hi, "minQueueIndex": lo}
+    if group is not None:
+        info = ctx.consumers.group(group)
+        sub = info.subscriptions.get(topic) if info is not None else None
+        if sub is None:
+            body["filterData"] = f"{group}@{topic} is not online!"
+        else:
+            body["subscriptionData"] = views.subscription_data(sub)
+            body["filterData"] = "null"
+    if not units:
         return cmd.response(ResponseCode.SUCCESS,
-                            body=topic_list_body(views.topic_names(broker.topics)))
-
-    async def system_topics(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        names = [t for t in views.topic_names(broker.topics) if views.is_system_topic(t, cfg)]
-        return cmd.response(ResponseCode.SUCCESS, body=topic_list_body(names))
-
-    async def delete_topic(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        topic = cmd.require_str("topic")
-        try:
-            validate_topic(topic)
-        except ValueError as exc:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
-        if views.is_system_topic(topic, cfg):
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                remark=f"The topic[{topic}] is conflict with system topic.")
-        await broker.run(broker.topics.delete, topic)
-        await broker.run(broker.store.delete_topic, topic)
-        return cmd.response(ResponseCode.SUCCESS)
-
-    async def consume_by_who(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        topic = cmd.require_str("topic")
-        groups = views.groups_of_topic(broker.offsets, broker.consumers, topic)
-        return cmd.response(ResponseCode.SUCCESS,
-                            body=fastjson.dumps({"groupList": groups}).encode("utf-8"))
-
-    async def query_consume_queue(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        topic, qid = cmd.require_str("topic"), cmd.require_int("queueId")
-        index, count = cmd.get_int("index", 0) or 0, cmd.get_int("count", 10) or 0
-        group = cmd.get_str("consumerGroup")
-        s = broker.store
-
-        def read() -> tuple[Any, int, int]:
-            units = s.read_consume_queue(topic, qid, index, min(count, 10_000))
-            return (units, s.get_min_offset_in_queue(topic, qid),
-                    s.get_max_offset_in_queue(topic, qid))
-        units, lo, hi = await broker.run(read)
-        if units is None:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{qid}@{topic} is not exist!")
-        body: dict[str, Any] = {"maxQueueIndex": hi, "minQueueIndex": lo}
-        if group is not None:
-            info = broker.consumers.group(group)
-            sub = info.subscriptions.get(topic) if info is not None else None
-            if sub is None:
-                body["filterData"] = f"{group}@{topic} is not online!"
-            else:
-                body["subscriptionData"] = views.subscription_data(sub)
-                body["filterData"] = "null"
-        if not units:
-            return cmd.response(ResponseCode.SUCCESS,
-                                remark=f"Index {index} of {qid}@{topic} is not exist!")
-        body["queueData"] = [{"eval": False, "physicOffset": off, "physicSize": size,
-                              "tagsCode": tags} for off, size, tags in units]
-        return cmd.response(ResponseCode.SUCCESS, body=fastjson.dumps(body).encode("utf-8"))
-
-    return {
-        RequestCode.GET_ALL_TOPIC_CONFIG: all_topic_config,
-        RequestCode.GET_TOPIC_STATS_INFO: topic_stats,
-        RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: topic_list,
-        RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: system_topics,
-        RequestCode.DELETE_TOPIC_IN_BROKER: delete_topic,
-        RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: consume_by_who,
-        RequestCode.QUERY_CONSUME_QUEUE: query_consume_queue,
-    }
+                            remark=f"Index {index} of {qid}@{topic} is not exist!")
+    body["queueData"] = [{"eval": False, "physicOffset": off, "physicSize": size,
+                          "tagsCode": tags} for off, size, tags in units]
+    return cmd.response(ResponseCode.SUCCESS, body=fastjson.dumps(body).encode("utf-8"))
 
 
-__all__ = ["handlers", "topic_stats_body", "topic_list_body"]
+__all__ = ["topic_stats_body", "topic_list_body"]

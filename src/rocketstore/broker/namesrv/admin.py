@@ -24,56 +24,50 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...remoting.codes import RequestCode, ResponseCode
+from ...remoting.codes import ResponseCode
 from ...remoting.command import RemotingCommand
 from ..admin import views
 from ..admin.topics import topic_list_body
 
 if TYPE_CHECKING:
-    from ..controller import Broker
-    from .routes import RouteTable
+    from .context import NamesrvContext
 
 
-def handlers(broker: "Broker | None", table: "RouteTable") -> dict[int, Any]:
-    def clusters() -> dict[str, set[str]]:
-        out: dict[str, set[str]] = {}
-        for name, (cluster, _) in table.brokers().items():
-            out.setdefault(cluster, set()).add(name)
-        if broker is not None:
-            out.setdefault(broker.config.cluster_name, set()).add(broker.config.broker_name)
-        return out
-
-    async def topics_by_cluster(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        cluster = cmd.require_str("cluster")
-        names = clusters().get(cluster)
-        if names is None:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"cluster {cluster} not exist")
-        topics = set(table.topics_of(names))
-        if broker is not None and broker.config.cluster_name == cluster:
-            topics |= set(views.topic_names(broker.topics))
-        return cmd.response(ResponseCode.SUCCESS, body=topic_list_body(sorted(topics)))
-
-    async def system_topics(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        names: list[str] = []
-        for cluster, brokers in sorted(clusters().items()):
-            names += [cluster, *sorted(brokers)]
-        addr = broker.config.broker_addr if broker is not None else None
-        if addr is None:
-            addrs = [a for _, (_, ids) in sorted(table.brokers().items()) for a in ids.values()]
-            addr = addrs[0] if addrs else None
-        return cmd.response(ResponseCode.SUCCESS, body=topic_list_body(names, addr))
-
-    async def delete_topic(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        topic = cmd.require_str("topic")
-        cluster = (cmd.get_str("clusterName") or "").strip()
-        table.delete_topic(topic, clusters().get(cluster, set()) if cluster else None)
-        return cmd.response(ResponseCode.SUCCESS)
-
-    return {
-        RequestCode.GET_TOPICS_BY_CLUSTER: topics_by_cluster,
-        RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: system_topics,
-        RequestCode.DELETE_TOPIC_IN_NAMESRV: delete_topic,
-    }
+def clusters(ctx: NamesrvContext) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for name, (cluster, _) in ctx.table.brokers().items():
+        out.setdefault(cluster, set()).add(name)
+    if ctx.local is not None:
+        out.setdefault(ctx.local.config.cluster_name, set()).add(ctx.local.config.broker_name)
+    return out
 
 
-__all__ = ["handlers"]
+async def topics_by_cluster(ctx: NamesrvContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    cluster = cmd.require_str("cluster")
+    names = clusters(ctx).get(cluster)
+    if names is None:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"cluster {cluster} not exist")
+    topics = set(ctx.table.topics_of(names))
+    if ctx.local is not None and ctx.local.config.cluster_name == cluster:
+        topics |= set(views.topic_names(ctx.local.topics))
+    return cmd.response(ResponseCode.SUCCESS, body=topic_list_body(sorted(topics)))
+
+
+async def system_topics(ctx: NamesrvContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    names: list[str] = []
+    for cluster, brokers in sorted(clusters(ctx).items()):
+        names += [cluster, *sorted(brokers)]
+    addr = ctx.local.config.broker_addr if ctx.local is not None else None
+    if addr is None:
+        addrs = [a for _, (_, ids) in sorted(ctx.table.brokers().items()) for a in ids.values()]
+        addr = addrs[0] if addrs else None
+    return cmd.response(ResponseCode.SUCCESS, body=topic_list_body(names, addr))
+
+
+async def delete_topic(ctx: NamesrvContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    topic = cmd.require_str("topic")
+    cluster = (cmd.get_str("clusterName") or "").strip()
+    ctx.table.delete_topic(topic, clusters(ctx).get(cluster, set()) if cluster else None)
+    return cmd.response(ResponseCode.SUCCESS)
+
+

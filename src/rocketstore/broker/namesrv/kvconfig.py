@@ -32,10 +32,7 @@ import json
 import logging
 import os
 import threading
-from typing import Any, Callable
 
-from ...remoting.codes import RequestCode, ResponseCode
-from ...remoting.command import RemotingCommand
 from ..state.files import load_json_lenient, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -99,48 +96,4 @@ def kv_table_body(table: dict[str, str]) -> bytes:
     return json.dumps({"table": table}, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-def handlers(kv: KVConfigManager,
-             on_change: Callable[[str], None] | None = None) -> dict[int, Any]:
-    async def put(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        ns, key = cmd.get_str("namespace"), cmd.get_str("key")
-        if ns is None or key is None:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, remark="namespace or key is null")
-        value = cmd.get_str("value")
-        if value is None:  # RocketMQ's header check (@CFNotNull); an empty value is a value
-            return cmd.response(ResponseCode.SYSTEM_ERROR, remark="the custom field <value> is null")
-        kv.put(ns, key, value)
-        log.info("KV config put: namespace %s key %s value %s", ns, key, value)
-        if on_change is not None:
-            on_change(ns)
-        return cmd.response(ResponseCode.SUCCESS)
-
-    async def get(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        ns, key = cmd.require_str("namespace"), cmd.require_str("key")
-        value = kv.get(ns, key)
-        if value is None:
-            return cmd.response(ResponseCode.QUERY_NOT_FOUND,
-                                remark=f"No config item, Namespace: {ns} Key: {key}")
-        return cmd.response(ResponseCode.SUCCESS, {"value": value})
-
-    async def delete(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        ns, key = cmd.require_str("namespace"), cmd.require_str("key")
-        kv.delete(ns, key)
-        log.info("KV config delete: namespace %s key %s", ns, key)
-        if on_change is not None:
-            on_change(ns)
-        return cmd.response(ResponseCode.SUCCESS)
-
-    async def list_namespace(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        ns = cmd.require_str("namespace")
-        table = kv.namespace(ns)
-        if table is None:
-            return cmd.response(ResponseCode.QUERY_NOT_FOUND,
-                                remark=f"No config item, Namespace: {ns}")
-        return cmd.response(ResponseCode.SUCCESS, body=kv_table_body(table))
-
-    return {RequestCode.PUT_KV_CONFIG: put, RequestCode.GET_KV_CONFIG: get,
-            RequestCode.DELETE_KV_CONFIG: delete, RequestCode.GET_KVLIST_BY_NAMESPACE: list_namespace}
-
-
-__all__ = ["KVConfigManager", "ORDER_TOPIC_CONFIG", "default_kv_config_path", "handlers",
-           "kv_table_body"]
+__all__ = ["KVConfigManager", "ORDER_TOPIC_CONFIG", "default_kv_config_path", "kv_table_body"]

@@ -31,23 +31,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
-import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
-from ...remoting.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
-from ...remoting.command import RemotingCommand
+from ...remoting.codes import PERM_READ, PERM_WRITE
 from ...remoting.jsonbody import load_json_text
-from . import kvconfig, settings as settings_requests
-from .kvconfig import KV_CONFIG_FILE, ORDER_TOPIC_CONFIG, KVConfigManager, kv_table_body
-from .settings import NamesrvSettings
-from ..state.topics import ensure_topic
-
-if TYPE_CHECKING:
-    from ..controller import Broker
 
 log = logging.getLogger(__name__)
 BROKER_EXPIRY_S = 120.0  # RouteInfoManager.BROKER_CHANNEL_EXPIRED_TIME
@@ -71,6 +61,7 @@ class _BrokerData:
 class _Live:
     last_update: float
     data_version: Any
+    ha_server_addr: str = ""
 
 
 class RouteTable:
@@ -83,10 +74,14 @@ class RouteTable:
         self._topics: dict[str, dict[str, dict]] = {}  # topic -> broker name -> queue data
         self._order: dict[str, str] = {}  # topic -> orderTopicConf of a broker
         self._live: dict[str, _Live] = {}  # broker address -> last registration
+        self._channels: dict[Any, str] = {}  # connection a broker registered on -> its address
 
     def register(self, cluster: str, addr: str, name: str, broker_id: int,
-                 topic_table: dict[str, dict] | None, data_version: Any) -> None:
+                 topic_table: dict[str, dict] | None, data_version: Any,
+                 ha_server_addr: str = "", channel: Any = None) -> None:
         with self._lock:
+            if channel is not None:
+                self._channels[channel] = addr
             bd = self._brokers.setdefault(name, _BrokerData(cluster))
             bd.cluster = cluster
             for bid, a in list(bd.addrs.items()):  # same address, new id: the old entry goes
@@ -96,12 +91,43 @@ class RouteTable:
             bd.addrs[broker_id] = addr
             prev = self._live.get(addr)
             changed = first or prev is None or prev.data_version != data_version
-            self._live[addr] = _Live(time.monotonic(), data_version)
+            self._live[addr] = _Live(time.monotonic(), data_version, ha_server_addr)
             if broker_id == MASTER_ID and topic_table is not None and changed:
                 for topic, tc in topic_table.items():
                     self._topics.setdefault(topic, {})[name] = _queue_data(name, tc)
                     if tc.get("order"):
                         self._order[topic] = f"{name}:{int(tc.get('writeQueueNums', 0))}"
+
+    def channel_closed(self, channel: Any) -> str | None:
+        """A broker's connection closed: forget that address at once (RocketMQ's
+        ``onChannelDestroy``), so clients route to the slave left; the address, if any."""
+        with self._lock:
+            addr = self._channels.pop(channel, None)
+            if addr is None or addr in self._channels.values():
+                return None
+            self._live.pop(addr, None)
+            for name, bd in list(self._brokers.items()):
+                for bid, a in list(bd.addrs.items()):
+                    if a == addr:
+                        del bd.addrs[bid]
+                if not bd.addrs:
+                    self._drop_broker(name)
+        log.warning("broker %s connection closed: removed from the routes", addr)
+        return addr
+
+    def master_of(self, name: str) -> tuple[str, str] | None:
+        """(haServerAddr, address) of broker ``name``'s live id-0 entry (a slave's answer)."""
+        self.expire()
+        with self._lock:
+            bd = self._brokers.get(name)
+            addr = bd.addrs.get(MASTER_ID) if bd is not None else None
+            live = self._live.get(addr) if addr else None
+            return (live.ha_server_addr, addr) if live is not None and addr else None
+
+    def addrs_of(self, name: str) -> dict[int, str]:
+        with self._lock:
+            bd = self._brokers.get(name)
+            return dict(bd.addrs) if bd is not None else {}
 
     def unregister(self, addr: str, name: str, broker_id: int) -> None:
         with self._lock:
@@ -192,6 +218,16 @@ class RouteTable:
             return set(self._topics)
 
 
+@dataclass
+class LocalBroker:
+    """The broker beside the name server of ``rocketstore serve``."""
+    config: Any  # BrokerConfig
+    store_config: Any  # StoreConfig
+    topics: Any  # TopicConfigManager
+    # brokerIP2:haListenPort of the local broker, what a slave registering here is told
+    ha_server_addr: Callable[[], str | None] | None = None
+
+
 class LocalRoutePerms:
     """wipeWritePerm / addWritePerm on the broker ``rocketstore serve`` runs beside its name
     server: the perms its routes carry instead of the topic table's, until that table changes
@@ -216,17 +252,26 @@ class LocalRoutePerms:
         return self._perms.get(topic, perm)
 
 
-def _local_route(broker: "Broker", tc: Any, perms: LocalRoutePerms | None) -> tuple[dict, dict]:
-    cfg = broker.config
-    bd = {"brokerAddrs": {"0": cfg.broker_addr}, "brokerName": cfg.broker_name,
+def local_broker_addrs(local: LocalBroker, table: RouteTable | None) -> dict[str, str]:
+    """The local broker's address under its id, with the slaves registered under its name."""
+    cfg = local.config
+    addrs = {str(k): v for k, v in (table.addrs_of(cfg.broker_name) if table is not None else {}).items()}
+    addrs[str(getattr(cfg, "broker_id", 0))] = cfg.broker_addr
+    return dict(sorted(addrs.items(), key=lambda kv: int(kv[0])))
+
+
+def _local_route(local: LocalBroker, tc: Any, perms: LocalRoutePerms | None,
+                 table: RouteTable | None = None) -> tuple[dict, dict]:
+    cfg = local.config
+    bd = {"brokerAddrs": local_broker_addrs(local, table), "brokerName": cfg.broker_name,
           "cluster": cfg.cluster_name}
     qd = _queue_data(cfg.broker_name, tc.to_json())
     if perms is not None:
-        qd["perm"] = perms.perm(broker.topics, tc.topic_name, qd["perm"])
+        qd["perm"] = perms.perm(local.topics, tc.topic_name, qd["perm"])
     return bd, qd
 
 
-def route_body(broker: "Broker | None", tc: Any, table: RouteTable | None = None,
+def route_body(local: LocalBroker | None, tc: Any, table: RouteTable | None = None,
                topic: str | None = None, perms: LocalRoutePerms | None = None,
                order_conf: Callable[[str], str | None] | None = None) -> bytes:
     """The TopicRouteData JSON of a topic: the local broker's part (``tc``) and the table's.
@@ -234,11 +279,11 @@ def route_body(broker: "Broker | None", tc: Any, table: RouteTable | None = None
     ``orderTopicConf`` when given, as RocketMQ's name server does."""
     topic = topic or tc.topic_name
     bds, qds, order = table.route(topic) if table is not None else ([], [], None)
-    if broker is not None and tc is not None:
-        name = broker.config.broker_name
+    if local is not None and tc is not None:
+        name = local.config.broker_name
         bds = [b for b in bds if b["brokerName"] != name]
         qds = [q for q in qds if q["brokerName"] != name]
-        bd, qd = _local_route(broker, tc, perms)
+        bd, qd = _local_route(local, tc, perms, table)
         bds.insert(0, bd)
         qds.insert(0, qd)
         if tc.order:
@@ -271,128 +316,3 @@ def parse_register_body(body: bytes, compressed: bool = False) -> tuple[dict[str
     return out, json.dumps(dv, sort_keys=True)
 
 
-def local_kv_config_path(broker: "Broker") -> str:
-    """Where ``rocketstore serve`` keeps its name server's ``kvConfig.json``: ``kvConfigPath``
-    of ``--config``, else beside the broker's own state in ``<store>/config/``."""
-    return broker.config.kv_config_path or os.path.join(
-        broker.store_config.store_path_root_dir, "config", KV_CONFIG_FILE)
-
-
-def handlers(broker: "Broker | None", table: RouteTable | None = None,
-             kv: KVConfigManager | None = None,
-             settings: NamesrvSettings | None = None,
-             perms: LocalRoutePerms | None = None) -> dict[int, Any]:
-    """Name-server handlers; ``broker`` is the in-process broker, if any; ``kv`` the KV config
-    (default: memory only, or ``local_kv_config_path`` beside a broker); ``settings`` the
-    name server's own (default: ``orderMessageEnable`` of the broker's config); ``perms`` the
-    in-process broker's route perms (shared with its gRPC routes)."""
-    table = table if table is not None else RouteTable()
-    if kv is None:
-        kv = KVConfigManager(local_kv_config_path(broker) if broker is not None else None)
-    if settings is None:
-        settings = NamesrvSettings(kv.path, bool(broker is not None
-                                                 and broker.config.order_message_enable))
-        if broker is not None:
-            settings.listen_port = lambda: broker.config.namesrv_port
-    if perms is None and broker is not None:
-        perms = LocalRoutePerms()
-
-    def order_conf(topic: str) -> str | None:
-        return kv.get(ORDER_TOPIC_CONFIG, topic)
-
-    def kv_changed(namespace: str) -> None:
-        """The local broker takes the ORDER_TOPIC_CONFIG namespace as a registering broker
-        takes it from the answer to REGISTER_BROKER."""
-        order = kv.namespace(ORDER_TOPIC_CONFIG)
-        if broker is not None and namespace == ORDER_TOPIC_CONFIG and order is not None:
-            broker.topics.update_order_topics(set(order))
-
-    kv_changed(ORDER_TOPIC_CONFIG)
-
-    async def get_route(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        topic = cmd.require_str("topic")
-        tc = None
-        if broker is not None:
-            tc = broker.topics.get(topic)
-            # alone, the broker creates topics on lookup; once other brokers registered here,
-            # the name server answers as RocketMQ's does (clients then send via TBW102)
-            if tc is None and not table.brokers():
-                try:
-                    tc = ensure_topic(broker.topics, broker.config, topic)
-                except ValueError:
-                    tc = None
-        if tc is None and topic not in table.topic_names():
-            return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
-                                remark=f"No topic route info in name server for the topic: {topic}")
-        return cmd.response(ResponseCode.SUCCESS,
-                            body=route_body(broker, tc, table, topic, perms,
-                                            order_conf if settings.order_message_enable else None))
-
-    async def cluster_info(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        addr_table: dict[str, dict] = {}
-        clusters: dict[str, set[str]] = {}
-        for name, (cluster, addrs) in table.brokers().items():
-            addr_table[name] = {"brokerAddrs": {str(k): v for k, v in addrs.items()},
-                                "brokerName": name, "cluster": cluster}
-            clusters.setdefault(cluster, set()).add(name)
-        if broker is not None:
-            cfg = broker.config
-            addr_table[cfg.broker_name] = {"brokerAddrs": {"0": cfg.broker_addr},
-                                           "brokerName": cfg.broker_name,
-                                           "cluster": cfg.cluster_name}
-            clusters.setdefault(cfg.cluster_name, set()).add(cfg.broker_name)
-        body = {"brokerAddrTable": addr_table,
-                "clusterAddrTable": {c: sorted(n) for c, n in clusters.items()}}
-        return cmd.response(ResponseCode.SUCCESS,
-                            body=json.dumps(body, separators=(",", ":")).encode())
-
-    async def topic_list(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        names = table.topic_names()
-        if broker is not None:
-            names |= {t.topic_name for t in broker.topics.topics()}
-        return cmd.response(ResponseCode.SUCCESS,
-                            body=json.dumps({"topicList": sorted(names)}).encode())
-
-    async def register(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        crc = cmd.get_int("bodyCrc32", 0) or 0
-        if crc and (zlib.crc32(cmd.body or b"") & 0x7FFFFFFF) != crc:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, remark="crc32 not match")
-        try:
-            topics, version = parse_register_body(cmd.body or b"", cmd.get_bool("compressed"))
-        except (ValueError, UnicodeDecodeError) as exc:
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                remark=f"Failed to decode RegisterBrokerBody: {exc}")
-        table.register(cmd.require_str("clusterName"), cmd.require_str("brokerAddr"),
-                       cmd.require_str("brokerName"), cmd.get_int("brokerId", 0) or 0,
-                       topics, version)
-        order = kv.namespace(ORDER_TOPIC_CONFIG)  # RegisterBrokerResult.kvTable; none: no body
-        return cmd.response(ResponseCode.SUCCESS, {"haServerAddr": "", "masterAddr": ""},
-                            body=kv_table_body(order) if order is not None else b"")
-
-    async def unregister(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        table.unregister(cmd.require_str("brokerAddr"), cmd.require_str("brokerName"),
-                         cmd.get_int("brokerId", 0) or 0)
-        return cmd.response(ResponseCode.SUCCESS)
-
-    async def write_perm(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        name = cmd.require_str("brokerName")
-        wipe = cmd.code == RequestCode.WIPE_WRITE_PERM_OF_BROKER
-        count = table.operate_write_perm(name, wipe)
-        if broker is not None and perms is not None and name == broker.config.broker_name:
-            count += perms.operate(broker.topics, wipe)
-        log.info("%s write perm of broker %s from %s: %d topics",
-                 "wipe" if wipe else "add", name, getattr(conn, "peer", "?"), count)
-        return cmd.response(ResponseCode.SUCCESS,
-                            {"wipeTopicCount" if wipe else "addTopicCount": count})
-
-    from . import admin as admin_namesrv  # imports the admin views, which import this module
-
-    return {**kvconfig.handlers(kv, kv_changed), **settings_requests.handlers(settings),
-            **admin_namesrv.handlers(broker, table),
-            RequestCode.WIPE_WRITE_PERM_OF_BROKER: write_perm,
-            RequestCode.ADD_WRITE_PERM_OF_BROKER: write_perm,
-            RequestCode.GET_ROUTEINFO_BY_TOPIC: get_route,
-            RequestCode.GET_BROKER_CLUSTER_INFO: cluster_info,
-            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: topic_list,
-            RequestCode.REGISTER_BROKER: register,
-            RequestCode.UNREGISTER_BROKER: unregister}

@@ -22,145 +22,133 @@ from ..state.topics import RETRY_PREFIX, TopicConfig, ensure_topic
 from ..state.limits import validate_group
 
 if TYPE_CHECKING:
-    from ..controller import Broker
+    from ..contexts import ClientContext
 
 
-def handlers(broker: "Broker") -> dict[int, Any]:
-    store = lambda: broker.store  # noqa: E731  (the store is opened after handlers are built)
-
-    async def query_offset(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        group, topic = cmd.require_str("consumerGroup"), cmd.require_str("topic")
-        qid = cmd.require_int("queueId")
-        off = broker.offsets.query(group, topic, qid)
-        if off >= 0:
-            return cmd.response(ResponseCode.SUCCESS, {"offset": off})
-        s = store()
-
-        def first_in_memory() -> bool:  # RocketMQ: min offset 0 and that message still cached
-            return s.get_min_offset_in_queue(topic, qid) <= 0 and \
-                not s.check_in_disk_by_consume_offset(topic, qid, 0)
-        if await broker.run(first_in_memory):
-            return cmd.response(ResponseCode.SUCCESS, {"offset": 0})
-        return cmd.response(ResponseCode.QUERY_NOT_FOUND,
-                            remark="Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
-
-    async def update_offset(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        broker.offsets.commit(cmd.require_str("consumerGroup"), cmd.require_str("topic"),
-                              cmd.require_int("queueId"), cmd.require_int("commitOffset"))
-        return cmd.response(ResponseCode.SUCCESS)
-
-    async def queue_offset(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        topic, qid = cmd.require_str("topic"), cmd.require_int("queueId")
-        s = store()
-        if cmd.code == RequestCode.GET_MAX_OFFSET:
-            off = await broker.run(s.get_max_offset_in_queue, topic, qid)
-        elif cmd.code == RequestCode.GET_MIN_OFFSET:
-            off = await broker.run(s.get_min_offset_in_queue, topic, qid)
-        else:
-            off = await broker.run(s.get_offset_in_queue_by_time, topic, qid,
-                                   cmd.require_int("timestamp"))
+async def query_offset(ctx: ClientContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    group, topic = cmd.require_str("consumerGroup"), cmd.require_str("topic")
+    qid = cmd.require_int("queueId")
+    off = ctx.offsets.query(group, topic, qid)
+    if off >= 0:
         return cmd.response(ResponseCode.SUCCESS, {"offset": off})
+    s = ctx.store
 
-    async def earliest_time(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        ts = await broker.run(store().get_earliest_message_time, cmd.require_str("topic"),
-                              cmd.require_int("queueId"))
-        return cmd.response(ResponseCode.SUCCESS, {"timestamp": ts if ts is not None else -1})
-
-    async def query_message(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        topic, key = cmd.require_str("topic"), cmd.require_str("key")
-        max_num = cmd.get_int("maxNum", 32) or 32
-        begin = cmd.get_int("beginTimestamp", 0) or 0
-        end = cmd.get_int("endTimestamp", None)
-        q = await broker.run(store().query_message, topic, key, max_num, begin, end)
-        fields = {"indexLastUpdateTimestamp": q.index_last_update_timestamp,
-                  "indexLastUpdatePhyoffset": q.index_last_update_phyoffset}
-        if not q.messages:
-            return cmd.response(ResponseCode.QUERY_NOT_FOUND, fields,
-                                remark="can not find message, maybe time range not correct")
-        body = b"".join(record_bytes(m) for m in q.messages)
-        return cmd.response(ResponseCode.SUCCESS, fields, body=body)
-
-    async def view_by_id(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        offset = cmd.require_int("offset")
-        m = await broker.run(store().look_message_by_offset, offset)
-        if m is None:
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                remark=f"can not find message by the offset, {offset}")
-        return cmd.response(ResponseCode.SUCCESS, body=record_bytes(m))
-
-    async def heartbeat(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        data = load_json_text(cmd.body.decode("utf-8")) if cmd.body else {}
-        if not isinstance(data, dict):
-            raise ValueError("heartbeat body is not a JSON object")
-        client_id = str(data.get("clientID") or conn.peer)
-        for ds in ("consumerDataSet", "producerDataSet"):  # nothing registered from a bad one
-            for d in data.get(ds) or []:
-                if isinstance(d, dict) and (ds == "consumerDataSet" or d.get("groupName")):
-                    validate_group(d.get("groupName"))
-        for cd in data.get("consumerDataSet") or []:
-            if not isinstance(cd, dict):
-                continue
-            changed = broker.consumers.register(cd, client_id, conn, language=cmd.language,
-                                                version=cmd.version)
-            group = str(cd.get("groupName"))
-            broker.filters.register_group(group, [s for s in cd.get("subscriptionDataSet") or []
-                                                  if isinstance(s, dict)])
-            ensure_topic(broker.topics, broker.config, RETRY_PREFIX + group, 1)
-            broker.subgroups.ensure(group)
-            if changed:
-                broker.notify_consumer_ids_changed(group)
-        for pd in data.get("producerDataSet") or []:
-            if isinstance(pd, dict) and pd.get("groupName"):
-                broker.producers.register(str(pd["groupName"]), conn, client_id,
-                                          language=cmd.language, version=cmd.version)
-        return cmd.response(ResponseCode.SUCCESS)
-
-    async def unregister(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        client_id = cmd.get_str("clientID") or ""
-        group = cmd.get_str("consumerGroup")
-        if group and broker.consumers.unregister(group, client_id):
-            broker.notify_consumer_ids_changed(group)
-            broker.consumer_group_changed(group)
-        producer_group = cmd.get_str("producerGroup")
-        if producer_group:
-            broker.producers.unregister(producer_group, client_id, conn)
-        return cmd.response(ResponseCode.SUCCESS)
-
-    async def consumer_list(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        group = cmd.require_str("consumerGroup")
-        ids = broker.consumers.client_ids(group)
-        if not ids:
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                remark=f"no consumer for this group, {group}")
-        return cmd.response(ResponseCode.SUCCESS,
-                            body=json.dumps({"consumerIdList": ids}).encode())
-
-    async def create_topic(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        topic = cmd.require_str("topic")
-        n = cmd.get_int("writeQueueNums", broker.config.default_topic_queue_nums)
-        tc = TopicConfig(topic, cmd.get_int("readQueueNums", n) or n, n or 1,
-                         cmd.get_int("perm", PERM_RW) or PERM_RW,
-                         cmd.get_str("topicFilterType") or "SINGLE_TAG",
-                         cmd.get_int("topicSysFlag", 0) or 0, cmd.get_bool("order"))
-        if tc.write_queue_nums <= 0 or tc.read_queue_nums <= 0:
-            raise ValueError("queue numbers must be positive")
-        await broker.run(broker.topics.update, tc)
-        return cmd.response(ResponseCode.SUCCESS)
-
-    return {
-        RequestCode.QUERY_CONSUMER_OFFSET: query_offset,
-        RequestCode.UPDATE_CONSUMER_OFFSET: update_offset,
-        RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: queue_offset,
-        RequestCode.GET_MAX_OFFSET: queue_offset,
-        RequestCode.GET_MIN_OFFSET: queue_offset,
-        RequestCode.GET_EARLIEST_MSG_STORETIME: earliest_time,
-        RequestCode.QUERY_MESSAGE: query_message,
-        RequestCode.VIEW_MESSAGE_BY_ID: view_by_id,
-        RequestCode.HEART_BEAT: heartbeat,
-        RequestCode.UNREGISTER_CLIENT: unregister,
-        RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer_list,
-        RequestCode.UPDATE_AND_CREATE_TOPIC: create_topic,
-    }
+    def first_in_memory() -> bool:  # RocketMQ: min offset 0 and that message still cached
+        return s.get_min_offset_in_queue(topic, qid) <= 0 and \
+            not s.check_in_disk_by_consume_offset(topic, qid, 0)
+    if await ctx.run(first_in_memory):
+        return cmd.response(ResponseCode.SUCCESS, {"offset": 0})
+    return cmd.response(ResponseCode.QUERY_NOT_FOUND,
+                        remark="Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
 
 
-__all__ = ["handlers"]
+async def update_offset(ctx: ClientContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    ctx.offsets.commit(cmd.require_str("consumerGroup"), cmd.require_str("topic"),
+                          cmd.require_int("queueId"), cmd.require_int("commitOffset"))
+    return cmd.response(ResponseCode.SUCCESS)
+
+
+async def queue_offset(ctx: ClientContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    topic, qid = cmd.require_str("topic"), cmd.require_int("queueId")
+    s = ctx.store
+    if cmd.code == RequestCode.GET_MAX_OFFSET:
+        off = await ctx.run(s.get_max_offset_in_queue, topic, qid)
+    elif cmd.code == RequestCode.GET_MIN_OFFSET:
+        off = await ctx.run(s.get_min_offset_in_queue, topic, qid)
+    else:
+        off = await ctx.run(s.get_offset_in_queue_by_time, topic, qid,
+                               cmd.require_int("timestamp"))
+    return cmd.response(ResponseCode.SUCCESS, {"offset": off})
+
+
+async def earliest_time(ctx: ClientContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    ts = await ctx.run(ctx.store.get_earliest_message_time, cmd.require_str("topic"),
+                          cmd.require_int("queueId"))
+    return cmd.response(ResponseCode.SUCCESS, {"timestamp": ts if ts is not None else -1})
+
+
+async def query_message(ctx: ClientContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    topic, key = cmd.require_str("topic"), cmd.require_str("key")
+    max_num = cmd.get_int("maxNum", 32) or 32
+    begin = cmd.get_int("beginTimestamp", 0) or 0
+    end = cmd.get_int("endTimestamp", None)
+    q = await ctx.run(ctx.store.query_message, topic, key, max_num, begin, end)
+    fields = {"indexLastUpdateTimestamp": q.index_last_update_timestamp,
+              "indexLastUpdatePhyoffset": q.index_last_update_phyoffset}
+    if not q.messages:
+        return cmd.response(ResponseCode.QUERY_NOT_FOUND, fields,
+                            remark="can not find message, maybe time range not correct")
+    body = b"".join(record_bytes(m) for m in q.messages)
+    return cmd.response(ResponseCode.SUCCESS, fields, body=body)
+
+
+async def view_by_id(ctx: ClientContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    offset = cmd.require_int("offset")
+    m = await ctx.run(ctx.store.look_message_by_offset, offset)
+    if m is None:
+        return cmd.response(ResponseCode.SYSTEM_ERROR,
+                            remark=f"can not find message by the offset, {offset}")
+    return cmd.response(ResponseCode.SUCCESS, body=record_bytes(m))
+
+
+async def heartbeat(ctx: ClientContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    data = load_json_text(cmd.body.decode("utf-8")) if cmd.body else {}
+    if not isinstance(data, dict):
+        raise ValueError("heartbeat body is not a JSON object")
+    client_id = str(data.get("clientID") or conn.peer)
+    for ds in ("consumerDataSet", "producerDataSet"):  # nothing registered from a bad one
+        for d in data.get(ds) or []:
+            if isinstance(d, dict) and (ds == "consumerDataSet" or d.get("groupName")):
+                validate_group(d.get("groupName"))
+    for cd in data.get("consumerDataSet") or []:
+        if not isinstance(cd, dict):
+            continue
+        changed = ctx.consumers.register(cd, client_id, conn, language=cmd.language,
+                                            version=cmd.version)
+        group = str(cd.get("groupName"))
+        ctx.filters.register_group(group, [s for s in cd.get("subscriptionDataSet") or []
+                                              if isinstance(s, dict)])
+        ensure_topic(ctx.topics, ctx.config, RETRY_PREFIX + group, 1)
+        ctx.subgroups.ensure(group)
+        if changed:
+            ctx.events.ids_changed(group)
+    for pd in data.get("producerDataSet") or []:
+        if isinstance(pd, dict) and pd.get("groupName"):
+            ctx.producers.register(str(pd["groupName"]), conn, client_id,
+                                      language=cmd.language, version=cmd.version)
+    return cmd.response(ResponseCode.SUCCESS)
+
+
+async def unregister(ctx: ClientContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    client_id = cmd.get_str("clientID") or ""
+    group = cmd.get_str("consumerGroup")
+    if group and ctx.consumers.unregister(group, client_id):
+        ctx.events.ids_changed(group)
+        ctx.events.group_changed(group)
+    producer_group = cmd.get_str("producerGroup")
+    if producer_group:
+        ctx.producers.unregister(producer_group, client_id, conn)
+    return cmd.response(ResponseCode.SUCCESS)
+
+
+async def consumer_list(ctx: ClientContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    group = cmd.require_str("consumerGroup")
+    ids = ctx.consumers.client_ids(group)
+    if not ids:
+        return cmd.response(ResponseCode.SYSTEM_ERROR,
+                            remark=f"no consumer for this group, {group}")
+    return cmd.response(ResponseCode.SUCCESS,
+                        body=json.dumps({"consumerIdList": ids}).encode())
+
+
+async def create_topic(ctx: ClientContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    topic = cmd.require_str("topic")
+    n = cmd.get_int("writeQueueNums", ctx.config.default_topic_queue_nums)
+    tc = TopicConfig(topic, cmd.get_int("readQueueNums", n) or n, n or 1,
+                     cmd.get_int("perm", PERM_RW) or PERM_RW,
+                     cmd.get_str("topicFilterType") or "SINGLE_TAG",
+                     cmd.get_int("topicSysFlag", 0) or 0, cmd.get_bool("order"))
+    if tc.write_queue_nums <= 0 or tc.read_queue_nums <= 0:
+        raise ValueError("queue numbers must be positive")
+    await ctx.run(ctx.topics.update, tc)
+    return cmd.response(ResponseCode.SUCCESS)

@@ -12,13 +12,12 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from ...remoting.codes import RequestCode, ResponseCode
+from ...remoting.codes import ResponseCode
 from ...remoting.command import RemotingCommand
 from ...remoting.jsonbody import load_json_text
-from ..state.locks import RebalanceLockManager
 
 if TYPE_CHECKING:
-    from ..controller import Broker
+    from ..contexts import ClientContext
 
 
 def _mqs(body: dict) -> list[tuple[str, str, int]]:
@@ -28,27 +27,24 @@ def _mqs(body: dict) -> list[tuple[str, str, int]]:
     return out
 
 
-def handlers(broker: "Broker") -> dict[int, Any]:
-    manager = RebalanceLockManager()
+def _parse(cmd: RemotingCommand) -> tuple[str, str, list[tuple[str, str, int]]]:
+    body = load_json_text(cmd.body.decode("utf-8")) if cmd.body else {}
+    if not isinstance(body, dict) or not body.get("consumerGroup"):
+        raise ValueError("lock request body needs consumerGroup, clientId and mqSet")
+    try:
+        return str(body["consumerGroup"]), str(body.get("clientId", "")), _mqs(body)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"bad mqSet in lock request: {exc}") from exc
 
-    def parse(cmd: RemotingCommand) -> tuple[str, str, list[tuple[str, str, int]]]:
-        body = load_json_text(cmd.body.decode("utf-8")) if cmd.body else {}
-        if not isinstance(body, dict) or not body.get("consumerGroup"):
-            raise ValueError("lock request body needs consumerGroup, clientId and mqSet")
-        try:
-            return str(body["consumerGroup"]), str(body.get("clientId", "")), _mqs(body)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"bad mqSet in lock request: {exc}") from exc
 
-    async def lock(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        group, client, mqs = parse(cmd)
-        ok = manager.try_lock(group, client, mqs)
-        body = {"lockOKMQSet": [{"topic": t, "brokerName": b, "queueId": q} for t, b, q in ok]}
-        return cmd.response(ResponseCode.SUCCESS, body=json.dumps(body).encode())
+async def lock(ctx: ClientContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    group, client, mqs = _parse(cmd)
+    ok = ctx.locks.try_lock(group, client, mqs)
+    body = {"lockOKMQSet": [{"topic": t, "brokerName": b, "queueId": q} for t, b, q in ok]}
+    return cmd.response(ResponseCode.SUCCESS, body=json.dumps(body).encode())
 
-    async def unlock(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        group, client, mqs = parse(cmd)
-        manager.unlock(group, client, mqs)
-        return cmd.response(ResponseCode.SUCCESS)
 
-    return {RequestCode.LOCK_BATCH_MQ: lock, RequestCode.UNLOCK_BATCH_MQ: unlock}
+async def unlock(ctx: ClientContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    group, client, mqs = _parse(cmd)
+    ctx.locks.unlock(group, client, mqs)
+    return cmd.response(ResponseCode.SUCCESS)

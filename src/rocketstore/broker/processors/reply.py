@@ -22,16 +22,15 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from ...format.message import (PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, Message, create_uniq_key,
-                               properties_to_string, string_to_properties)
+from ...format.message import Message, properties_to_string, string_to_properties
 from ...remoting.codes import RequestCode, ResponseCode
 from ...remoting.command import RemotingCommand
 from ...remoting.header import send_header_v1
-from ..state.topics import ensure_topic
-from .send import pick_queue_id
+from ..state.topics import TopicConfigManager
+from .send import Refused, pick_queue_id, send_topic
 
 if TYPE_CHECKING:
-    from ..controller import Broker
+    from ..contexts import SendContext
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +46,12 @@ def reply_topic(cluster: str) -> str:
     return f"{cluster}_{REPLY_TOPIC_POSTFIX}"
 
 
-async def push_reply(broker: "Broker", conn: Any, h: dict, props: dict[str, str],
+async def push_reply(ctx: SendContext, conn: Any, h: dict, props: dict[str, str],
                      body: bytes) -> tuple[bool, str | None]:
     sender = props.get(PROPERTY_REPLY_TO_CLIENT)
     if sender is None:
         return False, f"reply message properties[{PROPERTY_REPLY_TO_CLIENT}] is null"
-    channel = broker.producers.find_connection(sender)
+    channel = ctx.producers.find_connection(sender)
     if channel is None or getattr(channel, "closed", False) or not hasattr(channel, "call"):
         return False, f"push reply message fail, channel of <{sender}> not found."
     pushed = dict(props)
@@ -64,7 +63,7 @@ async def push_reply(broker: "Broker", conn: Any, h: dict, props: dict[str, str]
               "bornTimestamp": h.get("bornTimestamp"), "flag": h.get("flag"),
               "properties": properties_to_string(pushed), "reconsumeTimes": h.get("reconsumeTimes"),
               "unitMode": h.get("unitMode") or "false", "bornHost": conn.peer,
-              "storeHost": broker.store_host, "storeTimestamp": int(time.time() * 1000)}
+              "storeHost": ctx.store_config.store_host, "storeTimestamp": int(time.time() * 1000)}
     req = RemotingCommand.request(RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT,
                                   {k: v for k, v in fields.items() if v is not None}, body=body,
                                   language="JAVA")
@@ -79,37 +78,33 @@ async def push_reply(broker: "Broker", conn: Any, h: dict, props: dict[str, str]
     return True, None
 
 
-def handlers(broker: "Broker") -> dict[int, Any]:
-    if broker.topics.get(reply_topic(broker.config.cluster_name)) is None:  # a system topic
-        broker.topics.create(reply_topic(broker.config.cluster_name), 1)
+def create_reply_topic(topics: TopicConfigManager, config: Any) -> None:
+    """The cluster's reply topic, a system topic every broker has (``MixAll.getReplyTopic``)."""
+    if topics.get(reply_topic(config.cluster_name)) is None:
+        topics.create(reply_topic(config.cluster_name), 1)
 
-    async def send_reply(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        h = cmd.ext_fields if "topic" in cmd.ext_fields else send_header_v1(cmd.ext_fields)
-        topic = h.get("topic") or ""
-        tc = ensure_topic(broker.topics, broker.config, topic, None)
-        if tc is None:
-            return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
-                                remark=f"topic[{topic}] not exist, apply first please!")
-        queue_id = pick_queue_id(tc, topic, int(h.get("queueId") or 0))
-        if isinstance(queue_id, str):
-            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=queue_id)
-        props = string_to_properties(h.get("properties") or "")
-        ok, remark = await push_reply(broker, conn, h, props, cmd.body)
-        fields: dict[str, Any] = {"msgId": "0", "queueId": queue_id, "queueOffset": 0,
-                                  "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
-        code = ResponseCode.SUCCESS if ok else ResponseCode.SYSTEM_ERROR
-        if broker.config.store_reply_message_enable:
-            props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, create_uniq_key())
-            msg = Message(topic=topic, body=cmd.body, properties=props, queue_id=queue_id,
-                          flag=int(h.get("flag") or 0), sys_flag=int(h.get("sysFlag") or 0),
-                          born_timestamp=int(h.get("bornTimestamp") or time.time() * 1000),
-                          born_host=conn.peer, store_host=broker.store_host,
-                          reconsume_times=int(h.get("reconsumeTimes") or 0))
-            r = await broker.put(broker.put_blocking, msg)
-            if r.status.name in ("PUT_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT",
-                                 "SLAVE_NOT_AVAILABLE"):
-                fields.update(msgId=r.msg_id, queueOffset=r.queue_offset)
-        return cmd.response(code, fields, remark=remark)
 
-    return {RequestCode.SEND_REPLY_MESSAGE: send_reply,
-            RequestCode.SEND_REPLY_MESSAGE_V2: send_reply}
+async def send_reply(ctx: SendContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    h = cmd.ext_fields if "topic" in cmd.ext_fields else send_header_v1(cmd.ext_fields)
+    topic = h.get("topic") or ""
+    tc = send_topic(ctx.topics, ctx.config, topic, None)
+    if isinstance(tc, Refused):
+        return cmd.response(tc.code, remark=tc.remark)
+    queue_id = pick_queue_id(tc, topic, int(h.get("queueId") or 0))
+    if isinstance(queue_id, str):
+        return cmd.response(ResponseCode.SYSTEM_ERROR, remark=queue_id)
+    props = string_to_properties(h.get("properties") or "")
+    ok, remark = await push_reply(ctx, conn, h, props, cmd.body)
+    fields: dict[str, Any] = {"msgId": "0", "queueId": queue_id, "queueOffset": 0,
+                              "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+    code = ResponseCode.SUCCESS if ok else ResponseCode.SYSTEM_ERROR
+    if ctx.config.store_reply_message_enable:
+        msg = Message(topic=topic, body=cmd.body, properties=props, queue_id=queue_id,
+                      flag=int(h.get("flag") or 0), sys_flag=int(h.get("sysFlag") or 0),
+                      born_timestamp=int(h.get("bornTimestamp") or time.time() * 1000),
+                      born_host=conn.peer, reconsume_times=int(h.get("reconsumeTimes") or 0))
+        r = await ctx.puts.put(msg)
+        if r.status.name in ("PUT_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT",
+                             "SLAVE_NOT_AVAILABLE"):
+            fields.update(msgId=r.msg_id, queueOffset=r.queue_offset)
+    return cmd.response(code, fields, remark=remark)

@@ -26,18 +26,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...filter import SelectorSyntaxError, is_tag_type
-from ...remoting.codes import PULL_FLAG_SUBSCRIPTION, RequestCode, ResponseCode
+from ...remoting.codes import PULL_FLAG_SUBSCRIPTION, ResponseCode
 from ...remoting.command import RemotingCommand
 from ..state.filters import (ConsumerFilterData, ExpressionMessageFilter,
-                             RetryExpressionMessageFilter, compile_expression)
+                             RetryExpressionMessageFilter, compile_expression,
+                             not_supported)
 from ..state.topics import RETRY_PREFIX
 
 if TYPE_CHECKING:
-    from ..controller import Broker
-
-
-def not_supported(expression_type: str) -> str:
-    return f"The broker does not support consumer to filter message by {expression_type}"
+    from ..contexts import PullContext
 
 
 class PullRefused(Exception):
@@ -53,7 +50,7 @@ class PullSubscription:
     message_filter: ExpressionMessageFilter | None  # set for SQL92
 
 
-def pull_subscription(broker: "Broker", cmd: RemotingCommand, group: str, topic: str) -> PullSubscription:
+def pull_subscription(ctx: PullContext, cmd: RemotingCommand, group: str, topic: str) -> PullSubscription:
     """What a PULL filters with (see the module table); raises :class:`PullRefused`."""
     sys_flag = cmd.get_int("sysFlag", 0) or 0
     if sys_flag & PULL_FLAG_SUBSCRIPTION:
@@ -72,14 +69,14 @@ def pull_subscription(broker: "Broker", cmd: RemotingCommand, group: str, topic:
             data = ConsumerFilterData(group, topic, expr, str(expr_type), compiled,
                                       born_time=0, client_version=cmd.get_int("subVersion", 0) or 0)
     else:
-        info = broker.consumers.group(group)
+        info = ctx.consumers.group(group)
         sub = info.subscriptions.get(topic) if info is not None else None
         if sub is None:  # (RocketMQ: SUBSCRIPTION_NOT_EXIST; kept lenient for tag pulls)
             return PullSubscription(None, None)
         expr_type, expr = sub.expression_type, sub.sub_string
         data = None
         if not is_tag_type(expr_type):
-            data = broker.filters.get(topic, group)
+            data = ctx.filters.get(topic, group)
             if data is None:
                 raise PullRefused(ResponseCode.FILTER_DATA_NOT_EXIST,
                                   "The broker's consumer filter data is not exist!Your expression may be wrong!")
@@ -88,16 +85,16 @@ def pull_subscription(broker: "Broker", cmd: RemotingCommand, group: str, topic:
                                   "the consumer's consumer filter data not latest")
     if is_tag_type(expr_type):
         tags = None if expr is None or expr.strip() in ("", "*") else expr.strip()
-        if broker.config.filter_support_retry and topic.startswith(RETRY_PREFIX):
+        if ctx.config.filter_support_retry and topic.startswith(RETRY_PREFIX):
             return PullSubscription(tags, RetryExpressionMessageFilter(
-                broker.filters, topic[len(RETRY_PREFIX):]))
+                ctx.filters, topic[len(RETRY_PREFIX):]))
         return PullSubscription(tags, None)
-    if not broker.config.enable_property_filter:
+    if not ctx.config.enable_property_filter:
         raise PullRefused(ResponseCode.SYSTEM_ERROR, not_supported(str(expr_type)))
-    return PullSubscription(None, ExpressionMessageFilter(data, broker.filters.bloom))
+    return PullSubscription(None, ExpressionMessageFilter(data, ctx.filters.bloom))
 
 
-def check_client_config(broker: "Broker", body: bytes | None) -> tuple[int, str | None]:
+def check_client_config(ctx: PullContext, body: bytes | None) -> tuple[int, str | None]:
     """CHECK_CLIENT_CONFIG's (code, remark) for a ``CheckClientRequestBody``."""
     try:
         req = json.loads(body.decode("utf-8")) if body else {}
@@ -109,7 +106,7 @@ def check_client_config(broker: "Broker", body: bytes | None) -> tuple[int, str 
     expr_type = sub.get("expressionType")
     if is_tag_type(expr_type):
         return ResponseCode.SUCCESS, None
-    if not broker.config.enable_property_filter:
+    if not ctx.config.enable_property_filter:
         return ResponseCode.SYSTEM_ERROR, not_supported(str(expr_type))
     try:
         compile_expression(str(expr_type), str(sub.get("subString") or ""))
@@ -118,9 +115,6 @@ def check_client_config(broker: "Broker", body: bytes | None) -> tuple[int, str 
     return ResponseCode.SUCCESS, None
 
 
-def handlers(broker: "Broker") -> dict[int, Any]:
-    async def check_config(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        code, remark = check_client_config(broker, cmd.body)
-        return cmd.response(code, remark=remark)
-
-    return {RequestCode.CHECK_CLIENT_CONFIG: check_config}
+async def check_config(ctx: PullContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    code, remark = check_client_config(ctx, cmd.body)
+    return cmd.response(code, remark=remark)

@@ -19,13 +19,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import Any, Awaitable, Callable, Sequence
 
 from ...format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_QUEUE_ID,
                                PROPERTY_REAL_TOPIC, SCHEDULE_TOPIC, Message, MessageExt)
-
-if TYPE_CHECKING:
-    from ..controller import Broker
 
 log = logging.getLogger(__name__)
 RETRY_PAUSE_S = 1.0  # after a failed re-put (RocketMQ waits DELAY_FOR_A_PERIOD, 10 s)
@@ -44,9 +41,19 @@ def restore_from_schedule(m: MessageExt) -> Message:
 
 
 class ScheduleMessageService:
-    def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
-        self.levels = broker.delay_levels_ms
+    """``store``: the open ``MessageStore``; ``offsets``: the ``DelayOffsetStore``;
+    ``levels_ms``: the delay of each level; ``put``: a blocking put of one message
+    (``Puts.put_blocking``); ``run``: runs a blocking call on the store executor."""
+
+    def __init__(self, store: Any, offsets: Any, levels_ms: Sequence[int],
+                 put: Callable[[Message], Any], run: Callable[..., Awaitable[Any]] | None = None,
+                 interval_s: float = 0.1) -> None:
+        self.store = store
+        self.offsets = offsets
+        self.levels = levels_ms
+        self.put = put
+        self.run = run
+        self.interval_s = interval_s
         self._task: asyncio.Task | None = None
         self._stopping = False
         self._retry_at: dict[int, float] = {}  # level -> when to try a failed re-put again
@@ -62,25 +69,24 @@ class ScheduleMessageService:
                 await asyncio.wait_for(self._task, 10)
             except (asyncio.CancelledError, asyncio.TimeoutError, Exception):
                 pass
-        self.broker.delay_offsets.persist()
+        self.offsets.persist()
 
     async def _run(self) -> None:
-        interval = self.broker.config.schedule_poll_interval_ms / 1000.0
+        assert self.run is not None
         while not self._stopping:
             try:
-                await self.broker.run(self.run_once)
+                await self.run(self.run_once)
             except asyncio.CancelledError:
                 raise
             except Exception:  # keep delivering other levels; the error is logged
                 if not self._stopping:
                     log.exception("schedule service tick failed")
-            await asyncio.sleep(interval)
+            await asyncio.sleep(self.interval_s)
 
     def run_once(self, now_ms: int | None = None) -> int:
         """Deliver every due message of every level (blocking; runs on an executor thread).
         Returns how many were delivered."""
-        store = self.broker.store
-        offsets = self.broker.delay_offsets
+        store, offsets = self.store, self.offsets
         delivered = 0
         for level, delay in enumerate(self.levels, start=1):
             if self._stopping:
@@ -108,7 +114,7 @@ class ScheduleMessageService:
                     if self._stopping or m.store_timestamp + delay > now:
                         due_stop = True
                         break
-                    r = self.broker.put_blocking(restore_from_schedule(m))
+                    r = self.put(restore_from_schedule(m))
                     if not r.status.ok:  # not stored: keep the offset, retry after a pause
                         self._retry_at[level] = time.monotonic() + RETRY_PAUSE_S
                         log.warning("delay level %d: re-put of %s failed (%s %s); retrying in "

@@ -44,6 +44,11 @@ FILE_NAME = "consumerFilter.json"
 DAY_MS = 24 * 3600 * 1000
 
 
+def not_supported(expression_type: str) -> str:
+    """The remark of a broker with ``enablePropertyFilter=false`` (remoting and gRPC alike)."""
+    return f"The broker does not support consumer to filter message by {expression_type}"
+
+
 def compile_expression(expression_type: str, expression: str) -> Expr:
     """``FilterFactory.INSTANCE.get(type).compile(expr)``: only SQL92 is known."""
     if expression_type != "SQL92":

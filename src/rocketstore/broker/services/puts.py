@@ -1,0 +1,75 @@
+"""``Puts``: the one way a message goes from the broker into the store.
+
+Theory of operation: every processor and service that stores a message calls ``put`` /
+``put_batch`` (on the event loop) or ``put_blocking`` (on a store thread: the schedule and
+transaction services). With ASYNC_FLUSH the puts run on the single ``PutWriter`` thread (tried
+inline first, see ``writer``); with SYNC_FLUSH each runs on the store executor, so group-commit
+waits overlap. The rules every stored message follows live in the store's put path, once: the
+``UNIQ_KEY`` a message without one gets (``StoreConfig.generate_uniq_key``), the store host a
+message without one gets (``StoreConfig.store_host``), delay levels and size limits. What a
+send checks before it gets here (the topic, its perm, the queue) is in ``processors.send``.
+
+On a SYNC_MASTER the store's put path leaves the wait for a slave to the caller
+(``PutPath.defer_replica_wait``, set by the controller): ``submit`` then awaits the store's
+``ha.submit_wait`` on the event loop, so many puts wait for one acknowledgement together
+without holding a thread each, and the result carries FLUSH_SLAVE_TIMEOUT or
+SLAVE_NOT_AVAILABLE when no slave held the message in time.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable
+
+from ...format.message import Message
+
+
+class Puts:
+    def __init__(self, store: Any, run: Callable[..., Awaitable[Any]],
+                 writer: Any = None) -> None:
+        self.store = store
+        self.run = run
+        self.writer = writer  # a PutWriter with ASYNC_FLUSH, else None
+
+    def put_blocking(self, msg: Message, nowait: bool = False) -> Any:
+        """Put one message from a store thread (``nowait``: None rather than block)."""
+        return self.store.put_message(msg, nowait=nowait)
+
+    def put_batch_blocking(self, msgs: list[Message], nowait: bool = False) -> Any:
+        return self.store.put_messages(msgs, nowait=nowait)
+
+    async def put(self, msg: Message) -> Any:
+        """Put one message; its ``PutMessageResult``."""
+        if self.writer is not None:  # (inline rather than through submit: the hot path)
+            return await self.writer.submit(self.put_blocking, msg)
+        return await self.run(self.put_blocking, msg)
+
+    async def put_batch(self, msgs: list[Message]) -> Any:
+        """Put a batch as one record run; its ``PutMessageResult``."""
+        return await self.submit(self.put_batch_blocking, msgs)
+
+    async def submit(self, fn: Callable, *args: Any) -> Any:
+        """Run a blocking put function (one of the above) the way puts run here."""
+        if self.writer is not None:
+            r = await self.writer.submit(fn, *args)
+        else:
+            r = await self.run(fn, *args)
+        wait_to = getattr(r, "replica_wait_offset", None)
+        ha = getattr(self.store, "ha", None)
+        if wait_to is not None and ha is not None:
+            loop = asyncio.get_running_loop()
+            fut = loop.create_future()
+            ha.submit_wait(wait_to, lambda st: loop.call_soon_threadsafe(_resolve, fut, st))
+            status = await fut
+            r.replica_wait_offset = None
+            if status.name != "PUT_OK":
+                r.status = status
+        return r
+
+    def inline(self) -> tuple[Callable, ...]:
+        """The put functions ``PutWriter`` may try on the event loop first."""
+        return (self.put_blocking, self.put_batch_blocking)
+
+
+def _resolve(fut: asyncio.Future, value: Any) -> None:
+    if not fut.done():
+        fut.set_result(value)
