@@ -133,14 +133,16 @@ class AclSource:
 
     def overview(self) -> dict:
         """The broker's overview with the counts of what this account sees."""
-        from .sources import _group_counts
+        from .views import is_system_group
 
         o = dict(self._src.overview())
+        groups = self.group_names()
+        system_groups = sum(1 for g in groups if is_system_group(g))
         tvs = self.topics()
         o.update(topics=sum(1 for t in tvs if not t.system),
                  system_topics=sum(1 for t in tvs if t.system),
                  messages=sum(t.messages for t in tvs if not t.system),
-                 **_group_counts(self.group_names()))
+                 groups=len(groups) - system_groups, system_groups=system_groups)
         return o
 
     def topic_names(self) -> list[str]:
