@@ -37,6 +37,7 @@ public class AclClient {
     DefaultMQProducer p = new DefaultMQProducer("PG_acl_" + label, hook(ak, sk));
     p.setNamesrvAddr(ns);
     p.setRetryTimesWhenSendFailed(0);
+    p.setSendMsgTimeout(20000);  // a loaded CI machine: the first send (route + JIT) may take > 3 s
     try {
       p.start();
       SendResult r = null;
