@@ -61,6 +61,14 @@ class StoreConfig:
     # open without the lock and write nothing: files are mapped copy-on-write, recovery and
     # dispatch of a tail happen in memory only (``MessageStore.open_read_only``)
     read_only: bool = False
+    # RocketMQ 5's timer store (store/timer/): TIMER_DELIVER_MS / TIMER_DELAY_SEC / TIMER_DELAY_MS
+    timer_wheel_enable: bool = True
+    timer_precision_ms: int = 1000  # rounded down to 100, 200, 500 or 1000, as RocketMQ does
+    timer_roll_window_slot: int = 3600 * 24 * 2
+    timer_max_delay_sec: int = 3600 * 24 * 3
+    mapped_file_size_timer_log: int = 100 * 1024 * 1024
+    timer_flush_interval_ms: int = 1000
+    timer_congest_num_each_slot: int = 2**31 - 1
     # master/slave replication (RocketMQ 4.9 MessageStoreConfig names and defaults; store/ha)
     broker_role: str = "ASYNC_MASTER"  # ASYNC_MASTER | SYNC_MASTER | SLAVE
     ha_listen_port: int | None = None  # None: no HA socket (serve sets listenPort + 1)
@@ -84,6 +92,9 @@ class StoreConfig:
             if int(getattr(self, name)) <= 0:
                 raise ValueError(f"{name} must be positive")
         self.store_path_root_dir = os.fspath(self.store_path_root_dir)
+        self.timer_precision_ms = round_timer_precision(int(self.timer_precision_ms))
+        if int(self.mapped_file_size_timer_log) < 52 + 16:  # one timerlog unit and a blank
+            raise ValueError("mapped_file_size_timer_log must be at least 68")
         if self.broker_role not in BROKER_ROLES:
             raise ValueError(f"brokerRole must be one of {', '.join(BROKER_ROLES)}, not {self.broker_role!r}")
 
@@ -151,6 +162,16 @@ class StoreConfig:
         cfg = cls(**values)
         cfg.extra.update(extra)
         return cfg
+
+
+def round_timer_precision(ms: int) -> int:
+    """``MessageStoreConfig.setTimerPrecisionMs``: the largest of 100/200/500/1000 not above
+    ``ms`` (100 below that)."""
+    candidates = (100, 200, 500, 1000)
+    for lo, hi in zip(candidates, candidates[1:]):
+        if ms < hi:
+            return lo
+    return candidates[-1]
 
 
 _ALIASES = {

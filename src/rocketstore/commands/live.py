@@ -34,7 +34,8 @@ from ._common import emit_json, json_option
 STATUS_KEYS = ("brokerVersionDesc", "runtime", "commitLogMinOffset", "commitLogMaxOffset",
                "dispatchBehindBytes", "remainHowManyDataToFlush", "earliestMessageTimeStamp",
                "msgPutTotalTodayNow", "msgGetTotalTodayNow", "putTps", "getTransferedTps",
-               "commitLogDiskRatio", "commitLogDirCapacity")
+               "commitLogDiskRatio", "commitLogDirCapacity", "timerReadBehind",
+               "timerOffsetBehind", "timerCongestNum", "timerEnqueueTps", "timerDequeueTps")
 
 
 def target_options(fn):

@@ -66,7 +66,7 @@ class BrokerCollector(Collector):
             yield from self._producers(st.producers)
         store = st.store()
         if store is not None:
-            for part in (self._store, self._replication, self._queues, self._groups):
+            for part in (self._store, self._replication, self._queues, self._groups, self._timer):
                 try:
                     yield from part(store)
                 except Exception:  # a partial scrape beats none; the error is logged and counted
@@ -97,6 +97,46 @@ class BrokerCollector(Collector):
                 ("rocketstore_pull_empty", "Pull requests that found no message.",
                  stats.get_miss.total)):
             yield CounterMetricFamily(name, doc, value=value)
+
+    def _timer(self, store: Any) -> Iterator[Metric]:
+        """RocketMQ 5's timer metrics (``DefaultStoreMetricsConstant``) plus the wheel's load per
+        hour ahead and its busiest slot."""
+        timer = getattr(store, "timer", None)
+        if timer is None:
+            return
+        st = timer.stats()
+        yield CounterMetricFamily("rocketmq_timer_enqueue", "Timer messages put into the wheel.",
+                                  value=st["enqueued"])
+        yield CounterMetricFamily("rocketmq_timer_dequeue", "Timer messages re-put when due.",
+                                  value=st["dequeued"])
+        for name, doc, value in (
+                ("rocketmq_timer_enqueue_lag", "Timer messages stored but not yet in the wheel.",
+                 st["enqueue_behind_messages"]),
+                ("rocketmq_timer_dequeue_latency", "Seconds the wheel's read time is behind the "
+                 "clock.", st["dequeue_behind_ms"] / 1000.0),
+                ("rocketmq_timer_dequeue_lag", "Timer messages waiting in the wheel.",
+                 sum(v for v in st["topics"].values() if v > 0)),
+                ("rocketstore_timerlog_bytes", "Bytes of the timerlog.", st["timerlog_bytes"])):
+            yield GaugeMetricFamily(name, doc, value=value)
+        timing = _gauge("rocketmq_timing_messages", "Timer messages waiting, per real topic.",
+                        ["topic"])
+        for topic, n in sorted(st["topics"].items()):
+            timing.add_metric([topic], n)
+        yield timing
+        dist = timer.distribution()
+        snap = _gauge("rocketmq_timer_message_snapshot", "Timer messages due within each bound "
+                      "from now (RocketMQ's timerDist).", ["timer_bound_s"])
+        for bound, n in dist["per_period"].items():
+            snap.add_metric([bound], n)
+        yield snap
+        hour = _gauge("rocketstore_timer_due_per_hour", "Timer messages due in each hour ahead.",
+                      ["hour"])
+        for h, n in enumerate(dist["per_hour"]):
+            hour.add_metric([str(h)], n)
+        yield hour
+        yield GaugeMetricFamily("rocketstore_timer_busiest_slot_messages", "Timer messages in "
+                                "the fullest wheel slot of the next 24 hours.",
+                                value=dist["busiest_slot_num"])
 
     def _producers(self, producers: Any) -> Iterator[Metric]:
         conns = _gauge("rocketmq_producer_connections", "Live connections of each producer "

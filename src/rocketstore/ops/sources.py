@@ -91,7 +91,8 @@ class LocalSource:
                 "flush_behind_bytes": rt.flush_behind_bytes, "flush_behind_ms": rt.flush_behind_ms,
                 "connections": st.connections() if not st.read_only else None,
                 "last_store_timestamp": rt.last_store_timestamp, "paths": rt.paths,
-                "runtime_info": {st.broker_name: info} if info else {}, "live": self.live}
+                "runtime_info": {st.broker_name: info} if info else {}, "live": self.live,
+                "timer": _timer_overview(store)}
 
     def topic_names(self) -> list[str]:
         return views.topic_names(self._store(), self.state.topics)
@@ -154,6 +155,15 @@ class LocalSource:
 
 
 TOOLS_GROUP = "TOOLS_CONSUMER"  # what RocketMQ's own tools read with (MixAll.TOOLS_CONSUMER_GROUP)
+
+
+def _timer_overview(store: Any) -> dict | None:
+    timer = getattr(store, "timer", None)
+    if timer is None:
+        return None
+    st = timer.stats()
+    return {**st, "waiting": sum(v for v in st["topics"].values() if v > 0),
+            **timer.distribution()}
 
 
 def _first_rate(value: str | None) -> float:

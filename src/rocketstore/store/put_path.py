@@ -14,6 +14,8 @@
 | the store is a SLAVE (brokerRole)                       | SERVICE_NOT_AVAILABLE      |
 | SYNC_MASTER, no slave in reach (haSlaveFallbehindMax)   | SLAVE_NOT_AVAILABLE        |
 | SYNC_MASTER, no slave acknowledgement in slave_timeout  | FLUSH_SLAVE_TIMEOUT        |
+| timer message: bad value, beyond timerMaxDelaySec,      | WHEEL_TIMER_MSG_ILLEGAL    |
+| cancel for a past time; timer store disabled            | WHEEL_TIMER_NOT_ENABLE     |
 
 After the flush step comes the one "wait for replicas" step (``store.ha``): on a SYNC_MASTER a
 put (unless its ``WAIT`` property is "false") is answered only when a slave reported an offset
@@ -24,7 +26,8 @@ past it. The replica status wins over the flush status, as in RocketMQ. With
 Nothing is written for any status but PUT_OK, FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT and
 SLAVE_NOT_AVAILABLE. Delayed messages
 (``DELAY`` property) go to ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` with ``REAL_TOPIC`` and
-``REAL_QID``, as RocketMQ 4.9's CommitLog does.
+``REAL_QID``, as RocketMQ 4.9's CommitLog does; timer messages (``TIMER_DELIVER_MS`` /
+``TIMER_DELAY_SEC`` / ``TIMER_DELAY_MS``) go to ``rmq_sys_wheel_timer`` (``store/timer/``).
 """
 from __future__ import annotations
 
@@ -46,6 +49,7 @@ from .commitlog import CommitLog, RecordTooLarge
 from .dispatch import ReputService
 from .flush import FlushService
 from .results import PutMessageResult, PutStatus
+from .timer.transform import TimerRejected, is_timer_message, transform_timer_message
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +82,7 @@ class PutPath:
         self.defer_replica_wait = False
         self.sync_master = cfg.broker_role == "SYNC_MASTER"
         self._delays = parse_delay_levels(cfg.message_delay_level)
+        self.timer = None  # the TimerMessageStore, when timer_wheel_enable
 
     def put(self, msgs: list[Message], batch: bool, nowait: bool = False) -> PutMessageResult | None:
         """Put ``msgs``; with ``nowait`` (ASYNC_FLUSH only) None means "would block, nothing
@@ -130,6 +135,8 @@ class PutPath:
             if batch and total_body > cfg.max_message_size:
                 return PutMessageResult(PutStatus.MESSAGE_ILLEGAL,
                                         error=f"batch body of {total_body} bytes exceeds max_message_size")
+        except TimerRejected as exc:
+            return PutMessageResult(PutStatus[exc.status], error=exc.remark)
         except PropertiesTooLarge as exc:
             return PutMessageResult(PutStatus.PROPERTIES_SIZE_EXCEEDED, error=str(exc))
         except (MessageTooLarge, ValueError, TypeError, AttributeError) as exc:
@@ -198,12 +205,19 @@ class PutPath:
     def _apply_delay(self, m: Message, props: dict[str, str]) -> tuple[str, int]:
         level_s = props.get(PROPERTY_DELAY_TIME_LEVEL)
         tran = m.sys_flag & TRANSACTION_MASK
-        if not level_s or tran not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+        if tran not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
             return m.topic, m.queue_id
         try:
-            level = int(level_s)
+            level = int(level_s) if level_s else 0
         except ValueError as exc:
             raise ValueError(f"DELAY must be an int level, not {level_s!r}") from exc
+        if is_timer_message(m.topic, props, level):  # RocketMQ 5's handleScheduleMessage
+            timer = self.timer
+            return transform_timer_message(
+                m.topic, m.queue_id, props, int(time.time() * 1000),
+                enabled=timer is not None, precision_ms=self.cfg.timer_precision_ms,
+                max_delay_sec=self.cfg.timer_max_delay_sec,
+                is_reject=timer.is_reject if timer is not None else None)
         if level <= 0:
             return m.topic, m.queue_id
         level = min(level, len(self._delays))

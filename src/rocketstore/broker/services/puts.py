@@ -39,7 +39,9 @@ class Puts:
 
     async def put(self, msg: Message) -> Any:
         """Put one message; its ``PutMessageResult``."""
-        return await self.submit(self.put_blocking, msg)
+        if self.writer is not None:  # (inline rather than through submit: the hot path)
+            return await self.writer.submit(self.put_blocking, msg)
+        return await self.run(self.put_blocking, msg)
 
     async def put_batch(self, msgs: list[Message]) -> Any:
         """Put a batch as one record run; its ``PutMessageResult``."""
