@@ -294,11 +294,16 @@ class Broker:
         return perms.perm(self.topics, tc.topic_name, tc.perm) if perms is not None else tc.perm
 
     async def _register_at_name_servers(self) -> None:
-        from .namesrv.registration import NameServerRegistration, parse_namesrv_addrs
+        from .namesrv.registration import (NameServerRegistration, other_name_servers,
+                                           parse_namesrv_addrs)
 
         cfg = self.config
+        addrs = other_name_servers(parse_namesrv_addrs(cfg.namesrv_addr or ""), cfg.host,
+                                   cfg.namesrv_port)  # our own name server knows us already
+        if not addrs:
+            return
         self.registration = NameServerRegistration(
-            parse_namesrv_addrs(cfg.namesrv_addr or ""), cluster_name=cfg.cluster_name,
+            addrs, cluster_name=cfg.cluster_name,
             broker_name=cfg.broker_name, broker_addr=lambda: cfg.broker_addr,
             topic_table=lambda: {t.topic_name: t.to_json() for t in self.topics.topics()},
             period_s=cfg.register_name_server_period_ms / 1000.0,

@@ -94,6 +94,9 @@ def _plain(obj: Any) -> Any:
 
 
 # -- the app --------------------------------------------------------------------------------------
+KEY_QUERY_CAP = 64  # StoreConfig.max_msgs_num_batch's default: one index query's most
+
+
 class Console:
     """The console's pages and API over one source (``ops.sources``)."""
 
@@ -114,7 +117,11 @@ class Console:
                   Mount("/static", StaticFiles(directory=os.path.join(HERE, "static")),
                         name="static")]
         if registry is not None:
-            from prometheus_client import make_asgi_app
+            from prometheus_client import CONTENT_TYPE_LATEST, generate_latest, make_asgi_app
+
+            def metrics(request: Request) -> Response:  # /metrics itself: no redirect to /metrics/
+                return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+            routes.append(Route("/metrics", metrics))
             routes.append(Mount("/metrics", make_asgi_app(registry)))
         self.app = Starlette(routes=routes)
 
@@ -204,8 +211,15 @@ class Console:
             return self._page(request, "messages.html", 400, mode=mode, form=form, results=None,
                               error=str(exc), topics=topics)
         searched = any(form.get(k) for k in ("topic", "key", "msg_id", "offset"))
+        limit = max(1, min(int(form["max"]) if form["max"].isdigit() else 64, MAX_RESULTS))
+        # a search stops at its limit: say so rather than call the first page "found"
+        # (a key query also stops at the store's max_msgs_num_batch, 64 by default)
+        cap = min(limit, KEY_QUERY_CAP) if mode == "key" else limit
+        limited = mode in ("key", "time") and len(found) >= cap
+        limit = cap
         return self._page(request, "messages.html", mode=mode, form=form,
-                          results=found if searched else None, error=None, topics=topics)
+                          results=found if searched else None, error=None, topics=topics,
+                          limit=limit, limited=limited)
 
     def message(self, request: Request) -> Response:
         msg_id = request.path_params["msg_id"]

@@ -53,6 +53,23 @@ def parse_namesrv_addrs(spec: str) -> list[str]:
     return out
 
 
+_LOOPBACK = {"127.0.0.1", "localhost", "0.0.0.0", "::1", "[::1]"}
+
+
+def other_name_servers(addrs: list[str], host: str, port: int | None) -> list[str]:
+    """``addrs`` without the broker's own embedded name server (``host:port``), which knows
+    its broker directly and so needs no REGISTER_BROKER."""
+    if port is None:
+        return list(addrs)
+    own = {host, *(_LOOPBACK if host in _LOOPBACK else ())}
+    out = []
+    for a in addrs:
+        h, _, p = a.rpartition(":")
+        if not (int(p) == port and h in own):
+            out.append(a)
+    return out
+
+
 class _Channel:
     """One connection to one name server; requests answered in any order (matched by opaque)."""
 
