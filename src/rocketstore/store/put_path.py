@@ -8,7 +8,8 @@
 | not a Message, empty/illegal topic, topic > 127 chars,  | MESSAGE_ILLEGAL            |
 | negative queue id, body > max_message_size, bad types   |                            |
 | properties string > 32767 bytes                         | PROPERTIES_SIZE_EXCEEDED   |
-| batch of mixed topic/queue, transactional or delayed    | MESSAGE_ILLEGAL            |
+| batch of mixed topic/queue, transactional, delayed or   | MESSAGE_ILLEGAL            |
+| with timer properties                                   |                            |
 | no space for a new segment                              | CREATE_MAPPED_FILE_FAILED  |
 | SYNC_FLUSH and not durable within sync_flush_timeout    | FLUSH_DISK_TIMEOUT         |
 | the store is a SLAVE (brokerRole)                       | SERVICE_NOT_AVAILABLE      |
@@ -123,6 +124,9 @@ class PutPath:
                     topic, qid = self._apply_delay(m, props)
                 elif PROPERTY_DELAY_TIME_LEVEL in props and props[PROPERTY_DELAY_TIME_LEVEL] not in ("", "0"):
                     return PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error="a batch cannot be delayed")
+                elif is_timer_message(m.topic, dict(props), 0):  # not silently delivered at once
+                    return PutMessageResult(PutStatus.MESSAGE_ILLEGAL,
+                                            error="a batch cannot carry timer properties")
                 if cfg.generate_uniq_key and PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in props:
                     props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = create_uniq_key()
                 store_host = m.store_host or cfg.store_host
