@@ -65,6 +65,7 @@ class Broker:
         self.transactions: Any = None  # transaction.TransactionalMessageService, once started
         self.transaction_check: Any = None
         self.writer: PutWriter | None = None
+        self.sync_waiter: Any = None  # syncflush.SyncFlushWaiter under SYNC_FLUSH
         self.servers: list[Any] = []
         self.proxy: Any = None  # rocketstore.proxy.GrpcProxy when config.grpc_port is set
         self.registration: Any = None  # NameServerRegistration when --namesrv is given
@@ -84,9 +85,18 @@ class Broker:
         return await self.loop.run_in_executor(self.executor, fn, *args)
 
     async def put(self, fn: Callable, *args: Any) -> Any:
-        """Run a put: on the single put thread (ASYNC_FLUSH) or the executor (SYNC_FLUSH)."""
+        """Run a put (``put_blocking``, ``put_batch``): inline or on the put thread
+        (``PutWriter``); under SYNC_FLUSH then wait, on the loop, for its group commit
+        (``syncflush``)."""
         if self.writer is not None:
-            return await self.writer.submit(fn, *args)
+            if self.sync_waiter is None:
+                return await self.writer.submit(fn, *args)
+            if fn == self.put_blocking:
+                fn = self._put_deferred
+            elif fn == self.put_batch:
+                fn = self._put_batch_deferred
+            result = await self.writer.submit(fn, *args)
+            return await self.sync_waiter.wait(result)
         return await self.run(fn, *args)
 
     def put_blocking(self, msg: Message, nowait: bool = False) -> Any:
@@ -96,6 +106,19 @@ class Broker:
         if msg.store_host is None:
             msg.store_host = self.store_host
         return self.store.put_message(msg, nowait=nowait)
+
+    def put_batch(self, msgs: list[Message], nowait: bool = False) -> Any:
+        """Put a batch (as ``put_blocking``)."""
+        return self.store.put_messages(msgs, nowait=nowait)
+
+    def _put_deferred(self, msg: Message, nowait: bool = False) -> Any:
+        """SYNC_FLUSH through ``put``: appended, not yet durable (``sync_offset``)."""
+        if msg.store_host is None:
+            msg.store_host = self.store_host
+        return self.store.put_message(msg, nowait=nowait, defer_sync=True)
+
+    def _put_batch_deferred(self, msgs: list[Message], nowait: bool = False) -> Any:
+        return self.store.put_messages(msgs, nowait=nowait, defer_sync=True)
 
     def notify_consumer_ids_changed(self, group: str) -> None:
         """Tell every live consumer of ``group`` to rebalance now (oneway, code 40)."""
@@ -132,8 +155,13 @@ class Broker:
         self.store.add_arrival_listener(self.hold.arrival)
         if self.config.enable_calc_filter_bit_map:
             self.store.set_filter_bitmap_source(self.filters.bitmaps)
-        if not getattr(self.store_config, "sync_flush", False):
-            self.writer = PutWriter(self.loop, inline=(self.put_blocking, self.store.put_messages))
+        if getattr(self.store_config, "sync_flush", False):
+            from .syncflush import SyncFlushWaiter
+            self.sync_waiter = SyncFlushWaiter(self.loop, self.store.commitlog.flushed_offset,
+                                               self.store_config.sync_flush_timeout)
+            self.store.flush_service.add_listener(self.sync_waiter.on_flush)
+        self.writer = PutWriter(self.loop, inline=(self.put_blocking, self.put_batch,
+                                                   self._put_deferred, self._put_batch_deferred))
         try:
             await self._start_servers()
         except BaseException:
@@ -273,6 +301,8 @@ class Broker:
             await self.transaction_check.stop()
         if self.writer is not None:
             await self.run(self.writer.stop)
+        if self.sync_waiter is not None:
+            self.sync_waiter.close()
         await self.run(self.offsets.persist, True)
         await self.run(self.topics.persist)
         await self.run(self.delay_offsets.persist)

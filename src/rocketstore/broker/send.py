@@ -183,7 +183,7 @@ async def _send_batch(broker: "Broker", cmd: RemotingCommand, base: dict,
             raise ValueError("a batch cannot carry transactional messages")
         p.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, create_uniq_key())
         msgs.append(Message(body=e.body, properties=p, **{**base, "flag": e.flag}))
-    r = await broker.put(broker.store.put_messages, msgs)
+    r = await broker.put(broker.put_batch, msgs)
     code = put_code(r.status)
     broker.stats.record_put(base["topic"], len(msgs), sum(len(m.body) for m in msgs),
                             _status_ok(code))

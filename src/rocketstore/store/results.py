@@ -47,6 +47,9 @@ class PutMessageResult:
     msg_num: int = 0
     msg_ids: list[str] = field(default_factory=list)
     error: str | None = None  # why, for MESSAGE_ILLEGAL and friends
+    # SYNC_FLUSH put with ``defer_sync``: the CommitLog offset the caller must see durable
+    # before it may acknowledge (0: nothing to wait for; see ``FlushService.add_listener``)
+    sync_offset: int = 0
 
     @property
     def ok(self) -> bool:
