@@ -65,7 +65,7 @@ def check_cost_us(n: int = 50_000) -> dict[str, float]:
     """µs per request: the broker's check of a signed send and pull, the client's signing."""
     import yaml
 
-    from rocketstore.broker.acl import load_snapshot, parse_request, validate
+    from rocketstore.broker.acl.plain import load_snapshot, parse_request, validate
     from rocketstore.remoting.command import RemotingCommand
     from rocketstore.remoting.signing import sign_request
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 import grpc  # noqa: E402
 
-from rocketstore.broker.state import TopicConfigManager  # noqa: E402
+from rocketstore.broker.state.topics import TopicConfigManager  # noqa: E402
 from rocketstore.proxy.protocol import pb, services  # noqa: E402
 from tests.broker.conftest import start_server  # noqa: E402
 

@@ -26,8 +26,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 
 from rocketstore import GetStatus, Message, MessageStore, StoreConfig  # noqa: E402
-from rocketstore.broker.filters import (ConsumerFilterData, ConsumerFilterRegistry,  # noqa: E402
-                                        ExpressionMessageFilter)
+from rocketstore.broker.state.filters import (ConsumerFilterData, ConsumerFilterRegistry,  # noqa: E402
+                                              ExpressionMessageFilter)
 from rocketstore.filter import compile_sql92  # noqa: E402
 
 QUEUES = 4

@@ -22,9 +22,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from rocketstore import Message, MessageStore, StoreConfig  # noqa: E402
-from rocketstore.broker.state import ConsumerOffsetManager, TopicConfigManager  # noqa: E402
-from rocketstore.broker.transaction import (EndTransactionRequest, TransactionConfig,  # noqa: E402
-                                            TransactionalMessageService)
+from rocketstore.broker.state.offsets import ConsumerOffsetManager  # noqa: E402
+from rocketstore.broker.state.topics import TopicConfigManager  # noqa: E402
+from rocketstore.broker.services.transaction import (EndTransactionRequest, TransactionConfig,  # noqa: E402
+                                                     TransactionalMessageService)
 from rocketstore.format.message import (TRANSACTION_COMMIT_TYPE,  # noqa: E402
                                         TRANSACTION_PREPARED_TYPE, create_uniq_key)
 

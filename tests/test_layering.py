@@ -1,53 +1,81 @@
-"""Imports run one way (STYLE.md §7.1): a back edge fails this test."""
-import ast
+"""Imports run one way: import-linter's contracts (``importlinter.toml``: layers, forbidden,
+independence) over every package, and no import circle inside any package (grimp, the graph
+import-linter itself builds). Two checks of the checks plant a back edge and a circle in a
+throw-away package and expect both to be caught."""
+from __future__ import annotations
+
 import pathlib
+import sys
+import textwrap
 
-PKG = pathlib.Path(__file__).resolve().parents[1] / "src" / "rocketstore"
+import grimp
+from importlinter import cli
 
-# a module in the key package may not import from any package in the value set
-FORBIDDEN = {
-    "format": {"store", "broker", "client", "spark", "remoting", "commands", "cli", "ops"},
-    "store": {"broker", "client", "spark", "remoting", "commands", "cli", "ops"},
-    "remoting": {"store", "broker", "client", "spark", "commands", "cli", "ops"},
-    "client": {"store", "broker", "spark", "commands", "cli", "ops"},
-    "broker": {"spark", "commands", "cli", "client", "ops"},
-    "spark": {"broker", "remoting", "commands", "cli", "ops"},  # network source: over client
-    "ops": {"spark", "commands", "cli"},
-    "proxy": {"spark", "client", "remoting", "commands", "cli", "ops"},
-}
-NO_IO_IN = {"format": {"socket", "asyncio", "mmap", "pyspark"}, "remoting": {"socket", "asyncio"}}
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "importlinter.toml"
 
 
-def _imports(path: pathlib.Path):
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    rel = path.relative_to(PKG).parts
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                yield a.name
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = list(rel[:-1])[: len(rel) - node.level]
-                mod = ".".join(["rocketstore", *base] + ([node.module] if node.module else []))
-                yield mod
-                if not node.module:
-                    for a in node.names:
-                        yield f"{mod}.{a.name}"
-            else:
-                yield node.module or ""
+def circles(package: str) -> list[tuple[str, str]]:
+    """Pairs of modules of one subpackage (``package.X...``) that import each other, directly or
+    through other modules (type-checking imports included: they are imports too)."""
+    graph = grimp.build_graph(package, cache_dir=None)
+    found = set()
+    for module in graph.modules:
+        room = module.split(".")[:2]
+        for imported in graph.find_modules_directly_imported_by(module):
+            if imported.split(".")[:2] == room and imported != module and \
+                    graph.chain_exists(importer=imported, imported=module):
+                found.add(tuple(sorted((module, imported))))
+    return sorted(found)
 
 
-def test_no_back_edges():
-    bad = []
-    for path in PKG.rglob("*.py"):
-        parts = path.relative_to(PKG).parts
-        if len(parts) < 2:
-            continue
-        pkg = parts[0]
-        for mod in _imports(path):
-            segs = mod.split(".")
-            if segs[0] == "rocketstore" and len(segs) > 1 and segs[1] in FORBIDDEN.get(pkg, ()):
-                bad.append(f"{path.relative_to(PKG)} imports {mod}")
-            if segs[0] in NO_IO_IN.get(pkg, ()):
-                bad.append(f"{path.relative_to(PKG)} imports {mod} (I/O in a pure package)")
-    assert not bad, "\n".join(bad)
+def lint(config: pathlib.Path) -> int:
+    return cli.lint_imports(config_filename=str(config), no_cache=True, no_logo=True)
+
+
+def test_import_contracts_are_kept(capsys):
+    code = lint(CONFIG)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "0 broken" in out
+
+
+def test_no_import_circle_inside_any_package():
+    found = circles("rocketstore")
+    assert not found, "modules that import each other:\n" + "\n".join(
+        f"  {a} <-> {b}" for a, b in found)
+
+
+def _plant(tmp_path: pathlib.Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = tmp_path / "planted" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
+def test_the_checks_catch_a_back_edge_and_a_circle(tmp_path, capsys, monkeypatch):
+    _plant(tmp_path, {
+        "__init__.py": "",
+        "low/__init__.py": "",
+        "low/a.py": "from . import b\n",  # a circle inside planted.low ...
+        "low/b.py": "from . import a\nfrom ..high import top\n",  # ... and an arrow back up
+        "high/__init__.py": "",
+        "high/top.py": "from ..low import a\n",
+    })
+    (tmp_path / "contracts.toml").write_text(textwrap.dedent("""
+        [tool.importlinter]
+        root_packages = ["planted"]
+
+        [[tool.importlinter.contracts]]
+        name = "high over low"
+        type = "layers"
+        layers = ["planted.high", "planted.low"]
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert lint(tmp_path / "contracts.toml") == 1
+        assert "planted.low.b -> planted.high.top" in capsys.readouterr().out
+        assert ("planted.low.a", "planted.low.b") in circles("planted")
+    finally:
+        for name in [m for m in sys.modules if m == "planted" or m.startswith("planted.")]:
+            del sys.modules[name]

@@ -310,7 +310,7 @@ def test_acl_cli(acl_server):
 ])
 def test_white_address_rules(rule, yes, no):
     """Cases of RocketMQ's own RemoteAddressStrategyTest."""
-    from rocketstore.broker.acl_address import parse_address_rule
+    from rocketstore.broker.acl.address import parse_address_rule
 
     r = parse_address_rule(rule)
     assert all(r.match(ip) for ip in yes) and not any(r.match(ip) for ip in no)
@@ -318,7 +318,7 @@ def test_white_address_rules(rule, yes, no):
 
 @pytest.mark.parametrize("rule", ["256.0.0.1", "::1ggg", "127.0.0.1,2,3}", "192.168.1.1-300"])
 def test_bad_white_address_rules(rule):
-    from rocketstore.broker.acl_address import AclError, parse_address_rule
+    from rocketstore.broker.acl.address import AclError, parse_address_rule
 
     with pytest.raises(AclError, match="examine|format"):
         parse_address_rule(rule)

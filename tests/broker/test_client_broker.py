@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from rocketstore.broker.state import load_json_lenient
+from rocketstore.broker.state.files import load_json_lenient
 from rocketstore.client import Producer, PullConsumer, PushConsumer
 from rocketstore.client._sync import LoopThread
 from rocketstore.client.transport import RemotingClient

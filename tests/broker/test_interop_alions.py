@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rocketstore import MessageStore, StoreConfig
-from rocketstore.broker.state import load_json_lenient
+from rocketstore.broker.state.files import load_json_lenient
 
 from .conftest import start_server
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rocketstore import Message, MessageStore, StoreConfig
-from rocketstore.broker.filters import ConsumerFilterRegistry
+from rocketstore.broker.state.filters import ConsumerFilterRegistry
 
 pytestmark = pytest.mark.interop
 

@@ -5,7 +5,7 @@ import asyncio
 import threading
 import time
 
-from rocketstore.broker.longpoll import PullHoldService
+from rocketstore.broker.services.longpoll import PullHoldService
 
 
 def test_arrival_from_another_thread_wakes_only_matching_waiters():

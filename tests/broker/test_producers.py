@@ -1,7 +1,7 @@
 """``ProducerManager``: producers keyed by connection, dropped on close, unregister and expiry."""
 from __future__ import annotations
 
-from rocketstore.broker.producers import ProducerManager
+from rocketstore.broker.state.producers import ProducerManager
 
 
 class Conn:

@@ -6,7 +6,7 @@ import os
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.broker.config import BrokerConfig
 from rocketstore.broker.controller import Broker
-from rocketstore.broker.schedule import ScheduleMessageService
+from rocketstore.broker.services.schedule import ScheduleMessageService
 from rocketstore.format.message import SCHEDULE_TOPIC
 
 from ..conftest import fill_disk
@@ -24,7 +24,8 @@ def test_failed_reput_keeps_the_delay_offset_and_delivers_once_later(tmpfs_facto
     try:
         with MessageStore(cfg) as store:
             broker.store = store
-            sched = ScheduleMessageService(broker)
+            sched = ScheduleMessageService(store, broker.delay_offsets, broker.delay_levels_ms,
+                                           store.put_message)
             r = store.put_message(Message(topic="Late", body=b"due", properties={"DELAY": "1"}))
             assert r.status.name == "PUT_OK"
             # fill the first CommitLog segment to within 50 bytes of its end...

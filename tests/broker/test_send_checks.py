@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from rocketstore.broker.topic_validator import NOT_ALLOWED_SEND_TOPICS
+from rocketstore.broker.state.topic_validator import NOT_ALLOWED_SEND_TOPICS
 from rocketstore.client import Producer, PullConsumer
 from rocketstore.errors import BrokerError
 from rocketstore.format.message import Message

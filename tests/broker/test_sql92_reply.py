@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from rocketstore.broker.state import load_json_lenient
+from rocketstore.broker.state.files import load_json_lenient
 from rocketstore.client import MessageSelector, Producer, PullConsumer, PushConsumer
 from rocketstore.errors import BrokerError
 from rocketstore.remoting import RequestCode, ResponseCode

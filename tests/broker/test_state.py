@@ -5,8 +5,9 @@ import json
 
 import pytest
 
-from rocketstore.broker.consumers import ConsumerManager
-from rocketstore.broker.state import ConsumerOffsetManager, TopicConfigManager, validate_topic
+from rocketstore.broker.state.consumers import ConsumerManager
+from rocketstore.broker.state.offsets import ConsumerOffsetManager
+from rocketstore.broker.state.topics import TopicConfigManager, validate_topic
 from rocketstore.client import MessageQueue, allocate_average
 from rocketstore.client.producer import select_by_key
 
@@ -74,7 +75,7 @@ def test_allocate_average_and_select_by_key_match_rocketmq():
 
 
 def test_rebalance_locks_exclusive_renewable_and_expiring():
-    from rocketstore.broker.locks import RebalanceLockManager
+    from rocketstore.broker.state.locks import RebalanceLockManager
     m = RebalanceLockManager(max_live_ms=60_000)
     q0, q1 = ("T", "b", 0), ("T", "b", 1)
     assert m.try_lock("G", "c1", [q0, q1], now_ms=0) == [q0, q1]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import random
 
-from rocketstore.broker.state import TopicConfig, TopicConfigManager
+from rocketstore.broker.state.topics import TopicConfig, TopicConfigManager
 
 
 def expected(m: TopicConfigManager) -> dict:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from rocketstore.broker.transaction import (CHECK_MAX_TIME_TOPIC, HALF_TOPIC, OP_TOPIC,
-                                            PROPERTY_TRANSACTION_CHECK_TIMES)
+from rocketstore.broker.services.transaction import (CHECK_MAX_TIME_TOPIC, HALF_TOPIC, OP_TOPIC,
+                                                     PROPERTY_TRANSACTION_CHECK_TIMES)
 from rocketstore.client import LocalTransactionState, PullConsumer, TransactionProducer
 from rocketstore.format.message import TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK
 

@@ -8,11 +8,12 @@ import time
 import pytest
 
 from rocketstore import Message, MessageStore
-from rocketstore.broker.state import ConsumerOffsetManager, TopicConfigManager
-from rocketstore.broker.transaction import (HALF_TOPIC, OP_TOPIC, SYS_GROUP,
-                                            EndTransactionRequest, TransactionConfig,
-                                            TransactionalMessageService, committed_message,
-                                            is_transactional)
+from rocketstore.broker.state.offsets import ConsumerOffsetManager
+from rocketstore.broker.state.topics import TopicConfigManager
+from rocketstore.broker.services.transaction import (HALF_TOPIC, OP_TOPIC, SYS_GROUP,
+                                                     EndTransactionRequest, TransactionConfig,
+                                                     TransactionalMessageService,
+                                                     committed_message, is_transactional)
 from rocketstore.format.message import (TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK,
                                         TRANSACTION_NOT_TYPE, TRANSACTION_PREPARED_TYPE,
                                         TRANSACTION_ROLLBACK_TYPE, create_uniq_key)

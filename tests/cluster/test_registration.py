@@ -7,7 +7,7 @@ import zlib
 
 import pytest
 
-from rocketstore.broker.namesrv import RouteTable
+from rocketstore.broker.namesrv.routes import RouteTable
 from rocketstore.client import ClientInstance, Producer, PullConsumer
 from rocketstore.client._sync import LoopThread
 from rocketstore.remoting.codes import RequestCode, ResponseCode

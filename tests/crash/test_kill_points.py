@@ -25,7 +25,7 @@ import time
 import pytest
 
 from rocketstore import MessageStore, StoreConfig
-from rocketstore.broker.state import TopicConfigManager
+from rocketstore.broker.state.topics import TopicConfigManager
 from rocketstore.client import Producer
 from rocketstore.store.results import GetStatus
 from rocketstore.store.verify import verify_store

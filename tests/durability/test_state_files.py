@@ -19,10 +19,10 @@ import sys
 
 import pytest
 
-from rocketstore.broker.kvconfig import KVConfigManager
-from rocketstore.broker.state import (ConsumerOffsetManager, DelayOffsetStore,
-                                      TopicConfigManager)
-from rocketstore.broker.subgroups import SubscriptionGroupConfig, SubscriptionGroupManager
+from rocketstore.broker.namesrv.kvconfig import KVConfigManager
+from rocketstore.broker.state.offsets import ConsumerOffsetManager, DelayOffsetStore
+from rocketstore.broker.state.topics import TopicConfigManager
+from rocketstore.broker.state.subgroups import SubscriptionGroupConfig, SubscriptionGroupManager
 
 
 def _snapshot(d) -> dict:
@@ -150,7 +150,7 @@ def test_state_file_and_backup_both_damaged_is_a_clear_error(tmp_path, kind):
 
 CRASH_CHILD = r"""
 import os, sys
-from rocketstore.broker import state
+from rocketstore.broker.state import files as state
 kind_file, step, torn = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
 n = [0]
 real_replace, real_fsync = os.replace, os.fsync

@@ -8,7 +8,7 @@ import asyncio
 import os
 import threading
 
-from rocketstore.broker.syncflush import SyncFlushWaiter
+from rocketstore.broker.services.syncflush import SyncFlushWaiter
 from rocketstore.format.message import Message
 from rocketstore.store.message_store import MessageStore
 from rocketstore.store.results import PutStatus

@@ -6,7 +6,8 @@ import time
 import pytest
 
 from rocketstore import Message, MessageStore, StoreConfig
-from rocketstore.broker.state import ConsumerOffsetManager, TopicConfigManager
+from rocketstore.broker.state.offsets import ConsumerOffsetManager
+from rocketstore.broker.state.topics import TopicConfigManager
 
 pytest.importorskip("starlette")
 from rocketstore.ops import views  # noqa: E402
@@ -98,7 +99,7 @@ def test_group_lag_and_latency(tmp_path):
         rs = [store.put_message(Message(topic="L", body=b"x", queue_id=i % 2)) for i in range(6)]
         assert store.wait_dispatched(5)
         offsets.commit("g", "L", 0, 1)  # queue 0 holds offsets 0..2: two left
-        from rocketstore.broker.consumers import ConsumerManager
+        from rocketstore.broker.state.consumers import ConsumerManager
         now = rs[-1].store_timestamp + 1000
         gv = views.group_view(store, topics, offsets, ConsumerManager(), "g", now=now)
         lags = {(q.topic, q.queue_id): q.lag for q in gv.queues}

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rocketstore.broker.state import TopicConfigManager
-from rocketstore.broker.subgroups import SubscriptionGroupConfig, SubscriptionGroupManager
+from rocketstore.broker.state.topics import TopicConfigManager
+from rocketstore.broker.state.subgroups import SubscriptionGroupConfig, SubscriptionGroupManager
 
 from ..broker.conftest import Server, start_server
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from rocketstore import Message, MessageStore
-from rocketstore.broker.filters import ConsumerFilterRegistry
+from rocketstore.broker.state.filters import ConsumerFilterRegistry
 from rocketstore.spark.rebuild_job import rebuild
 from rocketstore.store.verify import verify_store
 

@@ -6,7 +6,7 @@ from rocketstore import Message, MessageStore, GetStatus
 from rocketstore.filter.bloom import BloomFilter
 from rocketstore.format.cq_ext import LONG_MIN, MAX_ADDR
 from rocketstore.format.hashing import java_hash
-from rocketstore.broker.filters import ConsumerFilterRegistry, ExpressionMessageFilter
+from rocketstore.broker.state.filters import ConsumerFilterRegistry, ExpressionMessageFilter
 
 from ..conftest import small_config
 
@@ -125,7 +125,7 @@ def test_ext_files_follow_the_consume_queue_when_old_files_go(tmp_path):
 
 
 def test_retry_topic_filter_uses_the_original_topics_expression(tmp_path):
-    from rocketstore.broker.filters import RetryExpressionMessageFilter
+    from rocketstore.broker.state.filters import RetryExpressionMessageFilter
     reg = ConsumerFilterRegistry(None)
     reg.register("Orders", "g", "amount > 100", "SQL92", 1)
     with MessageStore(small_config(tmp_path)) as store:

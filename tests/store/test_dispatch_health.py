@@ -9,7 +9,7 @@ import sys
 import time
 
 from rocketstore import Message, MessageStore, PutStatus
-from rocketstore.broker.admin_views import runtime_info
+from rocketstore.broker.admin.views import runtime_info
 
 from ..durability.helpers import small_config
 

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from rocketstore import GetStatus, Message, MessageStore
-from rocketstore.broker.filters import ConsumerFilterData, ConsumerFilterRegistry, ExpressionMessageFilter
+from rocketstore.broker.state.filters import (ConsumerFilterData, ConsumerFilterRegistry,
+                                              ExpressionMessageFilter)
 from rocketstore.filter import compile_sql92
 from rocketstore.filter.columns import _int_of, evaluate_blob
 from rocketstore.filter.propblob import from_texts

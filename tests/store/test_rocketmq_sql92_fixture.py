@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from rocketstore import GetStatus, MessageStore, StoreConfig
-from rocketstore.broker.filters import ConsumerFilterRegistry, ExpressionMessageFilter
+from rocketstore.broker.state.filters import ConsumerFilterRegistry, ExpressionMessageFilter
 from rocketstore.spark.rebuild_job import rebuild
 from rocketstore.store.verify import verify_store
 

@@ -18,14 +18,17 @@ subscriptions (``sql92``, ``filters``) and request-reply (``reply``) as RocketMQ
 them; RocketMQ 5.x clients through ``rocketstore.proxy`` (``serve --grpc-port``). Not
 supported: ACL (credentials are ignored), slaves/HA.
 
-``controller.Broker`` wires the pieces; ``server`` is the asyncio I/O; ``namesrv``, ``send``,
-``pull``, ``admin``, ``admin_topics``, ``admin_groups``, ``admin_runtime``, ``admin_namesrv``,
-``admin_consumers``, ``kvconfig``, ``transaction``, ``sql92`` and ``reply`` hold the request
-handlers (``admin_views`` computes what the admin requests, the
-console and ``rocketstore topics|status|consumers`` report); ``longpoll``, ``schedule``
-and ``transaction`` run the long-polling, delay-level and transaction-check services;
-``state``, ``consumers``, ``producers``, ``subgroups``, ``filters`` and ``stats`` keep broker
-state; ``registration`` registers with outside name servers (``serve --namesrv``).
+Layout (one subpackage per subsystem; arrows run down this list, never up):
+
+``controller.Broker`` wires the pieces and ``server`` is the asyncio I/O;
+``processors/`` the client requests (``send``, ``pull``, ``client``, ``locks``, ``sql92``,
+``reply``, ``transaction``); ``admin/`` what ``mqadmin`` and the console ask (``views``
+computes what the admin requests, the console and ``rocketstore topics|status|consumers``
+report); ``namesrv/`` the name server (``routes``, ``kvconfig``, ``settings``, ``admin``) and
+the broker's ``registration`` at outside name servers; ``acl/`` the plain ACL; ``services/``
+the background services (the put ``writer``, ``longpoll``, ``schedule``, ``transaction``);
+``state/`` what the broker knows besides messages (``topics`` with the topic rules, ``offsets``,
+``subgroups``, ``filters``, ``consumers``, ``producers``, ``locks``, ``stats``, ``files``).
 """
 
 from .config import BrokerConfig

@@ -1,5 +1,9 @@
 """``Broker``: wires the store, the state managers, the services and the two servers.
 
+It handles no request itself: at start it builds one context per kind of processor
+(``contexts``) and binds the request table (``requests``) to them; extensions (the gRPC proxy,
+attached by ``rocketstore serve``) start after the servers from those same contexts.
+
 Theory of operation: everything protocol-facing runs on one asyncio event loop; every call
 into the ``MessageStore`` (which may touch files, fsync or wait for a group commit) runs on a
 small thread pool through ``Broker.run``. The store's reput thread reports new messages through
@@ -20,20 +24,27 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from ..format.message import Message
+from ..format.batch import parse_delay_levels
 from ..remoting.codes import RequestCode
 from ..remoting.command import RemotingCommand
+from . import requests
+from .admin import runtime
 from .config import BrokerConfig
-from .consumers import ConsumerManager
-from .filters import ConsumerFilterRegistry
-from .producers import ProducerManager
-from .stats import BrokerStats
-from .subgroups import SubscriptionGroupManager
-from .longpoll import PullHoldService
-from ..format.batch import parse_delay_levels
-from .schedule import ScheduleMessageService
-from .writer import PutWriter
-from .state import ConsumerOffsetManager, DelayOffsetStore, TopicConfigManager
+from .contexts import (AclContext, AdminContext, ClientContext, ClientEvents, PullContext,
+                       SendContext)
+from .processors import reply
+from .services.longpoll import PullHoldService
+from .services.puts import Puts
+from .services.schedule import ScheduleMessageService
+from .services.writer import PutWriter
+from .state.consumers import ConsumerManager
+from .state.filters import ConsumerFilterRegistry
+from .state.locks import RebalanceLockManager
+from .state.offsets import ConsumerOffsetManager, DelayOffsetStore
+from .state.producers import ProducerManager
+from .state.stats import BrokerStats
+from .state.subgroups import SubscriptionGroupManager
+from .state.topics import TopicConfigManager
 
 log = logging.getLogger(__name__)
 
@@ -65,16 +76,18 @@ class Broker:
         self.transactions: Any = None  # transaction.TransactionalMessageService, once started
         self.transaction_check: Any = None
         self.writer: PutWriter | None = None
-        self.sync_waiter: Any = None  # syncflush.SyncFlushWaiter under SYNC_FLUSH
+        self.puts: Puts | None = None  # the one way a message goes into the store
+        self.locks = RebalanceLockManager()
         self.servers: list[Any] = []
-        self.proxy: Any = None  # rocketstore.proxy.GrpcProxy when config.grpc_port is set
+        self.contexts: dict[str, Any] = {}  # kind -> the context its processors take
+        self.extensions: list[Any] = []  # started after the servers, stopped first (gRPC)
         self.registration: Any = None  # NameServerRegistration when --namesrv is given
-        self.route_perms: Any = None  # namesrv.LocalRoutePerms of the in-process name server
+        self.route_perms: Any = None  # namesrv.routes.LocalRoutePerms of the in-process name server
         self.handler_wrappers: list[Callable[[dict], dict]] = []  # e.g. ops.stats.instrument
-        self.acl: Any = None  # acl_service.PlainPermissionManager when aclEnable
+        self.acl: Any = None  # acl.service.PlainPermissionManager when aclEnable
         self._tasks: list[asyncio.Task] = []
 
-    # -- helpers used by processors -------------------------------------------------------------
+    # -- what the wiring hands on ---------------------------------------------------------------
     @property
     def store_host(self) -> str:
         return self.store_config.store_host
@@ -83,42 +96,6 @@ class Broker:
         """Run a blocking store call on the executor."""
         assert self.loop is not None
         return await self.loop.run_in_executor(self.executor, fn, *args)
-
-    async def put(self, fn: Callable, *args: Any) -> Any:
-        """Run a put (``put_blocking``, ``put_batch``): inline or on the put thread
-        (``PutWriter``); under SYNC_FLUSH then wait, on the loop, for its group commit
-        (``syncflush``)."""
-        if self.writer is not None:
-            if self.sync_waiter is None:
-                return await self.writer.submit(fn, *args)
-            if fn == self.put_blocking:
-                fn = self._put_deferred
-            elif fn == self.put_batch:
-                fn = self._put_batch_deferred
-            result = await self.writer.submit(fn, *args)
-            return await self.sync_waiter.wait(result)
-        return await self.run(fn, *args)
-
-    def put_blocking(self, msg: Message, nowait: bool = False) -> Any:
-        """Put one message (blocking; ``nowait``: None rather than block, see ``PutWriter``).
-        The store itself reroutes a ``DELAY`` level through ``SCHEDULE_TOPIC_XXXX``, as
-        RocketMQ's CommitLog does."""
-        if msg.store_host is None:
-            msg.store_host = self.store_host
-        return self.store.put_message(msg, nowait=nowait)
-
-    def put_batch(self, msgs: list[Message], nowait: bool = False) -> Any:
-        """Put a batch (as ``put_blocking``)."""
-        return self.store.put_messages(msgs, nowait=nowait)
-
-    def _put_deferred(self, msg: Message, nowait: bool = False) -> Any:
-        """SYNC_FLUSH through ``put``: appended, not yet durable (``sync_offset``)."""
-        if msg.store_host is None:
-            msg.store_host = self.store_host
-        return self.store.put_message(msg, nowait=nowait, defer_sync=True)
-
-    def _put_batch_deferred(self, msgs: list[Message], nowait: bool = False) -> Any:
-        return self.store.put_messages(msgs, nowait=nowait, defer_sync=True)
 
     def notify_consumer_ids_changed(self, group: str) -> None:
         """Tell every live consumer of ``group`` to rebalance now (oneway, code 40)."""
@@ -136,10 +113,6 @@ class Broker:
             self.notify_consumer_ids_changed(group)
             self.consumer_group_changed(group)
 
-    def _consumer_ids_changed(self, group: str) -> None:
-        self.notify_consumer_ids_changed(group)
-        self.consumer_group_changed(group)
-
     def consumer_group_changed(self, group: str) -> None:
         """A group lost clients: when none is left its SQL92 filters die (RocketMQ's UNREGISTER)."""
         if self.consumers.group(group) is None:
@@ -155,33 +128,54 @@ class Broker:
         self.store.add_arrival_listener(self.hold.arrival)
         if self.config.enable_calc_filter_bit_map:
             self.store.set_filter_bitmap_source(self.filters.bitmaps)
+        self.puts = Puts(self.store, self.run)
         if getattr(self.store_config, "sync_flush", False):
-            from .syncflush import SyncFlushWaiter
-            self.sync_waiter = SyncFlushWaiter(self.loop, self.store.commitlog.flushed_offset,
-                                               self.store_config.sync_flush_timeout)
-            self.store.flush_service.add_listener(self.sync_waiter.on_flush)
-        self.writer = PutWriter(self.loop, inline=(self.put_blocking, self.put_batch,
-                                                   self._put_deferred, self._put_batch_deferred))
+            from .services.syncflush import SyncFlushWaiter
+            self.puts.sync_waiter = SyncFlushWaiter(self.loop, self.store.commitlog.flushed_offset,
+                                                    self.store_config.sync_flush_timeout)
+            self.store.flush_service.add_listener(self.puts.sync_waiter.on_flush)
+        self.writer = self.puts.writer = PutWriter(self.loop, inline=self.puts.inline())
         try:
             await self._start_servers()
         except BaseException:
             await self.stop()  # close the store cleanly: no abort file, lock released
             raise
 
+    def build_contexts(self) -> dict[str, Any]:
+        """One context per kind of processor (see ``contexts``), built once at start."""
+        assert self.store is not None and self.puts is not None and self.hold is not None
+        events = ClientEvents(ids_changed=self.notify_consumer_ids_changed,
+                              group_changed=self.consumer_group_changed)
+        return {
+            "send": SendContext(self.store, self.store_config, self.config, self.topics,
+                                self.puts, self.stats, self.producers, self.transactions,
+                                self.run),
+            "pull": PullContext(self.store, self.config, self.topics, self.offsets,
+                                self.consumers, self.filters, self.hold, self.stats, self.run),
+            "client": ClientContext(self.store, self.config, self.topics, self.offsets,
+                                    self.consumers, self.producers, self.filters,
+                                    self.subgroups, self.locks, events, self.run),
+            "admin": AdminContext(self.store, self.store_config, self.config, self.topics,
+                                  self.offsets, self.delay_offsets, self.consumers,
+                                  self.producers, self.subgroups, self.stats, self.run,
+                                  runtime.ConfigVersion()),
+            "acl": AclContext(self.store_config, self.config, self.run),
+        }
+
     async def _start_servers(self) -> None:
+        from .acl import service as acl_service
+        from .namesrv import context as namesrv_context
         from .server import RemotingServer
-        from . import admin, locks, namesrv, pull, send, transaction
-        from . import admin_consumers, admin_groups, admin_runtime, admin_topics
 
         self.topics.persist()
         self._start_transactions()
-        handlers: dict[int, Any] = {}
-        from . import acl_service, reply, sql92
-        for mod in (send, pull, admin, locks, admin_topics, admin_groups, admin_runtime,
-                    transaction, sql92, reply, admin_consumers, acl_service):
-            handlers.update(mod.handlers(self))
+        reply.create_reply_topic(self.topics, self.config)
+        self.contexts = self.build_contexts()
         if self.config.acl_enable:  # every request checked first (RocketMQ's ACL RPC hook)
-            self.acl = acl_service.start_acl(self)
+            self.acl = self.contexts["acl"].acl = acl_service.start_acl(self.config,
+                                                                        self.store_config)
+        handlers = requests.broker_handlers(self.contexts)
+        if self.acl is not None:
             handlers = acl_service.guard(self.acl, handlers)
         for wrap in self.handler_wrappers:
             handlers = wrap(handlers)
@@ -192,57 +186,47 @@ class Broker:
             self.store_config.store_host = f"{self.config.host}:{broker_srv.port}"
         self.servers.append(broker_srv)
         if self.config.namesrv_port is not None:
-            self.route_perms = namesrv.LocalRoutePerms()
-            ns = RemotingServer(self, namesrv.handlers(self, perms=self.route_perms), "namesrv")
+            local = namesrv_context.LocalBroker(self.config, self.store_config, self.topics)
+            ns_ctx = namesrv_context.build(local)
+            self.route_perms = ns_ctx.perms
+            ns = RemotingServer(self, requests.namesrv_handlers(ns_ctx), "namesrv")
             await ns.start(self.config.host, self.config.namesrv_port)
             self.config.namesrv_port = ns.port
             self.servers.append(ns)
         if self.config.namesrv_addr:
             await self._register_at_name_servers()
-        self.schedule = ScheduleMessageService(self)
+        self.schedule = ScheduleMessageService(
+            self.store, self.delay_offsets, self.delay_levels_ms, self.puts.put_blocking,
+            self.run, self.config.schedule_poll_interval_ms / 1000.0)
         self.schedule.start()
         self.transaction_check.start()
-        if self.config.grpc_port is not None:
-            await self._start_grpc()
+        for ext in self.extensions:
+            await ext.start()
         self._tasks.append(self.loop.create_task(self._housekeeping(), name="housekeeping"))
         log.info("broker %s listening on %s:%s, name server on %s", self.config.broker_name,
                  self.config.host, self.config.port, self.config.namesrv_port)
 
     def _start_transactions(self) -> None:
-        from .transaction import (TransactionalMessageCheckService, TransactionalMessageService,
-                                  TransactionConfig)
+        from .services.transaction import (TransactionalMessageCheckService,
+                                           TransactionalMessageService, TransactionConfig)
 
         c = self.config
         tcfg = TransactionConfig(c.transaction_timeout_ms, c.transaction_check_interval_ms,
                                  c.transaction_check_max,
                                  int(getattr(self.store_config, "file_reserved_time", 72)))
         self.transactions = TransactionalMessageService(self.store, self.topics, self.offsets,
-                                                        self.put_blocking, tcfg)
+                                                        self.puts.put_blocking, tcfg)
         self.transaction_check = TransactionalMessageCheckService(
             self.transactions, self.run, self.producers.available_connection)
 
-    async def _start_grpc(self) -> None:
-        from ..proxy import BrokerPieces, GrpcProxy
-
-        pieces = BrokerPieces(store=self.store, topics=self.topics, offsets=self.offsets,
-                              config=self.config, run=self.run, put=self.put,
-                              put_message=self.put_blocking, hold=self.hold,
-                              delay_levels_ms=self.delay_levels_ms,
-                              transactions=self.transactions, producers=self.producers,
-                              subgroups=self.subgroups, consumers=self.consumers,
-                              filters=self.filters,
-                              consumer_ids_changed=self._consumer_ids_changed,
-                              route_perm=self._route_perm, acl=self.acl)
-        self.proxy = GrpcProxy(pieces, self.config.host, self.config.grpc_port)
-        await self.proxy.start()
-        self.config.grpc_port = self.proxy.port
-
-    def _route_perm(self, tc: Any) -> int:
+    def route_perm(self, tc: Any) -> int:
+        """The perm a topic's route carries (the topic's own, or what wipeWritePerm /
+        addWritePerm set at the name server beside this broker)."""
         perms = self.route_perms
         return perms.perm(self.topics, tc.topic_name, tc.perm) if perms is not None else tc.perm
 
     async def _register_at_name_servers(self) -> None:
-        from .registration import NameServerRegistration, parse_namesrv_addrs
+        from .namesrv.registration import NameServerRegistration, parse_namesrv_addrs
 
         cfg = self.config
         self.registration = NameServerRegistration(
@@ -284,8 +268,8 @@ class Broker:
             srv.stop_accepting()
         if self.hold is not None:
             self.hold.wake_all()
-        if self.proxy is not None:
-            await self.proxy.stop()
+        for ext in self.extensions:
+            await ext.stop()
         deadline = time.monotonic() + self.config.shutdown_grace_s
         for srv in self.servers:
             await srv.drain(max(0.0, deadline - time.monotonic()))
@@ -301,8 +285,8 @@ class Broker:
             await self.transaction_check.stop()
         if self.writer is not None:
             await self.run(self.writer.stop)
-        if self.sync_waiter is not None:
-            self.sync_waiter.close()
+        if self.puts is not None and self.puts.sync_waiter is not None:
+            self.puts.sync_waiter.close()
         await self.run(self.offsets.persist, True)
         await self.run(self.topics.persist)
         await self.run(self.delay_offsets.persist)

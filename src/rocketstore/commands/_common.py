@@ -1,7 +1,9 @@
-"""Helpers shared by the CLI commands: JSON output, progress bars, store opening."""
+"""Helpers shared by the CLI commands: JSON output, progress bars, opening a store for reading
+and showing its messages."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -72,3 +74,49 @@ def parse_time_ms(value: str | None) -> int | None:
     if dt.tzinfo is None:
         dt = dt.astimezone()
     return int(dt.astimezone(timezone.utc).timestamp() * 1000)
+
+
+# -- reading a store and showing its messages ---------------------------------------------------
+def open_store_read_only(store_dir: str, config: str | None = None):
+    """Open a store for a read-only command: no lock (works beside a live broker), nothing
+    written; a directory that is not a store is refused with a clear message."""
+    from ..config import StoreConfig
+    from ..errors import NotAStoreError
+    from ..store.message_store import MessageStore, is_store_dir
+    if not os.path.isdir(store_dir):
+        raise click.ClickException(f"{store_dir}: no such store directory")
+    if not is_store_dir(store_dir):
+        raise click.ClickException(f"{store_dir}: not a store directory (no commitlog, consumequeue, "
+                                   "index or checkpoint); nothing was written")
+    cfg = (StoreConfig.from_properties(config, store_path_root_dir=store_dir) if config
+           else StoreConfig(store_path_root_dir=store_dir, **detect_sizes(store_dir)))
+    try:
+        return MessageStore.open_read_only(store_dir, cfg)
+    except NotAStoreError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def detect_sizes(store_dir: str) -> dict:
+    """File sizes of an existing store, so it opens without a config file."""
+    from ..errors import CorruptFileError
+    from ..store.message_store import detect_sizes as _detect
+    try:
+        return _detect(store_dir)
+    except CorruptFileError as exc:
+        raise click.ClickException(f"{exc}; pass --config broker.conf") from exc
+
+
+def message_dict(m, with_body: bool = True) -> dict:
+    d = {"msg_id": m.msg_id, "topic": m.topic, "queue_id": m.queue_id,
+         "queue_offset": m.queue_offset, "commitlog_offset": m.commitlog_offset,
+         "store_size": m.store_size, "tags": m.tags, "keys": m.keys, "uniq_key": m.uniq_key,
+         "store_timestamp": m.store_timestamp, "born_timestamp": m.born_timestamp,
+         "born_host": m.born_host, "store_host": m.store_host, "sys_flag": m.sys_flag,
+         "flag": m.flag, "reconsume_times": m.reconsume_times, "body_crc": m.body_crc,
+         "properties": m.properties}
+    if with_body:
+        try:
+            d["body"] = m.body.decode("utf-8")
+        except UnicodeDecodeError:
+            d["body_hex"] = m.body.hex()
+    return d

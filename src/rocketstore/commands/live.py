@@ -76,9 +76,10 @@ class OfflineState:
 
     def __init__(self, store: Any, store_dir: str) -> None:
         from ..broker.config import BrokerConfig
-        from ..broker.consumers import ConsumerManager
-        from ..broker.state import ConsumerOffsetManager, TopicConfigManager
-        from ..broker.subgroups import SubscriptionGroupManager
+        from ..broker.state.consumers import ConsumerManager
+        from ..broker.state.offsets import ConsumerOffsetManager
+        from ..broker.state.topics import TopicConfigManager
+        from ..broker.state.subgroups import SubscriptionGroupManager
         config_dir = os.path.join(store_dir, "config")
         self.store = store
         self.config = BrokerConfig()
@@ -96,7 +97,7 @@ class OfflineState:
 
 @contextmanager
 def offline(store_dir: str) -> Iterator[OfflineState]:
-    from .store_cmds import open_store_read_only
+    from ._common import open_store_read_only
     with open_store_read_only(store_dir) as store:
         yield OfflineState(store, store_dir)
 
@@ -120,7 +121,7 @@ def _table(rows: list[list[Any]], header: list[str]) -> None:
 
 # -- topics ------------------------------------------------------------------------------------
 def topics_online(client: Any, include_system: bool) -> list[dict]:
-    from ..broker.admin_views import is_system_topic
+    from ..broker.admin.views import is_system_topic
     rows: dict[str, dict] = {}
     for b in client.brokers():
         configs = client.topic_configs(b["addr"])
@@ -150,7 +151,7 @@ def topics(namesrv, broker, store_dir, include_system, as_json):
     """Topics with their queues, stored messages and last store time."""
     check_target(namesrv, broker, store_dir)
     if store_dir:
-        from ..broker.admin_views import topic_summary
+        from ..broker.admin.views import topic_summary
         with offline(store_dir) as st:
             rows = topic_summary(st.store, st.topics, st.config.broker_name,
                                  include_system=include_system)
@@ -173,7 +174,7 @@ def status(namesrv, broker, store_dir, as_json):
     """Broker runtime numbers: CommitLog offsets, dispatch lag, totals, rates, disk use."""
     check_target(namesrv, broker, store_dir)
     if store_dir:
-        from ..broker.admin_views import runtime_info
+        from ..broker.admin.views import runtime_info
         with offline(store_dir) as st:
             info = runtime_info(st.store, st.store.cfg, st.config, None)
             brokers = [{"name": None, "cluster": None, "addr": None, "store": store_dir,
@@ -228,7 +229,7 @@ SYSTEM_GROUPS = frozenset({"TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_
 
 
 def consumers_offline(st: OfflineState, group: str | None) -> list[dict]:
-    from ..broker import admin_views as views
+    from ..broker.admin import views
     names = [group] if group else views.all_group_names(st.offsets, st.consumers, st.subgroups)
     out = []
     for g in names:
@@ -335,7 +336,7 @@ PULL_STATUS = {0: "FOUND", 19: "NO_NEW_MSG", 20: "RETRY_IMMEDIATELY", 21: "OFFSE
 def get_via_broker(namesrv: str | None, broker: str | None, topic: str, queue_id: int,
                    offset: int, max_msgs: int, subscription: str | None) -> dict:
     """``rocketstore get`` through a running broker: one PULL_MESSAGE, nothing committed."""
-    from .store_cmds import message_dict
+    from ._common import message_dict
     with admin_client(namesrv, broker) as client:
         code, fields, msgs = client.pull(topic, queue_id, offset, max_msgs,
                                          subscription=subscription or "*")

@@ -27,9 +27,10 @@ class _NoBroker:
 
 async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
                order_message_enable: bool) -> None:
-    from ..broker import namesrv
-    from ..broker.kvconfig import KVConfigManager
-    from ..broker.namesrv_config import NamesrvSettings
+    from ..broker import requests
+    from ..broker.namesrv import context
+    from ..broker.namesrv.kvconfig import KVConfigManager
+    from ..broker.namesrv.settings import NamesrvSettings
     from ..broker.server import RemotingServer
 
     try:
@@ -37,7 +38,8 @@ async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot load the KV config: {exc}") from exc
     settings = NamesrvSettings(kv_config_path, order_message_enable)
-    srv = RemotingServer(_NoBroker(), namesrv.handlers(None, kv=kv, settings=settings), "namesrv")
+    handlers = requests.namesrv_handlers(context.build(None, kv=kv, settings=settings))
+    srv = RemotingServer(_NoBroker(), handlers, "namesrv")
     settings.listen_port = lambda: srv.port
     try:
         await srv.start(host, port)
@@ -73,7 +75,7 @@ async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
 def command(host: str, port: int, log_level: str, kv_config_path: str | None,
             order_message_enable: bool, as_json: bool) -> None:
     """Run a name server that brokers register with (no broker, no store)."""
-    from ..broker.kvconfig import default_kv_config_path
+    from ..broker.namesrv.kvconfig import default_kv_config_path
 
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.WARNING),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

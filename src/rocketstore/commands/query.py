@@ -15,7 +15,8 @@ from __future__ import annotations
 import click
 
 from ._common import emit_json, json_option, parse_time_ms
-from .store_cmds import config_option, message_dict, open_store_read_only
+from ._common import message_dict, open_store_read_only
+from .store_cmds import config_option
 
 
 def _by_msg_id(store, msg_id: str, topic: str | None):

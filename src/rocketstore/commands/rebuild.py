@@ -24,7 +24,7 @@ from ._common import emit_json, json_option, progress, store_option
 def command(store_dir, engine, master, config, check_crc, as_json):
     """Rebuild ConsumeQueue and IndexFile files of a (closed) store from its CommitLog."""
     from ..config import StoreConfig
-    from .store_cmds import detect_sizes
+    from ._common import detect_sizes
     if not os.path.isdir(os.path.join(store_dir, "commitlog")):
         raise click.ClickException(f"{store_dir}: not a store (no commitlog directory)")
     cfg = (StoreConfig.from_properties(config, store_path_root_dir=store_dir) if config

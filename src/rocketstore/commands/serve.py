@@ -104,6 +104,9 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
     from ..broker.controller import Broker
 
     broker = Broker(store_cfg, broker_cfg)
+    if broker_cfg.grpc_port is not None:  # RocketMQ 5.x clients: started with the broker
+        from ..proxy.attach import GrpcService
+        broker.extensions.append(GrpcService(broker, broker_cfg.host, broker_cfg.grpc_port))
     ops = None
     if ops_ports and any(v is not None for v in ops_ports.values()):
         try:  # metrics and console: opt-in, from the ``ops`` extra
@@ -112,7 +115,7 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
         except ImportError as exc:
             raise click.ClickException(f"--metrics-port and --console need the ops extra "
                                        f"(pip install 'rocketstore[ops]'): {exc}") from exc
-    from ..broker.acl_address import AclError
+    from ..broker.acl.address import AclError
     try:
         await broker.start()
     except AclError as exc:  # aclEnable=true and a plain_acl.yml that does not parse
@@ -228,7 +231,7 @@ def command(store_dir, host, port, namesrv_port, namesrv_addr, broker_name, conf
         if value is not None:
             setattr(broker_cfg, name, value)
     if broker_cfg.namesrv_addr:  # join a cluster: no name server of our own
-        from ..broker.registration import parse_namesrv_addrs
+        from ..broker.namesrv.registration import parse_namesrv_addrs
         try:
             parse_namesrv_addrs(broker_cfg.namesrv_addr)
         except ValueError as exc:

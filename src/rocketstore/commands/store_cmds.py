@@ -6,7 +6,8 @@ import os
 import click
 
 from ..config import StoreConfig
-from ._common import emit_json, json_option, store_option
+from ._common import (detect_sizes, emit_json, json_option, message_dict, open_store_read_only,
+                      store_option)
 
 
 def open_store(store_dir: str, config: str | None = None, create: bool = False, **overrides):
@@ -19,52 +20,8 @@ def open_store(store_dir: str, config: str | None = None, create: bool = False, 
     return MessageStore(cfg)
 
 
-def open_store_read_only(store_dir: str, config: str | None = None):
-    """Open a store for a read-only command: no lock (works beside a live broker), nothing
-    written; a directory that is not a store is refused with a clear message."""
-    from ..errors import NotAStoreError
-    from ..store.message_store import MessageStore, is_store_dir
-    if not os.path.isdir(store_dir):
-        raise click.ClickException(f"{store_dir}: no such store directory")
-    if not is_store_dir(store_dir):
-        raise click.ClickException(f"{store_dir}: not a store directory (no commitlog, consumequeue, "
-                                   "index or checkpoint); nothing was written")
-    cfg = (StoreConfig.from_properties(config, store_path_root_dir=store_dir) if config
-           else StoreConfig(store_path_root_dir=store_dir, **detect_sizes(store_dir)))
-    try:
-        return MessageStore.open_read_only(store_dir, cfg)
-    except NotAStoreError as exc:
-        raise click.ClickException(str(exc)) from exc
-
-
-def detect_sizes(store_dir: str) -> dict:
-    """File sizes of an existing store, so it opens without a config file."""
-    from ..errors import CorruptFileError
-    from ..store.message_store import detect_sizes as _detect
-    try:
-        return _detect(store_dir)
-    except CorruptFileError as exc:
-        raise click.ClickException(f"{exc}; pass --config broker.conf") from exc
-
-
 config_option = click.option("--config", "config", type=click.Path(dir_okay=False, exists=True),
                              help="RocketMQ broker.conf with store settings.")
-
-
-def message_dict(m, with_body: bool = True) -> dict:
-    d = {"msg_id": m.msg_id, "topic": m.topic, "queue_id": m.queue_id,
-         "queue_offset": m.queue_offset, "commitlog_offset": m.commitlog_offset,
-         "store_size": m.store_size, "tags": m.tags, "keys": m.keys, "uniq_key": m.uniq_key,
-         "store_timestamp": m.store_timestamp, "born_timestamp": m.born_timestamp,
-         "born_host": m.born_host, "store_host": m.store_host, "sys_flag": m.sys_flag,
-         "flag": m.flag, "reconsume_times": m.reconsume_times, "body_crc": m.body_crc,
-         "properties": m.properties}
-    if with_body:
-        try:
-            d["body"] = m.body.decode("utf-8")
-        except UnicodeDecodeError:
-            d["body_hex"] = m.body.hex()
-    return d
 
 
 @click.command("put")
@@ -119,7 +76,7 @@ def get(store_dir, namesrv, broker, topic, queue_id, offset, max_msgs, subscript
     from .live import check_target, get_via_broker
     message_filter = None
     if sql is not None:
-        from ..broker.filters import ConsumerFilterData, ExpressionMessageFilter
+        from ..broker.state.filters import ConsumerFilterData, ExpressionMessageFilter
         from ..filter import SelectorSyntaxError, compile_sql92
         from ..filter.bloom import BloomFilter
         try:

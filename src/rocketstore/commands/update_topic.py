@@ -26,7 +26,7 @@ from ._common import emit_json, json_option
 @json_option
 def command(namesrv, broker, topic, read_queues, write_queues, order, as_json) -> None:
     """Create or update a topic on a running broker (mqadmin updateTopic)."""
-    from ..broker.state import validate_topic
+    from ..broker.state.topics import validate_topic
     from .live import admin_client
 
     if bool(namesrv) == bool(broker):

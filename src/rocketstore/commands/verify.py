@@ -30,7 +30,7 @@ def command(store_dir: str, config: str | None, as_json: bool) -> None:
         click.echo(f"Error: {store_dir}: not a store directory (no commitlog, consumequeue, index "
                    "or checkpoint); nothing was written", err=True)
         sys.exit(2)
-    from .store_cmds import detect_sizes
+    from ._common import detect_sizes
     cfg = (StoreConfig.from_properties(config, store_path_root_dir=store_dir) if config
            else StoreConfig(store_path_root_dir=store_dir, **detect_sizes(store_dir)))
     report = verify_store(store_dir, cfg)

@@ -358,6 +358,23 @@ def patch_record(buf, pos: int, store_ts_pos: int, queue_offset: int, physical_o
     _Q64.pack_into(buf, pos + store_ts_pos, store_timestamp)
 
 
+def record_bytes(m: MessageExt) -> bytes:
+    """The stored record of a decoded ``MessageExt``, byte for byte."""
+    raw = getattr(m, "raw", None)
+    if raw:
+        return bytes(raw)
+    msg = Message(topic=m.topic, body=m.body, queue_id=m.queue_id, flag=m.flag,
+                  sys_flag=m.sys_flag, reconsume_times=m.reconsume_times,
+                  prepared_transaction_offset=m.prepared_transaction_offset)
+    enc = encode_message(msg, m.properties, born_timestamp=m.born_timestamp,
+                         born_host=m.born_host, store_host=m.store_host,
+                         max_body_size=max(len(m.body), 1))
+    data = bytearray(enc.data)
+    patch_record(data, 0, enc.store_ts_pos, m.queue_offset, m.commitlog_offset,
+                 m.store_timestamp)
+    return bytes(data)
+
+
 def encode_blank(buf, pos: int, remaining: int) -> None:
     _BLANK.pack_into(buf, pos, remaining, BLANK_MAGIC_CODE)
 

@@ -64,7 +64,7 @@ class LocalSource:
         totals = st.tps.totals() if st.tps is not None else {}  # now, not at the last sample
         info = None
         if st.broker_config is not None:
-            from ..broker.admin_views import runtime_info
+            from ..broker.admin.views import runtime_info
             info = runtime_info(store, st.store_config, st.broker_config, st.broker_stats)
         broker = {"name": st.broker_name, "id": 0, "addr": st.broker_addr or "-",
                   "version": (info or {}).get("brokerVersionDesc", "-"),
@@ -285,7 +285,7 @@ class RemoteSource:
         return sorted(self._topic_configs())
 
     def _topic_view(self, name: str, tc: dict, rows: list[dict]) -> views.TopicView:
-        from ..broker.admin_views import QueueStats
+        from ..broker.admin.views import QueueStats
         queues = [QueueStats(r["topic"], r["brokerName"], r["queueId"], _int(r.get("minOffset")),
                              _int(r.get("maxOffset")), _int(r.get("lastUpdateTimestamp")))
                   for r in rows]
@@ -312,7 +312,7 @@ class RemoteSource:
         return sorted(n for n in names if not n.startswith(("%RETRY%", "%DLQ%")))
 
     async def _group(self, name: str, addrs: list[str]) -> views.GroupView:
-        from ..broker.admin_views import ConsumeQueueStats
+        from ..broker.admin.views import ConsumeQueueStats
         cs = await self.client.consume_stats(name)
         conn = None
         for a in addrs:

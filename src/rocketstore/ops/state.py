@@ -87,10 +87,11 @@ class StoreDirectorySource:
         self._load_config()
 
     def _load_config(self) -> None:
-        from ..broker.consumers import ConsumerManager
-        from ..broker.producers import ProducerManager
-        from ..broker.state import ConsumerOffsetManager, TopicConfigManager
-        from ..broker.subgroups import SubscriptionGroupManager
+        from ..broker.state.consumers import ConsumerManager
+        from ..broker.state.producers import ProducerManager
+        from ..broker.state.offsets import ConsumerOffsetManager
+        from ..broker.state.topics import TopicConfigManager
+        from ..broker.state.subgroups import SubscriptionGroupManager
 
         config_dir = os.path.join(self.path, "config")
         st = self.state

@@ -4,7 +4,7 @@ Theory of operation: every view is a plain function of the parts it reads — th
 ``MessageStore`` (offsets, timestamps, lookups), the ``TopicConfigManager``, the
 ``ConsumerOffsetManager``, the ``ConsumerManager`` — and returns plain data (dataclasses,
 dicts, lists) that a template or a collector turns into output. Topic and consume statistics
-are the admin requests' own (``broker.admin_views``), so the console, ``/metrics`` and
+are the admin requests' own (``broker.admin.views``), so the console, ``/metrics`` and
 ``mqadmin`` agree; this module adds what a dashboard needs on top (store lag in ms, disk use
 per path, lag latency, message search with body previews). Nothing here
 writes: no topic is created, no offset committed, no file touched. The functions are safe to
@@ -23,9 +23,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from ..broker import admin_views as av
-from ..broker.namesrv import DLQ_PREFIX, RETRY_PREFIX
-from ..broker.state import TopicConfig
+from ..broker.admin import views as av
+from ..broker.state.topics import DLQ_PREFIX, RETRY_PREFIX
+from ..broker.state.topics import TopicConfig
 from ..format.message import MessageExt
 
 
@@ -145,7 +145,7 @@ def _span_ms(store: Any, first_behind: int, last_ts: int, done_ts: int) -> int:
 # -- topics and queues ----------------------------------------------------------------------------
 @dataclass
 class TopicView:
-    """A topic and its write queues (``admin_views.topic_stats``: RocketMQ's topic stats)."""
+    """A topic and its write queues (``admin.views.topic_stats``: RocketMQ's topic stats)."""
     topic: str
     read_queue_nums: int
     write_queue_nums: int

@@ -20,8 +20,8 @@ from typing import Any, AsyncIterator
 
 import grpc
 
-from ..broker.acl import ANY, PUB, RETRY_PREFIX, SUB, AccessRequest, validate
-from ..broker.acl_address import AclError
+from ..broker.acl.plain import ANY, PUB, RETRY_PREFIX, SUB, AccessRequest, validate
+from ..broker.acl.address import AclError
 
 _CONSUMER_TYPES = ("PUSH_CONSUMER", "SIMPLE_CONSUMER")
 

@@ -25,10 +25,10 @@ import time
 from typing import Any, AsyncIterator
 
 from ..broker.eventloop import cancel_and_wait
-from ..broker.filters import ConsumerFilterData, ExpressionMessageFilter, compile_expression
-from ..broker.namesrv import ensure_topic
-from ..broker.sql92 import not_supported
-from ..broker.state import readable
+from ..broker.state.filters import (ConsumerFilterData, ExpressionMessageFilter, compile_expression,
+                                    not_supported)
+from ..broker.state.topics import ensure_topic
+from ..broker.state.topics import readable
 from ..filter import SelectorSyntaxError
 from ..filter.bloom import BloomFilter
 from ..format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_MAX_RECONSUME_TIMES,
@@ -381,7 +381,7 @@ class Consumption:
             props[PROPERTY_DLQ_ORIGIN_TOPIC] = origin_topic
             props[PROPERTY_DLQ_ORIGIN_MESSAGE_ID] = uniq
         target = (DLQ_PREFIX if dlq else RETRY_PREFIX) + group
-        ensure_topic(self.p, target, 1)
+        ensure_topic(self.p.topics, self.p.config, target, 1)
         msg = Message(topic=target, body=old.body, properties=props, queue_id=0, flag=old.flag,
                       sys_flag=old.sys_flag, born_timestamp=old.born_timestamp,
                       born_host=old.born_host, reconsume_times=times)

@@ -33,7 +33,7 @@ class BrokerPieces:
     put_message: Callable[[Any], Any]  # blocking put of one store Message (sets store host)
     hold: Any  # PullHoldService: wait(topic, queue_id, offset, timeout_s)
     delay_levels_ms: Sequence[int] = field(default_factory=tuple)
-    transactions: Any = None  # broker.transaction.TransactionalMessageService, if running
+    transactions: Any = None  # broker.services.transaction.TransactionalMessageService, if running
     producers: Any = None  # ProducerManager: where the transaction check finds a producer
     subgroups: Any = None  # SubscriptionGroupManager: consumer groups (retryMaxTimes, enabled)
     consumers: Any = None  # ConsumerManager: where gRPC consumers show as online
@@ -42,7 +42,7 @@ class BrokerPieces:
     # the perm a topic's route carries (the topic's own, or what wipeWritePerm / addWritePerm
     # set at the name server beside the broker): what QueryRoute / QueryAssignment hand out
     route_perm: Callable[[Any], int] = lambda tc: tc.perm
-    acl: Any = None  # broker.acl_service.PlainPermissionManager when aclEnable (proxy/acl.py)
+    acl: Any = None  # broker.acl.service.PlainPermissionManager when aclEnable (proxy/acl.py)
 
     def group_config(self, group: str) -> Any:
         """The group's subscription config, auto-created as RocketMQ does; raises

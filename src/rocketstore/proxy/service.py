@@ -23,7 +23,7 @@ import logging
 import time
 from typing import Any, AsyncIterator
 
-from ..broker.state import readable, writable
+from ..broker.state.topics import readable, writable
 from ..format.hashing import java_hash
 from .clients import VERSION_HEADER, GrpcClients, language_of, metadata_of, version_ordinal
 from .consume import Consumption

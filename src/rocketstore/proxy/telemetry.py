@@ -106,7 +106,7 @@ def unregister(pieces: BrokerPieces, channel: TelemetryChannel) -> None:
 
 
 async def end_transaction(pieces: BrokerPieces, req: Any) -> Any:
-    from ..broker.transaction import EndTransactionRequest
+    from ..broker.services.transaction import EndTransactionRequest
 
     service = pieces.transactions
     if service is None:

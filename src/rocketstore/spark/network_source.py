@@ -33,16 +33,12 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,
 
 from ..client import AsyncPullConsumer
 from .arrow_columns import arrow_schema
+from .read_options import _columns
 from .network import (NetOptions, QueueRange, plan_batch, queue_key, queue_states,
                       read_queue_range, run, search_offsets, split_ranges, time_bound,
                       with_client, _pick)
 
 log = logging.getLogger(__name__)
-
-
-def _columns(schema) -> list[str]:
-    from .commitlog_source import _columns as check
-    return check(schema)
 
 
 class NetworkReader(DataSourceReader):

@@ -40,7 +40,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxBytes, Re
 from ..errors import RocketStoreError
 from ..format.batch import scan_boundaries
 from .arrow_columns import arrow_schema, to_batches
-from .commitlog_source import ReadOptions, _bool, _columns
+from .read_options import ReadOptions, _bool, _columns
 from .segments import (MappedSegment, Segment, SegmentRange, confirmed_offset, list_segments,
                        read_range, record_at, split_points)
 

@@ -324,7 +324,7 @@ class MessageStore:
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int = 32,
                     subscription: str | None = None, *, decode: bool = True,
                     message_filter=None) -> GetMessageResult:
-        """``message_filter``: a SQL92 filter (``broker.filters.ExpressionMessageFilter``)
+        """``message_filter``: a SQL92 filter (``broker.state.filters.ExpressionMessageFilter``)
         used instead of the tag ``subscription``."""
         self._check_open()
         if not isinstance(queue_id, int) or queue_id < 0 or not isinstance(offset, int) or offset < 0:

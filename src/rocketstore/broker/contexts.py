@@ -1,0 +1,128 @@
+"""What each kind of processor is given: narrow, typed contexts, built once by the controller.
+
+A processor is a module-level ``async def name(ctx, conn, cmd) -> RemotingCommand | None``
+(``conn``: the connection the request came on, for its peer address and for the clients that
+answer back; ``cmd``: the request). It sees only its context: the state tables and services its
+kind of request uses, never the ``Broker``. ``requests`` maps each request code to one
+processor and names the context it takes; the controller builds the contexts (``build``) and
+that table once, at start.
+
+    context        processors                                      what it holds
+    SendContext    processors.send, .reply, .transaction           topics, puts, stats, producers,
+                                                                    transactions
+    PullContext    processors.pull, .sql92                          topics, offsets, consumers,
+                                                                    filters, hold, stats
+    ClientContext  processors.client, .locks                        topics, offsets, consumers,
+                                                                    producers, filters, subgroups,
+                                                                    locks, client events
+    AdminContext   admin.topics, .groups, .runtime, .consumers      every table, read and written
+                                                                    on an operator's request
+    AclContext     acl.service                                      the permission manager
+
+Every context carries ``run`` (a blocking call on the store executor) and the configs it reads.
+The name server's processors take ``namesrv.context.NamesrvContext`` (the name server is its own
+subsystem: ``rocketstore namesrv`` runs it without a broker).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+if TYPE_CHECKING:
+    from ..config import StoreConfig
+    from ..store.message_store import MessageStore
+    from .config import BrokerConfig
+    from .services.longpoll import PullHoldService
+    from .services.puts import Puts
+    from .services.transaction import TransactionalMessageService
+    from .state.consumers import ConsumerManager
+    from .state.filters import ConsumerFilterRegistry
+    from .state.locks import RebalanceLockManager
+    from .state.offsets import ConsumerOffsetManager, DelayOffsetStore
+    from .state.producers import ProducerManager
+    from .state.stats import BrokerStats
+    from .state.subgroups import SubscriptionGroupManager
+    from .state.topics import TopicConfigManager
+
+Run = Callable[..., Awaitable[Any]]  # run a blocking call on the store executor
+
+
+@dataclass
+class ClientEvents:
+    """What the broker does when a consumer group gains or loses clients."""
+    ids_changed: Callable[[str], None]  # tell the group's clients to rebalance (code 40)
+    group_changed: Callable[[str], None]  # a group lost clients: its SQL92 filters may go
+
+    def changed(self, group: str) -> None:
+        """A group gained or lost a client: both of the above."""
+        self.ids_changed(group)
+        self.group_changed(group)
+
+
+@dataclass
+class SendContext:
+    store: MessageStore
+    store_config: StoreConfig
+    config: BrokerConfig
+    topics: TopicConfigManager
+    puts: Puts
+    stats: BrokerStats
+    producers: ProducerManager
+    transactions: TransactionalMessageService | None
+    run: Run
+
+
+@dataclass
+class PullContext:
+    store: MessageStore
+    config: BrokerConfig
+    topics: TopicConfigManager
+    offsets: ConsumerOffsetManager
+    consumers: ConsumerManager
+    filters: ConsumerFilterRegistry
+    hold: PullHoldService
+    stats: BrokerStats
+    run: Run
+
+
+@dataclass
+class ClientContext:
+    store: MessageStore
+    config: BrokerConfig
+    topics: TopicConfigManager
+    offsets: ConsumerOffsetManager
+    consumers: ConsumerManager
+    producers: ProducerManager
+    filters: ConsumerFilterRegistry
+    subgroups: SubscriptionGroupManager
+    locks: RebalanceLockManager
+    events: ClientEvents
+    run: Run
+
+
+@dataclass
+class AdminContext:
+    store: MessageStore
+    store_config: StoreConfig
+    config: BrokerConfig
+    topics: TopicConfigManager
+    offsets: ConsumerOffsetManager
+    delay_offsets: DelayOffsetStore
+    consumers: ConsumerManager
+    producers: ProducerManager
+    subgroups: SubscriptionGroupManager
+    stats: BrokerStats
+    run: Run
+    config_version: Any  # admin.runtime.ConfigVersion: bumped by every live config update
+
+
+@dataclass
+class AclContext:
+    store_config: StoreConfig
+    config: BrokerConfig
+    run: Run
+    acl: Any = None  # acl.service.PlainPermissionManager, once started (aclEnable)
+
+    @property
+    def store_host(self) -> str:
+        return self.store_config.store_host

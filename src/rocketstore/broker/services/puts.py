@@ -1,0 +1,67 @@
+"""``Puts``: the one way a message goes from the broker into the store.
+
+Theory of operation: every processor and service that stores a message calls ``put`` /
+``put_batch`` (on the event loop) or ``put_blocking`` (on a store thread: the schedule and
+transaction services). The puts run on the single ``PutWriter`` thread (tried inline first, see
+``writer``). With SYNC_FLUSH ``put``/``put_batch`` append without waiting (``defer_sync``) and
+then wait on the event loop for the group commit that covers them (``syncflush``): no thread is
+held per waiting put; ``put_blocking`` callers still wait in the store (``wait_flushed``). The rules every stored message follows live in the store's put path, once: the
+``UNIQ_KEY`` a message without one gets (``StoreConfig.generate_uniq_key``), the store host a
+message without one gets (``StoreConfig.store_host``), delay levels and size limits. What a
+send checks before it gets here (the topic, its perm, the queue) is in ``processors.send``.
+"""
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable
+
+from ...format.message import Message
+
+
+class Puts:
+    def __init__(self, store: Any, run: Callable[..., Awaitable[Any]],
+                 writer: Any = None) -> None:
+        self.store = store
+        self.run = run
+        self.writer = writer  # the PutWriter once the broker runs
+        self.sync_waiter: Any = None  # syncflush.SyncFlushWaiter with SYNC_FLUSH
+
+    def put_blocking(self, msg: Message, nowait: bool = False) -> Any:
+        """Put one message from a store thread (``nowait``: None rather than block)."""
+        return self.store.put_message(msg, nowait=nowait)
+
+    def put_batch_blocking(self, msgs: list[Message], nowait: bool = False) -> Any:
+        return self.store.put_messages(msgs, nowait=nowait)
+
+    def _put_deferred(self, msg: Message, nowait: bool = False) -> Any:
+        """SYNC_FLUSH: appended, not yet durable (the result's ``sync_offset``)."""
+        return self.store.put_message(msg, nowait=nowait, defer_sync=True)
+
+    def _put_batch_deferred(self, msgs: list[Message], nowait: bool = False) -> Any:
+        return self.store.put_messages(msgs, nowait=nowait, defer_sync=True)
+
+    async def put(self, msg: Message) -> Any:
+        """Put one message; its ``PutMessageResult`` (under SYNC_FLUSH once durable)."""
+        return await self.submit(self.put_blocking, msg)
+
+    async def put_batch(self, msgs: list[Message]) -> Any:
+        """Put a batch as one record run; its ``PutMessageResult``."""
+        return await self.submit(self.put_batch_blocking, msgs)
+
+    async def submit(self, fn: Callable, *args: Any) -> Any:
+        """Run a blocking put function (one of the above) the way puts run here."""
+        if self.sync_waiter is not None:
+            if fn == self.put_blocking:
+                fn = self._put_deferred
+            elif fn == self.put_batch_blocking:
+                fn = self._put_batch_deferred
+            else:  # anything else blocks in the store: the executor, as before
+                return await self.run(fn, *args)
+            return await self.sync_waiter.wait(await self.writer.submit(fn, *args))
+        if self.writer is not None:
+            return await self.writer.submit(fn, *args)
+        return await self.run(fn, *args)
+
+    def inline(self) -> tuple[Callable, ...]:
+        """The put functions ``PutWriter`` may try on the event loop first."""
+        return (self.put_blocking, self.put_batch_blocking, self._put_deferred,
+                self._put_batch_deferred)

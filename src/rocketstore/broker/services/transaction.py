@@ -1,0 +1,592 @@
+"""Transactional messages as RocketMQ 4.9 keeps them: half and op topics, END_TRANSACTION (37)
+and the check service that asks producers about undecided ones (CHECK_TRANSACTION_STATE, 39).
+
+Records (all ordinary CommitLog records; nothing here is a file of its own)::
+
+    RMQ_SYS_TRANS_HALF_TOPIC q0     a prepared message: sysFlag's transaction bits reset to
+                                    NOT_TYPE, REAL_TOPIC / REAL_QID naming where it goes on commit
+    RMQ_SYS_TRANS_OP_HALF_TOPIC q0  one record per decided half message: TAGS "d", body = the
+                                    half message's queue offset in ASCII; KEYS = the transaction
+                                    id (the half message's UNIQ_KEY: our addition, see below)
+    <REAL_TOPIC> q<REAL_QID>        the committed copy: sysFlag COMMIT_TYPE,
+                                    preparedTransactionOffset = the half record's CommitLog offset
+    TRANS_CHECK_MAX_TIME_TOPIC q0   half messages given up after transactionCheckMax checks
+    consumerOffset.json             "RMQ_SYS_TRANS_HALF_TOPIC@CID_RMQ_SYS_TRANS" and
+                                    "RMQ_SYS_TRANS_OP_HALF_TOPIC@CID_RMQ_SYS_TRANS": how far the
+                                    check service has settled each queue
+
+Theory of operation (RocketMQ's ``TransactionalMessageBridge``, ``EndTransactionProcessor``,
+``TransactionalMessageServiceImpl``): a send whose ``TRAN_MSG`` property is true (or whose
+sysFlag says PREPARED) is stored as a half message, which no consumer sees. END_TRANSACTION
+names the half record by CommitLog offset; COMMIT puts the committed copy on the real topic and
+then writes the op record, ROLLBACK writes only the op record. The check service walks the half
+queue from its settled offset: a half message with an op record is done; one younger than
+``transactionTimeOut`` (or its ``CHECK_IMMUNITY_TIME_IN_SECONDS``) stops the walk until the next
+pass; an older one is written again at the end of the half queue with ``TRANSACTION_CHECK_TIMES``
++ 1 and the producer group (``PGROUP``) is asked about the new copy over one live connection.
+After ``transactionCheckMax`` checks it goes to TRANS_CHECK_MAX_TIME_TOPIC, as 4.9.7 does. The
+settled offsets only move past records that are done or copied forward, so a restart (even a
+SIGKILL) loses no undecided half message; at worst a producer is asked twice.
+
+Exactly once, where RocketMQ can commit twice: every half copy of one transaction shares its
+UNIQ_KEY. Before committing, the service asks whether that transaction was already decided —
+in memory for decisions made since start, otherwise through the index: a COMMIT_TYPE record with
+that key on the real topic, or an op record with that key (so a late or repeated COMMIT, a
+check answer for an older copy, or a crash between the committed copy and its op record never
+yields a second delivery, and a rollback is never overturned). RocketMQ's own op records carry
+no key; for those, the op records not yet settled are read once into memory. On start, lookups
+wait until the reput has indexed what was in the CommitLog at start.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+from ...format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERTY_PRODUCER_GROUP,
+                               PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, PROPERTY_TAGS,
+                               PROPERTY_TRANSACTION_PREPARED, PROPERTY_WAIT_STORE_MSG_OK,
+                               TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE,
+                               TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, Message,
+                               MessageExt, record_bytes)
+from ...remoting.codes import RequestCode, ResponseCode
+from ...remoting.command import RemotingCommand
+from ..state.topic_validator import (TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC,
+                                     TRANS_OP_HALF_TOPIC)
+
+log = logging.getLogger(__name__)
+
+HALF_TOPIC = TRANS_HALF_TOPIC
+OP_TOPIC = TRANS_OP_HALF_TOPIC
+CHECK_MAX_TIME_TOPIC = TRANS_CHECK_MAX_TIME_TOPIC
+SYS_GROUP = "CID_RMQ_SYS_TRANS"  # MixAll.CID_SYS_RMQ_TRANS: owner of the settled offsets
+REMOVE_TAG = "d"
+PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+MAX_PROCESS_TIME_MS = 60_000  # one queue's share of a check pass
+OP_BATCH = 32
+MAX_REMEMBERED = 100_000  # decisions kept in memory (older ones are found through the index)
+_STORED = ("PUT_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
+_STATE_NAMES = {TRANSACTION_COMMIT_TYPE: "COMMIT", TRANSACTION_ROLLBACK_TYPE: "ROLLBACK"}
+
+
+@dataclass
+class TransactionConfig:
+    """BrokerConfig's transaction keys (ms) plus the store's ``fileReservedTime`` (hours)."""
+
+    timeout_ms: int = 6_000  # transactionTimeOut
+    check_interval_ms: int = 60_000  # transactionCheckInterval
+    check_max: int = 15  # transactionCheckMax
+    file_reserved_time_h: int = 72
+
+
+# ---- pure record transformations ------------------------------------------------------------
+def is_transactional(msg: Message) -> bool:
+    """A half message to be: ``TRAN_MSG`` true (Java's ``Boolean.parseBoolean``) or PREPARED,
+    except a delayed retry (clients before 4.6.1 sent those back with the property kept)."""
+    props = msg.properties or {}
+    if msg.reconsume_times > 0 and props.get(PROPERTY_DELAY_TIME_LEVEL, "0") not in ("", "0"):
+        return False
+    return props.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true" or \
+        msg.sys_flag & TRANSACTION_MASK == TRANSACTION_PREPARED_TYPE
+
+
+def to_half(msg: Message) -> Message:
+    """``parseHalfMessageInner``: the record stored for a prepared send. A delay level is
+    dropped (RocketMQ's clients clear it; the committed message is delivered at once)."""
+    props = msg.all_properties()
+    props[PROPERTY_REAL_TOPIC] = msg.topic
+    props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
+    props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+    return Message(topic=HALF_TOPIC, body=msg.body, properties=props, queue_id=0, flag=msg.flag,
+                   sys_flag=msg.sys_flag & ~TRANSACTION_MASK, born_timestamp=msg.born_timestamp,
+                   born_host=msg.born_host, store_host=msg.store_host,
+                   reconsume_times=msg.reconsume_times)
+
+
+def committed_message(half: MessageExt) -> Message:
+    """``endMessageTransaction``: the copy delivered on the real topic, with the UNIQ_KEY of
+    the half message. RocketMQ 4.9.7 clears REAL_TOPIC, REAL_QID and TRAN_MSG only after it has
+    serialised the properties, so its committed records still carry them (and a consumed
+    message re-sent as is becomes a half message again); we store what it means to store."""
+    props = dict(half.properties)
+    topic = props.pop(PROPERTY_REAL_TOPIC)
+    qid = int(props.pop(PROPERTY_REAL_QUEUE_ID))
+    props.pop(PROPERTY_TRANSACTION_PREPARED, None)
+    return Message(topic=topic, body=half.body, properties=props, queue_id=qid, flag=half.flag,
+                   sys_flag=(half.sys_flag & ~TRANSACTION_MASK) | TRANSACTION_COMMIT_TYPE,
+                   born_timestamp=half.born_timestamp, born_host=half.born_host,
+                   store_host=half.store_host, reconsume_times=half.reconsume_times,
+                   prepared_transaction_offset=half.commitlog_offset)
+
+
+def renewed_half(half: MessageExt, props: dict[str, str]) -> Message:
+    """``renewHalfMessageInner``: the same half message again, at the end of its queue."""
+    return Message(topic=half.topic, body=half.body, properties=props, queue_id=half.queue_id,
+                   flag=half.flag, sys_flag=half.sys_flag, born_timestamp=half.born_timestamp,
+                   born_host=half.born_host, store_host=half.store_host,
+                   reconsume_times=half.reconsume_times)
+
+
+def op_message(half: MessageExt) -> Message:
+    """``addRemoveTagInTransactionOp``: "this half record is decided"."""
+    props = {PROPERTY_TAGS: REMOVE_TAG, PROPERTY_WAIT_STORE_MSG_OK: "false"}
+    if half.uniq_key:
+        props[PROPERTY_KEYS] = half.uniq_key
+    return Message(topic=OP_TOPIC, body=str(half.queue_offset).encode(), properties=props,
+                   queue_id=half.queue_id, born_timestamp=int(time.time() * 1000))
+
+
+def discard_message(half: MessageExt) -> Message:
+    """``DefaultTransactionalMessageCheckListener.toMessageExtBrokerInner``."""
+    return Message(topic=CHECK_MAX_TIME_TOPIC, body=half.body, properties=dict(half.properties),
+                   queue_id=0, flag=half.flag, sys_flag=half.sys_flag,
+                   born_timestamp=half.born_timestamp, born_host=half.born_host,
+                   store_host=half.store_host, reconsume_times=half.reconsume_times)
+
+
+def check_request(half: MessageExt) -> RemotingCommand:
+    """CHECK_TRANSACTION_STATE (oneway) about ``half``; the body is the message as the producer
+    sent it (real topic and queue), encoded like a stored record (``MessageDecoder.encode``)."""
+    uniq = half.uniq_key
+    header = {"tranStateTableOffset": half.queue_offset, "commitLogOffset": half.commitlog_offset,
+              "msgId": uniq, "transactionId": uniq, "offsetMsgId": half.msg_id}
+    real = replace(half, topic=half.properties.get(PROPERTY_REAL_TOPIC, half.topic),
+                   queue_id=int(half.properties.get(PROPERTY_REAL_QUEUE_ID, half.queue_id)))
+    return RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, header,
+                                   record_bytes(real), oneway=True, language="JAVA")
+
+
+@dataclass
+class EndTransactionRequest:
+    """EndTransactionRequestHeader."""
+
+    producer_group: str
+    tran_state_table_offset: int
+    commit_log_offset: int
+    commit_or_rollback: int
+    from_transaction_check: bool = False
+    msg_id: str = ""
+    transaction_id: str = ""
+
+    @classmethod
+    def from_command(cls, cmd: RemotingCommand) -> "EndTransactionRequest":
+        return cls(cmd.require_str("producerGroup"), cmd.require_int("tranStateTableOffset"),
+                   cmd.require_int("commitLogOffset"), cmd.require_int("commitOrRollback"),
+                   cmd.get_bool("fromTransactionCheck"), cmd.get_str("msgId") or "",
+                   cmd.get_str("transactionId") or "")
+
+
+@dataclass
+class CheckRequest:
+    group: str
+    command: RemotingCommand
+
+
+class _OpScan:
+    """The op queue read from its settled offset: which half offsets are decided, and which op
+    records are done with (their half record lies before the settled half offset)."""
+
+    def __init__(self, store: Any, queue_id: int, op_offset: int, half_offset: int) -> None:
+        self.store, self.queue_id, self.half_offset = store, queue_id, half_offset
+        self.base = self.next = op_offset
+        self.removed: dict[int, list[int]] = {}
+        self.seen: set[int] = set()  # every half offset an op record read so far names
+        self.done: list[int] = []
+        self.exhausted = False
+        self.fill()
+
+    def fill(self) -> None:
+        g = self.store.get_message(SYS_GROUP, OP_TOPIC, self.queue_id, self.next, OP_BATCH, None)
+        msgs = g.messages or []
+        if not msgs:
+            if g.next_begin_offset > self.next and not self.done and not self.removed:
+                self.base = self.next = g.next_begin_offset  # below the queue's min offset
+                return self.fill()
+            self.exhausted = True
+            return
+        for m in msgs:
+            try:
+                half_off = int(m.body.decode("ascii")) if m.tags == REMOVE_TAG else -1
+            except (UnicodeDecodeError, ValueError):
+                half_off = -1
+            if half_off >= 0:
+                self.seen.add(half_off)
+            if half_off < self.half_offset:  # settled already, or not an op record
+                self.done.append(m.queue_offset)
+            else:
+                self.removed.setdefault(half_off, []).append(m.queue_offset)
+        self.next = max(self.next, g.next_begin_offset, msgs[-1].queue_offset + 1)
+
+    def pop(self, half_off: int) -> bool:
+        ops = self.removed.pop(half_off, None)
+        if ops is None:
+            return False
+        self.done.extend(ops)
+        return True
+
+    def find(self, half_off: int) -> bool:
+        """Read the rest of the op queue until ``half_off`` turns up."""
+        while half_off not in self.seen and not self.exhausted:
+            self.fill()
+        return self.pop(half_off) or half_off in self.seen
+
+    def settled_offset(self) -> int:
+        off = self.base
+        for o in sorted(set(self.done)):
+            if o == off:
+                off += 1
+            elif o > off:
+                break
+        return off
+
+
+class TransactionalMessageService:
+    """Half messages, END_TRANSACTION and one check pass, over the store API (blocking calls;
+    the broker runs them on its executor)."""
+
+    def __init__(self, store: Any, topics: Any, offsets: Any, put: Callable[[Message], Any],
+                 config: TransactionConfig) -> None:
+        self.store, self.topics, self.offsets, self.put = store, topics, offsets, put
+        self.config = config
+        self._locks = [threading.Lock() for _ in range(64)]
+        self._decided: OrderedDict[str, int] = OrderedDict()  # txid -> COMMIT/ROLLBACK/NOT
+        self._decided_lock = threading.Lock()
+        self._evicted = False  # once the oldest decisions are forgotten, ask the index
+        self._start_phy = store.get_max_phy_offset()
+        self._caught_up = False
+        self._op_offsets: set[tuple[int, int]] | None = None  # half records with an op record,
+        # from the settled op offsets on (loaded on first use, pruned as the check settles)
+
+    # -- prepare ----------------------------------------------------------------------------------
+    def half_message(self, msg: Message) -> Message:
+        """The half record for a prepared send (creates the system topics on first use)."""
+        for topic in (HALF_TOPIC, OP_TOPIC):
+            if self.topics.get(topic) is None:
+                self.topics.create(topic, 1)
+        return to_half(msg)
+
+    # -- END_TRANSACTION ------------------------------------------------------------------------
+    def end_transaction(self, req: EndTransactionRequest) -> tuple[int, str | None] | None:
+        """Commit or roll back one half message; (response code, remark), or None when the
+        producer only reported UNKNOW (RocketMQ sends no answer then)."""
+        if req.commit_or_rollback not in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE):
+            if req.commit_or_rollback != TRANSACTION_NOT_TYPE:
+                log.warning("END_TRANSACTION with commitOrRollback=%s from group %s ignored",
+                            req.commit_or_rollback, req.producer_group)
+            return None
+        half = self._look(req.commit_log_offset)
+        if half is None or half.topic != HALF_TOPIC:
+            return ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed"
+        if half.properties.get(PROPERTY_PRODUCER_GROUP) != req.producer_group:
+            return ResponseCode.SYSTEM_ERROR, "The producer group wrong"
+        if half.queue_offset != req.tran_state_table_offset:
+            return ResponseCode.SYSTEM_ERROR, "The transaction state table offset wrong"
+        with self._lock_for(half):
+            return self._decide(half, req.commit_or_rollback)
+
+    def _decide(self, half: MessageExt, state: int) -> tuple[int, str | None]:
+        prior = self.decision(half)
+        if prior is not None:
+            self._write_op_once(half)
+            if prior in (state, TRANSACTION_NOT_TYPE):
+                return ResponseCode.SUCCESS, None
+            return (ResponseCode.SYSTEM_ERROR, f"transaction {half.uniq_key} was already "
+                    f"{'committed' if prior == TRANSACTION_COMMIT_TYPE else 'rolled back'}")
+        if state == TRANSACTION_COMMIT_TYPE:
+            r = self.put(committed_message(half))
+            if r.status.name not in _STORED:
+                code = ResponseCode.MESSAGE_ILLEGAL if r.status.name in (
+                    "MESSAGE_ILLEGAL", "PROPERTIES_SIZE_EXCEEDED") else ResponseCode.SYSTEM_ERROR
+                return code, f"commit of {half.uniq_key} failed: {r.status.name} {r.error or ''}"
+        self._remember(half, state)
+        self._write_op_once(half)
+        return ResponseCode.SUCCESS, None
+
+    # -- what was decided -----------------------------------------------------------------------
+    def decision(self, half: MessageExt) -> int | None:
+        """How the transaction of ``half`` (any copy of it) was decided: COMMIT_TYPE,
+        ROLLBACK_TYPE, NOT_TYPE (decided, outcome unknown), or None (undecided)."""
+        txid = half.uniq_key or ""
+        if txid:
+            with self._decided_lock:
+                d = self._decided.get(txid)
+                if d is not None:
+                    return d
+                # every decision about a half record stored since start was made here and is
+                # still in memory: no index lookup needed for it
+                if half.commitlog_offset >= self._start_phy and not self._evicted:
+                    return None
+        commits: list[MessageExt] = []
+        ops: list[MessageExt] = []
+        if txid and not self.store_index_off():
+            self._await_startup_dispatch()
+            real = half.properties.get(PROPERTY_REAL_TOPIC, "")
+            commits = [m for m in self._query(real, txid) if m.uniq_key == txid
+                       and m.sys_flag & TRANSACTION_MASK == TRANSACTION_COMMIT_TYPE]
+            ops = [m for m in self._query(OP_TOPIC, txid) if txid in m.keys]
+        known = self._known_ops()
+        for m in ops:
+            try:
+                known.add((m.queue_id, int(m.body.decode("ascii"))))
+            except (UnicodeDecodeError, ValueError):
+                pass
+        if commits or ops:
+            state = TRANSACTION_COMMIT_TYPE if commits else TRANSACTION_ROLLBACK_TYPE
+        elif (half.queue_id, half.queue_offset) in known:
+            state = TRANSACTION_NOT_TYPE
+        else:
+            return None
+        self._remember(half, state)
+        return state
+
+    def _known_ops(self) -> set[tuple[int, int]]:
+        """(half queue, half offset) of every op record from the settled op offsets on."""
+        if self._op_offsets is None:
+            known: set[tuple[int, int]] = set()
+            tc = self.topics.get(HALF_TOPIC)
+            for qid in range(tc.read_queue_nums if tc else 1):
+                scan = _OpScan(self.store, qid, self._settled(OP_TOPIC, qid), 0)
+                while not scan.exhausted:
+                    scan.fill()
+                known.update((qid, o) for o in scan.seen)
+            self._op_offsets = known
+        return self._op_offsets
+
+    def store_index_off(self) -> bool:
+        return getattr(getattr(self.store, "cfg", None), "message_index_enable", True) is False
+
+    def _query(self, topic: str, key: str) -> list[MessageExt]:
+        if not topic:
+            return []
+        return list(self.store.query_message(topic, key, 64).messages)
+
+    def _remember(self, half: MessageExt, state: int) -> None:
+        if not half.uniq_key:
+            return
+        with self._decided_lock:
+            self._decided.setdefault(half.uniq_key, state)
+            while len(self._decided) > MAX_REMEMBERED:
+                self._decided.popitem(last=False)
+                self._evicted = True
+
+    def _write_op_once(self, half: MessageExt) -> None:
+        """The op record of this half record, unless it has one or the check settled past it."""
+        key = (half.queue_id, half.queue_offset)
+        known = self._known_ops()
+        if key in known or half.queue_offset < self.offsets.query(SYS_GROUP, HALF_TOPIC,
+                                                                  half.queue_id):
+            return
+        r = self.put(op_message(half))
+        if r.status.name in _STORED:
+            known.add(key)
+        else:  # the check service asks again; the decision above answers it
+            log.error("op record for %s (half offset %d) not written: %s", half.uniq_key,
+                      half.queue_offset, r.status.name)
+
+    def _await_startup_dispatch(self, timeout_s: float = 30.0) -> None:
+        """Index lookups see what the CommitLog held at start once the reput got that far."""
+        if self._caught_up:
+            return
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.store.get_max_phy_offset() - self.store.dispatch_behind_bytes() >= self._start_phy:
+                break
+            time.sleep(0.01)
+        self._caught_up = True
+
+    def _look(self, offset: int) -> MessageExt | None:
+        try:
+            return self.store.look_message_by_offset(offset)
+        except Exception:  # an offset that is not a record boundary
+            return None
+
+    def _lock_for(self, half: MessageExt) -> threading.Lock:
+        return self._locks[hash(half.uniq_key or half.commitlog_offset) % len(self._locks)]
+
+    # -- the check pass -------------------------------------------------------------------------
+    def check(self, now_ms: Callable[[], int] | None = None) -> list[CheckRequest]:
+        """One pass over every half queue: settle what was decided, copy forward and return the
+        check requests for what is old enough to ask about (blocking)."""
+        clock = now_ms or (lambda: int(time.time() * 1000))
+        tc = self.topics.get(HALF_TOPIC)
+        if tc is None:  # half records without a topic config (say, a store from elsewhere)
+            if self.store.get_max_offset_in_queue(HALF_TOPIC, 0) <= 0:
+                return []
+            tc = self.topics.create(HALF_TOPIC, 1)
+        out: list[CheckRequest] = []
+        for qid in range(tc.read_queue_nums):
+            out += self._check_queue(qid, clock)
+        return out
+
+    def _settled(self, topic: str, qid: int) -> int:
+        off = self.offsets.query(SYS_GROUP, topic, qid)
+        return off if off >= 0 else self.store.get_min_offset_in_queue(topic, qid)
+
+    def _check_queue(self, qid: int, clock: Callable[[], int]) -> list[CheckRequest]:
+        start = clock()
+        half_off, op_off = self._settled(HALF_TOPIC, qid), self._settled(OP_TOPIC, qid)
+        ops = _OpScan(self.store, qid, op_off, half_off)
+        out: list[CheckRequest] = []
+        end = self.store.get_max_offset_in_queue(HALF_TOPIC, qid)  # copies made now wait
+        i, nulls = half_off, 0
+        while i < end and clock() - start <= MAX_PROCESS_TIME_MS:
+            if ops.pop(i):
+                i += 1
+                continue
+            g = self.store.get_message(SYS_GROUP, HALF_TOPIC, qid, i, 1, None)
+            if not g.messages:
+                nulls += 1
+                if nulls > 1 or g.status.name in ("NO_MESSAGE_IN_QUEUE", "OFFSET_OVERFLOW_ONE") \
+                        or g.next_begin_offset <= i:
+                    break
+                i = g.next_begin_offset  # a hole (expired file): go on from the next record
+                continue
+            step = self._check_one(g.messages[0], i, start, clock, ops, out)
+            if step is None:
+                break
+            i += step
+        if i != half_off:
+            self.offsets.commit(SYS_GROUP, HALF_TOPIC, qid, i)
+            if self._op_offsets is not None:  # settled: no END_TRANSACTION names these again
+                self._op_offsets = {k for k in self._op_offsets if k[0] != qid or k[1] >= i}
+        new_op = ops.settled_offset()
+        if new_op != op_off:
+            self.offsets.commit(SYS_GROUP, OP_TOPIC, qid, new_op)
+        return out
+
+    def _check_one(self, m: MessageExt, i: int, start: int, clock: Callable[[], int],
+                   ops: _OpScan, out: list[CheckRequest]) -> int | None:
+        """1 when the half record at ``i`` is settled, None to stop the pass here."""
+        cfg = self.config
+        props = dict(m.properties)
+        times = _to_int(props.get(PROPERTY_TRANSACTION_CHECK_TIMES))
+        now = clock()
+        if (times is not None and times >= cfg.check_max) or \
+                now - m.born_timestamp > cfg.file_reserved_time_h * 3_600_000:
+            return 1 if self._discard(m) else None
+        props[PROPERTY_TRANSACTION_CHECK_TIMES] = str(1 if times is None else times + 1)
+        if m.store_timestamp >= start:
+            return None  # stored during this pass
+        age = now - m.born_timestamp
+        immunity = cfg.timeout_ms
+        imm = props.get(PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)
+        if imm is not None:
+            secs = _to_int(imm)
+            immunity = cfg.timeout_ms if secs in (None, -1) else secs * 1000
+            if age < immunity:
+                prep = _to_int(props.get(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET))
+                if prep is None:  # checkPrepareQueueOffset: copy forward, remembering where from
+                    props[PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET] = str(m.queue_offset)
+                    return 1 if self._put_ok(renewed_half(m, props)) else None
+                if prep != -1:
+                    if ops.find(prep) or self._settle_if_decided(m):
+                        return 1
+                    return 1 if self._put_ok(renewed_half(m, props)) else None
+        elif 0 <= age < immunity:
+            return None  # too young: the producer may still end it
+        if ops.find(i):
+            return 1
+        if not (age > immunity or age <= -1):
+            return None
+        with self._lock_for(m):
+            if self._settle_if_decided(m):  # decided through another copy of it
+                return 1
+            r = self.put(renewed_half(m, props))
+        if r.status.name not in _STORED:
+            log.error("half message %s not copied forward: %s", m.uniq_key, r.status.name)
+            return None
+        copy = replace(m, properties=props, queue_offset=r.queue_offset,
+                       commitlog_offset=r.wrote_offset, msg_id=r.msg_id or "")
+        group = props.get(PROPERTY_PRODUCER_GROUP)
+        if group:
+            out.append(CheckRequest(group, check_request(copy)))
+        return 1
+
+    def _settle_if_decided(self, m: MessageExt) -> bool:
+        if self.decision(m) is None:
+            return False
+        self._write_op_once(m)
+        return True
+
+    def _put_ok(self, msg: Message) -> bool:
+        return self.put(msg).status.name in _STORED
+
+    def _discard(self, m: MessageExt) -> bool:
+        log.error("half message %s (group %s, topic %s) checked %s times: moved to %s",
+                  m.uniq_key, m.properties.get(PROPERTY_PRODUCER_GROUP),
+                  m.properties.get(PROPERTY_REAL_TOPIC),
+                  m.properties.get(PROPERTY_TRANSACTION_CHECK_TIMES), CHECK_MAX_TIME_TOPIC)
+        if self.topics.get(CHECK_MAX_TIME_TOPIC) is None:
+            self.topics.create(CHECK_MAX_TIME_TOPIC, 1)
+        return self._put_ok(discard_message(m))
+
+
+def _to_int(v: str | None) -> int | None:
+    if v is None:
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        return -1
+
+
+class TransactionalMessageCheckService:
+    """Runs a check pass every ``check_interval_ms`` and sends the check requests to a live
+    connection of each producer group (RocketMQ's ``TransactionalMessageCheckService``)."""
+
+    def __init__(self, service: TransactionalMessageService,
+                 run: Callable[..., Any], connection_for: Callable[[str], Any]) -> None:
+        self.service, self.run, self.connection_for = service, run, connection_for
+        self._task: asyncio.Task | None = None
+        self._stopping = asyncio.Event()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="transaction-check")
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(self._task, 30)
+            except (asyncio.CancelledError, asyncio.TimeoutError, Exception):
+                pass
+
+    async def _loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                await asyncio.wait_for(self._stopping.wait(),
+                                       self.service.config.check_interval_ms / 1000.0)
+                return
+            except asyncio.TimeoutError:
+                pass
+            try:
+                await self.run_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("transaction check pass failed")
+
+    async def run_once(self) -> int:
+        """One pass; returns how many producers were asked."""
+        sent = 0
+        missing: dict[str, int] = {}
+        for req in await self.run(self.service.check):
+            conn = self.connection_for(req.group)
+            if conn is None:
+                missing[req.group] = missing.get(req.group, 0) + 1
+                continue
+            try:
+                conn.notify(req.command)
+                sent += 1
+            except Exception as exc:  # a closing connection: the next pass asks again
+                log.warning("transaction check for group %s failed: %s", req.group, exc)
+        for group, n in missing.items():
+            log.warning("transaction check: %d half message(s) of producer group %s, which has "
+                        "no live producer connection; asking again next pass", n, group)
+        return sent
