@@ -56,13 +56,15 @@ class PageAllocator:
         self.fd, self.path, self.size, self.what = fd, path, size, what
         import numpy as np  # the index module's dependency; the CommitLog never imports this
         self._np = np
-        self._pages = np.zeros(-(-size // OS_PAGE_SIZE), dtype=bool)
+        self._bits = bytearray(-(-size // OS_PAGE_SIZE))  # 1 = allocated; plain indexing is fast
+        self._pages = np.frombuffer(self._bits, dtype=bool)  # the same bytes, for batches
 
     def ensure(self, start: int, end: int, ahead: int = 0) -> None:
         if end <= start:
             return
         p0, p1 = start // OS_PAGE_SIZE, (end - 1) // OS_PAGE_SIZE
-        if self._pages[p0:p1 + 1].all():
+        bits = self._bits
+        if bits[p0] and bits[p1] and (p1 - p0 < 2 or self._pages[p0:p1 + 1].all()):
             return
         stop = min(self.size, -(-(end + ahead) // OS_PAGE_SIZE) * OS_PAGE_SIZE)
         self._allocate_pages(p0, -(-stop // OS_PAGE_SIZE))
