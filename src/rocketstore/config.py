@@ -14,6 +14,7 @@ from typing import Any
 
 ASYNC_FLUSH = "ASYNC_FLUSH"
 SYNC_FLUSH = "SYNC_FLUSH"
+BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 
 
 @dataclass
@@ -60,6 +61,27 @@ class StoreConfig:
     # open without the lock and write nothing: files are mapped copy-on-write, recovery and
     # dispatch of a tail happen in memory only (``MessageStore.open_read_only``)
     read_only: bool = False
+    # RocketMQ 5's timer store (store/timer/): TIMER_DELIVER_MS / TIMER_DELAY_SEC / TIMER_DELAY_MS
+    timer_wheel_enable: bool = True
+    timer_precision_ms: int = 1000  # rounded down to 100, 200, 500 or 1000, as RocketMQ does
+    timer_roll_window_slot: int = 3600 * 24 * 2
+    timer_max_delay_sec: int = 3600 * 24 * 3
+    mapped_file_size_timer_log: int = 100 * 1024 * 1024
+    timer_flush_interval_ms: int = 1000
+    timer_congest_num_each_slot: int = 2**31 - 1
+    # master/slave replication (RocketMQ 4.9 MessageStoreConfig names and defaults; store/ha)
+    broker_role: str = "ASYNC_MASTER"  # ASYNC_MASTER | SYNC_MASTER | SLAVE
+    ha_listen_port: int | None = None  # None: no HA socket (serve sets listenPort + 1)
+    ha_master_address: str | None = None  # slave: a fixed "host:port" of the master's HA socket
+    ha_send_heartbeat_interval: int = 5000  # ms
+    ha_housekeeping_interval: int = 20_000  # ms
+    ha_transfer_batch_size: int = 32 * 1024
+    ha_slave_fallbehind_max: int = 256 * 1024 * 1024
+    slave_timeout: int = 3000  # ms: a SYNC_MASTER put's wait for the slave
+    # rocketstore's own: a slave that reports offset 0 gets the master's whole history (from
+    # its oldest file) instead of RocketMQ's "start of the last file"; off = RocketMQ's behaviour
+    ha_full_catch_up: bool = False
+    ha_bind_host: str = "0.0.0.0"
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -70,6 +92,11 @@ class StoreConfig:
             if int(getattr(self, name)) <= 0:
                 raise ValueError(f"{name} must be positive")
         self.store_path_root_dir = os.fspath(self.store_path_root_dir)
+        self.timer_precision_ms = round_timer_precision(int(self.timer_precision_ms))
+        if int(self.mapped_file_size_timer_log) < 52 + 16:  # one timerlog unit and a blank
+            raise ValueError("mapped_file_size_timer_log must be at least 68")
+        if self.broker_role not in BROKER_ROLES:
+            raise ValueError(f"brokerRole must be one of {', '.join(BROKER_ROLES)}, not {self.broker_role!r}")
 
     # -- derived values (RocketMQ's getters) ----------------------------------------------------
     @property
@@ -100,6 +127,10 @@ class StoreConfig:
     @property
     def clean_forcibly_ratio(self) -> float:
         return min(0.85, max(0.30, self.disk_space_clean_forcibly_ratio / 100.0))
+
+    @property
+    def is_slave(self) -> bool:
+        return self.broker_role == "SLAVE"
 
     @property
     def sync_flush(self) -> bool:
@@ -133,6 +164,16 @@ class StoreConfig:
         return cfg
 
 
+def round_timer_precision(ms: int) -> int:
+    """``MessageStoreConfig.setTimerPrecisionMs``: the largest of 100/200/500/1000 not above
+    ``ms`` (100 below that)."""
+    candidates = (100, 200, 500, 1000)
+    for lo, hi in zip(candidates, candidates[1:]):
+        if ms < hi:
+            return lo
+    return candidates[-1]
+
+
 _ALIASES = {
     "mapped_file_size_commit_log": "mapped_file_size_commitlog",
     "flush_interval_commit_log": "flush_interval_commitlog",
@@ -159,7 +200,7 @@ def _coerce(typ: Any, value: str, key: str) -> Any:
             if value.lower() not in ("true", "false"):
                 raise ValueError(value)
             return value.lower() == "true"
-        if t == "int":
+        if t in ("int", "int | None"):
             return int(value)
     except ValueError as exc:
         raise ValueError(f"{key}: cannot read {value!r} as {t}") from exc

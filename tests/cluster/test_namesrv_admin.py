@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import zlib
 
@@ -20,6 +21,8 @@ import pytest
 
 from rocketstore.client import AdminClient, ClientInstance
 from rocketstore.client._sync import LoopThread
+from rocketstore.remoting.command import RemotingCommand
+from rocketstore.remoting.connection import NEED_DATA, RemotingConnection
 
 from ..broker import admin_wire as w
 from ..broker.conftest import start_server
@@ -36,9 +39,32 @@ def _register(ns: str, name: str, addr: str, topics: dict[str, int], counter: in
              for t, perm in topics.items()}
     body = json.dumps({"filterServerList": [], "topicConfigSerializeWrapper": {
         "dataVersion": {"counter": counter, "timestamp": 1}, "topicConfigTable": table}}).encode()
-    return w.call(ns, 103, {"brokerName": name, "brokerAddr": addr, "clusterName": "DefaultCluster",
-                            "brokerId": 0, "haServerAddr": "", "compressed": "false",
-                            "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF}, body)
+    fields = {"brokerName": name, "brokerAddr": addr, "clusterName": "DefaultCluster",
+              "brokerId": 0, "haServerAddr": "", "compressed": "false",
+              "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF}
+    return _call_kept_open(ns, addr, 103, fields, body)
+
+
+def _call_kept_open(ns: str, addr: str, code: int, fields: dict, body: bytes = b""):
+    """A broker's request on its connection kept open: a name server forgets a broker whose
+    registration connection closes (RocketMQ's onChannelDestroy)."""
+    host, port = ns.rsplit(":", 1)
+    sock = _BROKER_CONNS.get((ns, addr))
+    if sock is None:
+        sock = _BROKER_CONNS[(ns, addr)] = socket.create_connection((host, int(port)), timeout=60)
+    codec = RemotingConnection()
+    sock.sendall(codec.send(RemotingCommand.request(code, fields, body, language="JAVA")))
+    while True:
+        r = codec.next_command()
+        if r is not NEED_DATA:
+            return r
+        data = sock.recv(1 << 20)
+        if not data:
+            raise ConnectionError(f"{ns} closed the connection")
+        codec.receive_data(data)
+
+
+_BROKER_CONNS: dict = {}
 
 
 def _perms(ns: str, topic: str) -> dict[str, int]:
@@ -119,8 +145,8 @@ def test_write_perm_and_kv_config_on_namesrv(tmp_path):
 
         # topicList -c, deleteTopic and the system topic list over the registered brokers
         _register(ns.addr, "broker-c", "127.0.0.1:3", {"T1": 6, "OnlyC": 6}, 1)
-        w.call(ns.addr, 103, {"brokerName": "broker-x", "brokerAddr": "127.0.0.1:9",
-                              "clusterName": "OtherCluster", "brokerId": 0})
+        _call_kept_open(ns.addr, "127.0.0.1:9", 103, {"brokerName": "broker-x", "brokerAddr": "127.0.0.1:9",
+                                                      "clusterName": "OtherCluster", "brokerId": 0})
         assert set(w.body(w.call(ns.addr, 224, {"cluster": "DefaultCluster"}))["topicList"]) == \
             {"T1", "T2", "RO", "OnlyC"}
         assert w.call(ns.addr, 224, {"cluster": "NoSuchCluster"}).code == 1

@@ -3,6 +3,7 @@ name server serves several brokers' routes, Java brokers' included."""
 from __future__ import annotations
 
 import json
+import time
 import zlib
 
 import pytest
@@ -130,13 +131,29 @@ def test_register_broker_checks_crc_and_body():
         junk = _ask(ns.addr, RequestCode.REGISTER_BROKER, hdr, b"{not json",
                     ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
         assert junk.code == ResponseCode.SYSTEM_ERROR
-        ok = _ask(ns.addr, RequestCode.REGISTER_BROKER,
-                  dict(hdr, bodyCrc32=zlib.crc32(body) & 0x7FFFFFFF), body)
-        assert ok.code == ResponseCode.SUCCESS
-        assert _route_brokers(ns.addr, "T") == {"bx": 3}
-        _ask(ns.addr, RequestCode.UNREGISTER_BROKER,
-             {"brokerName": "bx", "brokerAddr": "127.0.0.1:1", "clusterName": "C", "brokerId": 0})
-        assert _route_brokers(ns.addr, "T") == {}
+        # a broker keeps its connection: the name server forgets a broker whose connection
+        # closes (RocketMQ's onChannelDestroy)
+        ci = ClientInstance(ns.addr)
+        try:
+            ok = LoopThread.shared().run(ci.invoke(
+                ns.addr, RequestCode.REGISTER_BROKER,
+                dict(hdr, bodyCrc32=zlib.crc32(body) & 0x7FFFFFFF), body))
+            assert ok.code == ResponseCode.SUCCESS
+            assert _route_brokers(ns.addr, "T") == {"bx": 3}
+            LoopThread.shared().run(ci.invoke(
+                ns.addr, RequestCode.UNREGISTER_BROKER,
+                {"brokerName": "bx", "brokerAddr": "127.0.0.1:1", "clusterName": "C", "brokerId": 0}))
+            assert _route_brokers(ns.addr, "T") == {}
+            LoopThread.shared().run(ci.invoke(
+                ns.addr, RequestCode.REGISTER_BROKER,
+                dict(hdr, bodyCrc32=zlib.crc32(body) & 0x7FFFFFFF), body))
+            assert _route_brokers(ns.addr, "T") == {"bx": 3}
+        finally:
+            ci.close()
+        wait_for_routes = time.monotonic() + 10
+        while _route_brokers(ns.addr, "T") and time.monotonic() < wait_for_routes:
+            time.sleep(0.05)
+        assert _route_brokers(ns.addr, "T") == {}  # its connection closed: gone at once
     finally:
         ns.stop()
 

@@ -4,6 +4,8 @@ Runs inside its own venv (see ``conftest.client_python``); prints one JSON line 
 line of output. Commands::
 
     produce  EP TOPIC N KIND [GROUPS]   KIND = normal | fifo | delay:<seconds>
+    delays   EP TOPIC S1,S2,...         one message per offset (seconds from now, may be < 0),
+                                        delivery_timestamp = now + offset (whole seconds)
     receive  EP TOPIC GROUP WANT INVISIBLE_S ACK [ROUNDS] [TAG] [BATCH]   ACK = ack | noack
     bad      EP TOPIC                                         send errors as the client sees them
     txn      EP TOPIC WAIT_S     commit one, roll back one, leave one to the server's check
@@ -60,6 +62,25 @@ def produce(ep: str, topic: str, n: str, kind: str, groups: str = "3") -> list:
                         "sent_ms": int(time.time() * 1000),
                         "deliver_ms": deliver_s * 1000 if kind.startswith("delay:") else None,
                         "group": m.message_group if kind == "fifo" else None})
+    finally:
+        p.shutdown()
+    return out
+
+
+def delays(ep: str, topic: str, offsets: str) -> list:
+    p = Producer(_cfg(ep), (topic,))
+    p.startup()
+    out = []
+    try:
+        for i, off in enumerate(offsets.split(",")):
+            m = Message()
+            m.topic = topic
+            m.body = f"g-{off}".encode()
+            deliver_s = math.ceil(time.time() + float(off))  # this client takes epoch seconds
+            m.delivery_timestamp = deliver_s
+            r = p.send(m)
+            out.append({"i": i, "message_id": r.message_id, "body": m.body.decode(),
+                        "sent_ms": int(time.time() * 1000), "deliver_ms": deliver_s * 1000})
     finally:
         p.shutdown()
     return out
@@ -221,7 +242,7 @@ def sql(ep: str, topic: str, group: str, expr: str, want: str, hold: str = "") -
     return result
 
 
-COMMANDS = {"produce": produce, "receive": receive, "bad": bad, "txn": txn, "push": push,
+COMMANDS = {"produce": produce, "delays": delays, "receive": receive, "bad": bad, "txn": txn, "push": push,
             "colors": colors, "sql": sql}
 
 

@@ -48,6 +48,10 @@ class BrokerConfig:
     acl_enable: bool = False
     acl_plain_file: str | None = None  # None: <store>/conf/plain_acl.yml (+ conf/acl/*.yml)
     acl_watch_interval_ms: int = 5000
+    # master/slave (the role and HA keys are the store's: StoreConfig.broker_role ...)
+    broker_id: int = 0  # brokerId: 0 for masters, > 0 for a slave
+    slave_read_enable: bool = False  # slaveReadEnable: suggestWhichBrokerId sends slow readers to slave 1
+    broker_ip2: str | None = None  # brokerIP2: the host of the HA address registered (default host)
 
     @property
     def broker_addr(self) -> str:

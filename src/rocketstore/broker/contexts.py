@@ -83,6 +83,9 @@ class PullContext:
     hold: PullHoldService
     stats: BrokerStats
     run: Run
+    # master/slave: the groups' brokerId / whichBrokerWhenConsumeSlowly (suggestWhichBrokerId)
+    subgroups: SubscriptionGroupManager | None = None
+    is_slave: bool = False
 
 
 @dataclass

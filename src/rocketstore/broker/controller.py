@@ -85,6 +85,9 @@ class Broker:
         self.route_perms: Any = None  # namesrv.routes.LocalRoutePerms of the in-process name server
         self.handler_wrappers: list[Callable[[dict], dict]] = []  # e.g. ops.stats.instrument
         self.acl: Any = None  # acl.service.PlainPermissionManager when aclEnable
+        self.route_table: Any = None  # namesrv.routes.RouteTable of the in-process name server
+        self.slave_sync: Any = None  # services.slave_sync.SlaveSynchronize on a SLAVE
+        self.fast_port: int | None = None  # the VIP remoting port (listenPort - 2) when it listens
         self._tasks: list[asyncio.Task] = []
 
     # -- what the wiring hands on ---------------------------------------------------------------
@@ -97,6 +100,18 @@ class Broker:
         assert self.loop is not None
         return await self.loop.run_in_executor(self.executor, fn, *args)
 
+    @property
+    def is_slave(self) -> bool:
+        return getattr(self.store_config, "broker_role", "ASYNC_MASTER") == "SLAVE"
+
+    @property
+    def ha_server_addr(self) -> str | None:
+        """brokerIP2:haListenPort, as registered at the name server (None: no HA socket)."""
+        ha = getattr(self.store, "ha", None)
+        if ha is None or ha.port is None:
+            return None
+        return f"{self.config.broker_ip2 or self.config.host}:{ha.port}"
+
     def notify_consumer_ids_changed(self, group: str) -> None:
         """Tell every live consumer of ``group`` to rebalance now (oneway, code 40)."""
         for conn in self.consumers.connections(group):
@@ -108,6 +123,8 @@ class Broker:
                 pass
 
     def connection_closed(self, conn: Any) -> None:
+        if self.route_table is not None:
+            self.route_table.channel_closed(conn)
         self.producers.connection_closed(conn)
         for group in self.consumers.connection_closed(conn):
             self.notify_consumer_ids_changed(group)
@@ -128,6 +145,9 @@ class Broker:
         self.store.add_arrival_listener(self.hold.arrival)
         if self.config.enable_calc_filter_bit_map:
             self.store.set_filter_bitmap_source(self.filters.bitmaps)
+        if getattr(self.store, "ha", None) is not None and \
+                self.store_config.broker_role == "SYNC_MASTER":
+            self.store.put_path.defer_replica_wait = True  # ``put`` awaits the replicas
         self.puts = Puts(self.store, self.run)
         if getattr(self.store_config, "sync_flush", False):
             from .services.syncflush import SyncFlushWaiter
@@ -151,7 +171,8 @@ class Broker:
                                 self.puts, self.stats, self.producers, self.transactions,
                                 self.run),
             "pull": PullContext(self.store, self.config, self.topics, self.offsets,
-                                self.consumers, self.filters, self.hold, self.stats, self.run),
+                                self.consumers, self.filters, self.hold, self.stats, self.run,
+                                subgroups=self.subgroups, is_slave=self.is_slave),
             "client": ClientContext(self.store, self.config, self.topics, self.offsets,
                                     self.consumers, self.producers, self.filters,
                                     self.subgroups, self.locks, events, self.run),
@@ -175,6 +196,9 @@ class Broker:
             self.acl = self.contexts["acl"].acl = acl_service.start_acl(self.config,
                                                                         self.store_config)
         handlers = requests.broker_handlers(self.contexts)
+        if self.is_slave:  # RocketMQ's slave refusals (replication.py)
+            from .replication import slave_handlers
+            handlers = slave_handlers(handlers)
         if self.acl is not None:
             handlers = acl_service.guard(self.acl, handlers)
         for wrap in self.handler_wrappers:
@@ -185,26 +209,74 @@ class Broker:
         if self.store_host.rsplit(":", 1)[-1] == "0":
             self.store_config.store_host = f"{self.config.host}:{broker_srv.port}"
         self.servers.append(broker_srv)
+        await self._start_fast_port(handlers)
         if self.config.namesrv_port is not None:
-            local = namesrv_context.LocalBroker(self.config, self.store_config, self.topics)
+            local = namesrv_context.LocalBroker(self.config, self.store_config, self.topics,
+                                                lambda: self.ha_server_addr)
             ns_ctx = namesrv_context.build(local)
             self.route_perms = ns_ctx.perms
+            self.route_table = ns_ctx.table
             ns = RemotingServer(self, requests.namesrv_handlers(ns_ctx), "namesrv")
             await ns.start(self.config.host, self.config.namesrv_port)
             self.config.namesrv_port = ns.port
             self.servers.append(ns)
         if self.config.namesrv_addr:
             await self._register_at_name_servers()
-        self.schedule = ScheduleMessageService(
-            self.store, self.delay_offsets, self.delay_levels_ms, self.puts.put_blocking,
-            self.run, self.config.schedule_poll_interval_ms / 1000.0)
-        self.schedule.start()
-        self.transaction_check.start()
+        if self.is_slave:  # as RocketMQ: no delayed delivery nor transaction checks on a slave
+            from .services.slave_sync import SlaveSynchronize
+            self.slave_sync = SlaveSynchronize(
+                own_addr=lambda: self.config.broker_addr, master_addr=self._master_addr,
+                topics=self.topics, offsets=self.offsets, delay_offsets=self.delay_offsets,
+                subgroups=self.subgroups, run=self.run)
+            self.slave_sync.start()
+        else:
+            self.schedule = ScheduleMessageService(
+                self.store, self.delay_offsets, self.delay_levels_ms, self.puts.put_blocking,
+                self.run, self.config.schedule_poll_interval_ms / 1000.0)
+            self.schedule.start()
+            self.transaction_check.start()
         for ext in self.extensions:
             await ext.start()
         self._tasks.append(self.loop.create_task(self._housekeeping(), name="housekeeping"))
         log.info("broker %s listening on %s:%s, name server on %s", self.config.broker_name,
                  self.config.host, self.config.port, self.config.namesrv_port)
+
+    async def _start_fast_port(self, handlers: dict[int, Any]) -> None:
+        """RocketMQ's VIP channel on listenPort - 2 (a Java slave's SlaveSynchronize reads the
+        topic config there). A port that cannot be had is logged, not fatal."""
+        from .server import RemotingServer
+
+        port = self.config.port - 2
+        if self.config.port == 0 or port <= 0:
+            return
+        srv = RemotingServer(self, handlers, "fast")
+        try:
+            await srv.start(self.config.host, port)
+        except OSError as exc:
+            log.warning("fast remoting port %d not available: %s", port, exc)
+            return
+        self.fast_port = srv.port
+        self.servers.append(srv)
+
+    _ha_master_remoting: str | None = None
+
+    def _on_master(self, ha_addr: str | None, master_addr: str | None) -> None:
+        """A slave's register answer: the master's HA address (for the next connect) and its
+        remoting address (for SlaveSynchronize), as RocketMQ's BrokerController takes them."""
+        ha = getattr(self.store, "ha", None)
+        if ha is not None and ha_addr:
+            ha.set_master_address(ha_addr)
+        self._ha_master_remoting = master_addr
+
+    def _master_addr(self) -> str | None:
+        if self._ha_master_remoting:
+            return self._ha_master_remoting
+        fixed = getattr(self.store_config, "ha_master_address", None)
+        if fixed and ":" in fixed:  # no name server answer: the HA port is listenPort + 1
+            host, _, port = fixed.rpartition(":")
+            if port.isdigit():
+                return f"{host}:{int(port) - 1}"
+        return None
 
     def _start_transactions(self) -> None:
         from .services.transaction import (TransactionalMessageCheckService,
@@ -234,7 +306,8 @@ class Broker:
             broker_name=cfg.broker_name, broker_addr=lambda: cfg.broker_addr,
             topic_table=lambda: {t.topic_name: t.to_json() for t in self.topics.topics()},
             period_s=cfg.register_name_server_period_ms / 1000.0,
-            order_topics=self.topics.update_order_topics)
+            order_topics=self.topics.update_order_topics, broker_id=cfg.broker_id,
+            ha_server_addr=lambda: self.ha_server_addr or "", on_master=self._on_master)
         await self.registration.start()
 
     async def _housekeeping(self) -> None:
@@ -277,6 +350,8 @@ class Broker:
             await srv.close()
         for t in self._tasks:
             t.cancel()
+        if self.slave_sync is not None:
+            await self.slave_sync.stop()
         if self.acl is not None:
             self.acl.watcher.stop()
         if self.schedule is not None:

@@ -97,7 +97,7 @@ class AsyncPullConsumer:
         carry the topic (otherwise the first with that queue id)."""
         for q in await self.queues(topic):
             if q.queue_id == queue_id and broker_name in (None, q.broker_name):
-                return q, await self.instance.broker_addr(q)
+                return q, await self.instance.broker_addr(q, read=True)
         on = f" on broker {broker_name}" if broker_name else ""
         raise ValueError(f"topic {topic} has no read queue {queue_id}{on}")
 

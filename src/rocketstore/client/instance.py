@@ -36,26 +36,30 @@ class TopicRoute:
     write_queues: list[MessageQueue]
     read_queues: list[MessageQueue]
     fetched_at: float
+    # broker name -> where reads go: the master, else (master gone) its lowest-id slave, as
+    # RocketMQ's findBrokerAddressInSubscribe falls back to any address of the broker
+    readers: dict[str, str] | None = None
 
 
 def _parse_route(topic: str, body: bytes) -> TopicRoute:
     data = load_json_text(body.decode("utf-8"))
     brokers = {}
+    readers = {}
     for bd in data.get("brokerDatas") or []:
         addrs = {str(k): v for k, v in (bd.get("brokerAddrs") or {}).items()}
         if "0" in addrs:
             brokers[bd["brokerName"]] = addrs["0"]
+        if addrs:
+            readers[bd["brokerName"]] = addrs.get("0") or addrs[min(addrs, key=lambda k: int(k))]
     wq, rq = [], []
     for qd in sorted(data.get("queueDatas") or [], key=lambda q: q["brokerName"]):
         name = qd["brokerName"]
-        if name not in brokers:
-            continue
         perm = int(qd.get("perm", 6))
-        if perm & 2:
+        if perm & 2 and name in brokers:
             wq += [MessageQueue(topic, name, i) for i in range(int(qd.get("writeQueueNums", 0)))]
-        if perm & 4:
+        if perm & 4 and name in readers:
             rq += [MessageQueue(topic, name, i) for i in range(int(qd.get("readQueueNums", 0)))]
-    return TopicRoute(brokers, wq, rq, time.monotonic())
+    return TopicRoute(brokers, wq, rq, time.monotonic(), readers)
 
 
 class ClientInstance:
@@ -103,12 +107,13 @@ class ClientInstance:
             return stale
         raise ConnectionError(f"no name server answered: {last}")
 
-    async def broker_addr(self, mq: MessageQueue) -> str:
+    async def broker_addr(self, mq: MessageQueue, *, read: bool = False) -> str:
+        """The master of ``mq``'s broker; with ``read``, a slave when the master is gone."""
         r = await self.route(mq.topic)
-        addr = r.brokers.get(mq.broker_name)
+        addr = (r.readers or {}).get(mq.broker_name) if read else r.brokers.get(mq.broker_name)
         if addr is None:
             r = await self.route(mq.topic, refresh=True)
-            addr = r.brokers.get(mq.broker_name)
+            addr = (r.readers or {}).get(mq.broker_name) if read else r.brokers.get(mq.broker_name)
         if addr is None:
             raise ConnectionError(f"no master broker {mq.broker_name} for topic {mq.topic}")
         return addr

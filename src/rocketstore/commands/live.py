@@ -34,7 +34,8 @@ from ._common import emit_json, json_option
 STATUS_KEYS = ("brokerVersionDesc", "runtime", "commitLogMinOffset", "commitLogMaxOffset",
                "dispatchBehindBytes", "remainHowManyDataToFlush", "earliestMessageTimeStamp",
                "msgPutTotalTodayNow", "msgGetTotalTodayNow", "putTps", "getTransferedTps",
-               "commitLogDiskRatio", "commitLogDirCapacity")
+               "commitLogDiskRatio", "commitLogDirCapacity", "timerReadBehind",
+               "timerOffsetBehind", "timerCongestNum", "timerEnqueueTps", "timerDequeueTps")
 
 
 def target_options(fn):
@@ -180,16 +181,29 @@ def status(namesrv, broker, store_dir, as_json):
             brokers = [{"name": None, "cluster": None, "addr": None, "store": store_dir,
                         "topics": len(st.topics.topics()), "runtime": info}]
     else:
+        from ._replication import broker_targets, replication
         with admin_client(namesrv, broker) as client:
             brokers = []
-            for b in client.brokers():
-                brokers.append({**b, "runtime": client.runtime_info(b["addr"])})
+            for b in broker_targets(client):  # slaves too (brokerId > 0)
+                try:
+                    rt = client.runtime_info(b["addr"])
+                except (ConnectionError, TimeoutError, OSError) as exc:
+                    if not b.get("id"):
+                        raise  # a master: the command fails as before
+                    # a stopped slave is a row, not a failed command
+                    brokers.append({**b, "runtime": {}, "replication": None, "error": str(exc)})
+                    continue
+                brokers.append({**b, "runtime": rt, "replication": replication(rt)})
     if as_json:
         emit_json({"brokers": brokers})
         return
     for b in brokers:
         title = b.get("store") or f"{b['cluster']}/{b['name']} {b['addr']}"
+        if b.get("id"):
+            title += f" (brokerId {b['id']})"
         click.echo(title)
+        if b.get("error"):
+            click.echo(f"  unreachable: {b['error']}")
         rt = b["runtime"]
         for k in STATUS_KEYS:
             if k in rt:
@@ -197,6 +211,9 @@ def status(namesrv, broker, store_dir, as_json):
                 if k == "earliestMessageTimeStamp":
                     v = f"{v} ({_ts(v)})"
                 click.echo(f"  {k:<26} {v}")
+        from ._replication import replication_lines
+        for line in replication_lines(b.get("replication")):
+            click.echo(line)
 
 
 # -- consumers ---------------------------------------------------------------------------------

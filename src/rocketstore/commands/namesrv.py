@@ -18,11 +18,15 @@ import click
 
 
 class _NoBroker:
-    """What the remoting server calls on a closing connection; a name server keeps no state
-    per connection."""
+    """What the remoting server calls on a closing connection: a broker's registration
+    connection closing removes that broker from the routes (RocketMQ's onChannelDestroy)."""
+
+    def __init__(self, table=None) -> None:
+        self.table = table
 
     def connection_closed(self, conn) -> None:
-        pass
+        if self.table is not None:
+            self.table.channel_closed(conn)
 
 
 async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
@@ -38,8 +42,9 @@ async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot load the KV config: {exc}") from exc
     settings = NamesrvSettings(kv_config_path, order_message_enable)
-    handlers = requests.namesrv_handlers(context.build(None, kv=kv, settings=settings))
-    srv = RemotingServer(_NoBroker(), handlers, "namesrv")
+    ctx = context.build(None, kv=kv, settings=settings)
+    handlers = requests.namesrv_handlers(ctx)
+    srv = RemotingServer(_NoBroker(ctx.table), handlers, "namesrv")
     settings.listen_port = lambda: srv.port
     try:
         await srv.start(host, port)

@@ -97,7 +97,9 @@ _CONF_KEYS = {"listenPort": ("port", int), "brokerName": ("broker_name", str),
               "kvConfigPath": ("kv_config_path", str),
               "orderMessageEnable": ("order_message_enable", _bool),
               "aclEnable": ("acl_enable", _bool), "aclPlainFile": ("acl_plain_file", str),
-              "aclFileWatchInterval": ("acl_watch_interval_ms", int)}
+              "aclFileWatchInterval": ("acl_watch_interval_ms", int),
+              "brokerId": ("broker_id", int), "slaveReadEnable": ("slave_read_enable", _bool),
+              "brokerIP2": ("broker_ip2", str)}
 
 
 async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = None) -> None:
@@ -133,6 +135,12 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
              "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0]}
     if broker_cfg.grpc_port is not None:
         ready["grpc"] = f"{broker_cfg.host}:{broker_cfg.grpc_port}"
+    ready["role"] = store_cfg.broker_role
+    ready["broker_id"] = broker_cfg.broker_id
+    if broker.ha_server_addr:
+        ready["ha"] = broker.ha_server_addr
+    if broker.fast_port is not None:
+        ready["fast"] = f"{broker_cfg.host}:{broker.fast_port}"
     if ops is not None:
         try:
             ready.update(ops.start())
@@ -148,6 +156,8 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
         click.echo(json.dumps(ready))
     else:
         grpc_note = f", gRPC on {ready['grpc']}" if "grpc" in ready else ""
+        if "ha" in ready:
+            grpc_note += f", {ready['role']} (brokerId {ready['broker_id']}) HA on {ready['ha']}"
         click.echo(f"rocketstore broker on {ready['broker']}, name server on {ready['namesrv']}"
                    f"{grpc_note}, store {ready['store']} (Ctrl-C to stop)")
         for name in ("metrics", "console"):
@@ -239,6 +249,14 @@ def command(store_dir, host, port, namesrv_port, namesrv_addr, broker_name, conf
         broker_cfg.namesrv_port = None
     if not host_given:
         store_cfg.store_host = f"{host}:{broker_cfg.port}"
+    from ..broker.replication import check_role
+    try:  # RocketMQ's BrokerStartup: masters are id 0, a slave's id must be > 0
+        broker_cfg.broker_id = check_role(store_cfg.broker_role, broker_cfg.broker_id)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--config (brokerId)") from exc
+    # as RocketMQ 4.9.7's BrokerStartup: the HA socket is always listenPort + 1
+    store_cfg.ha_listen_port = broker_cfg.port + 1 if broker_cfg.port else 0
+    store_cfg.ha_bind_host = host
     from ..broker.eventloop import run as run_loop  # uvloop when installed
     run_loop(_serve(store_cfg, broker_cfg, as_json,
                     {"metrics_port": metrics_port, "console_port": console_port}))

@@ -461,3 +461,31 @@ def decode_message(buf, pos: int = 0, *, check_crc: bool = False,
                       born_host=born_host, store_timestamp=store_ts, store_host=store_host,
                       reconsume_times=reconsume, prepared_transaction_offset=prepared,
                       magic=magic, msg_id=msg_id)
+
+
+def record_properties(buf, pos: int = 0) -> tuple[str, int, dict[str, str]] | None:
+    """(topic, queue offset, properties) of the record at ``buf[pos:]`` without decoding the
+    rest (the timer store's enqueue reads only these); None for a blank or a record that is not
+    whole (``decode_message`` says why)."""
+    try:
+        size, magic = _BLANK.unpack_from(buf, pos)
+        version = version_of(magic)
+        if not version or size > len(buf) - pos:
+            return None
+        sys_flag = _I32.unpack_from(buf, pos + SYSFLAG_POS)[0]
+        queue_offset = struct.unpack_from(">q", buf, pos + QUEUEOFFSET_POS)[0]
+        p = pos + BORNHOST_POS + (20 if sys_flag & BORNHOST_V6_FLAG else 8) + 8
+        p += (20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8)
+        body_len = max(TAIL.unpack_from(buf, p)[2], 0)
+        p += TAIL.size + body_len
+        topic_len = buf[p] if version == 1 else _H16.unpack_from(buf, p)[0]
+        p += 1 if version == 1 else 2
+        topic = bytes(buf[p:p + topic_len]).decode("utf-8", "replace")
+        p += topic_len
+        props_len = max(_H16.unpack_from(buf, p)[0], 0)
+        p += 2
+        if p + props_len > pos + size:
+            return None
+        return topic, queue_offset, string_to_properties(bytes(buf[p:p + props_len]).decode("utf-8", "replace"))
+    except (struct.error, IndexError, ValueError):
+        return None

@@ -66,7 +66,7 @@ class BrokerCollector(Collector):
             yield from self._producers(st.producers)
         store = st.store()
         if store is not None:
-            for part in (self._store, self._queues, self._groups):
+            for part in (self._store, self._replication, self._queues, self._groups, self._timer):
                 try:
                     yield from part(store)
                 except Exception:  # a partial scrape beats none; the error is logged and counted
@@ -97,6 +97,46 @@ class BrokerCollector(Collector):
                 ("rocketstore_pull_empty", "Pull requests that found no message.",
                  stats.get_miss.total)):
             yield CounterMetricFamily(name, doc, value=value)
+
+    def _timer(self, store: Any) -> Iterator[Metric]:
+        """RocketMQ 5's timer metrics (``DefaultStoreMetricsConstant``) plus the wheel's load per
+        hour ahead and its busiest slot."""
+        timer = getattr(store, "timer", None)
+        if timer is None:
+            return
+        st = timer.stats()
+        yield CounterMetricFamily("rocketmq_timer_enqueue", "Timer messages put into the wheel.",
+                                  value=st["enqueued"])
+        yield CounterMetricFamily("rocketmq_timer_dequeue", "Timer messages re-put when due.",
+                                  value=st["dequeued"])
+        for name, doc, value in (
+                ("rocketmq_timer_enqueue_lag", "Timer messages stored but not yet in the wheel.",
+                 st["enqueue_behind_messages"]),
+                ("rocketmq_timer_dequeue_latency", "Seconds the wheel's read time is behind the "
+                 "clock.", st["dequeue_behind_ms"] / 1000.0),
+                ("rocketmq_timer_dequeue_lag", "Timer messages waiting in the wheel.",
+                 sum(v for v in st["topics"].values() if v > 0)),
+                ("rocketstore_timerlog_bytes", "Bytes of the timerlog.", st["timerlog_bytes"])):
+            yield GaugeMetricFamily(name, doc, value=value)
+        timing = _gauge("rocketmq_timing_messages", "Timer messages waiting, per real topic.",
+                        ["topic"])
+        for topic, n in sorted(st["topics"].items()):
+            timing.add_metric([topic], n)
+        yield timing
+        dist = timer.distribution()
+        snap = _gauge("rocketmq_timer_message_snapshot", "Timer messages due within each bound "
+                      "from now (RocketMQ's timerDist).", ["timer_bound_s"])
+        for bound, n in dist["per_period"].items():
+            snap.add_metric([bound], n)
+        yield snap
+        hour = _gauge("rocketstore_timer_due_per_hour", "Timer messages due in each hour ahead.",
+                      ["hour"])
+        for h, n in enumerate(dist["per_hour"]):
+            hour.add_metric([str(h)], n)
+        yield hour
+        yield GaugeMetricFamily("rocketstore_timer_busiest_slot_messages", "Timer messages in "
+                                "the fullest wheel slot of the next 24 hours.",
+                                value=dist["busiest_slot_num"])
 
     def _producers(self, producers: Any) -> Iterator[Metric]:
         conns = _gauge("rocketmq_producer_connections", "Live connections of each producer "
@@ -142,6 +182,37 @@ class BrokerCollector(Collector):
             free.add_metric(labels, p.disk_free_bytes)
             ratio.add_metric(labels, p.disk_used_ratio)
         yield from (files, total, free, ratio)
+
+    def _replication(self, store: Any) -> Iterator[Metric]:
+        """Master/slave replication (``store.ha``): each slave's lag and whether it stalled."""
+        fn = getattr(store, "ha_status", None)
+        st = fn() if fn is not None else None
+        if st is None:
+            return
+        role = _gauge("rocketstore_ha_role", "This broker's brokerRole (always 1).", ["role"])
+        role.add_metric([st["role"]], 1)
+        yield role
+        yield GaugeMetricFamily("rocketstore_ha_slave_connections", "Slaves connected to the "
+                                "HA port.", value=len(st["slaves"]))
+        yield GaugeMetricFamily("rocketstore_ha_slave_acked_offset", "Highest CommitLog offset "
+                                "a slave acknowledged (what SYNC_MASTER puts wait for).",
+                                value=st["slave_acked_offset"])
+        lag_b = _gauge("rocketstore_ha_slave_lag_bytes", "CommitLog bytes the slave does not "
+                       "hold yet.", ["slave"])
+        lag_s = _gauge("rocketstore_ha_slave_lag_seconds", "Store-time age of the oldest "
+                       "message the slave does not hold yet.", ["slave"])
+        stalled = _gauge("rocketstore_ha_slave_stalled", "1 when the slave is behind and has "
+                         "not caught up for a while (or is behind the master's oldest file).",
+                         ["slave"])
+        for x in st["slaves"]:
+            lag_b.add_metric([x["address"]], x["lag_bytes"])
+            lag_s.add_metric([x["address"]], x["lag_seconds"])
+            stalled.add_metric([x["address"]], 1 if x["stalled"] else 0)
+        yield from (lag_b, lag_s, stalled)
+        master = st.get("master")
+        if master is not None:
+            yield GaugeMetricFamily("rocketstore_ha_master_connected", "A slave's connection to "
+                                    "its master's HA port (1 up).", value=1 if master["connected"] else 0)
 
     def _queues(self, store: Any) -> Iterator[Metric]:
         tvs = views.topic_views(store, self.state.topics, self.state.broker_name)

@@ -73,7 +73,12 @@ class LocalSource:
                   "put_total": totals.get("put_msgs"), "get_total": totals.get("get_msgs"),
                   "boot_ms": st.started_ms if not st.read_only else 0,
                   "disk_ratio": rt.paths[0].disk_used_ratio if rt.paths else None}
+        ha = getattr(store, "ha_status", None)
+        replication = ha() if ha is not None else None
+        if replication is not None:
+            broker["role"] = replication["role"]
         return {"cluster": st.cluster_name, "namesrv": st.namesrv_addr, "brokers": [broker],
+                "replication": replication,
                 "store": st.store_config.store_path_root_dir, "read_only": st.read_only,
                 "topics": sum(1 for t in tvs if not t.system),
                 "system_topics": sum(1 for t in tvs if t.system),
@@ -86,7 +91,8 @@ class LocalSource:
                 "flush_behind_bytes": rt.flush_behind_bytes, "flush_behind_ms": rt.flush_behind_ms,
                 "connections": st.connections() if not st.read_only else None,
                 "last_store_timestamp": rt.last_store_timestamp, "paths": rt.paths,
-                "runtime_info": {st.broker_name: info} if info else {}, "live": self.live}
+                "runtime_info": {st.broker_name: info} if info else {}, "live": self.live,
+                "timer": _timer_overview(store)}
 
     def topic_names(self) -> list[str]:
         return views.topic_names(self._store(), self.state.topics)
@@ -149,6 +155,15 @@ class LocalSource:
 
 
 TOOLS_GROUP = "TOOLS_CONSUMER"  # what RocketMQ's own tools read with (MixAll.TOOLS_CONSUMER_GROUP)
+
+
+def _timer_overview(store: Any) -> dict | None:
+    timer = getattr(store, "timer", None)
+    if timer is None:
+        return None
+    st = timer.stats()
+    return {**st, "waiting": sum(v for v in st["topics"].values() if v > 0),
+            **timer.distribution()}
 
 
 def _first_rate(value: str | None) -> float:

@@ -4,9 +4,9 @@ Theory of operation: a 5.x client names every message itself (``system_propertie
 and that id becomes the record's ``UNIQ_KEY`` — the id 4.x remoting clients show as ``msgId``,
 so one message has one id on both protocols. System properties map to RocketMQ's property names
 exactly as the 5.x proxy stores them: tag → ``TAGS``, keys → ``KEYS``, message group →
-``__SHARDINGKEY``, delivery time → ``TIMER_DELIVER_MS`` plus the ``DELAY`` level that covers it
-(this broker delivers delayed messages by level, as RocketMQ does with ``useDelayLevel``),
-transaction → ``TRAN_MSG``. Anything else a client sets is a user property. Going back, a
+``__SHARDINGKEY``, delivery time → ``TIMER_DELIVER_MS`` (the store's timer wheel delivers it at
+that time, ``store/timer/``; a ``DELAY`` level only with ``use_delay_level``, RocketMQ's
+``useDelayLevel``, off by default), transaction → ``TRAN_MSG``. Anything else a client sets is a user property. Going back, a
 stored record becomes a gRPC message with its CRC32 body digest, delivery attempt
 (``reconsume_times + 1``), and a retry copy shows its original topic.
 
@@ -86,7 +86,8 @@ def delay_level_for(deliver_ms: int, now_ms: int, levels_ms: Sequence[int]) -> i
 
 
 def to_store_message(m: Any, *, producer_group: str, born_host: str, max_body: int,
-                     levels_ms: Sequence[int], now_ms: int | None = None) -> Message:
+                     levels_ms: Sequence[int], now_ms: int | None = None,
+                     use_delay_level: bool = False) -> Message:
     """Build the store message for one gRPC message (topic and queue are set by the caller)."""
     sp = m.system_properties
     if not m.body:
@@ -134,7 +135,7 @@ def to_store_message(m: Any, *, producer_group: str, born_host: str, max_body: i
             raise ValidationError(pb.ILLEGAL_DELIVERY_TIME,
                                   f"the max delay time of message is too large, max is "
                                   f"{MAX_DELAY_TIME_MS}")
-        level = delay_level_for(deliver, now, levels_ms)
+        level = delay_level_for(deliver, now, levels_ms) if use_delay_level else 0
         if level > 0:
             props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
         props[PROPERTY_TIMER_DELIVER_MS] = str(deliver)

@@ -42,7 +42,10 @@ _PUT_CODES = {"FLUSH_DISK_TIMEOUT": pb.MASTER_PERSISTENCE_TIMEOUT,
               "MESSAGE_ILLEGAL": pb.MESSAGE_BODY_TOO_LARGE,
               "PROPERTIES_SIZE_EXCEEDED": pb.MESSAGE_PROPERTIES_TOO_LARGE,
               "OS_PAGE_CACHE_BUSY": pb.TOO_MANY_REQUESTS,
-              "SERVICE_NOT_AVAILABLE": pb.INTERNAL_SERVER_ERROR}
+              "SERVICE_NOT_AVAILABLE": pb.INTERNAL_SERVER_ERROR,
+              "WHEEL_TIMER_MSG_ILLEGAL": pb.ILLEGAL_DELIVERY_TIME,
+              "WHEEL_TIMER_FLOW_CONTROL": pb.TOO_MANY_REQUESTS,
+              "WHEEL_TIMER_NOT_ENABLE": pb.INTERNAL_SERVER_ERROR}
 # the 5.x proxy's ProxyConfig defaults
 PRODUCER_MAX_ATTEMPTS = 3
 RECEIVE_BATCH_SIZE = 32
@@ -223,7 +226,8 @@ class MessagingService(services.MessagingServiceServicer):
             code = pb.OK if name == "PUT_OK" else _PUT_CODES.get(name, pb.INTERNAL_SERVER_ERROR)
             ok = name in PUT_OK
             entries.append(pb.SendResultEntry(
-                status=status(code, "OK" if code == pb.OK else name),
+                status=status(code, "OK" if code == pb.OK else
+                              f"{name}: {r.error}" if r.error and name.startswith("WHEEL_TIMER") else name),
                 message_id=sm.properties["UNIQ_KEY"] if ok else "",
                 transaction_id=r.msg_id if ok and transactional else "",
                 offset=r.queue_offset if ok else 0))

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import fcntl
 import os
 import shutil
 import threading
@@ -48,11 +47,12 @@ from typing import Callable
 import numpy as np
 
 from ..config import StoreConfig
-from ..errors import RocketStoreError, StoreLockedError
+from ..errors import RocketStoreError
 from ..format.batch import parse_delay_levels
 from ..format.index_layout import index_file_name
 from ..format.message import TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE
 from ..store.checkpoint import StoreCheckpoint, fsync_dir
+from ..store.lock import StoreLock
 from ..filter.bitmap import compute_bitmaps, load_filter_specs
 from ..format.cq_ext import encode_unit
 from ..store.consume_queue import queue_dir, write_cq_units
@@ -150,39 +150,11 @@ class RebuildResult:
     cq_units: int = 0
     index_keys: int = 0
     index_files: int = 0
+    timer_slots: int = 0  # timerwheel slots rebuilt from the timerlog
     seconds: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
-
-
-class StoreLock:
-    """``<root>/lock`` held exclusively: ``flock`` (MessageStore) and ``lockf`` (RocketMQ)."""
-
-    def __init__(self, root: str) -> None:
-        self.path = os.path.join(root, "lock")
-        self.fd: int | None = None
-
-    def __enter__(self) -> "StoreLock":
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                raise StoreLockedError(f"{self.path}: the store is open in another process; "
-                                       f"stop it before rebuilding") from exc
-            raise
-        self.fd = fd
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.fd is not None:
-            fcntl.lockf(self.fd, fcntl.LOCK_UN)
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-            self.fd = None
 
 
 def store_config(root: str, cfg: StoreConfig | None = None) -> StoreConfig:
@@ -377,7 +349,8 @@ def rebuild(root: str, *, engine: str = "spark", cfg: StoreConfig | None = None,
         raise FileNotFoundError(f"{root}: not a store (no commitlog directory)")
     res = RebuildResult(root=root, engine=engine)
     t0 = time.monotonic()
-    with StoreLock(root):
+    with StoreLock(root, posix=True, why="the store is open in another process; stop it before "
+                                           "rebuilding"):
         segs = list_segments(cfg.commitlog_dir)
         if engine == "spark":
             from .session import get_session
@@ -425,6 +398,8 @@ def rebuild(root: str, *, engine: str = "spark", cfg: StoreConfig | None = None,
         if index_end > 0:
             ck.index_msg_timestamp = index_end
         ck.flush()
+        from ..store.timer.offline import detect_precision, rebuild_wheel  # derived from timerlog
+        res.timer_slots = rebuild_wheel(root, detect_precision(root, cfg.timer_precision_ms))
         t3 = time.monotonic()
     res.seconds = {"scan": round(t1 - t0, 3), "write": round(t2 - t1, 3),
                    "swap": round(t3 - t2, 3), "total": round(t3 - t0, 3)}

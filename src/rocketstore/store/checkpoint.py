@@ -17,7 +17,9 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import stat
 import threading
+from typing import Callable
 
 from ..format.layouts import CHECKPOINT, CHECKPOINT_SIZE
 from . import syncprobe
@@ -33,24 +35,42 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a crash leaves the old or the new content."""
+def atomic_write(path: str, data: bytes, *, point: str | None = "checkpoint-write",
+                 before_replace: Callable[[], None] | None = None, keep_mode: bool = False,
+                 new_file_mode: int | None = None, record_synced: bool = True) -> None:
+    """Write ``data`` to ``path`` so that a crash leaves the old or the new content: a temp
+    file beside it, fsync, rename over it, fsync of the directory. The one atomic write of the
+    project (the checkpoint, the abort file, the broker's state files, the ACL files).
+
+    ``point``: the crash point passed just before the rename (``syncprobe``); ``before_replace``
+    runs after the temp file is durable, before the rename (the state files rotate their
+    ``.bak`` there); ``keep_mode``: the new file keeps the old one's permission bits;
+    ``new_file_mode``: the permission bits when there was no file; ``record_synced``: tell the
+    power-loss probe the file is durable."""
     tmp = f"{path}.tmp"
     try:
         with open(tmp, "wb") as fh:
+            if keep_mode and os.path.exists(path):
+                os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
+            elif new_file_mode is not None and not os.path.exists(path):
+                os.chmod(tmp, new_file_mode)
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-    except BaseException:
+    except BaseException:  # a full disk: the old version stays, no partial temp file is left
         try:
             os.unlink(tmp)
-        except FileNotFoundError:
+        except OSError:
             pass
         raise
-    syncprobe.crash_point("checkpoint-write")
+    if before_replace is not None:
+        before_replace()
+    if point is not None:
+        syncprobe.crash_point(point)
     os.replace(tmp, path)
     fsync_dir(os.path.dirname(os.path.abspath(path)))
-    syncprobe.synced(path)
+    if record_synced:
+        syncprobe.synced(path)
 
 
 def overwrite_in_place(path: str, data: bytes) -> None:

@@ -281,6 +281,49 @@ class CommitLog:
             yield mf, pos, stop
             off = mf.file_from_offset + self.file_size
 
+    # -- replication (store/ha) ------------------------------------------------------------------
+    def get_data(self, offset: int, max_bytes: int) -> bytes | None:
+        """Up to ``max_bytes`` written bytes from ``offset`` to the write position of the one
+        segment holding it (RocketMQ's ``getData``: a slice never crosses a segment); None when
+        no segment holds ``offset`` or nothing is written there yet."""
+        mf = self.queue.find(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        end = min(mf.wrote_position, pos + max_bytes)
+        if end <= pos:
+            return None
+        return mf.mm[pos:end]
+
+    def append_data(self, offset: int, data: bytes | memoryview) -> bool:
+        """A slave's append of bytes its master sent for CommitLog ``offset`` (RocketMQ's
+        ``appendData``): copied as they are, no parsing, so the segments stay byte-identical
+        to the master's. False (nothing written) when ``offset`` is not where this CommitLog
+        ends or the bytes would cross a segment end. An empty ``data`` may create the next
+        segment, as RocketMQ's does."""
+        n = len(data)
+        with self.lock:
+            mf = self.queue.last()
+            if mf is not None and self.queue.max_offset() == 0 and offset >= self.file_size:
+                self.queue.destroy_all()  # an empty store joining at a later segment
+                mf = None
+            if mf is None:
+                mf = self.queue.get_last_mapped_file(offset)
+                assert mf is not None
+                mf.set_positions(offset - mf.file_from_offset)  # a first frame inside a segment
+            elif mf.is_full():
+                if offset != mf.file_from_offset + self.file_size:
+                    return False
+                mf = self.queue.get_last_mapped_file(0)
+                assert mf is not None
+            pos = mf.wrote_position
+            if mf.file_from_offset + pos != offset or pos + n > self.file_size:
+                return False
+            if n:
+                mf.mm[pos:pos + n] = data
+                mf.wrote_position = pos + n
+            return True
+
     def roll_next_file(self, offset: int) -> int:
         return offset + self.file_size - offset % self.file_size
 

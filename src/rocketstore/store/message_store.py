@@ -16,7 +16,6 @@ record. A directory that holds no store is refused (``NotAStoreError``) before a
 from __future__ import annotations
 
 import collections
-import fcntl
 import logging
 import os
 import shutil
@@ -24,10 +23,11 @@ import threading
 from typing import Callable, Sequence
 
 from ..config import StoreConfig
-from ..errors import CorruptFileError, NotAStoreError, StoreClosedError, StoreError, StoreLockedError
+from ..errors import CorruptFileError, NotAStoreError, StoreClosedError, StoreError
 from ..format.message import Message, MessageExt, parse_message_id
 from . import read_path
 from .checkpoint import StoreCheckpoint, atomic_write
+from .lock import StoreLock
 from .commitlog import CommitLog
 from .consume_queue_ext import ConsumeQueueExtDispatcher, open_ext_table
 from .dispatch import ConsumeQueueDispatcher, ConsumeQueueTable, ReputService
@@ -102,7 +102,7 @@ class MessageStore:
         self.root = cfg.store_path_root_dir
         self.read_only = cfg.read_only
         self._closed = True
-        self._lock_fd: int | None = None
+        self._lock: StoreLock | None = None
         if self.read_only:
             if not is_store_dir(self.root, cfg.store_path_commit_log):
                 raise NotAStoreError(f"{self.root}: not a store directory (no commitlog, "
@@ -136,7 +136,7 @@ class MessageStore:
     # -- lifecycle ------------------------------------------------------------------------------
     def _stop_started_services(self) -> None:
         """After a failed open: stop whatever threads were already started."""
-        for name in ("clean_service", "reput", "flush_service"):
+        for name in ("ha", "clean_service", "reput", "flush_service"):
             svc = getattr(self, name, None)
             if svc is not None:
                 try:
@@ -145,24 +145,16 @@ class MessageStore:
                     log.exception("stopping %s after a failed open", name)
 
     def _take_lock(self) -> None:
-        path = os.path.join(self.root, "lock")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            raise StoreLockedError(f"{path}: the store is open in another process or store") from exc
-        os.pwrite(fd, b"lock", 0)
-        self._lock_fd = fd
+        self._lock = StoreLock(self.root).acquire()
 
     def _release_lock(self) -> None:
-        if self._lock_fd is not None:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def _open(self) -> None:
         cfg = self.cfg
+        self.timer = None
         self.abort_path = os.path.join(self.root, "abort")
         self.last_exit_ok = not os.path.exists(self.abort_path)
         self.checkpoint = StoreCheckpoint(os.path.join(self.root, "checkpoint"), read_only=self.read_only)
@@ -196,6 +188,7 @@ class MessageStore:
                                           self.checkpoint)
         self.put_path = PutPath(cfg, self.commitlog, self.reput, self.flush_service)
         self.clean_service = None
+        self.ha = None
         if self.read_only:
             self.put_path.running = False
             return
@@ -204,6 +197,13 @@ class MessageStore:
         atomic_write(self.abort_path, str(os.getpid()).encode())  # durable before the first put
         self.flush_service.start()
         self.reput.start()
+        if cfg.timer_wheel_enable and not cfg.is_slave:  # a slave delivers nothing: its master does
+            self._start_timer()
+        if cfg.ha_listen_port is not None or cfg.is_slave or cfg.broker_role == "SYNC_MASTER":
+            from .ha import HAService
+            self.ha = HAService(cfg, self.commitlog, self.reput.wakeup)
+            self.ha.start()
+            self.put_path.replicas = self.ha
         try:
             from .clean import CleanService
         except ImportError:
@@ -211,6 +211,32 @@ class MessageStore:
         else:
             self.clean_service = CleanService(self)
             self.clean_service.start()
+
+    def _start_timer(self) -> None:
+        from .timer import TimerMessageStore, TimerStoreAccess
+        from ..format.timer_layout import TIMER_TOPIC
+
+        def read_units(index: int, count: int):
+            return self.read_consume_queue(TIMER_TOPIC, 0, index, count)
+
+        def bounds() -> tuple[int, int]:
+            return self.get_min_offset_in_queue(TIMER_TOPIC, 0), self.get_max_offset_in_queue(TIMER_TOPIC, 0)
+
+        access = TimerStoreAccess(read_units=read_units, look_message=self.commitlog.look_message,
+                                  put=self.put_message, put_batch=self.put_messages,
+                                  read_records=self.commitlog.read_record_views,
+                                  commitlog_max_offset=self.commitlog.max_offset,
+                                  commitlog_min_offset=self.commitlog.min_offset, queue_bounds=bounds)
+        self.timer = TimerMessageStore(self.cfg, access)
+        self.timer.load()
+        self.put_path.timer = self.timer
+        timer = self.timer
+
+        def on_arrival(topic: str, *_: object) -> None:
+            if topic == TIMER_TOPIC:
+                timer.wakeup()
+        self.reput.listeners.append(on_arrival)
+        self.timer.start()
 
     def _check_saved_sizes(self) -> None:
         """A store opened with other file sizes than it was created with is refused up front
@@ -240,6 +266,8 @@ class MessageStore:
         if self._closed:
             return
         self._closed = True
+        if self.timer is not None:  # first: its last re-put still goes through the put path
+            self.timer.shutdown()
         self.put_path.running = False
         if self.read_only:
             self.commitlog.close()
@@ -249,6 +277,8 @@ class MessageStore:
                 for f in self.index_service.files:
                     f.close()
             return
+        if self.ha is not None:
+            self.ha.stop()
         if self.clean_service is not None:
             self.clean_service.stop()
         self.reput.wait_dispatched(timeout=10.0)
@@ -390,6 +420,10 @@ class MessageStore:
 
     def get_min_phy_offset(self) -> int:
         return self.commitlog.min_offset()
+
+    def ha_status(self) -> dict | None:
+        """Replication as operators see it (``store.ha.HAService.status``); None: no HA."""
+        return self.ha.status() if self.ha is not None else None
 
     def dispatch_behind_bytes(self) -> int:
         return self.reput.behind_bytes()

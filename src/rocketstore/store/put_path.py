@@ -11,10 +11,23 @@
 | batch of mixed topic/queue, transactional or delayed    | MESSAGE_ILLEGAL            |
 | no space for a new segment                              | CREATE_MAPPED_FILE_FAILED  |
 | SYNC_FLUSH and not durable within sync_flush_timeout    | FLUSH_DISK_TIMEOUT         |
+| the store is a SLAVE (brokerRole)                       | SERVICE_NOT_AVAILABLE      |
+| SYNC_MASTER, no slave in reach (haSlaveFallbehindMax)   | SLAVE_NOT_AVAILABLE        |
+| SYNC_MASTER, no slave acknowledgement in slave_timeout  | FLUSH_SLAVE_TIMEOUT        |
+| timer message: bad value, beyond timerMaxDelaySec,      | WHEEL_TIMER_MSG_ILLEGAL    |
+| cancel for a past time; timer store disabled            | WHEEL_TIMER_NOT_ENABLE     |
 
-Nothing is written for any status but PUT_OK and FLUSH_DISK_TIMEOUT. Delayed messages
+After the flush step comes the one "wait for replicas" step (``store.ha``): on a SYNC_MASTER a
+put (unless its ``WAIT`` property is "false") is answered only when a slave reported an offset
+past it. The replica status wins over the flush status, as in RocketMQ. With
+``defer_replica_wait`` (the broker's event loop) the put returns at once with
+``replica_wait_offset`` set and the caller waits without holding a thread.
+
+Nothing is written for any status but PUT_OK, FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT and
+SLAVE_NOT_AVAILABLE. Delayed messages
 (``DELAY`` property) go to ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` with ``REAL_TOPIC`` and
-``REAL_QID``, as RocketMQ 4.9's CommitLog does.
+``REAL_QID``, as RocketMQ 4.9's CommitLog does; timer messages (``TIMER_DELIVER_MS`` /
+``TIMER_DELAY_SEC`` / ``TIMER_DELAY_MS``) go to ``rmq_sys_wheel_timer`` (``store/timer/``).
 """
 from __future__ import annotations
 
@@ -36,6 +49,7 @@ from .commitlog import CommitLog, RecordTooLarge
 from .dispatch import ReputService
 from .flush import FlushService
 from .results import PutMessageResult, PutStatus
+from .timer.transform import TimerRejected, is_timer_message, transform_timer_message
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +78,11 @@ class PutPath:
         self.flush = flush
         self.running = True
         self.writeable = True  # cleared by the clean service when the disk is nearly full
+        self.replicas = None  # store.ha.HAService when the store replicates
+        self.defer_replica_wait = False
+        self.sync_master = cfg.broker_role == "SYNC_MASTER"
         self._delays = parse_delay_levels(cfg.message_delay_level)
+        self.timer = None  # the TimerMessageStore, when timer_wheel_enable
 
     def put(self, msgs: list[Message], batch: bool, nowait: bool = False,
             defer_sync: bool = False) -> PutMessageResult | None:
@@ -75,7 +93,11 @@ class PutPath:
         offset durable (one report per sync serves every put below it)."""
         if self.cfg.read_only:
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE, error="store is open read-only")
-        if nowait and self.cfg.sync_flush and not defer_sync:
+        if self.cfg.is_slave:
+            return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE,
+                                    error="messages are put to the slave (brokerRole=SLAVE)")
+        if nowait and ((self.cfg.sync_flush and not defer_sync)
+                       or (self.sync_master and not self.defer_replica_wait)):
             return None  # a SYNC_FLUSH put waits for its group commit by definition
         if not self.running or not self.writeable:
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE,
@@ -118,6 +140,8 @@ class PutPath:
             if batch and total_body > cfg.max_message_size:
                 return PutMessageResult(PutStatus.MESSAGE_ILLEGAL,
                                         error=f"batch body of {total_body} bytes exceeds max_message_size")
+        except TimerRejected as exc:
+            return PutMessageResult(PutStatus[exc.status], error=exc.remark)
         except PropertiesTooLarge as exc:
             return PutMessageResult(PutStatus.PROPERTIES_SIZE_EXCEEDED, error=str(exc))
         except (MessageTooLarge, ValueError, TypeError, AttributeError) as exc:
@@ -144,6 +168,17 @@ class PutPath:
                     status = PutStatus.FLUSH_DISK_TIMEOUT
             else:
                 self.flush.wakeup()
+        replica_wait = None
+        replicas = self.replicas
+        if replicas is not None:
+            replicas.wake()
+            if self.sync_master and wait:
+                if self.defer_replica_wait:
+                    replica_wait = res.end_offset
+                else:
+                    rs = replicas.replica_status(res.end_offset)
+                    if rs is not PutStatus.PUT_OK:
+                        status = rs
         store_host = msgs[0].store_host or cfg.store_host
         ids = []
         off = res.wrote_offset
@@ -153,7 +188,7 @@ class PutPath:
         return PutMessageResult(status, msg_id=",".join(ids), wrote_offset=res.wrote_offset,
                                 wrote_bytes=res.wrote_bytes, queue_offset=res.queue_offsets[0],
                                 store_timestamp=res.store_timestamp, msg_num=len(ids), msg_ids=ids,
-                                sync_offset=sync_offset)
+                                sync_offset=sync_offset, replica_wait_offset=replica_wait)
 
     def _check(self, msgs: list[Message], batch: bool) -> str | None:
         if not msgs:
@@ -179,12 +214,19 @@ class PutPath:
     def _apply_delay(self, m: Message, props: dict[str, str]) -> tuple[str, int]:
         level_s = props.get(PROPERTY_DELAY_TIME_LEVEL)
         tran = m.sys_flag & TRANSACTION_MASK
-        if not level_s or tran not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+        if tran not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
             return m.topic, m.queue_id
         try:
-            level = int(level_s)
+            level = int(level_s) if level_s else 0
         except ValueError as exc:
             raise ValueError(f"DELAY must be an int level, not {level_s!r}") from exc
+        if is_timer_message(m.topic, props, level):  # RocketMQ 5's handleScheduleMessage
+            timer = self.timer
+            return transform_timer_message(
+                m.topic, m.queue_id, props, int(time.time() * 1000),
+                enabled=timer is not None, precision_ms=self.cfg.timer_precision_ms,
+                max_delay_sec=self.cfg.timer_max_delay_sec,
+                is_reject=timer.is_reject if timer is not None else None)
         if level <= 0:
             return m.topic, m.queue_id
         level = min(level, len(self._delays))

@@ -184,6 +184,8 @@ def get_message(cfg: StoreConfig, commitlog: CommitLog, cq: ConsumeQueue | None,
     else:
         i = len(offs)
     result.next_begin_offset = offset + i
+    if offs:  # RocketMQ's maxPhyOffsetPulling: the last unit looked at
+        result.suggest_pulling_from_slave = (max_phy - offs[min(i, len(offs) - 1)]) > memory_limit
     return result
 
 
@@ -228,4 +230,6 @@ def _get_raw(cfg: StoreConfig, commitlog: CommitLog, units, offset: int, max_msg
     else:
         i = len(offs)
     result.next_begin_offset = offset + i
+    if offs:  # RocketMQ's maxPhyOffsetPulling: the last unit looked at
+        result.suggest_pulling_from_slave = (max_phy - offs[min(i, len(offs) - 1)]) > memory_limit
     return result

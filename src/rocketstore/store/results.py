@@ -18,6 +18,9 @@ class PutStatus(enum.Enum):
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     OS_PAGE_CACHE_BUSY = "OS_PAGE_CACHE_BUSY"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
+    WHEEL_TIMER_FLOW_CONTROL = "WHEEL_TIMER_FLOW_CONTROL"  # RocketMQ 5's timer answers
+    WHEEL_TIMER_MSG_ILLEGAL = "WHEEL_TIMER_MSG_ILLEGAL"
+    WHEEL_TIMER_NOT_ENABLE = "WHEEL_TIMER_NOT_ENABLE"
 
     @property
     def ok(self) -> bool:
@@ -50,6 +53,9 @@ class PutMessageResult:
     # SYNC_FLUSH put with ``defer_sync``: the CommitLog offset the caller must see durable
     # before it may acknowledge (0: nothing to wait for; see ``FlushService.add_listener``)
     sync_offset: int = 0
+    # SYNC_MASTER with a deferred replica wait (``PutPath.defer_replica_wait``): the caller
+    # still has to wait for a slave to hold this offset (``HAService.submit_wait``)
+    replica_wait_offset: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -64,6 +70,9 @@ class GetMessageResult:
     max_offset: int = 0
     messages: list[MessageExt] = field(default_factory=list)
     buffers: list[bytes] = field(default_factory=list)  # the raw stored records
+    # RocketMQ's suggestPullingFromSlave: the pull lags the CommitLog end by more than the
+    # page-cache share of RAM (accessMessageInMemoryMaxRatio)
+    suggest_pulling_from_slave: bool = False
 
     @property
     def message_count(self) -> int:

@@ -28,7 +28,6 @@ has after a crash and before the next open.
 """
 from __future__ import annotations
 
-import fcntl
 import os
 from dataclasses import asdict, dataclass, field
 
@@ -37,7 +36,6 @@ import numpy as np
 from .consume_queue_ext import read_ext_tags
 
 from ..config import StoreConfig
-from ..errors import StoreLockedError
 from ..format import batch as fbatch
 from ..format.hashing import index_key_hash_many
 from ..format.index_layout import (ENTRY_DTYPE, INDEX_HEADER, INDEX_HEADER_SIZE, entry_position,
@@ -46,6 +44,7 @@ from ..format.layouts import CQ_UNIT_SIZE, name_to_offset
 from ..format.message import TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
 from .consume_queue import FILLER_SIZE, UNIT_DTYPE
 from .index_file import index_keys
+from .lock import check_unlocked
 
 ERROR = "error"
 WARNING = "warning"
@@ -73,6 +72,7 @@ class VerifyReport:
     cq_units: int = 0
     index_files: int = 0
     index_entries: int = 0
+    timer_units: int = 0
     min_offset: int = 0
     max_offset: int = 0
     problems: list[Problem] = field(default_factory=list)
@@ -133,20 +133,22 @@ def verify_store(root: str, cfg: StoreConfig | None = None, *, check_lock: bool 
     records = _verify_commitlog(cfg, report)
     _verify_consume_queues(cfg, report, records)
     _verify_index(cfg, report, records)
+    _verify_timer(cfg, report, records)
     return report
 
 
+def _verify_timer(cfg: StoreConfig, report: VerifyReport, records: _Records) -> None:
+    """4. RocketMQ 5's timer files (``store/timer/offline.py``)."""
+    from .timer.offline import detect_precision, verify_timer
+    root = cfg.store_path_root_dir
+    order = np.argsort(records.phy, kind="stable")
+    precision = detect_precision(root, cfg.timer_precision_ms)
+    report.timer_units = verify_timer(root, precision, records.phy[order], records.topic_arr[order],
+                                      records.min_offset, report.add)
+
+
 def _check_unlocked(root: str) -> None:
-    path = os.path.join(root, "lock")
-    if not os.path.exists(path):
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        raise StoreLockedError(f"{path}: the store is open; verify checks a closed store") from exc
-    finally:
-        os.close(fd)  # closing drops the probe lock
+    check_unlocked(root, "the store is open; verify checks a closed store")
 
 
 def _listing(directory: str) -> list[tuple[int, str]]:

@@ -17,13 +17,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import stat
-import tempfile
 import threading
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from ...remoting.codes import ResponseCode
 from ...remoting.command import RemotingCommand
+from ...store.checkpoint import atomic_write
 from .plain import (AclError, AclSnapshot, DataVersion, acl_files, build_account,
                     check_resource_perms, cluster_acl_config, file_stamp, load_snapshot,
                     parse_request, validate, versions_json)
@@ -55,31 +54,16 @@ def read_yaml(path: str) -> dict | None:
 
 
 def write_yaml(path: str, data: dict) -> None:
-    """Write ``data`` in SnakeYAML's ``dumpAsMap`` block style, atomically."""
+    """Write ``data`` in SnakeYAML's ``dumpAsMap`` block style, atomically (the file keeps its
+    permission bits, a new one is 0600: it holds secret keys; a symlinked file, a mounted
+    config, is written through)."""
     import yaml
 
     text = yaml.safe_dump(data, default_flow_style=False, sort_keys=False, allow_unicode=True)
-    path = os.path.realpath(path)  # a symlinked file (a mounted config) is written through
-    folder = os.path.dirname(path) or "."
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".plain_acl.", dir=folder)
-    try:
-        if os.path.exists(path):  # keep the file's mode (mkstemp makes 0600)
-            os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    dfd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    path = os.path.realpath(path)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    atomic_write(path, text.encode("utf-8"), point=None, keep_mode=True, new_file_mode=0o600,
+                 record_synced=False)
 
 
 def _split(value: str | None) -> list[str] | None:

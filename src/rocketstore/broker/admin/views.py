@@ -320,6 +320,8 @@ def runtime_info(store: Any, store_config: Any, broker_config: Any, stats: Any,
         "putMessageDistributeTime": "null", "dispatchMaxBuffer": 0,
         "putLatency99": "0.00", "putLatency999": "0.00",
     }
+    from ...store.timer.service import runtime_info as timer_runtime_info
+    info.update(timer_runtime_info(getattr(store, "timer", None)))  # RocketMQ 5's timer keys
     root = store_config.store_path_root_dir
     cl_ratio = disk_ratio(store_config.commitlog_dir)
     info["commitLogDiskRatio"] = str(cl_ratio)
@@ -341,6 +343,8 @@ def runtime_info(store: Any, store_config: Any, broker_config: Any, stats: Any,
         info["getTotalTps"] = " ".join(f"{found.rate(w) + miss.rate(w):.1f}" for w in (10, 60, 600))
         n = stats.put_msgs.total
         info["putMessageAverageSize"] = str(stats.put_bytes.total / n if n else 0.0)
+    from ..replication import ha_runtime_fields  # master/slave replication (store/ha)
+    info.update(ha_runtime_fields(store))
     health = getattr(store, "dispatch_error", None)
     info["dispatchHealthy"] = "false" if health else "true"
     if health:

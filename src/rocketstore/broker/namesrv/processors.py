@@ -16,7 +16,7 @@ from ...remoting.codes import RequestCode, ResponseCode
 from ...remoting.command import RemotingCommand
 from ..state.topics import ensure_topic
 from .kvconfig import ORDER_TOPIC_CONFIG, kv_table_body
-from .routes import parse_register_body, route_body
+from .routes import local_broker_addrs, parse_register_body, route_body
 from .settings import LIVE, PATHS
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ async def cluster_info(ctx: NamesrvContext, conn: Any, cmd: RemotingCommand) -> 
         clusters.setdefault(cluster, set()).add(name)
     if ctx.local is not None:
         cfg = ctx.local.config
-        addr_table[cfg.broker_name] = {"brokerAddrs": {"0": cfg.broker_addr},
+        addr_table[cfg.broker_name] = {"brokerAddrs": local_broker_addrs(ctx.local, ctx.table),
                                        "brokerName": cfg.broker_name,
                                        "cluster": cfg.cluster_name}
         clusters.setdefault(cfg.cluster_name, set()).add(cfg.broker_name)
@@ -81,11 +81,26 @@ async def register(ctx: NamesrvContext, conn: Any, cmd: RemotingCommand) -> Remo
     except (ValueError, UnicodeDecodeError) as exc:
         return cmd.response(ResponseCode.SYSTEM_ERROR,
                             remark=f"Failed to decode RegisterBrokerBody: {exc}")
-    ctx.table.register(cmd.require_str("clusterName"), cmd.require_str("brokerAddr"),
-                   cmd.require_str("brokerName"), cmd.get_int("brokerId", 0) or 0,
-                   topics, version)
+    name = cmd.require_str("brokerName")
+    broker_id = cmd.get_int("brokerId", 0) or 0
+    ctx.table.register(cmd.require_str("clusterName"), cmd.require_str("brokerAddr"), name,
+                       broker_id, topics, version, cmd.get_str("haServerAddr") or "", channel=conn)
     order = ctx.kv.namespace(ORDER_TOPIC_CONFIG)  # RegisterBrokerResult.kvTable; none: no body
-    return cmd.response(ResponseCode.SUCCESS, {"haServerAddr": "", "masterAddr": ""},
+    answer: dict[str, str] = {}  # a slave learns its master (RocketMQ: absent when none)
+    if broker_id != 0:
+        local = ctx.local
+        master: tuple[str, str] | None
+        if local is not None and name == local.config.broker_name and \
+                getattr(local.config, "broker_id", 0) == 0:
+            ha = local.ha_server_addr() if local.ha_server_addr is not None else None
+            master = (ha or "", local.config.broker_addr)
+        else:
+            master = ctx.table.master_of(name)
+        if master is not None:
+            if master[0]:
+                answer["haServerAddr"] = master[0]
+            answer["masterAddr"] = master[1]
+    return cmd.response(ResponseCode.SUCCESS, answer,
                         body=kv_table_body(order) if order is not None else b"")
 
 

@@ -136,7 +136,9 @@ class NameServerRegistration:
                  broker_addr: Callable[[], str], topic_table: Callable[[], dict[str, dict]],
                  broker_id: int = 0, period_s: float = 30.0, check_s: float = 1.0,
                  timeout_s: float = 3.0,
-                 order_topics: Callable[[set[str]], Any] | None = None) -> None:
+                 order_topics: Callable[[set[str]], Any] | None = None,
+                 ha_server_addr: Callable[[], str] | None = None,
+                 on_master: Callable[[str | None, str | None], Any] | None = None) -> None:
         self.addrs = list(namesrv_addrs)
         self.cluster_name = cluster_name
         self.broker_name = broker_name
@@ -147,6 +149,9 @@ class NameServerRegistration:
         self.check_s = check_s
         self.timeout_s = timeout_s
         self.order_topics = order_topics  # gets the name server's ORDER_TOPIC_CONFIG topics
+        self.ha_server_addr = ha_server_addr  # brokerIP2:haListenPort, registered as haServerAddr
+        # a slave: (master's haServerAddr, master's broker address) of each register answer
+        self.on_master = on_master
         self._channels = {a: _Channel(a) for a in self.addrs}
         self._task: asyncio.Task | None = None
         self._counter = 0
@@ -169,7 +174,8 @@ class NameServerRegistration:
     async def register_all(self) -> int:
         """Register at every name server now; how many accepted."""
         body = self._body()
-        header = dict(self._header(), haServerAddr="", compressed=False,
+        ha_addr = self.ha_server_addr() if self.ha_server_addr is not None else ""
+        header = dict(self._header(), haServerAddr=ha_addr, compressed=False,
                       bodyCrc32=zlib.crc32(body) & 0x7FFFFFFF)
         ok = 0
         for addr, ch in self._channels.items():
@@ -189,6 +195,9 @@ class NameServerRegistration:
             self.last_ok[addr] = time.monotonic()
             ok += 1
             self._apply_kv_table(addr, resp.body)
+            if self.on_master is not None and self.broker_id != 0:
+                self.on_master(resp.ext_fields.get("haServerAddr") or None,
+                               resp.ext_fields.get("masterAddr") or None)
         return ok
 
     def _apply_kv_table(self, addr: str, body: bytes | None) -> None:

@@ -61,6 +61,7 @@ class _BrokerData:
 class _Live:
     last_update: float
     data_version: Any
+    ha_server_addr: str = ""
 
 
 class RouteTable:
@@ -73,10 +74,14 @@ class RouteTable:
         self._topics: dict[str, dict[str, dict]] = {}  # topic -> broker name -> queue data
         self._order: dict[str, str] = {}  # topic -> orderTopicConf of a broker
         self._live: dict[str, _Live] = {}  # broker address -> last registration
+        self._channels: dict[Any, str] = {}  # connection a broker registered on -> its address
 
     def register(self, cluster: str, addr: str, name: str, broker_id: int,
-                 topic_table: dict[str, dict] | None, data_version: Any) -> None:
+                 topic_table: dict[str, dict] | None, data_version: Any,
+                 ha_server_addr: str = "", channel: Any = None) -> None:
         with self._lock:
+            if channel is not None:
+                self._channels[channel] = addr
             bd = self._brokers.setdefault(name, _BrokerData(cluster))
             bd.cluster = cluster
             for bid, a in list(bd.addrs.items()):  # same address, new id: the old entry goes
@@ -86,12 +91,43 @@ class RouteTable:
             bd.addrs[broker_id] = addr
             prev = self._live.get(addr)
             changed = first or prev is None or prev.data_version != data_version
-            self._live[addr] = _Live(time.monotonic(), data_version)
+            self._live[addr] = _Live(time.monotonic(), data_version, ha_server_addr)
             if broker_id == MASTER_ID and topic_table is not None and changed:
                 for topic, tc in topic_table.items():
                     self._topics.setdefault(topic, {})[name] = _queue_data(name, tc)
                     if tc.get("order"):
                         self._order[topic] = f"{name}:{int(tc.get('writeQueueNums', 0))}"
+
+    def channel_closed(self, channel: Any) -> str | None:
+        """A broker's connection closed: forget that address at once (RocketMQ's
+        ``onChannelDestroy``), so clients route to the slave left; the address, if any."""
+        with self._lock:
+            addr = self._channels.pop(channel, None)
+            if addr is None or addr in self._channels.values():
+                return None
+            self._live.pop(addr, None)
+            for name, bd in list(self._brokers.items()):
+                for bid, a in list(bd.addrs.items()):
+                    if a == addr:
+                        del bd.addrs[bid]
+                if not bd.addrs:
+                    self._drop_broker(name)
+        log.warning("broker %s connection closed: removed from the routes", addr)
+        return addr
+
+    def master_of(self, name: str) -> tuple[str, str] | None:
+        """(haServerAddr, address) of broker ``name``'s live id-0 entry (a slave's answer)."""
+        self.expire()
+        with self._lock:
+            bd = self._brokers.get(name)
+            addr = bd.addrs.get(MASTER_ID) if bd is not None else None
+            live = self._live.get(addr) if addr else None
+            return (live.ha_server_addr, addr) if live is not None and addr else None
+
+    def addrs_of(self, name: str) -> dict[int, str]:
+        with self._lock:
+            bd = self._brokers.get(name)
+            return dict(bd.addrs) if bd is not None else {}
 
     def unregister(self, addr: str, name: str, broker_id: int) -> None:
         with self._lock:
@@ -188,6 +224,8 @@ class LocalBroker:
     config: Any  # BrokerConfig
     store_config: Any  # StoreConfig
     topics: Any  # TopicConfigManager
+    # brokerIP2:haListenPort of the local broker, what a slave registering here is told
+    ha_server_addr: Callable[[], str | None] | None = None
 
 
 class LocalRoutePerms:
@@ -214,9 +252,18 @@ class LocalRoutePerms:
         return self._perms.get(topic, perm)
 
 
-def _local_route(local: LocalBroker, tc: Any, perms: LocalRoutePerms | None) -> tuple[dict, dict]:
+def local_broker_addrs(local: LocalBroker, table: RouteTable | None) -> dict[str, str]:
+    """The local broker's address under its id, with the slaves registered under its name."""
     cfg = local.config
-    bd = {"brokerAddrs": {"0": cfg.broker_addr}, "brokerName": cfg.broker_name,
+    addrs = {str(k): v for k, v in (table.addrs_of(cfg.broker_name) if table is not None else {}).items()}
+    addrs[str(getattr(cfg, "broker_id", 0))] = cfg.broker_addr
+    return dict(sorted(addrs.items(), key=lambda kv: int(kv[0])))
+
+
+def _local_route(local: LocalBroker, tc: Any, perms: LocalRoutePerms | None,
+                 table: RouteTable | None = None) -> tuple[dict, dict]:
+    cfg = local.config
+    bd = {"brokerAddrs": local_broker_addrs(local, table), "brokerName": cfg.broker_name,
           "cluster": cfg.cluster_name}
     qd = _queue_data(cfg.broker_name, tc.to_json())
     if perms is not None:
@@ -236,7 +283,7 @@ def route_body(local: LocalBroker | None, tc: Any, table: RouteTable | None = No
         name = local.config.broker_name
         bds = [b for b in bds if b["brokerName"] != name]
         qds = [q for q in qds if q["brokerName"] != name]
-        bd, qd = _local_route(local, tc, perms)
+        bd, qd = _local_route(local, tc, perms, table)
         bds.insert(0, bd)
         qds.insert(0, qd)
         if tc.order:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ...remoting.codes import (PERM_READ, PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION,
                                PULL_FLAG_SUSPEND, ResponseCode)
 from ...remoting.command import RemotingCommand
+from ..replication import suggest_broker_id
 from .sql92 import PullRefused, pull_subscription
 
 if TYPE_CHECKING:
@@ -40,6 +41,11 @@ def pull_code(status_name: str, queue_offset: int) -> int:
     if status_name in ("OFFSET_OVERFLOW_BADLY", "OFFSET_TOO_SMALL"):
         return ResponseCode.PULL_OFFSET_MOVED
     return ResponseCode.SYSTEM_ERROR
+
+
+# statuses whose nextBeginOffset a master corrects and a slave leaves at the request's offset
+_SLAVE_KEEPS_OFFSET = frozenset({"OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY", "NO_MESSAGE_IN_QUEUE",
+                                 "NO_MATCHED_LOGIC_QUEUE", "OFFSET_FOUND_NULL"})
 
 
 async def pull(ctx: PullContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
@@ -66,7 +72,7 @@ async def pull(ctx: PullContext, conn: Any, cmd: RemotingCommand) -> RemotingCom
     except PullRefused as exc:
         return cmd.response(exc.code, remark=exc.remark)
     expr, message_filter = psub.tags, psub.message_filter
-    if sys_flag & PULL_FLAG_COMMIT_OFFSET:
+    if sys_flag & PULL_FLAG_COMMIT_OFFSET and not ctx.is_slave:  # a slave never commits
         commit = cmd.get_int("commitOffset", -1)
         if commit is not None and commit >= 0:
             ctx.offsets.commit(group, topic, queue_id, commit)
@@ -102,7 +108,17 @@ async def pull(ctx: PullContext, conn: Any, cmd: RemotingCommand) -> RemotingCom
         woken = await ctx.hold.wait(topic, queue_id, at, remaining, read)
         # the reput thread may have read for us; otherwise read again on the executor
         g = woken if hasattr(woken, "status") else await ctx.run(read)
-    fields = {"suggestWhichBrokerId": 0, "nextBeginOffset": g.next_begin_offset,
+    group_cfg = ctx.subgroups.get(group) if ctx.subgroups is not None else None
+    suggest = suggest_broker_id(ctx.config.slave_read_enable,
+                                getattr(g, "suggest_pulling_from_slave", False), group_cfg)
+    next_begin = g.next_begin_offset
+    if ctx.is_slave and g.status.name in _SLAVE_KEEPS_OFFSET:
+        # offsetCheckInSlave=false: a slave never moves a consumer's offset
+        next_begin = offset
+        if code == ResponseCode.PULL_OFFSET_MOVED:
+            code = ResponseCode.PULL_RETRY_IMMEDIATELY
+            suggest = int(getattr(group_cfg, "broker_id", 0))
+    fields = {"suggestWhichBrokerId": suggest, "nextBeginOffset": next_begin,
               "minOffset": g.min_offset, "maxOffset": g.max_offset}
     body = b"".join(g.buffers) if code == ResponseCode.SUCCESS else b""
     ctx.stats.record_get(group, topic, len(g.buffers) if body else 0, len(body))

@@ -47,6 +47,9 @@ _PUT_CODES = {
     "PROPERTIES_SIZE_EXCEEDED": ResponseCode.MESSAGE_ILLEGAL,
     "OS_PAGE_CACHE_BUSY": ResponseCode.SYSTEM_BUSY,
     "UNKNOWN_ERROR": ResponseCode.SYSTEM_ERROR,
+    "WHEEL_TIMER_MSG_ILLEGAL": ResponseCode.MESSAGE_ILLEGAL,  # RocketMQ 5's answers
+    "WHEEL_TIMER_FLOW_CONTROL": ResponseCode.SYSTEM_ERROR,
+    "WHEEL_TIMER_NOT_ENABLE": ResponseCode.SYSTEM_ERROR,
 }
 
 
@@ -137,6 +140,8 @@ async def send(ctx: SendContext, conn: Any, cmd: RemotingCommand) -> RemotingCom
     code = put_code(r.status)
     ctx.stats.record_put(base["topic"], 1, len(cmd.body), _status_ok(code))
     if not _status_ok(code):
+        if r.status.name.startswith("WHEEL_TIMER"):  # RocketMQ 5's remark as it is
+            return cmd.response(code, remark=r.error or r.status.name)
         return cmd.response(code, remark=f"put message failed: {r.status.name} {r.error or ''}")
     return cmd.response(code, {"msgId": r.msg_id, "queueId": base["queue_id"],
                                "queueOffset": r.queue_offset,

@@ -9,9 +9,16 @@ held per waiting put; ``put_blocking`` callers still wait in the store (``wait_f
 ``UNIQ_KEY`` a message without one gets (``StoreConfig.generate_uniq_key``), the store host a
 message without one gets (``StoreConfig.store_host``), delay levels and size limits. What a
 send checks before it gets here (the topic, its perm, the queue) is in ``processors.send``.
+
+On a SYNC_MASTER the store's put path leaves the wait for a slave to the caller
+(``PutPath.defer_replica_wait``, set by the controller): ``submit`` then awaits the store's
+``ha.submit_wait`` on the event loop, so many puts wait for one acknowledgement together
+without holding a thread each, and the result carries FLUSH_SLAVE_TIMEOUT or
+SLAVE_NOT_AVAILABLE when no slave held the message in time.
 """
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Awaitable, Callable
 
 from ...format.message import Message
@@ -40,7 +47,12 @@ class Puts:
         return self.store.put_messages(msgs, nowait=nowait, defer_sync=True)
 
     async def put(self, msg: Message) -> Any:
-        """Put one message; its ``PutMessageResult`` (under SYNC_FLUSH once durable)."""
+        """Put one message; its ``PutMessageResult`` (once durable / replicated as configured)."""
+        if self.sync_waiter is None and self.writer is not None:  # the hot path, inline
+            r = await self.writer.submit(self.put_blocking, msg)
+            if getattr(r, "replica_wait_offset", None) is None:
+                return r
+            return await self._replicas(r)
         return await self.submit(self.put_blocking, msg)
 
     async def put_batch(self, msgs: list[Message]) -> Any:
@@ -54,14 +66,36 @@ class Puts:
                 fn = self._put_deferred
             elif fn == self.put_batch_blocking:
                 fn = self._put_batch_deferred
+            if fn in (self._put_deferred, self._put_batch_deferred):
+                r = await self.sync_waiter.wait(await self.writer.submit(fn, *args))
             else:  # anything else blocks in the store: the executor, as before
-                return await self.run(fn, *args)
-            return await self.sync_waiter.wait(await self.writer.submit(fn, *args))
-        if self.writer is not None:
-            return await self.writer.submit(fn, *args)
-        return await self.run(fn, *args)
+                r = await self.run(fn, *args)
+        elif self.writer is not None:
+            r = await self.writer.submit(fn, *args)
+        else:
+            r = await self.run(fn, *args)
+        return await self._replicas(r)
+
+    async def _replicas(self, r: Any) -> Any:
+        """SYNC_MASTER: wait (on the loop) until a slave holds the put (``replica_wait_offset``)."""
+        wait_to = getattr(r, "replica_wait_offset", None)
+        ha = getattr(self.store, "ha", None)
+        if wait_to is not None and ha is not None:
+            loop = asyncio.get_running_loop()
+            fut = loop.create_future()
+            ha.submit_wait(wait_to, lambda st: loop.call_soon_threadsafe(_resolve, fut, st))
+            status = await fut
+            r.replica_wait_offset = None
+            if status.name != "PUT_OK":
+                r.status = status
+        return r
 
     def inline(self) -> tuple[Callable, ...]:
         """The put functions ``PutWriter`` may try on the event loop first."""
         return (self.put_blocking, self.put_batch_blocking, self._put_deferred,
                 self._put_batch_deferred)
+
+
+def _resolve(fut: asyncio.Future, value: Any) -> None:
+    if not fut.done():
+        fut.set_result(value)

@@ -16,6 +16,7 @@ from typing import Any
 
 from ...remoting.jsonbody import load_json_text
 from ...store import syncprobe
+from ...store.checkpoint import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -87,21 +88,11 @@ def _write_json_atomic(path: str, obj: Any) -> None:
 
 
 def _write_bytes_atomic(path: str, data: bytes) -> None:
-    d = os.path.dirname(path)
-    os.makedirs(d, exist_ok=True)
-    tmp = f"{path}.tmp"
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-    except BaseException:  # a full disk: the old version stays, no partial temp file is left
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    if os.path.exists(path):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+
+    def rotate() -> None:
+        if not os.path.exists(path):
+            return
         # the previous version becomes the backup, unless it was found damaged: then it is
         # kept as ``.damaged`` for the operator and the good backup stays
         key = os.path.abspath(path)
@@ -112,9 +103,5 @@ def _write_bytes_atomic(path: str, data: bytes) -> None:
         else:
             _DAMAGED.discard(key)
         syncprobe.crash_point("state-write")
-    os.replace(tmp, path)
-    fd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+
+    atomic_write(path, data, point=None, before_replace=rotate, record_synced=False)

@@ -50,6 +50,13 @@ class ConsumerOffsetManager:
         with self._lock:
             return {k: dict(v) for k, v in self._table.items()}
 
+    def merge(self, table: dict[str, dict[int, int]]) -> None:
+        """A slave's copy of its master's offsets: the master's entries win, others stay."""
+        with self._lock:
+            for key, queues in table.items():
+                self._table[key] = dict(queues)
+            self._dirty = True
+
     def persist(self, force: bool = False) -> None:
         with self._lock:
             if not (self._dirty or force):
@@ -78,6 +85,13 @@ class DelayOffsetStore:
     def get(self, level: int) -> int:
         with self._lock:
             return self._table.get(level, 0)
+
+    def replace_all(self, table: dict[int, int]) -> None:
+        """A slave takes its master's delay offsets as they are; persisted."""
+        with self._lock:
+            self._table = dict(table)
+            self._dirty = True
+        self.persist()
 
     def set(self, level: int, offset: int) -> None:
         with self._lock:

@@ -139,6 +139,22 @@ class SubscriptionGroupManager:
             self.persist()
         return found
 
+    def replace_all(self, wrapper: dict) -> None:
+        """A slave takes its master's table and data version (SlaveSynchronize); persisted."""
+        groups = {}
+        for name, d in (wrapper.get("subscriptionGroupTable") or {}).items():
+            try:
+                groups[name] = SubscriptionGroupConfig.from_json({"groupName": name, **(d or {})})
+            except ValueError:
+                continue
+        version = wrapper.get("dataVersion") or {}
+        with self._lock:
+            self._groups = groups
+            self._counter = int(version.get("counter", self._counter))
+            self._timestamp = int(version.get("timestamp", self._timestamp))
+            self._dirty = True
+        self.persist()
+
     def _bump(self) -> None:
         self._counter += 1
         self._timestamp = int(time.time() * 1000)

@@ -125,6 +125,18 @@ class TopicConfigManager:
             self.persist()
         return found
 
+    def replace_all(self, table: dict[str, dict]) -> None:
+        """A slave takes its master's whole table (SlaveSynchronize); persisted."""
+        topics = {}
+        for name, d in table.items():
+            topics[name] = TopicConfig.from_json({"topicName": name, **(d or {})})
+        with self._lock:
+            self._topics = topics
+            if self.DEFAULT_TOPIC not in self._topics:
+                self._topics[self.DEFAULT_TOPIC] = TopicConfig(self.DEFAULT_TOPIC, 8, 8, 7)
+            self._counter += 1
+        self.persist()
+
     @property
     def data_version(self) -> int:
         """Moves on every change of the table (RocketMQ's ``dataVersion`` counter)."""
