@@ -98,9 +98,9 @@ def main() -> None:
                 continue
             brokers = [make(n, os.path.join(workdir, "sync" if sync else "async"), sync,
                             java_home, args.base_src) for n in names]
-            for b in brokers:
-                b.start()
             try:
+                for b in brokers:
+                    b.start()
                 for rep in range(args.reps):
                     for threads in mode_cells:
                         order = brokers[rep % len(brokers):] + brokers[:rep % len(brokers)]
@@ -124,7 +124,10 @@ def main() -> None:
                             print(json.dumps(row), file=sys.stderr, flush=True)
             finally:
                 for b in brokers:
-                    b.stop()
+                    try:
+                        b.stop()
+                    except AttributeError:  # never started
+                        pass
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     summary = {}
