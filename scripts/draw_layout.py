@@ -33,7 +33,7 @@ CAPTIONS = {
     "broker.admin": "mqadmin, console", "broker.namesrv": "name server",
     "broker.acl": "plain ACL", "broker.services": "puts, delay, txn, long poll",
     "broker.state": "topics, offsets, groups", "broker.server": "asyncio sockets",
-    "broker.config": "BrokerConfig", "broker.eventloop": "uvloop or asyncio",
+    "broker.config": "BrokerConfig", "broker.replication": "master/slave rules", "broker.eventloop": "uvloop or asyncio",
 }
 
 

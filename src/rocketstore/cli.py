@@ -2,12 +2,15 @@
 
 Each sub-command lives in its own module under ``rocketstore.commands`` and exposes a click
 command named ``command`` (or a list ``commands``); this module discovers them, so features add
-commands without editing a shared file. Errors print one line and exit non-zero.
+commands without editing a shared file. Errors print ``error: <message>`` on stderr and exit 1
+(a user error) or 2 (a usage error).
 """
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
+import re
 import sys
 
 import click
@@ -16,16 +19,49 @@ from . import commands as _commands_pkg
 from .errors import RocketStoreError
 
 
+USER_ERROR = 1  # bad input, a missing store or topic, a broker that refused or is gone
+USAGE_ERROR = 2  # the command line itself is wrong
+
+
 class _Group(click.Group):
+    """One error convention for every command: the message on stderr after ``error:``, exit 1
+    for a user error, 2 for a usage error (with the usage line and the ``--help`` hint)."""
+
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         try:
             return super().invoke(ctx)
-        except RocketStoreError as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(2)
-        except (FileNotFoundError, PermissionError, ValueError) as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(2)
+        except click.UsageError as exc:
+            if exc.ctx is not None:
+                click.echo(exc.ctx.get_usage(), err=True)
+                click.echo(f"Try '{exc.ctx.command_path} --help' for help.", err=True)
+            click.echo(f"error: {exc.format_message()}", err=True)
+            sys.exit(USAGE_ERROR)
+        except click.ClickException as exc:
+            click.echo(f"error: {readable(exc.format_message())}", err=True)
+            sys.exit(USER_ERROR)
+        except (RocketStoreError, FileNotFoundError, PermissionError, ValueError) as exc:
+            click.echo(f"error: {readable(str(exc))}", err=True)
+            sys.exit(USER_ERROR)
+
+
+_ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException: "
+_JAVA_FRAME = re.compile(r",?\s*org\.apache\.rocketmq\.[\w.$]+\([\w]+\.java:\d+\)")
+
+
+def readable(message: str) -> str:
+    """A broker's answer as a person reads it: RocketMQ's ACL refusal (which names a Java
+    exception and source line, kept on the wire for Java clients' sake) without those, plus
+    what to do about it."""
+    if _ACL_EXCEPTION not in message:
+        return message
+    text = _JAVA_FRAME.sub("", message.replace(_ACL_EXCEPTION, "")).rstrip(", ")
+    if os.environ.get("ROCKETMQ_ACCESS_KEY"):
+        hint = (f"refused by the broker's ACL for access key "
+                f"{os.environ['ROCKETMQ_ACCESS_KEY']!r}: check its permissions in plain_acl.yml")
+    else:
+        hint = ("refused by the broker's ACL: set ROCKETMQ_ACCESS_KEY and ROCKETMQ_SECRET_KEY "
+                "to sign requests with an account")
+    return f"{text} ({hint})"
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

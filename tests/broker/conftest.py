@@ -59,12 +59,15 @@ def wait_max_offset(consumer, topic: str, queue_id: int, at_least: int,
         time.sleep(0.02)
 
 
-def start_server(store: str, *extra: str, log_path: str | None = None) -> Server:
-    port, ns_port = free_port(), free_port()
+def start_server(store: str, *extra: str, log_path: str | None = None,
+                 namesrv_port: int | None = None) -> Server:
+    port, ns_port = free_port(), namesrv_port or free_port()
     log_path = log_path or os.path.join(os.path.dirname(store), f"serve-{port}.log")
     err = open(log_path, "w")
+    # a broker joining outside name servers starts none of its own unless a test asks
+    ns_opt = [] if "--namesrv" in extra and namesrv_port is None else ["--namesrv-port", str(ns_port)]
     cmd = [sys.executable, "-m", "rocketstore.cli", "serve", "--store", store, "--host",
-           "127.0.0.1", "--port", str(port), "--namesrv-port", str(ns_port), "--json",
+           "127.0.0.1", "--port", str(port), *ns_opt, "--json",
            "--log-level", "INFO", *SMALL_STORE, *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
     deadline = time.monotonic() + 30

@@ -261,6 +261,14 @@ def test_cli_commands_sign_with_keys_from_the_environment(acl_server):
             "from-cli"]
     refused = subprocess.run(send, capture_output=True, text=True, env=env, timeout=60)
     assert refused.returncode != 0 and "No accessKey is configured" in refused.stderr
+    # said for a person: no Java exception or source line, and what to set
+    assert refused.returncode == 1 and refused.stderr.startswith("error: "), refused.stderr
+    assert ".java:" not in refused.stderr and "AclException" not in refused.stderr, refused.stderr
+    assert "set ROCKETMQ_ACCESS_KEY and ROCKETMQ_SECRET_KEY" in refused.stderr, refused.stderr
+    denied = subprocess.run([*cli, "send", "--namesrv", acl_server.namesrv, "--topic", "topicA",
+                             "x"], capture_output=True, text=True, env=keyed, timeout=60)
+    assert denied.returncode == 1 and "access key 'RocketMQ'" in denied.stderr, denied.stderr
+    assert ".java:" not in denied.stderr
     ok = subprocess.run(send, capture_output=True, text=True, env=keyed, timeout=60)
     assert ok.returncode == 0, ok.stderr
     admin = dict(env, ROCKETMQ_ACCESS_KEY="rocketmq2", ROCKETMQ_SECRET_KEY="12345678")

@@ -275,3 +275,27 @@ def test_operators_see_the_pair(cluster):
         os.kill(slave.proc.pid, signal.SIGCONT)
     wait_for(lambda: status()["brokers"][0]["replication"]["slaves"][0]["lag_bytes"] == 0, 20,
              "catch-up")
+
+
+@pytest.mark.parametrize("slave_read", [True, False])
+def test_master_suggests_the_slave_to_lagging_readers(cluster, slave_read):
+    """suggestWhichBrokerId as RocketMQ's PullMessageProcessor sets it: with slaveReadEnable a
+    pull further behind the CommitLog end than accessMessageInMemoryMaxRatio of RAM (0 here:
+    any pull that is not at the end) is sent to whichBrokerWhenConsumeSlowly (1); without it,
+    always the master (0)."""
+    ns, track, tmp = cluster
+    master = track(start_broker(str(tmp / "m"), ns.addr, "ASYNC_MASTER",
+                                slaveReadEnable=str(slave_read).lower(),
+                                accessMessageInMemoryMaxRatio=0))
+    with Producer("ha-pg", ns.addr) as p:
+        for i in range(5):
+            p.send(TOPIC, _body(i), queue_id=0)
+    wait_for(lambda: admin_call(ns.addr, master.addr, RequestCode.GET_MAX_OFFSET,
+                                {"topic": TOPIC, "queueId": 0}).ext_fields.get("offset") == "5",
+             10, "dispatch")
+    r = admin_call(ns.addr, master.addr, RequestCode.PULL_MESSAGE,
+                   {"consumerGroup": "lagging", "topic": TOPIC, "queueId": 0, "queueOffset": 0,
+                    "maxMsgNums": 1, "sysFlag": 2, "commitOffset": 0, "suspendTimeoutMillis": 0,
+                    "subscription": "*", "subVersion": 0, "expressionType": "TAG"})
+    assert r.code == ResponseCode.SUCCESS
+    assert r.ext_fields["suggestWhichBrokerId"] == ("1" if slave_read else "0")

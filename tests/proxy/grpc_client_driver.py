@@ -5,7 +5,8 @@ line of output. Commands::
 
     produce  EP TOPIC N KIND [GROUPS]   KIND = normal | fifo | delay:<seconds>
     delays   EP TOPIC S1,S2,...         one message per offset (seconds from now, may be < 0),
-                                        delivery_timestamp = now + offset (whole seconds)
+                                        delivery_timestamp = now + offset (whole seconds); an
+                                        offset "!S" is expected to be refused: its error is kept
     receive  EP TOPIC GROUP WANT INVISIBLE_S ACK [ROUNDS] [TAG] [BATCH]   ACK = ack | noack
     bad      EP TOPIC                                         send errors as the client sees them
     txn      EP TOPIC WAIT_S     commit one, roll back one, leave one to the server's check
@@ -76,8 +77,16 @@ def delays(ep: str, topic: str, offsets: str) -> list:
             m = Message()
             m.topic = topic
             m.body = f"g-{off}".encode()
-            deliver_s = math.ceil(time.time() + float(off))  # this client takes epoch seconds
+            refuse = off.startswith("!")
+            deliver_s = math.ceil(time.time() + float(off.lstrip("!")))  # epoch seconds
             m.delivery_timestamp = deliver_s
+            if refuse:
+                try:
+                    p.send(m)
+                    out.append({"i": i, "refused": None})
+                except Exception as exc:  # the client's exception carries the proxy's code
+                    out.append({"i": i, "refused": repr(exc)})
+                continue
             r = p.send(m)
             out.append({"i": i, "message_id": r.message_id, "body": m.body.decode(),
                         "sent_ms": int(time.time() * 1000), "deliver_ms": deliver_s * 1000})

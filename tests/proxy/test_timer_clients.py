@@ -106,7 +106,7 @@ def test_both_clients_schedule_and_get_each_message_on_time(tmp_path):
         # the 5.x client, in its own process: +2 s, +65 s, past, the edge; then a SimpleConsumer
         grpc_sent, grpc_got = run_script(
             py, tmp_path,
-            ("delays", srv.grpc, "TimerG", "2,65,-3,%d" % WINDOW_S),
+            ("delays", srv.grpc, "TimerG", "2,65,-3,%d,!3700" % WINDOW_S),
             ("receive", srv.grpc, "TimerG", "G_timer", 4, 30, "ack", 45), timeout=200)
         got = arrivals.wait(len(due), 80)
         assert sorted(m.body for m, _ in got) == sorted(due)
@@ -117,6 +117,12 @@ def test_both_clients_schedule_and_get_each_message_on_time(tmp_path):
         assert int(rolled.properties["TIMER_ROLL_TIMES"]) >= 5
         assert {"TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_OUT_MS"} <= set(rolled.properties)
 
+        refused = [s for s in grpc_sent if "refused" in s]
+        grpc_sent = [s for s in grpc_sent if "refused" not in s]
+        # beyond timerMaxDelaySec: the broker's WHEEL_TIMER_MSG_ILLEGAL as ILLEGAL_DELIVERY_TIME
+        assert len(refused) == 1 and refused[0]["refused"], refused
+        assert "BadRequestException" in refused[0]["refused"], refused  # a 400xx code
+        assert "max delay 3600000ms" in refused[0]["refused"], refused
         assert sorted(g["message_id"] for g in grpc_got) == sorted(s["message_id"] for s in grpc_sent)
         for g in grpc_got:
             s = next(s for s in grpc_sent if s["message_id"] == g["message_id"])

@@ -89,3 +89,21 @@ def test_verify_names_damaged_timer_files(tmp_path):
         fh.truncate(4096)
     report = verify_store(root, c)
     assert any(p.file == "timerwheel" and "not 38707200" in p.what for p in report.errors)
+
+
+def test_status_of_a_closed_store_counts_waiting_timers(tmp_path):
+    import json
+    root = str(tmp_path / "s")
+    c = cfg(root)
+    with MessageStore(c) as s:
+        later = now_ms() + 3_600_000
+        for i in range(4):
+            assert timer_put(s, "T", b"w%d" % i, later + i).ok
+        deadline = time.monotonic() + 5
+        while s.timer.enqueued < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    r = subprocess.run([sys.executable, "-m", "rocketstore.cli", "status", "--store", root, "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rt = json.loads(r.stdout)["brokers"][0]["runtime"]
+    assert rt["timerCongestNum"] == "4" and rt["timerOffsetBehind"] == "0"

@@ -216,7 +216,13 @@ class Broker:
             ns_ctx = namesrv_context.build(local)
             self.route_perms = ns_ctx.perms
             self.route_table = ns_ctx.table
-            ns = RemotingServer(self, requests.namesrv_handlers(ns_ctx), "namesrv")
+            ns_handlers = requests.namesrv_handlers(ns_ctx)
+            if self.config.namesrv_acl_enable:  # write codes need an admin account
+                from .namesrv import acl as namesrv_acl
+                self._namesrv_acl = self.acl or acl_service.start_acl(self.config,
+                                                                      self.store_config)
+                ns_handlers = namesrv_acl.guard(self._namesrv_acl, ns_handlers)
+            ns = RemotingServer(self, ns_handlers, "namesrv")
             await ns.start(self.config.host, self.config.namesrv_port)
             self.config.namesrv_port = ns.port
             self.servers.append(ns)
@@ -298,11 +304,16 @@ class Broker:
         return perms.perm(self.topics, tc.topic_name, tc.perm) if perms is not None else tc.perm
 
     async def _register_at_name_servers(self) -> None:
-        from .namesrv.registration import NameServerRegistration, parse_namesrv_addrs
+        from .namesrv.registration import (NameServerRegistration, other_name_servers,
+                                           parse_namesrv_addrs)
 
         cfg = self.config
+        addrs = other_name_servers(parse_namesrv_addrs(cfg.namesrv_addr or ""), cfg.host,
+                                   cfg.namesrv_port)  # our own name server knows us already
+        if not addrs:
+            return
         self.registration = NameServerRegistration(
-            parse_namesrv_addrs(cfg.namesrv_addr or ""), cluster_name=cfg.cluster_name,
+            addrs, cluster_name=cfg.cluster_name,
             broker_name=cfg.broker_name, broker_addr=lambda: cfg.broker_addr,
             topic_table=lambda: {t.topic_name: t.to_json() for t in self.topics.topics()},
             period_s=cfg.register_name_server_period_ms / 1000.0,
@@ -354,6 +365,9 @@ class Broker:
             await self.slave_sync.stop()
         if self.acl is not None:
             self.acl.watcher.stop()
+        ns_acl = getattr(self, "_namesrv_acl", None)
+        if ns_acl is not None and ns_acl is not self.acl:
+            ns_acl.watcher.stop()
         if self.schedule is not None:
             await self.schedule.stop()
         if self.transaction_check is not None:

@@ -347,7 +347,8 @@ commands = [topics, status, consumers]
 
 
 # -- get / query through a broker --------------------------------------------------------------
-PULL_STATUS = {0: "FOUND", 19: "NO_NEW_MSG", 20: "RETRY_IMMEDIATELY", 21: "OFFSET_MOVED"}
+PULL_STATUS = {0: "FOUND", 17: "TOPIC_NOT_EXIST", 19: "NO_NEW_MSG", 20: "RETRY_IMMEDIATELY",
+               21: "OFFSET_MOVED"}
 
 
 def get_via_broker(namesrv: str | None, broker: str | None, topic: str, queue_id: int,

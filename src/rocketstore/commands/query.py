@@ -112,6 +112,11 @@ def _print(out: dict, topic, key, msg_id, body, as_json) -> None:
     else:
         what = f"key {key!r} in {topic}" if key is not None else f"id {msg_id}"
         click.echo(f"{len(msgs)} message(s) for {what}")
+        limit = out["query"].get("max") or 0
+        if key is not None and limit and len(msgs) >= min(limit, 64):
+            click.echo(f"note: {len(msgs)} shown, the most one query returns (--max {limit}, "
+                       "capped by max_msgs_num_batch); more may match: narrow with --begin / "
+                       "--end", err=True)
         for m in out["messages"]:
             line = (f"  {m['msg_id']} topic={m['topic']} queue={m['queue_id']}:{m['queue_offset']} "
                     f"offset={m['commitlog_offset']} stored={_iso(m['store_timestamp'])} "

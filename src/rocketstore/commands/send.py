@@ -36,42 +36,57 @@ def command(namesrv, topic, tags, keys, queue_id, sharding_key, delay_level, pro
         if not sep or not k:
             raise click.BadParameter(f"{p!r}: want NAME=VALUE", param_hint="--property")
         properties[k] = v
-    data = []
-    for b in bodies:
-        if b == "-":
-            data += [line.rstrip("\n").encode() for line in sys.stdin]
-        else:
-            data.append(b.encode())
     key_list = [k for k in (keys or "").split(",") if k]
     from ..client import SessionCredentials
+    from ..errors import RocketStoreError
     producer = Producer(group, namesrv, timeout_s=timeout,
                         credentials=SessionCredentials.from_env())
-    results = []
+    acked = stdin_acked = 0
+    source = "argument"
     try:
         if batch:
+            data = [d for _, d in _bodies(bodies)]
             msgs = [Message(topic=topic, body=d, tags=tags, keys=key_list or None,
                             properties=properties or None) for d in data]
             r = producer.send_batch(topic, msgs, queue_id=queue_id, sharding_key=sharding_key)
-            results = [{"status": r.status, "msg_id": mid, "offset_msg_id": oid,
-                        "queue_id": r.message_queue.queue_id, "queue_offset": r.queue_offset + i}
-                       for i, (mid, oid) in enumerate(zip(r.msg_ids,
-                                                          r.offset_msg_id.split(",")))]
+            for i, (mid, oid) in enumerate(zip(r.msg_ids, r.offset_msg_id.split(","))):
+                _emit({"status": r.status, "msg_id": mid, "offset_msg_id": oid,
+                       "queue_id": r.message_queue.queue_id, "queue_offset": r.queue_offset + i},
+                      as_json)
+            acked = len(data)
         else:
-            for d in data:
+            for source, d in _bodies(bodies):  # stdin lines are sent as they arrive
                 r = producer.send(topic, d, tags=tags, keys=key_list or None,
                                   properties=properties or None, queue_id=queue_id,
                                   sharding_key=sharding_key, delay_level=delay_level)
-                results.append({"status": r.status, "msg_id": r.msg_id,
-                                "offset_msg_id": r.offset_msg_id,
-                                "queue_id": r.message_queue.queue_id,
-                                "queue_offset": r.queue_offset})
-    except (ConnectionError, TimeoutError) as exc:
-        raise click.ClickException(str(exc)) from exc
+                _emit({"status": r.status, "msg_id": r.msg_id, "offset_msg_id": r.offset_msg_id,
+                       "queue_id": r.message_queue.queue_id, "queue_offset": r.queue_offset},
+                      as_json)
+                acked += 1
+                stdin_acked += source == "stdin"
+    except (ConnectionError, TimeoutError, OSError, RocketStoreError) as exc:
+        where = (f"; resume with line {stdin_acked + 1} of standard input" if source == "stdin"
+                 else f"; the first {acked} message(s) are stored" if acked else "")
+        raise click.ClickException(f"send failed after {acked} acknowledged message(s): "
+                                   f"{exc}{where}") from exc
     finally:
         producer.shutdown()
-    for r in results:
-        if as_json:
-            emit_json(r)
+
+
+def _bodies(bodies):
+    """(source, body) in order: each argument, and for ``-`` each line of standard input as
+    soon as it is read (so ``tail -f log | rocketstore send -`` sends while it runs)."""
+    for b in bodies:
+        if b == "-":
+            for line in iter(sys.stdin.readline, ""):
+                yield "stdin", line.rstrip("\n").encode()
         else:
-            click.echo(f"{r['status']} {r['msg_id']} queue={r['queue_id']} "
-                       f"offset={r['queue_offset']}")
+            yield "argument", b.encode()
+
+
+def _emit(r: dict, as_json: bool) -> None:
+    if as_json:
+        emit_json(r)
+    else:
+        click.echo(f"{r['status']} {r['msg_id']} queue={r['queue_id']} offset={r['queue_offset']}")
+    sys.stdout.flush()

@@ -2,10 +2,13 @@
 
 Theory of operation: settings come from defaults, then a RocketMQ ``broker.conf`` (store keys to
 ``StoreConfig``, broker keys such as ``listenPort`` / ``brokerName`` to ``BrokerConfig``), then
-the command line. With ``--namesrv "h1:9876;h2:9876"`` (or ``namesrvAddr`` in the config) no name
-server is started: the broker registers with those (``broker.registration``) and joins their
-cluster. The process prints one ready line (JSON with ``--json``) once both ports
-listen, runs until SIGTERM or SIGINT, then shuts down gracefully (``Broker.stop``) and exits 0.
+the command line. With ``--namesrv "h1:9876;h2:9876"`` (or ``namesrvAddr`` in the config) the
+broker registers with those (``broker.registration``) and joins their cluster; the embedded name
+server is then started only when ``--namesrv-port`` is given explicitly (it knows its own broker
+directly, so an address naming it is not registered with twice). Without either, the embedded
+name server listens on 9876. The process prints one ready line (JSON with ``--json``) once every
+port listens, naming only ports that really listen; it runs until SIGTERM or SIGINT, then
+shuts down gracefully (``Broker.stop``) and exits 0.
 """
 from __future__ import annotations
 
@@ -98,8 +101,29 @@ _CONF_KEYS = {"listenPort": ("port", int), "brokerName": ("broker_name", str),
               "orderMessageEnable": ("order_message_enable", _bool),
               "aclEnable": ("acl_enable", _bool), "aclPlainFile": ("acl_plain_file", str),
               "aclFileWatchInterval": ("acl_watch_interval_ms", int),
+              # security limits (README "Security")
+              "aclSignatureWindowSeconds": ("acl_signature_window_s", int),
+              "namesrvAclEnable": ("namesrv_acl_enable", _bool),
+              "serverChannelMaxIdleTimeSeconds": ("server_channel_max_idle_s", int),
+              "serverFrameReadTimeoutSeconds": ("server_frame_read_timeout_s", float),
+              "serverMaxConnections": ("server_max_connections", int),
+              "serverMaxConnectionsPerClient": ("server_max_connections_per_client", int),
+              "httpAllowedHosts": ("http_allowed_hosts", str),
               "brokerId": ("broker_id", int), "slaveReadEnable": ("slave_read_enable", _bool),
               "brokerIP2": ("broker_ip2", str)}
+
+
+# keys of our own (not RocketMQ's) that broker.conf may hold
+_OWN_KEYS = ("serverWorkerProcesses", "kvConfigPath", "grpcServerPort",
+             "minInvisibleTimeMillsForRecv")
+
+
+def _warn_unknown_keys(conf: str, extra: dict) -> None:
+    """One warning per broker.conf key nobody reads, with the nearest known key."""
+    from ..broker.conf_keys import unknown_keys
+    for key, near in unknown_keys(extra, (*_CONF_KEYS, *_OWN_KEYS)):
+        hint = f" (did you mean {near!r}?)" if near else ""
+        click.echo(f"warning: {conf}: unknown key {key!r} ignored{hint}", err=True)
 
 
 async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = None) -> None:
@@ -131,10 +155,13 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
     ready = {"event": "ready", "broker": f"{broker_cfg.host}:{broker_cfg.port}",
              "namesrv": (f"{broker_cfg.host}:{broker_cfg.namesrv_port}"
                          if broker_cfg.namesrv_port is not None else broker_cfg.namesrv_addr),
+             "namesrv_listening": broker_cfg.namesrv_port is not None,
              "store": store_cfg.store_path_root_dir,
              "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0]}
     if broker_cfg.grpc_port is not None:
         ready["grpc"] = f"{broker_cfg.host}:{broker_cfg.grpc_port}"
+    if broker.registration is not None:
+        ready["registers_with"] = list(broker.registration.addrs)
     ready["role"] = store_cfg.broker_role
     ready["broker_id"] = broker_cfg.broker_id
     if broker.ha_server_addr:
@@ -158,8 +185,12 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
         grpc_note = f", gRPC on {ready['grpc']}" if "grpc" in ready else ""
         if "ha" in ready:
             grpc_note += f", {ready['role']} (brokerId {ready['broker_id']}) HA on {ready['ha']}"
-        click.echo(f"rocketstore broker on {ready['broker']}, name server on {ready['namesrv']}"
-                   f"{grpc_note}, store {ready['store']} (Ctrl-C to stop)")
+        ns_note = (f", name server on {ready['namesrv']}" if ready["namesrv_listening"]
+                   else "")
+        reg = ready.get("registers_with")
+        reg_note = f", registered with name server {';'.join(reg)}" if reg else ""
+        click.echo(f"rocketstore broker on {ready['broker']}{ns_note}{grpc_note}{reg_note}, "
+                   f"store {ready['store']} (Ctrl-C to stop)")
         for name in ("metrics", "console"):
             if name in ready:
                 click.echo(f"{name}: {ready[name]}")
@@ -182,11 +213,14 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
               help="Address both servers bind to and the broker advertises.")
 @click.option("--port", type=int, default=None,
               help="Broker port; 0 = any free port. [default: listenPort of --config, or 10911]")
-@click.option("--namesrv-port", default=9876, show_default=True, type=int,
-              help="Name server port (0 = any).")
+@click.option("--namesrv-port", default=None, type=int,
+              help="Start the embedded name server on this port (0 = any), also when "
+                   "--namesrv / namesrvAddr names others (the broker registers with all). "
+                   "[default: 9876 unless --namesrv / namesrvAddr is given]")
 @click.option("--namesrv", "namesrv_addr", default=None, metavar="HOST:PORT;HOST:PORT",
-              help="Register with these outside name servers (RocketMQ's or ours) instead of "
-                   "starting one. [default: namesrvAddr of --config]")
+              help="Register with these outside name servers (RocketMQ's or ours); without "
+                   "--namesrv-port no name server is started. "
+                   "[default: namesrvAddr of --config]")
 @click.option("--broker-name", default=None, help="[default: brokerName of --config, or broker-a]")
 @click.option("--config", "conf", type=click.Path(exists=True, dir_okay=False),
               help="A RocketMQ broker.conf (camelCase keys): store settings and listenPort, "
@@ -219,12 +253,11 @@ def command(store_dir, host, port, namesrv_port, namesrv_addr, broker_name, conf
     """Serve the store to RocketMQ clients: name server + broker in one process."""
     from ..broker.config import BrokerConfig
 
-    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.WARNING),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from ..logsafe import configure
+    configure(getattr(logging, log_level.upper(), logging.WARNING))  # client values escaped
     store_cfg, host_given = _store_config(store_dir, conf, options, message_delay_level,
                                           flush_disk_type)
-    broker_cfg = BrokerConfig(host=host, namesrv_port=namesrv_port,
-                              max_reconsume_times=max_reconsume_times)
+    broker_cfg = BrokerConfig(host=host, max_reconsume_times=max_reconsume_times)
     for key, (name, conv) in _CONF_KEYS.items():  # broker.conf first, the command line wins
         if key in store_cfg.extra:
             try:
@@ -233,6 +266,8 @@ def command(store_dir, host, port, namesrv_port, namesrv_addr, broker_name, conf
                 raise click.BadParameter(f"{key}={store_cfg.extra[key]!r}: {exc}",
                                          param_hint="--config") from exc
     _check_workers(workers, store_cfg.extra.get("serverWorkerProcesses"))
+    if conf:
+        _warn_unknown_keys(conf, store_cfg.extra)
     for name, value in (("port", port), ("broker_name", broker_name),
                         ("namesrv_addr", namesrv_addr),
                         ("auto_create_topic_enable", auto_create_topic),
@@ -240,13 +275,15 @@ def command(store_dir, host, port, namesrv_port, namesrv_addr, broker_name, conf
                         ("grpc_port", grpc_port)):
         if value is not None:
             setattr(broker_cfg, name, value)
-    if broker_cfg.namesrv_addr:  # join a cluster: no name server of our own
+    broker_cfg.namesrv_port = namesrv_port if namesrv_port is not None else 9876
+    if broker_cfg.namesrv_addr:  # join a cluster: our own name server only when asked for
         from ..broker.namesrv.registration import parse_namesrv_addrs
         try:
             parse_namesrv_addrs(broker_cfg.namesrv_addr)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--namesrv") from exc
-        broker_cfg.namesrv_port = None
+        if namesrv_port is None:
+            broker_cfg.namesrv_port = None
     if not host_given:
         store_cfg.store_host = f"{host}:{broker_cfg.port}"
     from ..broker.replication import check_role

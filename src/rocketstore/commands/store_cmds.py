@@ -20,6 +20,11 @@ def open_store(store_dir: str, config: str | None = None, create: bool = False, 
     return MessageStore(cfg)
 
 
+def _open_for_put(cfg):
+    from ..store.message_store import MessageStore
+    return MessageStore(cfg)
+
+
 config_option = click.option("--config", "config", type=click.Path(dir_okay=False, exists=True),
                              help="RocketMQ broker.conf with store settings.")
 
@@ -32,15 +37,34 @@ config_option = click.option("--config", "config", type=click.Path(dir_okay=Fals
 @click.option("--queue", "queue_id", default=0, show_default=True, type=int)
 @click.option("--property", "props", multiple=True, help="name=value, repeatable.")
 @config_option
+@click.option("--store-option", "-o", "options", multiple=True, metavar="NAME=VALUE",
+              help="A StoreConfig field for a new store, e.g. -o mapped_file_size_commitlog="
+                   "1048576 (an existing store keeps the sizes it was created with).")
 @json_option
 @click.argument("bodies", nargs=-1, required=True)
-def put(store_dir, topic, tags, keys, queue_id, props, config, as_json, bodies):
+def put(store_dir, topic, tags, keys, queue_id, props, config, options, as_json, bodies):
     """Append one message per BODY."""
     from ..format.message import Message
+    from ..store.message_store import is_store_dir
+    bad = [p for p in props if "=" not in p]
+    if bad:
+        raise click.BadParameter(f"{bad[0]!r}: want NAME=VALUE", param_hint="--property")
     properties = dict(p.split("=", 1) for p in props)
     key_list = [k for k in (keys or "").split(",") if k]
+    if os.path.exists(store_dir) and not os.path.isdir(store_dir):
+        raise click.ClickException(f"{store_dir}: not a directory")
+    if os.path.isdir(store_dir) and os.listdir(store_dir) and not is_store_dir(store_dir):
+        raise click.ClickException(
+            f"{store_dir}: not a store directory and not empty ({len(os.listdir(store_dir))} "
+            "entr(ies), no commitlog, consumequeue, index or checkpoint); put creates a store "
+            "only in an empty or missing directory; nothing was written")
+    from .serve import _store_config
+    cfg, _ = _store_config(store_dir, config, options, None, None)
+    if is_store_dir(store_dir) and not config:  # an existing store: the sizes it has
+        given = {o.partition("=")[0].strip().replace("-", "_") for o in options}
+        cfg = cfg.replace(**{k: v for k, v in detect_sizes(store_dir).items() if k not in given})
     out = []
-    with open_store(store_dir, config, create=True) as store:
+    with _open_for_put(cfg) as store:
         for body in bodies:
             r = store.put_message(Message(topic, body.encode("utf-8"), tags=tags, keys=key_list,
                                           properties=properties, queue_id=queue_id))
@@ -91,20 +115,32 @@ def get(store_dir, namesrv, broker, topic, queue_id, offset, max_msgs, subscript
         res = get_via_broker(namesrv, broker, topic, queue_id, offset, max_msgs, subscription)
     else:
         with open_store_read_only(store_dir, config) as store:
+            if queue_id not in store.topics().get(topic, ()):
+                raise click.ClickException(f"topic {topic!r} queue {queue_id}: no such topic "
+                                           f"or queue in {store_dir}")
             g = store.get_message("cli", topic, queue_id, offset, max_msgs, subscription,
                                   message_filter=message_filter)
         res = {"status": g.status.name, "next_begin_offset": g.next_begin_offset,
                "min_offset": g.min_offset, "max_offset": g.max_offset,
                "messages": [message_dict(m) for m in g.messages]}
+    n = len(res["messages"])
+    more = n < max_msgs and res["status"] == "FOUND" and \
+        (res["next_begin_offset"] or 0) < (res["max_offset"] or 0)
+    res["more"] = bool(more)
     if as_json:
         emit_json(res)
-        return
-    click.echo(f"{res['status']} next={res['next_begin_offset']} min={res['min_offset']} "
-               f"max={res['max_offset']}")
-    for m in res["messages"]:
-        body = m.get("body", m.get("body_hex", ""))
-        click.echo(f"  [{m['queue_offset']}] {m['msg_id']} tags={m['tags']} keys={','.join(m['keys'])} "
-                   f"body={body[:80]!r}")
+    else:
+        click.echo(f"{res['status']} next={res['next_begin_offset']} min={res['min_offset']} "
+                   f"max={res['max_offset']}")
+        for m in res["messages"]:
+            body = m.get("body", m.get("body_hex", ""))
+            click.echo(f"  [{m['queue_offset']}] {m['msg_id']} tags={m['tags']} "
+                       f"keys={','.join(m['keys'])} body={body[:80]!r}")
+    if more:  # one read returns at most 32 (RocketMQ's transfer limits), whatever --max says
+        click.echo(f"note: {n} of the {max_msgs} asked for returned (the most one read "
+                   f"returns); continue with --offset {res['next_begin_offset']}", err=True)
+    if res["status"] in ("NO_MATCHED_LOGIC_QUEUE", "TOPIC_NOT_EXIST"):
+        raise click.ClickException(f"topic {topic!r} queue {queue_id}: no such topic or queue")
 
 
 @click.command("inspect")
@@ -134,6 +170,8 @@ def inspect(store_dir, config, as_json):
             "index": store.index_service.describe() if store.index_service else [],
             "consumequeue_ext": store.cq_ext.describe() if getattr(store, "cq_ext", None) else [],
         }
+        from ..store import quarantine
+        info["quarantine"] = quarantine.summary(store_dir)
     if as_json:
         emit_json(info)
         return
@@ -144,12 +182,23 @@ def inspect(store_dir, config, as_json):
     d = info["dispatch"]
     click.echo(f"dispatch: {'ok' if d['ok'] else 'FAILING: ' + str(d['error'])}, "
                f"{d['behind_bytes']} byte(s) behind")
+    rec, q = info["recovery"], info["quarantine"]
+    if rec.get("truncated_at") is not None:
+        click.echo(f"DAMAGE: CommitLog record at {rec['truncated_at']} is damaged "
+                   f"({rec['reason']}); {rec['dropped_bytes']} byte(s) after it are unreadable "
+                   "in place — the next open for writing sets them aside in quarantine/, then "
+                   "`rocketstore salvage` re-appends the intact records")
+    if q["events"]:
+        click.echo(f"QUARANTINE: {q['events']} event(s), {q['bytes']} byte(s) in {q['path']}"
+                   + (f"; {q['unsalvaged']} not salvaged yet (rocketstore salvage --store "
+                      f"{store_dir})" if q["unsalvaged"] else "; all salvaged"))
     for note in info["recovery"].get("notes", []):
         click.echo(f"recovery note: {note}")
     for t, qs in info["topics"].items():
         click.echo(f"topic {t}: " + ", ".join(f"q{q['queue_id']}[{q['min_offset']}..{q['max_offset']})" for q in qs))
+    from ..store.index_service import summarize_index_file
     for f in info["index"]:
-        click.echo("index " + " ".join(f"{k}={v}" for k, v in f.items()))
+        click.echo("index " + summarize_index_file(f))
     for e in info["consumequeue_ext"]:
         click.echo(f"consumequeue_ext {e['topic']}/{e['queue_id']}: {e['files']} file(s), "
                    f"{e['bytes']} byte(s) of units, SQL92 bitmap {e['bitmap_bits'] or 'none'}"

@@ -27,7 +27,7 @@ def command(store_dir: str, config: str | None, as_json: bool) -> None:
         raise click.ClickException(f"{store_dir}: no such store directory")
     from ..store.message_store import is_store_dir
     if not is_store_dir(store_dir):
-        click.echo(f"Error: {store_dir}: not a store directory (no commitlog, consumequeue, index "
+        click.echo(f"error: {store_dir}: not a store directory (no commitlog, consumequeue, index "
                    "or checkpoint); nothing was written", err=True)
         sys.exit(2)
     from ._common import detect_sizes
@@ -41,8 +41,17 @@ def command(store_dir: str, config: str | None, as_json: bool) -> None:
                    f"[{report.min_offset}, {report.max_offset}), {report.queues} queue(s) with "
                    f"{report.cq_units} unit(s), {report.index_files} index file(s) with "
                    f"{report.index_entries} entr(ies)")
+        d = report.first_damage
+        if d is not None:
+            click.echo(f"first damaged record: {d['file']} @ {d['offset']}: {d['field']} "
+                       f"expected {d['expected']}, found {d['found']}"
+                       + (f"; the next intact record starts at {d['next_intact']}"
+                          if d["next_intact"] is not None else ""))
         for p in report.problems:
             click.echo(str(p))
+        if report.knock_on:
+            click.echo(f"{report.knock_on} knock-on error(s) not listed: ConsumeQueue units and "
+                       "index entries pointing into the bytes the damaged record made unreadable")
         click.echo(("OK" if report.ok else f"DAMAGED: {report.error_count} error(s)") +
                    (f", {report.warning_count} warning(s)" if report.warning_count else ""))
     sys.exit(0 if report.ok else 1)

@@ -256,6 +256,9 @@ class CommitLogDataSource(DataSource):
         return CommitLogStreamReader(self.options, schema)
 
     def writer(self, schema, overwrite: bool):
+        if overwrite:
+            raise ValueError("the rocketmq sink sends new messages; a topic cannot be "
+                             "overwritten: use .mode(\"append\")")
         from .network_sink import RocketMQWriter
         return RocketMQWriter(self.options, schema)
 
@@ -275,11 +278,44 @@ class CommitLogAliasDataSource(CommitLogDataSource):
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 
+def _can_import_rocketstore(python: str) -> bool:
+    import subprocess
+    try:
+        return subprocess.run([python, "-c", "import rocketstore, pyarrow, numpy"],
+                              capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _use_this_python(spark) -> None:
+    """Make the session's Python workers able to import rocketstore.
+
+    PySpark's workers run ``PYSPARK_PYTHON`` (default ``python3`` from PATH), fixed when the
+    SparkContext started. From a virtualenv that is not activated that interpreter lacks
+    rocketstore, and every read fails in the workers with ``ModuleNotFoundError``. On a local
+    master the workers run on this machine: when their interpreter cannot import rocketstore,
+    this one (``sys.executable``) is used instead. On a cluster the executors' interpreter is
+    not ours to check; a clear error says what to install if it is missing."""
+    import sys
+    try:
+        sc = spark.sparkContext
+    except Exception:  # Spark Connect: the server's Python runs the source
+        return
+    master = sc.master or ""
+    current = getattr(sc, "pythonExec", None) or "python3"
+    if not master.startswith("local") or current == sys.executable:
+        return
+    if not _can_import_rocketstore(current):
+        sc.pythonExec = sys.executable
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+
+
 def register(spark) -> None:
     """Register the ``rocketmq`` (and ``rocketmq_commitlog``) data source with a session and turn
     on Python filter pushdown there: Spark refuses a reader implementing ``pushFilters`` while
     ``spark.sql.python.filterPushdown.enabled`` is false (its default in PySpark 4.3)."""
     spark.conf.set(PUSHDOWN_CONF, "true")
+    _use_this_python(spark)  # before registering: the source's workers take it from here
     spark.dataSource.register(CommitLogDataSource)
     spark.dataSource.register(CommitLogAliasDataSource)
 

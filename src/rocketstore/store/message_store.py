@@ -16,6 +16,7 @@ record. A directory that holds no store is refused (``NotAStoreError``) before a
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import os
 import shutil
@@ -96,8 +97,31 @@ def _index_service_class():
     return IndexService
 
 
+_SIZE_FIELDS = ("mapped_file_size_commitlog", "mapped_file_size_consume_queue",
+                "max_hash_slot_num", "max_index_num")
+
+
+def adopt_saved_sizes(cfg: StoreConfig) -> StoreConfig:
+    """``cfg`` with the file sizes an existing store was created with (``config/
+    store.properties``) wherever ``cfg`` left a size at its default: opening a store needs no
+    knowledge of how it was made. A size the caller set to something else still has to match
+    (``_check_saved_sizes`` refuses the open otherwise)."""
+    path = os.path.join(cfg.store_path_root_dir, "config", SIZES_FILE)
+    if not os.path.exists(path):
+        return cfg
+    try:
+        saved = StoreConfig.from_properties(path)
+    except (OSError, ValueError):
+        return cfg  # the check that follows names the file
+    defaults = {f.name: f.default for f in dataclasses.fields(StoreConfig)}
+    changes = {n: getattr(saved, n) for n in _SIZE_FIELDS
+               if getattr(cfg, n) == defaults[n] and getattr(saved, n) != defaults[n]}
+    return cfg.replace(**changes) if changes else cfg
+
+
 class MessageStore:
     def __init__(self, cfg: StoreConfig) -> None:
+        cfg = adopt_saved_sizes(cfg)
         self.cfg = cfg
         self.root = cfg.store_path_root_dir
         self.read_only = cfg.read_only

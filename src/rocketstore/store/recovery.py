@@ -15,7 +15,8 @@ Theory of operation.
   rule — RocketMQ's own; other oddities (queue offsets restarting after a topic was re-created,
   NUL bytes in properties) are reported in ``RecoveryReport.notes`` and kept.
 * Both truncate the CommitLog at the first invalid record (the tail is zeroed and synced, so a
-  stale record can never reappear behind the new end), drop ConsumeQueue units that point at or
+  stale record can never reappear behind the new end) after handing every non-zero byte they
+  cut to ``quarantine.set_aside`` (kept under ``<store>/quarantine/``, never deleted), drop ConsumeQueue units that point at or
   beyond it, and destroy index files holding entries at or beyond it.
 * **ConsumeQueue tails are checked against the CommitLog**: the last ``CQ_TAIL_CHECK`` units
   of each queue must point at a record of that size, queue id, queue offset and physical
@@ -53,6 +54,8 @@ from .commitlog import CommitLog
 from .consume_queue import FILLER_SIZE, UNIT_DTYPE, ConsumeQueue, queue_dirs
 from .consume_queue_ext import ext_file_size, ext_root
 from .dispatch import ConsumeQueueTable
+from . import quarantine
+from .damage import root_cause
 from .recovery_scan import scan_commitlog
 
 NORMAL_RECOVERY_SEGMENTS = 3  # RocketMQ's recoverNormally: "began to recover from the last third file"
@@ -144,6 +147,9 @@ class RecoveryReport:
     # "topic/qid" -> first CommitLog offset whose unit that ConsumeQueue lacked on disk
     # (dispatch behind: rebuilt by this open; beside a live writer, its dispatch lag)
     cq_behind: dict[str, int] = field(default_factory=dict)
+    quarantined: str | None = None  # the quarantine folder holding what the cut dropped
+    quarantined_bytes: int = 0
+    first_damage: dict | None = None  # damage.root_cause of the record the cut starts at
 
     @property
     def dropped_anything(self) -> bool:
@@ -155,6 +161,9 @@ class RecoveryReport:
         if self.truncated_at is not None:
             parts.append(f"CommitLog truncated at {self.truncated_at} ({self.reason}), "
                          f"{self.dropped_bytes} bytes dropped")
+        if self.quarantined:
+            parts.append(f"{self.quarantined_bytes} bytes kept in {self.quarantined} "
+                         "(rocketstore salvage re-appends the intact records)")
         if self.padded_files:
             parts.append(f"padded short files: {', '.join(self.padded_files)}")
         if self.cq_units_dropped:
@@ -253,8 +262,14 @@ def recover(commitlog: CommitLog, cqs: ConsumeQueueTable, checkpoint: StoreCheck
     if scan.stop in (fbatch.STOP_CORRUPT, fbatch.STOP_INCOMPLETE):
         report.truncated_at = valid_end
         report.reason = f"{scan.stop}: {scan.reason}" if scan.reason else scan.stop
+        cause = _root_cause(commitlog, valid_end)
+        if cause is not None:
+            report.reason = (f"{cause['field']} expected {cause['expected']}, found "
+                             f"{cause['found']} ({report.reason})")
+            report.first_damage = cause
         report.dropped_bytes = _nonzero_bytes_after(commitlog, valid_end)
         log.warning("CommitLog truncated at offset %d (%s)", valid_end, report.reason)
+    _set_aside(commitlog, valid_end, report)  # what the cut drops is kept, never destroyed
     commitlog.truncate(valid_end)
     _sync_tail(commitlog)
     if cqs.max_physic_offset() >= valid_end:
@@ -275,6 +290,25 @@ def recover(commitlog: CommitLog, cqs: ConsumeQueueTable, checkpoint: StoreCheck
     if report.dropped_anything:
         log.warning("recovery: %s", report.summary())
     return report
+
+
+def _root_cause(commitlog: CommitLog, offset: int) -> dict | None:
+    for mf in commitlog.queue.files:
+        if mf.file_from_offset <= offset < mf.file_from_offset + mf.file_size:
+            return root_cause(mf.mm, offset - mf.file_from_offset, mf.file_from_offset)
+    return None
+
+
+def _set_aside(commitlog: CommitLog, valid_end: int, report: RecoveryReport) -> None:
+    """Hand every non-zero byte past ``valid_end`` to the quarantine before the cut."""
+    if commitlog.queue.readonly or commitlog.cfg.read_only:  # a read-only open cuts nothing
+        return
+    reason = report.reason or "non-zero bytes after the end of valid data"
+    ev = quarantine.set_aside(commitlog.cfg.store_path_root_dir, commitlog.queue.files,
+                              valid_end, reason)
+    if ev is not None:
+        report.quarantined = ev.path
+        report.quarantined_bytes = ev.bytes
 
 
 def _nonzero_bytes_after(commitlog: CommitLog, offset: int) -> int:

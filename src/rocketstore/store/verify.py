@@ -43,6 +43,7 @@ from ..format.index_layout import (ENTRY_DTYPE, INDEX_HEADER, INDEX_HEADER_SIZE,
 from ..format.layouts import CQ_UNIT_SIZE, name_to_offset
 from ..format.message import TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
 from .consume_queue import FILLER_SIZE, UNIT_DTYPE
+from .damage import root_cause
 from .index_file import index_keys
 from .lock import check_unlocked
 
@@ -78,7 +79,22 @@ class VerifyReport:
     problems: list[Problem] = field(default_factory=list)
     error_count: int = 0
     warning_count: int = 0
+    # the root cause: the first damaged CommitLog record (file, offset, field, expected, found)
+    first_damage: dict | None = None
+    # ConsumeQueue units and index entries pointing into CommitLog bytes a damaged record made
+    # unreadable: consequences of the damage, counted, not listed
+    knock_on: int = 0
     _per_file: dict = field(default_factory=dict, repr=False)
+    _unreadable: list = field(default_factory=list, repr=False)
+
+    def knock_on_of(self, phy: int) -> bool:
+        """Whether CommitLog offset ``phy`` lies in bytes a damaged record made unreadable
+        (then the finding is counted as knock-on instead of listed)."""
+        for lo, hi in self._unreadable:
+            if lo <= phy < hi:
+                self.knock_on += 1
+                return True
+        return False
 
     @property
     def errors(self) -> list[Problem]:
@@ -105,6 +121,7 @@ class VerifyReport:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("_per_file", None)
+        d.pop("_unreadable", None)
         d["ok"] = self.ok
         return d
 
@@ -235,7 +252,15 @@ def _verify_commitlog(cfg: StoreConfig, report: VerifyReport) -> _Records:
                 report.max_offset = off + size
             continue
         if recs.stop in (fbatch.STOP_CORRUPT, fbatch.STOP_INCOMPLETE):
-            report.add(ERROR, path, off + end, f"damaged record ({recs.stop}: {recs.stop_reason or 'cut short'})")
+            cause = root_cause(buf, end, off)
+            report._unreadable.append((off + end, off + size))
+            if report.first_damage is None:
+                report.first_damage = {"file": os.path.relpath(path, report.root), **cause}
+            report.add(ERROR, path, off + end,
+                       f"damaged record: {cause['field']} expected {cause['expected']}, found "
+                       f"{cause['found']}" + (f"; next intact record at {cause['next_intact']}"
+                                              if cause["next_intact"] is not None else
+                                              "; no intact record after it in this segment"))
         elif not last:
             later = segs[i + 1:]
             if all(_starts_empty(os.path.join(cfg.commitlog_dir, n)) for _, n in later):
@@ -375,6 +400,8 @@ def _check_units(units, first_real, base, topic, qid, records, qdir, files, fsiz
         if filler[k]:
             report.add(ERROR, where, q * CQ_UNIT_SIZE, "filler unit after real units")
         elif not found[k]:
+            if report.knock_on_of(p):
+                continue
             report.add(ERROR, where, q * CQ_UNIT_SIZE, f"unit {q} -> CommitLog {p}: not the start of a record")
         else:
             rr = int(r[k])
@@ -465,6 +492,8 @@ def _check_entries(entries, slots: int, path: str, records: _Records, report: Ve
             report.add(ERROR, path, pos, f"entry {int(k[i])}: prevIndex {int(prev[i])} (expected "
                                          f"{int(expect[i])}), timeDiff {int(td[i])}")
         elif not starts[i]:
+            if report.knock_on_of(int(phy[i])):
+                continue
             report.add(ERROR, path, pos, f"entry {int(k[i])} -> CommitLog {int(phy[i])}: not the start of a record")
         else:
             report.add(ERROR, path, pos, f"entry {int(k[i])} -> CommitLog {int(phy[i])}: no key of that "

@@ -322,6 +322,10 @@ def runtime_info(store: Any, store_config: Any, broker_config: Any, stats: Any,
     }
     from ...store.timer.service import runtime_info as timer_runtime_info
     info.update(timer_runtime_info(getattr(store, "timer", None)))  # RocketMQ 5's timer keys
+    if getattr(store, "timer", None) is None:  # a read-only open: the same keys from the files
+        from ...store.timer.offline import file_runtime_info
+        info.update(file_runtime_info(store_config.store_path_root_dir, store_config.timer_precision_ms,
+                                      store.get_max_offset_in_queue("rmq_sys_wheel_timer", 0), now))
     root = store_config.store_path_root_dir
     cl_ratio = disk_ratio(store_config.commitlog_dir)
     info["commitLogDiskRatio"] = str(cl_ratio)

@@ -53,6 +53,23 @@ def parse_namesrv_addrs(spec: str) -> list[str]:
     return out
 
 
+_LOOPBACK = {"127.0.0.1", "localhost", "0.0.0.0", "::1", "[::1]"}
+
+
+def other_name_servers(addrs: list[str], host: str, port: int | None) -> list[str]:
+    """``addrs`` without the broker's own embedded name server (``host:port``), which knows
+    its broker directly and so needs no REGISTER_BROKER."""
+    if port is None:
+        return list(addrs)
+    own = {host, *(_LOOPBACK if host in _LOOPBACK else ())}
+    out = []
+    for a in addrs:
+        h, _, p = a.rpartition(":")
+        if not (int(p) == port and h in own):
+            out.append(a)
+    return out
+
+
 class _Channel:
     """One connection to one name server; requests answered in any order (matched by opaque)."""
 
@@ -102,6 +119,7 @@ class _Channel:
         assert self.writer is not None
         fut = asyncio.get_running_loop().create_future()
         self._pending[cmd.opaque] = fut
+        _sign_from_env(cmd)  # a name server with namesrvAclEnable checks registrations
         self.writer.write(self.codec.send(cmd))
         try:
             return await asyncio.wait_for(fut, timeout)
@@ -119,6 +137,17 @@ class _Channel:
         if self._task is not None and self._task is not asyncio.current_task():
             self._task.cancel()
         self._task = None
+
+
+def _sign_from_env(cmd: RemotingCommand) -> None:
+    """Sign with ``ROCKETMQ_ACCESS_KEY``/``ROCKETMQ_SECRET_KEY`` when both are set."""
+    import os
+
+    from ...remoting.signing import sign_request
+
+    ak, sk = os.environ.get("ROCKETMQ_ACCESS_KEY"), os.environ.get("ROCKETMQ_SECRET_KEY")
+    if ak and sk:
+        sign_request(cmd, ak, sk)
 
 
 def register_body(topic_table: dict[str, dict], counter: int, timestamp_ms: int) -> bytes:

@@ -48,12 +48,15 @@ class Puts:
 
     async def put(self, msg: Message) -> Any:
         """Put one message; its ``PutMessageResult`` (once durable / replicated as configured)."""
-        if self.sync_waiter is None and self.writer is not None:  # the hot path, inline
+        if self.sync_waiter is not None:  # SYNC_FLUSH: append, then wait on the loop
+            return await self.submit(self.put_blocking, msg)
+        if self.writer is not None:  # (inline rather than through submit: the hot path)
             r = await self.writer.submit(self.put_blocking, msg)
-            if getattr(r, "replica_wait_offset", None) is None:
-                return r
-            return await self._replicas(r)
-        return await self.submit(self.put_blocking, msg)
+        else:
+            r = await self.run(self.put_blocking, msg)
+        if getattr(r, "replica_wait_offset", None) is not None:  # a SYNC_MASTER's put
+            return await self._wait_replicas(r)
+        return r
 
     async def put_batch(self, msgs: list[Message]) -> Any:
         """Put a batch as one record run; its ``PutMessageResult``."""
@@ -74,20 +77,23 @@ class Puts:
             r = await self.writer.submit(fn, *args)
         else:
             r = await self.run(fn, *args)
-        return await self._replicas(r)
+        if getattr(r, "replica_wait_offset", None) is not None:  # a SYNC_MASTER's put
+            return await self._wait_replicas(r)
+        return r
 
-    async def _replicas(self, r: Any) -> Any:
-        """SYNC_MASTER: wait (on the loop) until a slave holds the put (``replica_wait_offset``)."""
-        wait_to = getattr(r, "replica_wait_offset", None)
+    async def _wait_replicas(self, r: Any) -> Any:
+        """The SYNC_MASTER step the store left to us: until a slave holds the put (PUT_OK),
+        else FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE in the result."""
         ha = getattr(self.store, "ha", None)
-        if wait_to is not None and ha is not None:
-            loop = asyncio.get_running_loop()
-            fut = loop.create_future()
-            ha.submit_wait(wait_to, lambda st: loop.call_soon_threadsafe(_resolve, fut, st))
-            status = await fut
-            r.replica_wait_offset = None
-            if status.name != "PUT_OK":
-                r.status = status
+        wait_to, r.replica_wait_offset = r.replica_wait_offset, None
+        if ha is None:
+            return r
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        ha.submit_wait(wait_to, lambda st: loop.call_soon_threadsafe(_resolve, fut, st))
+        status = await fut
+        if status.name != "PUT_OK":
+            r.status = status
         return r
 
     def inline(self) -> tuple[Callable, ...]:

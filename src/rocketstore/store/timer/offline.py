@@ -169,3 +169,29 @@ def verify_timer(root: str, precision_ms: int, commitlog_offsets: np.ndarray, to
                         f"slot for {t * precision_ms} ms holds (turn {st}, last unit {slast}); "
                         f"the timerlog says last unit {last} (rocketstore rebuild rewrites the wheel)")
     return len(units)
+
+
+def file_runtime_info(root: str, precision_ms: int, timer_queue_max: int, now_ms: int) -> dict[str, str]:
+    """RocketMQ 5's timer runtime keys read from the files of a store no timer service runs on
+    (a read-only open): what is waiting in the wheel from the checkpoint's read time on, how far
+    enqueue and dequeue are behind."""
+    from .wheel import TimerWheel
+    ck_path = os.path.join(root, "config", "timercheck")
+    wheel_path = os.path.join(root, "timerwheel")
+    if not os.path.exists(ck_path) or not os.path.exists(wheel_path) \
+            or os.path.getsize(wheel_path) != wheel_file_size():
+        return {}
+    with open(ck_path, "rb") as fh:
+        head = fh.read(24)
+    read_ms = int.from_bytes(head[0:8], "big", signed=True)
+    queue_offset = int.from_bytes(head[16:24], "big", signed=True)
+    precision_ms = detect_precision(root, precision_ms)
+    wheel = TimerWheel(wheel_path, precision_ms, readonly=True)
+    try:
+        _, nums = wheel.nums_ahead(read_ms, SLOTS_TOTAL * 2)
+    finally:
+        wheel.close()
+    return {"timerReadBehind": str(max(0, now_ms - read_ms) // 1000),
+            "timerOffsetBehind": str(max(0, timer_queue_max - queue_offset)),
+            "timerCongestNum": str(int(nums.sum())), "timerEnqueueTps": "0.0",
+            "timerDequeueTps": "0.0"}
