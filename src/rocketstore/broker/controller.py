@@ -212,7 +212,13 @@ class Broker:
             ns_ctx = namesrv_context.build(local)
             self.route_perms = ns_ctx.perms
             self.route_table = ns_ctx.table
-            ns = RemotingServer(self, requests.namesrv_handlers(ns_ctx), "namesrv")
+            ns_handlers = requests.namesrv_handlers(ns_ctx)
+            if self.config.namesrv_acl_enable:  # write codes need an admin account
+                from .namesrv import acl as namesrv_acl
+                self._namesrv_acl = self.acl or acl_service.start_acl(self.config,
+                                                                      self.store_config)
+                ns_handlers = namesrv_acl.guard(self._namesrv_acl, ns_handlers)
+            ns = RemotingServer(self, ns_handlers, "namesrv")
             await ns.start(self.config.host, self.config.namesrv_port)
             self.config.namesrv_port = ns.port
             self.servers.append(ns)
@@ -355,6 +361,9 @@ class Broker:
             await self.slave_sync.stop()
         if self.acl is not None:
             self.acl.watcher.stop()
+        ns_acl = getattr(self, "_namesrv_acl", None)
+        if ns_acl is not None and ns_acl is not self.acl:
+            ns_acl.watcher.stop()
         if self.schedule is not None:
             await self.schedule.stop()
         if self.transaction_check is not None:

@@ -85,6 +85,14 @@ _CONF_KEYS = {"listenPort": ("port", int), "brokerName": ("broker_name", str),
               "orderMessageEnable": ("order_message_enable", _bool),
               "aclEnable": ("acl_enable", _bool), "aclPlainFile": ("acl_plain_file", str),
               "aclFileWatchInterval": ("acl_watch_interval_ms", int),
+              # security limits (README "Security")
+              "aclSignatureWindowSeconds": ("acl_signature_window_s", int),
+              "namesrvAclEnable": ("namesrv_acl_enable", _bool),
+              "serverChannelMaxIdleTimeSeconds": ("server_channel_max_idle_s", int),
+              "serverFrameReadTimeoutSeconds": ("server_frame_read_timeout_s", float),
+              "serverMaxConnections": ("server_max_connections", int),
+              "serverMaxConnectionsPerClient": ("server_max_connections_per_client", int),
+              "httpAllowedHosts": ("http_allowed_hosts", str),
               "brokerId": ("broker_id", int), "slaveReadEnable": ("slave_read_enable", _bool),
               "brokerIP2": ("broker_ip2", str)}
 
@@ -226,8 +234,8 @@ def command(store_dir, host, port, namesrv_port, namesrv_addr, broker_name, conf
     """Serve the store to RocketMQ clients: name server + broker in one process."""
     from ..broker.config import BrokerConfig
 
-    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.WARNING),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from ..logsafe import configure
+    configure(getattr(logging, log_level.upper(), logging.WARNING))  # client values escaped
     store_cfg, host_given = _store_config(store_dir, conf, options, message_delay_level,
                                           flush_disk_type)
     broker_cfg = BrokerConfig(host=host, max_reconsume_times=max_reconsume_times)

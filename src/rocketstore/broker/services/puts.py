@@ -40,8 +40,12 @@ class Puts:
     async def put(self, msg: Message) -> Any:
         """Put one message; its ``PutMessageResult``."""
         if self.writer is not None:  # (inline rather than through submit: the hot path)
-            return await self.writer.submit(self.put_blocking, msg)
-        return await self.run(self.put_blocking, msg)
+            r = await self.writer.submit(self.put_blocking, msg)
+        else:
+            r = await self.run(self.put_blocking, msg)
+        if getattr(r, "replica_wait_offset", None) is not None:  # a SYNC_MASTER's put
+            return await self._wait_replicas(r)
+        return r
 
     async def put_batch(self, msgs: list[Message]) -> Any:
         """Put a batch as one record run; its ``PutMessageResult``."""
@@ -53,16 +57,23 @@ class Puts:
             r = await self.writer.submit(fn, *args)
         else:
             r = await self.run(fn, *args)
-        wait_to = getattr(r, "replica_wait_offset", None)
+        if getattr(r, "replica_wait_offset", None) is not None:  # a SYNC_MASTER's put
+            return await self._wait_replicas(r)
+        return r
+
+    async def _wait_replicas(self, r: Any) -> Any:
+        """The SYNC_MASTER step the store left to us: until a slave holds the put (PUT_OK),
+        else FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE in the result."""
         ha = getattr(self.store, "ha", None)
-        if wait_to is not None and ha is not None:
-            loop = asyncio.get_running_loop()
-            fut = loop.create_future()
-            ha.submit_wait(wait_to, lambda st: loop.call_soon_threadsafe(_resolve, fut, st))
-            status = await fut
-            r.replica_wait_offset = None
-            if status.name != "PUT_OK":
-                r.status = status
+        wait_to, r.replica_wait_offset = r.replica_wait_offset, None
+        if ha is None:
+            return r
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        ha.submit_wait(wait_to, lambda st: loop.call_soon_threadsafe(_resolve, fut, st))
+        status = await fut
+        if status.name != "PUT_OK":
+            r.status = status
         return r
 
     def inline(self) -> tuple[Callable, ...]:
