@@ -114,9 +114,10 @@ def adopt_saved_sizes(cfg: StoreConfig) -> StoreConfig:
     except (OSError, ValueError):
         return cfg  # the check that follows names the file
     defaults = {f.name: f.default for f in dataclasses.fields(StoreConfig)}
-    changes = {n: getattr(saved, n) for n in _SIZE_FIELDS
-               if getattr(cfg, n) == defaults[n] and getattr(saved, n) != defaults[n]}
-    return cfg.replace(**changes) if changes else cfg
+    for n in _SIZE_FIELDS:  # in place: the broker shares this config object with the store
+        if getattr(cfg, n) == defaults[n] and getattr(saved, n) != defaults[n]:
+            setattr(cfg, n, getattr(saved, n))
+    return cfg
 
 
 class MessageStore:
