@@ -188,6 +188,11 @@ def test_slave_sigkill_and_restart_mid_stream_stays_identical(cluster):
     ns, track, tmp = cluster
     master = track(start_broker(str(tmp / "m"), ns.addr, "ASYNC_MASTER"))
     slave = track(start_broker(str(tmp / "s"), ns.addr, "SLAVE"))
+    with Producer("ha-pg", ns.addr) as p:  # the slave holds the first file before the load
+        p.send(TOPIC, b"first")
+    m_cl, s_cl = str(tmp / "m" / "store" / "commitlog"), str(tmp / "s" / "store" / "commitlog")
+    wait_for(lambda: os.path.isdir(s_cl) and written_range(s_cl)[1] >= written_range(m_cl)[1] > 0,
+             30, "the slave's first bytes")
     stop = threading.Event()
     sent = [0]
 
