@@ -30,10 +30,10 @@ pytestmark = pytest.mark.skipif(
 TOOLS_YML = "accessKey: rocketmq2\nsecretKey: 12345678\n"
 
 
-def make_home(root: Path) -> Path:
+def make_home(root: Path, tools_yml: str = TOOLS_YML, name: str = "rmq-home") -> Path:
     """A RocketMQ home of our own: wrappers copied (they locate the jars through ``classpath``),
     ``conf/plain_acl.yml`` and ``conf/tools.yml`` written here."""
-    home = root / "rmq-home"
+    home = root / name
     (home / "conf").mkdir(parents=True)
     for tool in ("namesrv", "broker", "mqadmin", "java-run", "javac-rmq"):
         shutil.copy2(os.path.join(HOME, tool), home / tool)
@@ -42,7 +42,7 @@ def make_home(root: Path) -> Path:
         if name.startswith("logback"):
             shutil.copy2(os.path.join(HOME, "conf", name), home / "conf" / name)
     (home / "conf" / "plain_acl.yml").write_text(ACL_YML)
-    (home / "conf" / "tools.yml").write_text(TOOLS_YML)
+    (home / "conf" / "tools.yml").write_text(tools_yml)
     return home
 
 
@@ -57,7 +57,7 @@ def brokers(tmp_path_factory):
     (store / "conf").mkdir(parents=True)
     (store / "conf" / "plain_acl.yml").write_text(ACL_YML)
     conf = root / "broker.conf"
-    conf.write_text("aclEnable=true\n")
+    conf.write_text("aclEnable=true\nnamesrvAclEnable=true\n")
     classes = root / "classes"
     jobs = ThreadPoolExecutor(3)
     javac = jobs.submit(subprocess.run, [
@@ -109,10 +109,10 @@ def test_java_clients_with_acl_hook_same_answers(brokers):
     assert any(ln.startswith("PULL groupDenied ERR 1 ") and "group:groupA" in ln for ln in ours)
 
 
-def mqadmin(b, *args: str) -> str:
+def mqadmin(b, *args: str, home: Path | None = None) -> str:
     env = dict(os.environ, TOOLS_HEAP="128m", HOME=str(b["root"]))
     env.pop("ROCKETMQ_HOME", None)
-    r = subprocess.run(["timeout", "120", str(b["home"] / "mqadmin"), *args],
+    r = subprocess.run(["timeout", "120", str((home or b["home"]) / "mqadmin"), *args],
                        capture_output=True, text=True, env=env)
     return r.stdout + r.stderr
 
@@ -121,6 +121,9 @@ def _normalise(text: str, addr: str, path: Path) -> list[str]:
     text = text.replace(addr, "ADDR").replace(str(path), "FILE")
     text = re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", "TIME", text)
     text = re.sub(r"PlainAccessConfig@[0-9a-f]+", "PlainAccessConfig@X", text)
+    # RocketMQ prints every account's secret key; ours only the asking admin's (README Security,
+    # checked in the test below)
+    text = re.sub(r"(secretKey\s*: )\S*$", r"\1SECRET", text, flags=re.M)
     return [ln.rstrip() for ln in text.splitlines()
             if ln.strip() and not re.match(r"^(OpenJDK|SLF4J|log4j|WARNING|\s+at |\s+\.\.\.)",
                                            ln)]
@@ -156,3 +159,50 @@ def test_mqadmin_acl_commands_same_answers(brokers):
              for w in ("ours", "java")]
     assert files[0] == files[1]
     assert "10.10.2.*" in files[0] and "newuser1" not in files[0]
+
+
+def test_mqadmin_with_a_normal_accounts_keys_cannot_manage_the_acl(brokers):
+    """mqadmin signing with a normal account's keys (``tools.yml``: RocketMQ): RocketMQ 4.9.7's
+    broker lets it make itself admin and prints every secret key; ours refuses both, and the
+    admin keys' mqadmin (test above) keeps working."""
+    home = make_home(brokers["root"], "accessKey: RocketMQ\nsecretKey: 12345678\n", "user-home")
+    addr, _, path = brokers["ours"]
+    before = path.read_text()
+    out = mqadmin(brokers, "updateAclConfig", "-b", addr, "-a", "RocketMQ", "-s", "12345678",
+                  "-m", "true", home=home)
+    assert "Need admin permission for request code=50, but accessKey=RocketMQ is not" in out, out
+    out = mqadmin(brokers, "getAccessConfigSubCommand", "-b", addr, home=home)
+    assert "Need admin permission for request code=54" in out and "rocketmq2" not in out, out
+    assert path.read_text() == before
+    # the admin's mqadmin sees its own key, every other one masked
+    out = mqadmin(brokers, "getAccessConfigSubCommand", "-b", addr)
+    keys = re.findall(r"^\s*(accessKey|secretKey)\s*: (\S*)$", out, flags=re.M)
+    pairs = dict(zip([v for k, v in keys if k == "accessKey"],
+                     [v for k, v in keys if k == "secretKey"]))
+    assert pairs["rocketmq2"] == "12345678" and pairs["RocketMQ"] == "***", out
+    assert "whatever-secret" not in out
+    # the control: RocketMQ's own broker hands every secret key to the same command
+    out = mqadmin(brokers, "getAccessConfigSubCommand", "-b", brokers["java"][0], home=home)
+    assert "rocketmq2" in out and "whatever-secret" in out, out
+
+
+def test_mqadmin_write_perm_on_the_name_server_needs_the_admin_keys(brokers):
+    """``namesrvAclEnable=true``: mqadmin's name-server writes (wipeWritePerm, updateKvConfig)
+    work with tools.yml's admin keys and are refused with a normal account's."""
+    home = brokers["root"] / "user-home"
+    if not home.exists():
+        home = make_home(brokers["root"], "accessKey: RocketMQ\nsecretKey: 12345678\n",
+                         "user-home")
+    _, ns, _ = brokers["ours"]
+    out = mqadmin(brokers, "wipeWritePerm", "-b", "broker-a", "-n", ns, home=home)
+    assert "Need admin permission for request code=205" in out, out
+    out = mqadmin(brokers, "updateKvConfig", "-s", "ns1", "-k", "k1", "-v", "v1", "-n", ns,
+                  home=home)
+    assert "Need admin permission for request code=100" in out, out
+    out = mqadmin(brokers, "wipeWritePerm", "-b", "broker-a", "-n", ns)
+    assert re.search(r"wipe write perm of broker\[broker-a\] in name server\[.*\] OK", out,
+                     re.I), out
+    out = mqadmin(brokers, "addWritePerm", "-b", "broker-a", "-n", ns)
+    assert "OK" in out, out
+    out = mqadmin(brokers, "updateKvConfig", "-s", "ns1", "-k", "k1", "-v", "v1", "-n", ns)
+    assert "success" in out.lower(), out

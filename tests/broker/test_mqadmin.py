@@ -523,3 +523,17 @@ def test_live_cli_against_rocketmq_itself(targets):
     assert r.exit_code == 0, r.output
     rows = {t["topic"]: t for t in _json.loads(r.output)["topics"]}
     assert rows[TOPIC]["messages"] == 10 and rows[TOPIC]["writeQueueNums"] == 4
+
+
+def test_update_broker_config_out_of_range_and_bad_group_names(targets):
+    """mqadmin sends what RocketMQ's broker takes without a look (README Security): ours refuses
+    a maxMessageSize of 1 TiB and a subscription group named ``../x``, and keeps its values."""
+    o = targets["ours"]
+    out = mqadmin("updateBrokerConfig", "-n", o.namesrv, "-b", o.broker, "-k", "maxMessageSize",
+                  "-v", "1099511627776")
+    assert "maxMessageSize=1099511627776 is out of range" in out, out
+    got = mqadmin("getBrokerConfig", "-n", o.namesrv, "-b", o.broker)
+    assert not re.search(r"^maxMessageSize\s*=\s*1099511627776$", got, re.M), got
+    out = mqadmin("updateSubGroup", "-n", o.namesrv, "-b", o.broker, "-g", "../x")
+    assert "illegal group name" in out, out
+    assert "../x" not in mqadmin("consumerProgress", "-n", o.namesrv)

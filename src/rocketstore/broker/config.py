@@ -48,6 +48,14 @@ class BrokerConfig:
     acl_enable: bool = False
     acl_plain_file: str | None = None  # None: <store>/conf/plain_acl.yml (+ conf/acl/*.yml)
     acl_watch_interval_ms: int = 5000
+    # security limits (README "Security"); the broker.conf keys are in commands/serve.py
+    acl_signature_window_s: int = 900  # gRPC: x-mq-date-time at most this far from our clock
+    namesrv_acl_enable: bool = False  # the name server's write codes need an admin account
+    server_channel_max_idle_s: int = 120  # serverChannelMaxIdleTimeSeconds: close idle channels
+    server_frame_read_timeout_s: float = 30.0  # a frame begun but not finished in this time
+    server_max_connections: int = 4096  # per listening port (remoting, console, metrics)
+    server_max_connections_per_client: int = 1024  # per client address on one port
+    http_allowed_hosts: str = ""  # Host values the console/metrics answer, beyond the defaults
     # master/slave (the role and HA keys are the store's: StoreConfig.broker_role ...)
     broker_id: int = 0  # brokerId: 0 for masters, > 0 for a slave
     slave_read_enable: bool = False  # slaveReadEnable: suggestWhichBrokerId sends slow readers to slave 1

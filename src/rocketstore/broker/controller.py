@@ -149,8 +149,12 @@ class Broker:
                 self.store_config.broker_role == "SYNC_MASTER":
             self.store.put_path.defer_replica_wait = True  # ``put`` awaits the replicas
         self.puts = Puts(self.store, self.run)
-        if not getattr(self.store_config, "sync_flush", False):
-            self.writer = self.puts.writer = PutWriter(self.loop, inline=self.puts.inline())
+        if getattr(self.store_config, "sync_flush", False):
+            from .services.syncflush import SyncFlushWaiter
+            self.puts.sync_waiter = SyncFlushWaiter(self.loop, self.store.commitlog.flushed_offset,
+                                                    self.store_config.sync_flush_timeout)
+            self.store.flush_service.add_listener(self.puts.sync_waiter.on_flush)
+        self.writer = self.puts.writer = PutWriter(self.loop, inline=self.puts.inline())
         try:
             await self._start_servers()
         except BaseException:
@@ -212,7 +216,13 @@ class Broker:
             ns_ctx = namesrv_context.build(local)
             self.route_perms = ns_ctx.perms
             self.route_table = ns_ctx.table
-            ns = RemotingServer(self, requests.namesrv_handlers(ns_ctx), "namesrv")
+            ns_handlers = requests.namesrv_handlers(ns_ctx)
+            if self.config.namesrv_acl_enable:  # write codes need an admin account
+                from .namesrv import acl as namesrv_acl
+                self._namesrv_acl = self.acl or acl_service.start_acl(self.config,
+                                                                      self.store_config)
+                ns_handlers = namesrv_acl.guard(self._namesrv_acl, ns_handlers)
+            ns = RemotingServer(self, ns_handlers, "namesrv")
             await ns.start(self.config.host, self.config.namesrv_port)
             self.config.namesrv_port = ns.port
             self.servers.append(ns)
@@ -355,12 +365,17 @@ class Broker:
             await self.slave_sync.stop()
         if self.acl is not None:
             self.acl.watcher.stop()
+        ns_acl = getattr(self, "_namesrv_acl", None)
+        if ns_acl is not None and ns_acl is not self.acl:
+            ns_acl.watcher.stop()
         if self.schedule is not None:
             await self.schedule.stop()
         if self.transaction_check is not None:
             await self.transaction_check.stop()
         if self.writer is not None:
             await self.run(self.writer.stop)
+        if self.puts is not None and self.puts.sync_waiter is not None:
+            self.puts.sync_waiter.close()
         await self.run(self.offsets.persist, True)
         await self.run(self.topics.persist)
         await self.run(self.delay_offsets.persist)

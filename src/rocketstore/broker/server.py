@@ -12,14 +12,21 @@ Bad input never reaches the store: a frame that violates the protocol (garbage, 
 ``RemoteProtocolError`` in the codec, and the channel is aborted at once — that connection only.
 A client that floods requests without reading answers is paused once ``MAX_INFLIGHT`` of its
 requests are in flight and resumed at half that.
+
+Connection limits (``rocketstore.netlimits``, the same pieces the console and metrics servers
+use): a connection over the port's or its client address's cap is closed at once; a sweeper
+closes a channel idle for ``serverChannelMaxIdleTimeSeconds`` (one with a held request is not
+idle) and one whose frame has been half-read for ``serverFrameReadTimeoutSeconds``.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, Awaitable, Callable
 
 from ..errors import ProtocolError
+from ..netlimits import ConnectionClock, ConnectionLimiter, Limits
 from ..remoting.codes import ResponseCode
 from ..remoting.command import RemotingCommand
 from ..remoting.connection import CLOSED, NEED_DATA, RemotingConnection
@@ -40,6 +47,8 @@ class _Channel(asyncio.Protocol):
         self.closed = False
         self.pending: dict[int, asyncio.Future] = {}  # opaque -> answer of a call() to the client
         self._out: list[bytes] = []  # frames written this loop turn, sent by ``_flush``
+        self.clock = ConnectionClock()
+        self.admitted = False
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -52,11 +61,24 @@ class _Channel(asyncio.Protocol):
             elif host.startswith("::ffff:"):
                 host = host[7:]
             self.peer = f"{host}:{peer[1]}"
+        refused = self.server.limiter.admit(self.host)
+        if refused is not None:
+            log.warning("closing %s: %s", self.peer, refused)
+            self.closed = True
+            transport.abort()
+            return
+        self.admitted = True
         self.server.channels.add(self)
 
+    @property
+    def host(self) -> str:
+        return self.peer.rsplit(":", 1)[0]
+
     def data_received(self, data: bytes) -> None:
+        self.clock.touched()
         self.codec.receive_data(data)
-        self._drain_commands()
+        done = self._drain_commands()
+        self.clock.frame_state(self.codec.buffered > 0, done > 0)
 
     def eof_received(self) -> bool:
         self.codec.receive_data(b"")
@@ -65,6 +87,10 @@ class _Channel(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if not self.admitted:
+            return
+        self.admitted = False
+        self.server.limiter.release(self.host)
         for fut in self.pending.values():
             if not fut.done():
                 fut.set_exception(ConnectionError(f"connection to {self.peer} closed"))
@@ -74,7 +100,9 @@ class _Channel(asyncio.Protocol):
         self.server.broker.connection_closed(self)
 
     # -- commands -------------------------------------------------------------------------------
-    def _drain_commands(self) -> None:
+    def _drain_commands(self) -> int:
+        """Hand every whole frame on; how many there were."""
+        done = 0
         while not self.closed:
             try:
                 cmd = self.codec.next_command()
@@ -82,10 +110,11 @@ class _Channel(asyncio.Protocol):
                 self.server.bad_connections += 1
                 log.info("%s: closing %s: %s", self.server.name, self.peer, exc)
                 self.abort()
-                return
+                return done
             if cmd is NEED_DATA or cmd is CLOSED:
-                return
+                return done
             assert isinstance(cmd, RemotingCommand)
+            done += 1
             if cmd.is_response:
                 fut = self.pending.pop(cmd.opaque, None)  # else: an answer to a oneway notify
                 if fut is not None and not fut.done():
@@ -143,6 +172,7 @@ class _Channel(asyncio.Protocol):
         parts, self._out = self._out, []
         if parts and not self.closed and self.transport is not None \
                 and not self.transport.is_closing():
+            self.clock.touched()
             self.transport.writelines(parts)
 
     def notify(self, cmd: RemotingCommand) -> None:
@@ -169,10 +199,14 @@ class _Channel(asyncio.Protocol):
 
 
 class RemotingServer:
-    def __init__(self, broker: Any, handlers: dict[int, Handler], name: str) -> None:
+    def __init__(self, broker: Any, handlers: dict[int, Handler], name: str,
+                 limits: Limits | None = None) -> None:
         self.broker = broker
         self.handlers = handlers
         self.name = name
+        self.limits = limits or Limits.from_config(getattr(broker, "config", None))
+        self.limiter = ConnectionLimiter(self.limits, name)
+        self._sweeper: asyncio.Task | None = None
         self.channels: set[_Channel] = set()
         self.inflight: set[asyncio.Task] = set()
         self.bad_connections = 0
@@ -184,10 +218,35 @@ class RemotingServer:
         self._server = await loop.create_server(lambda: _Channel(self), host, port,
                                                 reuse_address=True, backlog=1024)
         self.port = self._server.sockets[0].getsockname()[1]
+        self._sweeper = loop.create_task(self._sweep(), name=f"{self.name}-sweeper")
+
+    async def _sweep(self) -> None:
+        """Close idle channels and channels with a stalled frame."""
+        limits = self.limits
+        while True:
+            await asyncio.sleep(limits.sweep_interval_s)
+            now = time.monotonic()
+            for ch in list(self.channels):
+                why = ch.clock.verdict(now, limits, busy=bool(ch.inflight))
+                if why is None or ch.closed:
+                    continue
+                if why == "idle":
+                    self.limiter.closed_idle += 1
+                    log.info("%s: closing %s: idle for %.0f s (serverChannelMaxIdleTimeSeconds)",
+                             self.name, ch.peer, limits.idle_s)
+                else:
+                    self.limiter.closed_stalled += 1
+                    log.info("%s: closing %s: a frame begun %.0f s ago is not whole "
+                             "(serverFrameReadTimeoutSeconds)", self.name, ch.peer,
+                             limits.frame_timeout_s)
+                ch.abort()
 
     def stop_accepting(self) -> None:
         if self._server is not None:
             self._server.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
 
     async def drain(self, timeout_s: float) -> None:
         """Wait (at most ``timeout_s``) for the requests in flight to be answered."""

@@ -40,7 +40,8 @@ def command() -> None:
 
 @command.command("list")
 @_target
-@click.option("--show-secret-keys", is_flag=True, help="Print secret keys instead of ***.")
+@click.option("--show-secret-keys", is_flag=True,
+              help="Print the secret keys the broker sends (only the asking account's own).")
 @json_option
 def list_(namesrv, broker, show_secret_keys, as_json) -> None:
     """Accounts, white addresses and file versions of each broker."""

@@ -51,9 +51,11 @@ def _source(store_dir: str | None, namesrv: str | None, broker: str | None, refr
               help="Port (0 = any free).")
 @click.option("--refresh", "refresh_s", default=5.0, show_default=True, type=float,
               help="With --store: seconds after which the store is re-read (0 = read once).")
+@click.option("--allowed-hosts", default="", metavar="NAME[,NAME]",
+              help="Host header values to answer besides 127.0.0.1, localhost and --host.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable status lines.")
 def command(namesrv: str | None, broker: str | None, store_dir: str | None, host: str, port: int,
-            refresh_s: float, as_json: bool) -> None:
+            refresh_s: float, allowed_hosts: str, as_json: bool) -> None:
     """Web console of a running cluster (--namesrv/--broker) or a store directory (--store)."""
     if sum(x is not None for x in (namesrv, broker, store_dir)) != 1:
         raise click.UsageError("give one of --namesrv, --broker or --store")
@@ -63,7 +65,8 @@ def command(namesrv: str | None, broker: str | None, store_dir: str | None, host
         raise click.ClickException(f"the console needs the ops extra "
                                    f"(pip install 'rocketstore[ops]'): {exc}") from exc
     source, close, what = _source(store_dir, namesrv, broker, refresh_s)
-    server = ConsoleServer(source, host, port)
+    from ..ops.httpguard import allowed_hosts as host_list
+    server = ConsoleServer(source, host, port, allowed_hosts=host_list(host, allowed_hosts))
     try:
         try:
             server.start()

@@ -30,7 +30,7 @@ class _NoBroker:
 
 
 async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
-               order_message_enable: bool) -> None:
+               order_message_enable: bool, acl_file: str | None = None) -> None:
     from ..broker import requests
     from ..broker.namesrv import context
     from ..broker.namesrv.kvconfig import KVConfigManager
@@ -44,6 +44,19 @@ async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
     settings = NamesrvSettings(kv_config_path, order_message_enable)
     ctx = context.build(None, kv=kv, settings=settings)
     handlers = requests.namesrv_handlers(ctx)
+    acl = None
+    if acl_file:  # the write codes need an admin account of that file (broker.namesrv.acl)
+        from ..broker.acl.address import AclError
+        from ..broker.acl.service import AclFileWatchService, PlainPermissionManager
+        from ..broker.namesrv import acl as namesrv_acl
+        acl = PlainPermissionManager(acl_file)
+        try:
+            acl.load()
+        except AclError as exc:
+            raise click.ClickException(f"ACL configuration: {exc}") from exc
+        acl.watcher = AclFileWatchService(acl, 5.0)  # type: ignore[attr-defined]
+        acl.watcher.start()
+        handlers = namesrv_acl.guard(acl, handlers)
     srv = RemotingServer(_NoBroker(ctx.table), handlers, "namesrv")
     settings.listen_port = lambda: srv.port
     try:
@@ -63,6 +76,8 @@ async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
     finally:
         srv.stop_accepting()
         await srv.close()
+        if acl is not None:
+            acl.watcher.stop()
     click.echo(json.dumps({"event": "stopped"}) if as_json else "stopped cleanly")
 
 
@@ -76,13 +91,17 @@ async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
 @click.option("--order-message-enable", is_flag=True,
               help="Routes carry the topic's ORDER_TOPIC_CONFIG as orderTopicConf "
                    "(RocketMQ's orderMessageEnable).")
+@click.option("--acl-file", default=None, metavar="FILE",
+              help="A plain_acl.yml: the write codes (KV config, write perms, broker "
+                   "registration, topic deletion, config) then need an admin account's "
+                   "signature or a globalWhiteRemoteAddresses address.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable status lines.")
 def command(host: str, port: int, log_level: str, kv_config_path: str | None,
-            order_message_enable: bool, as_json: bool) -> None:
+            order_message_enable: bool, acl_file: str | None, as_json: bool) -> None:
     """Run a name server that brokers register with (no broker, no store)."""
     from ..broker.namesrv.kvconfig import default_kv_config_path
 
-    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.WARNING),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from ..logsafe import configure
+    configure(getattr(logging, log_level.upper(), logging.WARNING))  # client values escaped
     asyncio.run(_run(host, port, as_json, kv_config_path or default_kv_config_path(),
-                     order_message_enable))
+                     order_message_enable, acl_file))

@@ -43,20 +43,31 @@ class OpsServices:
         try:
             if self.metrics_port is not None:
                 from .metrics import MetricsServer
-                self.metrics = MetricsServer(self.registry, self.host, self.metrics_port)
+                self.metrics = MetricsServer(self.registry, self.host, self.metrics_port,
+                                             **self._guards())
                 self.metrics.start()
                 urls["metrics"] = self.metrics.url
             if self.console_port is not None:
                 from .console import ConsoleServer
                 from .sources import LocalSource
                 self.console = ConsoleServer(LocalSource(self.state), self.host, self.console_port,
-                                             registry=self.registry)
+                                             registry=self.registry, **self._guards(),
+                                             acl=getattr(self.broker, "acl", None))
                 self.console.start()
                 urls["console"] = self.console.url
         except BaseException:
             self.stop()
             raise
         return urls
+
+    def _guards(self) -> dict[str, Any]:
+        """The broker's connection limits and Host allow-list (README "Security")."""
+        from ..netlimits import Limits
+        from .httpguard import allowed_hosts
+
+        cfg = getattr(self.broker, "config", None)
+        return {"limits": Limits.from_config(cfg),
+                "allowed_hosts": allowed_hosts(self.host, getattr(cfg, "http_allowed_hosts", ""))}
 
     def stop(self) -> None:
         for svc in (self.console, self.metrics, self.state.tps):

@@ -100,8 +100,9 @@ KEY_QUERY_CAP = 64  # StoreConfig.max_msgs_num_batch's default: one index query'
 class Console:
     """The console's pages and API over one source (``ops.sources``)."""
 
-    def __init__(self, source: Any, registry: Any = None) -> None:
+    def __init__(self, source: Any, registry: Any = None, auth: Any = None) -> None:
         self.source = source
+        self.auth = auth  # console_auth.ConsoleAuth when the broker's ACL is on
         self.templates = Jinja2Templates(directory=os.path.join(HERE, "templates"))
         env = self.templates.env
         env.filters.update(ts=fmt_ts, bytes=fmt_bytes, duration=fmt_duration)
@@ -116,7 +117,12 @@ class Console:
                   Route("/api/tps", self.api_tps),
                   Mount("/static", StaticFiles(directory=os.path.join(HERE, "static")),
                         name="static")]
-        if registry is not None:
+        if auth is not None:  # every page and API behind a sign-in (console_auth)
+            routes = [Route(r.path, self._guarded(r.endpoint)) if isinstance(r, Route) else r
+                      for r in routes]
+            routes += [Route("/login", self.login, methods=["GET", "POST"]),
+                       Route("/logout", self.logout)]
+        elif registry is not None:  # with ACL on, /metrics is the metrics port's alone
             from prometheus_client import CONTENT_TYPE_LATEST, generate_latest, make_asgi_app
 
             def metrics(request: Request) -> Response:  # /metrics itself: no redirect to /metrics/
@@ -125,18 +131,83 @@ class Console:
             routes.append(Mount("/metrics", make_asgi_app(registry)))
         self.app = Starlette(routes=routes)
 
+    # -- who is asking (ACL on) -------------------------------------------------------------------
+    def _src(self, request: Request) -> Any:
+        account = getattr(request.state, "account", None)
+        if account is None:
+            return self.source
+        from .console_auth import AclSource
+        return AclSource(self.source, account)
+
+    def _guarded(self, endpoint: Any) -> Any:
+        from starlette.responses import PlainTextResponse, RedirectResponse
+
+        from .console_auth import REALM
+
+        def guarded(request: Request) -> Response:
+            account = self.auth.who(request.cookies, request.headers.get("authorization"))
+            if account is None:
+                path = request.url.path
+                if path.startswith("/api/") or path.endswith("/body") or \
+                        request.headers.get("authorization"):
+                    return PlainTextResponse("sign in: HTTP Basic with an account of the "
+                                             "broker's plain_acl.yml\n", 401,
+                                             headers={"WWW-Authenticate": REALM})
+                from urllib.parse import quote
+                target = path + (f"?{request.url.query}" if request.url.query else "")
+                return RedirectResponse(f"/login?next={quote(target, safe='')}", 303)
+            request.state.account = account
+            return endpoint(request)
+        return guarded
+
+    async def login(self, request: Request) -> Response:
+        from urllib.parse import parse_qs
+
+        from starlette.responses import RedirectResponse
+
+        from .console_auth import SESSION_COOKIE
+
+        nxt = request.query_params.get("next") or "/"
+        if not nxt.startswith("/") or nxt.startswith("//") or "\\" in nxt:
+            nxt = "/"  # only pages of this console
+        error = None
+        status = 200
+        if request.method == "POST":
+            form = parse_qs((await request.body()).decode("utf-8", "replace"))
+            ak = (form.get("access_key") or [""])[0]
+            token = self.auth.login(ak, (form.get("secret_key") or [""])[0])
+            if token is not None:
+                resp = RedirectResponse(nxt, 303)
+                resp.set_cookie(SESSION_COOKIE, token, max_age=int(self.auth.ttl_s), path="/",
+                                httponly=True, samesite="strict")
+                return resp
+            error, status = "Unknown access key or wrong secret key.", 401
+        return self._page(request, "login.html", status, active="login", error=error, next=nxt)
+
+    def logout(self, request: Request) -> Response:
+        from starlette.responses import RedirectResponse
+
+        from .console_auth import SESSION_COOKIE
+
+        self.auth.logout(request.cookies.get(SESSION_COOKIE))
+        resp = RedirectResponse("/login", 303)
+        resp.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
+        return resp
+
     def _page(self, request: Request, name: str, status: int = 200, **ctx: Any) -> Response:
         ctx.setdefault("active", name.split(".")[0])
+        account = getattr(request.state, "account", None)
+        ctx.setdefault("account", account.access_key if account is not None else None)
         return self.templates.TemplateResponse(request, name, ctx, status_code=status)
 
-    def search(self, params: Any) -> tuple[str, dict, list[views.MessageView]]:
+    def search(self, params: Any, src: Any = None) -> tuple[str, dict, list[views.MessageView]]:
         """Run the search the query string asks for: (mode, form values, results)."""
         mode = params.get("mode") or "key"
         form = {k: (params.get(k) or "").strip()
                 for k in ("topic", "key", "msg_id", "begin", "end", "offset", "max")}
         max_num = int(form["max"]) if form["max"].isdigit() else 64
         max_num = max(1, min(max_num, MAX_RESULTS))
-        src = self.source
+        src = src if src is not None else self.source
         begin = parse_time(form["begin"], "begin")
         end = parse_time(form["end"], "end")
         if mode == "key":
@@ -168,43 +239,43 @@ class Console:
 
     # -- pages ----------------------------------------------------------------------------------
     def overview(self, request: Request) -> Response:
-        return self._page(request, "overview.html", o=self.source.overview())
+        return self._page(request, "overview.html", o=self._src(request).overview())
 
     def topics(self, request: Request) -> Response:
         show_system = request.query_params.get("system") == "1"
-        tvs = self.source.topics()
+        tvs = self._src(request).topics()
         shown = [t for t in tvs if show_system or not t.system]
         return self._page(request, "topics.html", topics=shown, show_system=show_system,
                           hidden=len(tvs) - len(shown))
 
     def topic(self, request: Request) -> Response:
         name = request.path_params["topic"]
-        tv = self.source.topic(name)
+        tv = self._src(request).topic(name)
         if tv is None:
             return self._page(request, "error.html", 404, active="topics",
                               message=f"topic {name!r} does not exist")
-        gvs = [g for g in self.source.groups() if name in g.topics]
+        gvs = [g for g in self._src(request).groups() if name in g.topics]
         return self._page(request, "topic.html", active="topics", t=tv, groups=gvs)
 
     def groups(self, request: Request) -> Response:
         show_system = request.query_params.get("system") == "1"
-        gvs = self.source.groups()
+        gvs = self._src(request).groups()
         shown = [g for g in gvs if show_system or not g.system]
         return self._page(request, "groups.html", groups=shown, show_system=show_system,
                           hidden=len(gvs) - len(shown))
 
     def group(self, request: Request) -> Response:
         name = request.path_params["group"]
-        g = self.source.group(name)
+        g = self._src(request).group(name)
         if g is None:
             return self._page(request, "error.html", 404, active="groups",
                               message=f"consumer group {name!r} is not known to this broker")
         return self._page(request, "group.html", active="groups", g=g)
 
     def messages(self, request: Request) -> Response:
-        topics = self.source.topic_names()
+        topics = self._src(request).topic_names()
         try:
-            mode, form, found = self.search(request.query_params)
+            mode, form, found = self.search(request.query_params, self._src(request))
         except ValueError as exc:
             mode = request.query_params.get("mode") or "key"
             form = dict(request.query_params)
@@ -223,7 +294,7 @@ class Console:
 
     def message(self, request: Request) -> Response:
         msg_id = request.path_params["msg_id"]
-        found = self.source.find_by_id(msg_id, None)
+        found = self._src(request).find_by_id(msg_id, None)
         if not found:
             return self._page(request, "error.html", 404, active="messages",
                               message=f"no message with id {msg_id!r}")
@@ -231,7 +302,7 @@ class Console:
 
     def message_body(self, request: Request) -> Response:
         msg_id = request.path_params["msg_id"]
-        body = self.source.body(msg_id)
+        body = self._src(request).body(msg_id)
         if body is None:
             return Response(f"no message with id {msg_id!r}\n", 404, media_type="text/plain")
         return Response(body, media_type="application/octet-stream", headers={
@@ -239,17 +310,17 @@ class Console:
 
     # -- JSON -----------------------------------------------------------------------------------
     def api_overview(self, request: Request) -> Response:
-        return JSONResponse(_plain(self.source.overview()))
+        return JSONResponse(_plain(self._src(request).overview()))
 
     def api_topics(self, request: Request) -> Response:
-        return JSONResponse(_plain(self.source.topics()))
+        return JSONResponse(_plain(self._src(request).topics()))
 
     def api_groups(self, request: Request) -> Response:
-        return JSONResponse(_plain(self.source.groups()))
+        return JSONResponse(_plain(self._src(request).groups()))
 
     def api_messages(self, request: Request) -> Response:
         try:
-            _, _, found = self.search(request.query_params)
+            _, _, found = self.search(request.query_params, self._src(request))
         except ValueError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         return JSONResponse(_plain(found))
@@ -259,7 +330,7 @@ class Console:
             since = float(request.query_params.get("since") or 0)
         except ValueError:
             since = 0.0
-        series = self.source.tps(since)
+        series = self._src(request).tps(since)
         if series is None:
             return JSONResponse({"available": False})
         return JSONResponse({"available": True, **series})
@@ -268,10 +339,21 @@ class Console:
 class ConsoleServer:
     """uvicorn serving a ``Console`` on its own thread and event loop."""
 
-    def __init__(self, source: Any, host: str, port: int, *, registry: Any = None) -> None:
-        self.console = Console(source, registry)
+    def __init__(self, source: Any, host: str, port: int, *, registry: Any = None,
+                 limits: Any = None, allowed_hosts: Any = None, acl: Any = None) -> None:
+        from ..netlimits import ConnectionLimiter, Limits
+        from .httpguard import allowed_hosts as default_hosts
+
+        auth = None
+        if acl is not None:  # the broker's ACL is on: sign-in, per-account views
+            from .console_auth import ConsoleAuth
+            auth = ConsoleAuth(acl)
+        self.console = Console(source, registry, auth)
         self.host = host
         self.port = port
+        self.limits = limits or Limits()
+        self.limiter = ConnectionLimiter(self.limits, "console")
+        self.allowed = allowed_hosts or default_hosts(host)
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
@@ -288,8 +370,13 @@ class ConsoleServer:
             sock.close()
             raise
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self.console.app, log_level="warning", access_log=False,
-                                lifespan="off", timeout_graceful_shutdown=2)
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        from .httpguard import HostCheck, limited_protocol
+
+        config = uvicorn.Config(HostCheck(self.console.app, self.allowed), log_level="warning",
+                                access_log=False, lifespan="off", timeout_graceful_shutdown=2,
+                                http=limited_protocol(H11Protocol, self.limiter, self.limits))
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
                                         name="ConsoleServer", daemon=True)

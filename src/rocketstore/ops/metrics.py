@@ -18,8 +18,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Iterator
 
-from prometheus_client import (CollectorRegistry, PlatformCollector, ProcessCollector,
-                               start_http_server)
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -270,15 +269,33 @@ def _copy(table: dict) -> dict:
 class MetricsServer:
     """prometheus-client's HTTP server for one registry, in a daemon thread."""
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+    def __init__(self, registry: CollectorRegistry, host: str, port: int, *,
+                 limits: Any = None, allowed_hosts: Any = None) -> None:
+        from ..netlimits import ConnectionLimiter, Limits
+        from .httpguard import allowed_hosts as default_hosts
+
         self.registry = registry
         self.host = host
         self.port = port
+        self.limits = limits or Limits()
+        self.limiter = ConnectionLimiter(self.limits, "metrics")
+        self.allowed = allowed_hosts or default_hosts(host)
         self._httpd: Any = None
         self._thread: Any = None
 
     def start(self) -> None:
-        self._httpd, self._thread = start_http_server(self.port, self.host, self.registry)
+        """Serve on a thread: the Host allow-list and connection limits of ``httpguard``."""
+        import threading
+
+        from prometheus_client import make_wsgi_app
+
+        from .httpguard import host_check_wsgi, limited_wsgi_server
+
+        app = host_check_wsgi(make_wsgi_app(self.registry), self.allowed)
+        self._httpd = limited_wsgi_server(app, self.host, self.port, self.limiter, self.limits)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="MetricsServer",
+                                        daemon=True)
+        self._thread.start()
         self.port = self._httpd.server_port
 
     def stop(self) -> None:

@@ -11,11 +11,17 @@ QueryAssignment ``SUB`` on the topic and the group; a consumer Heartbeat and
 NotifyClientTermination ``SUB`` on the group; EndTransaction ``PUB`` on the topic; a Telemetry
 ``settings`` command ``PUB`` on each published topic, ``SUB`` on the subscribed group and topics.
 A refused call ends with gRPC status PERMISSION_DENIED, as the proxy's.
+
+Stricter than RocketMQ 5: the signature covers only ``x-mq-date-time``, so a captured call could
+be replayed for ever; a signed call whose ``x-mq-date-time`` is missing, unreadable or more than
+``aclSignatureWindowSeconds`` (default 900) from the broker's clock is refused, with the reason.
 """
 from __future__ import annotations
 
 import base64
 import binascii
+import calendar
+import time
 from typing import Any, AsyncIterator
 
 import grpc
@@ -78,7 +84,29 @@ def grpc_resources(method: str, req: Any) -> dict[str, int]:
     return out
 
 
-def _access(context: Any, method: str, req: Any) -> AccessRequest:
+DEFAULT_WINDOW_S = 900
+DATE_TIME_FORMAT = "%Y%m%dT%H%M%SZ"  # the clients' x-mq-date-time, UTC
+
+
+def check_date_time(value: str | None, window_s: float, now: float | None = None) -> None:
+    """Raise ``AclError`` unless ``value`` (``yyyyMMdd'T'HHmmss'Z'``) is within ``window_s``
+    seconds of ``now`` (the broker's clock), either way."""
+    if not value:
+        raise AclError("x-mq-date-time is missing: a signed call must carry its time")
+    try:
+        at = calendar.timegm(time.strptime(str(value), DATE_TIME_FORMAT))
+    except ValueError:
+        raise AclError(f"x-mq-date-time {value!r} is not yyyyMMddTHHmmssZ") from None
+    skew = (time.time() if now is None else now) - at
+    if abs(skew) > window_s:
+        side = "old" if skew > 0 else "ahead of the broker's clock"
+        raise AclError(f"x-mq-date-time {value} is {abs(skew):.0f} s {side}; signatures are "
+                       f"accepted within {window_s:g} s of the broker's clock "
+                       "(aclSignatureWindowSeconds)")
+
+
+def _access(context: Any, method: str, req: Any,
+            window_s: float = DEFAULT_WINDOW_S) -> AccessRequest:
     meta = {k: v for k, v in (context.invocation_metadata() or ())}
     peer = context.peer() or ""  # "ipv4:127.0.0.1:5555" / "ipv6:[::1]:5555"
     host = peer.split(":", 1)[-1].rsplit(":", 1)[0].strip("[]")
@@ -102,18 +130,20 @@ def _access(context: Any, method: str, req: Any) -> AccessRequest:
                     out.signature = base64.b64encode(binascii.unhexlify(value)).decode()
                 except (binascii.Error, ValueError) as exc:
                     raise AclError(f"bad signature: {exc}") from exc
+        check_date_time(meta.get("x-mq-date-time"), window_s)
     return out
 
 
 class AclInterceptor(grpc.aio.ServerInterceptor):
     """Checks every MessagingService call against the broker's plain ACL."""
 
-    def __init__(self, manager: Any) -> None:
+    def __init__(self, manager: Any, window_s: float = DEFAULT_WINDOW_S) -> None:
         self.manager = manager
+        self.window_s = window_s
 
     def _check(self, context: Any, method: str, req: Any) -> str | None:
         try:
-            validate(self.manager.snapshot, _access(context, method, req))
+            validate(self.manager.snapshot, _access(context, method, req, self.window_s))
         except AclError as exc:
             return exc.message
         return None
@@ -162,4 +192,4 @@ class AclInterceptor(grpc.aio.ServerInterceptor):
         return handler
 
 
-__all__ = ["AclInterceptor", "grpc_resources"]
+__all__ = ["AclInterceptor", "grpc_resources", "check_date_time"]

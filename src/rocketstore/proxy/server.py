@@ -76,10 +76,15 @@ class GrpcProxy:
         interceptors = []
         if self.p.acl is not None:  # aclEnable: every call signed and checked, as the 5.x proxy
             from .acl import AclInterceptor
-            interceptors.append(AclInterceptor(self.p.acl))
+            interceptors.append(AclInterceptor(
+                self.p.acl, getattr(self.p.config, "acl_signature_window_s", 900)))
+        idle_s = float(getattr(self.p.config, "server_channel_max_idle_s", 120) or 0)
         self._server = grpc.aio.server(interceptors=interceptors, options=[
             ("grpc.max_receive_message_length", MAX_INBOUND_MESSAGE_BYTES),
-            ("grpc.so_reuseport", 0)])
+            ("grpc.so_reuseport", 0),
+            # an HTTP/2 connection without an open call for this long is closed (GOAWAY), as a
+            # remoting channel is after serverChannelMaxIdleTimeSeconds
+            *([("grpc.max_connection_idle_ms", int(idle_s * 1000))] if idle_s > 0 else [])])
         services.add_MessagingServiceServicer_to_server(self.service, self._server)
         try:
             bound = self._server.add_insecure_port(f"{self.host}:{self.port}")

@@ -47,7 +47,19 @@ TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 ADMIN_CODES = frozenset({RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.UPDATE_BROKER_CONFIG,
                          RequestCode.DELETE_TOPIC_IN_BROKER,
                          RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-                         RequestCode.DELETE_SUBSCRIPTIONGROUP})
+                         RequestCode.DELETE_SUBSCRIPTIONGROUP}) | frozenset({
+    # stricter than RocketMQ 4.9.7, whose ``Permission.ADMIN_CODE`` leaves these out: without
+    # them any account could rewrite plain_acl.yml (make itself admin) or read every secret key
+    RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, RequestCode.DELETE_ACL_CONFIG,
+    RequestCode.GET_BROKER_CLUSTER_ACL_INFO, RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+    RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG})
+# the codes that manage the ACL itself: a white-listed address alone never reaches them, the
+# request must name an admin account (signed, or from that account's white address)
+ACL_ADMIN_CODES = frozenset({
+    RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, RequestCode.DELETE_ACL_CONFIG,
+    RequestCode.GET_BROKER_CLUSTER_ACL_INFO, RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+    RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG})
+MASKED_SECRET = "***"  # what an answer shows instead of another account's secret key
 KEY_MIN_LENGTH = 6  # ACCESS_KEY_MIN_LENGTH / SECRET_KEY_MIN_LENGTH: keys must be longer
 
 # the Java frames RocketMQ 4.9.7 names in a refusal's remark
@@ -257,10 +269,15 @@ class AclSnapshot:
     stamps: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # see file_stamp
 
 
-def validate(snap: AclSnapshot, req: AccessRequest) -> None:
-    """``PlainPermissionManager.validate``: returns when allowed, raises ``AclError`` if not."""
+def validate(snap: AclSnapshot, req: AccessRequest, admin_codes: frozenset = ADMIN_CODES) -> None:
+    """``PlainPermissionManager.validate``: returns when allowed, raises ``AclError`` if not.
+
+    Stricter than RocketMQ 4.9.7: the ACL codes (``ACL_ADMIN_CODES``) skip no check for a
+    globally white-listed address, and an account's white address replaces its signature but
+    not the admin check of an admin code."""
+    acl_code = req.code in ACL_ADMIN_CODES
     for rule in snap.global_white:
-        if rule.match(req.ip):
+        if rule.match(req.ip) and not acl_code:
             return
     if req.access_key is None:
         raise AclError("No accessKey is configured", AT_NO_KEY)
@@ -268,16 +285,18 @@ def validate(snap: AclSnapshot, req: AccessRequest) -> None:
     if owned is None:
         raise AclError(f"No acl config for {req.access_key}", AT_NO_ACCOUNT)
     if owned.white.match(req.ip):
+        if req.code in admin_codes and not owned.admin:
+            check_perm(req, owned, admin_codes)  # raises: an admin code needs an admin account
         return
     if cal_signature(req.content, owned.secret_key) != req.signature:
         raise AclError(f"Check signature failed for accessKey={req.access_key}", AT_SIGNATURE)
     if req.resources.get(TRACE_TOPIC) == PUB:  # message traces may always be written
         return
-    check_perm(req, owned)
+    check_perm(req, owned, admin_codes)
 
 
-def check_perm(req: AccessRequest, owned: Account) -> None:
-    if req.code in ADMIN_CODES and not owned.admin:
+def check_perm(req: AccessRequest, owned: Account, admin_codes: frozenset = ADMIN_CODES) -> None:
+    if req.code in admin_codes and not owned.admin:
         raise AclError(f"Need admin permission for request code={req.code}, but accessKey="
                        f"{owned.access_key} is not", AT_ADMIN)
     if not req.resources or (owned.perms is None and owned.admin):
@@ -355,8 +374,9 @@ def load_snapshot(default_file: str, read_yaml) -> AclSnapshot:
                        {p: file_stamp(p) for p in files})
 
 
-def cluster_acl_config(snap: AclSnapshot, read_yaml) -> dict:
-    """GET_BROKER_CLUSTER_ACL_CONFIG's body (``getAllAclConfig``): read from the files."""
+def cluster_acl_config(snap: AclSnapshot, read_yaml, requester: str | None = None) -> dict:
+    """GET_BROKER_CLUSTER_ACL_CONFIG's body (``getAllAclConfig``): read from the files. Every
+    secret key but the ``requester``'s own is ``MASKED_SECRET`` (RocketMQ sends them all)."""
     whites: list[str] = []
     configs: list[dict] = []
     seen: set[str] = set()
@@ -373,6 +393,8 @@ def cluster_acl_config(snap: AclSnapshot, read_yaml) -> dict:
                         "defaultGroupPerm"):
                 if entry.get(key) is not None:
                     cfg[key] = str(entry[key])
+            if "secretKey" in cfg and ak != requester:
+                cfg["secretKey"] = MASKED_SECRET
             for key in ("topicPerms", "groupPerms"):
                 if entry.get(key) is not None:
                     cfg[key] = _as_list(entry[key])
@@ -389,6 +411,6 @@ def versions_json(snap: AclSnapshot, default_file: str) -> tuple[str, str]:
 
 
 __all__ = ["AclError", "Account", "AccessRequest", "AclSnapshot", "DataVersion", "DENY", "ANY",
-           "PUB", "SUB", "ADMIN_CODES", "parse_perm", "check_permission", "build_account",
+           "PUB", "SUB", "ADMIN_CODES", "ACL_ADMIN_CODES", "MASKED_SECRET", "parse_perm", "check_permission", "build_account",
            "request_resources", "parse_request", "validate", "load_snapshot", "acl_files",
            "cluster_acl_config", "versions_json", "check_resource_perms", "file_stamp"]

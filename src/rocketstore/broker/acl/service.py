@@ -334,7 +334,8 @@ async def acl_config(ctx: AclContext, conn: Any, cmd: RemotingCommand) -> Remoti
     if m is None:
         return cmd.response(ResponseCode.SYSTEM_ERROR, remark=_OFF)
     try:
-        body = await ctx.run(cluster_acl_config, m.snapshot, read_yaml)
+        body = await ctx.run(cluster_acl_config, m.snapshot, read_yaml,
+                             cmd.ext_fields.get("AccessKey"))  # others masked
     except AclError as exc:
         return cmd.response(ResponseCode.SYSTEM_ERROR, remark=exc.message)
     return cmd.response(ResponseCode.SUCCESS, body=json.dumps(

@@ -25,6 +25,7 @@ from ...remoting import fastjson
 from ...remoting.codes import ResponseCode
 from ...remoting.command import RemotingCommand
 from . import views
+from ..state.limits import check_live_value
 
 if TYPE_CHECKING:
     from ..contexts import AdminContext
@@ -151,6 +152,7 @@ def apply_update(props: dict[str, str], broker_config: Any, store_config: Any) -
         new = coerce(getattr(obj, attr), value, key)
         if isinstance(new, int) and not isinstance(new, bool) and new < 0:
             raise ValueError(f"{key} must not be negative")
+        check_live_value(key, new, store_config)  # state.limits: each key's range
         if key == "deleteWhen" and not re.fullmatch(r"\d{1,2}(;\d{1,2})*", new):
             raise ValueError(f"deleteWhen must be hours like 04 or 04;16, not {new!r}")
         plan.append((obj, attr, key, new))

@@ -119,6 +119,7 @@ class _Channel:
         assert self.writer is not None
         fut = asyncio.get_running_loop().create_future()
         self._pending[cmd.opaque] = fut
+        _sign_from_env(cmd)  # a name server with namesrvAclEnable checks registrations
         self.writer.write(self.codec.send(cmd))
         try:
             return await asyncio.wait_for(fut, timeout)
@@ -136,6 +137,17 @@ class _Channel:
         if self._task is not None and self._task is not asyncio.current_task():
             self._task.cancel()
         self._task = None
+
+
+def _sign_from_env(cmd: RemotingCommand) -> None:
+    """Sign with ``ROCKETMQ_ACCESS_KEY``/``ROCKETMQ_SECRET_KEY`` when both are set."""
+    import os
+
+    from ...remoting.signing import sign_request
+
+    ak, sk = os.environ.get("ROCKETMQ_ACCESS_KEY"), os.environ.get("ROCKETMQ_SECRET_KEY")
+    if ak and sk:
+        sign_request(cmd, ak, sk)
 
 
 def register_body(topic_table: dict[str, dict], counter: int, timestamp_ms: int) -> bytes:

@@ -19,6 +19,7 @@ from ...remoting.codes import PERM_RW, RequestCode, ResponseCode
 from ...remoting.command import RemotingCommand
 from ...remoting.jsonbody import load_json_text
 from ..state.topics import RETRY_PREFIX, TopicConfig, ensure_topic
+from ..state.limits import validate_group
 
 if TYPE_CHECKING:
     from ..contexts import ClientContext
@@ -95,6 +96,10 @@ async def heartbeat(ctx: ClientContext, conn: Any, cmd: RemotingCommand) -> Remo
     if not isinstance(data, dict):
         raise ValueError("heartbeat body is not a JSON object")
     client_id = str(data.get("clientID") or conn.peer)
+    for ds in ("consumerDataSet", "producerDataSet"):  # nothing registered from a bad one
+        for d in data.get(ds) or []:
+            if isinstance(d, dict) and (ds == "consumerDataSet" or d.get("groupName")):
+                validate_group(d.get("groupName"))
     for cd in data.get("consumerDataSet") or []:
         if not isinstance(cd, dict):
             continue

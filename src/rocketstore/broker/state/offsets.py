@@ -28,8 +28,16 @@ class ConsumerOffsetManager:
             self._table[key] = {int(q): int(o) for q, o in queues.items()}
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        key = f"{topic}@{group}"
         with self._lock:
-            self._table.setdefault(f"{topic}@{group}", {})[queue_id] = offset
+            queues = self._table.get(key)
+            if queues is None:  # a new group/topic pair: only legal names reach the file
+                from .limits import validate_group
+                from .topics import validate_topic
+                validate_group(group)
+                validate_topic(topic)
+                queues = self._table[key] = {}
+            queues[queue_id] = offset
             self._dirty = True
 
     def query(self, group: str, topic: str, queue_id: int) -> int:

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, fields
 from typing import Any
 
+from .limits import validate_group
 from .files import load_json_lenient, write_json_atomic
 
 _JSON_NAMES = {
@@ -120,11 +121,13 @@ class SubscriptionGroupManager:
         with self._lock:
             cfg = self._groups.get(group)
             if cfg is None and self.auto_create and group:
+                validate_group(group)  # only legal names reach subscriptionGroup.json
                 cfg = self._groups[group] = SubscriptionGroupConfig(group)
                 self._bump()
             return cfg
 
     def update(self, cfg: SubscriptionGroupConfig) -> None:
+        validate_group(cfg.group_name)
         with self._lock:
             self._groups[cfg.group_name] = cfg
             self._bump()
