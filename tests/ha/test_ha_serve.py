@@ -163,7 +163,7 @@ def test_slave_stopped_or_cut_gives_timeout_codes_then_catches_up(cluster):
             t0 = time.monotonic()
             r = p.send(TOPIC, b"while stopped")
             took = time.monotonic() - t0
-            assert r.status == "FLUSH_SLAVE_TIMEOUT" and 0.9 <= took < 3.0, (r, took)
+            assert r.status == "FLUSH_SLAVE_TIMEOUT" and 0.9 <= took < 6.0, (r, took)
             os.kill(slave.proc.pid, signal.SIGCONT)
             wait_for(lambda: p.send(TOPIC, b"after SIGCONT").status == "SEND_OK", 10, "SEND_OK again")
             proxy.cut()
