@@ -3,7 +3,9 @@
     python crash_writer.py ROOT FLUSH_TYPE THREADS SEQ_START [clean]
 
 Prints ``READY`` once the store is open, then ``ACK <seq> <offset> <size>`` after every put
-that returned PUT_OK (one thread puts batches of 3 with ``put_messages``: one line per message) (under SYNC_FLUSH: durable; under ASYNC_FLUSH: in the page cache), and
+that returned PUT_OK (one thread puts batches of 3 with ``put_messages``: one line per message;
+under SYNC_FLUSH one more thread puts as the broker does, ``defer_sync`` + ``SyncFlushWaiter``)
+(under SYNC_FLUSH: durable; under ASYNC_FLUSH: in the page cache), and
 ``ERR <seq> <status>`` otherwise. Each message's topic, queue, key and body are functions of its
 sequence number (``expected``), so the parent can check every byte it reads back.
 """
@@ -54,7 +56,8 @@ def expected(seq: int) -> tuple[str, int, str, bytes]:
 def main() -> None:
     root, flush_type, threads, seq_start = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     cleaning = len(sys.argv) > 5 and sys.argv[5] == "clean"
-    store = MessageStore(crash_config(root, flush_type, cleaning))
+    cfg = crash_config(root, flush_type, cleaning)
+    store = MessageStore(cfg)
     out = sys.stdout
     out_lock = threading.Lock()
     counter = itertools.count(seq_start)
@@ -97,8 +100,42 @@ def main() -> None:
                 out.write(lines)
                 out.flush()
 
+    def deferred_putter() -> None:
+        """SYNC_FLUSH the way the broker puts: append without waiting (``defer_sync``), ACK only
+        when ``SyncFlushWaiter`` reports the group commit covering it; 8 puts in flight."""
+        import asyncio
+
+        from rocketstore.broker.services.syncflush import SyncFlushWaiter
+
+        async def run() -> None:
+            waiter = SyncFlushWaiter(asyncio.get_running_loop(), store.commitlog.flushed_offset,
+                                     cfg.sync_flush_timeout)
+            store.flush_service.add_listener(waiter.on_flush)
+
+            async def one() -> None:
+                while True:
+                    with next_lock:
+                        seq = next(counter)
+                    topic, qid, key, body = expected(seq)
+                    m = Message(topic=topic, body=body, keys=[key], queue_id=qid)
+                    r = store.put_message(m, nowait=True, defer_sync=True)
+                    if r is None:  # the store would block: as the broker's put thread does
+                        r = await asyncio.to_thread(store.put_message, m, defer_sync=True)
+                    r = await waiter.wait(r)
+                    line = (f"ACK {seq} {r.wrote_offset} {r.wrote_bytes}\n"
+                            if r.status.name == "PUT_OK" else f"ERR {seq} {r.status.name}\n")
+                    with out_lock:
+                        out.write(line)
+                        out.flush()
+
+            await asyncio.gather(*(one() for _ in range(8)))
+
+        asyncio.run(run())
+
     ts = [threading.Thread(target=putter, daemon=True) for _ in range(threads - 1)]
     ts.append(threading.Thread(target=batch_putter, daemon=True))
+    if flush_type == "SYNC_FLUSH":
+        ts.append(threading.Thread(target=deferred_putter, daemon=True))
     for t in ts:
         t.start()
     for t in ts:

@@ -130,13 +130,13 @@ def test_cut_connection_gives_timeout_codes_then_catches_up(tmp_path):
             t0 = time.monotonic()
             r = put_many(m, 1, start=50)[0]
             took = time.monotonic() - t0
-            assert r.status is PutStatus.FLUSH_SLAVE_TIMEOUT and 0.45 <= took < 2.0, (r, took)
+            assert r.status is PutStatus.FLUSH_SLAVE_TIMEOUT and 0.45 <= took < 4.0, (r, took)
             proxy.cut()  # connection gone: no slave in reach, answered at once
             proxy.paused.clear()
             wait_for(lambda: m.ha.connection_count == 0, 5, "the master to see the cut")
             t0 = time.monotonic()
             r = put_many(m, 1, start=51)[0]
-            assert r.status is PutStatus.SLAVE_NOT_AVAILABLE and time.monotonic() - t0 < 0.3
+            assert r.status is PutStatus.SLAVE_NOT_AVAILABLE and time.monotonic() - t0 < 1.0
             put_many(m, 200, start=52)
             proxy.restore()
             wait_for(lambda: s.get_max_phy_offset() == m.get_max_phy_offset(), 10, "catch-up")

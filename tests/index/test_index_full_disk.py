@@ -1,6 +1,8 @@
-"""A full disk when an index file must be created: DiskFullError (no sparse file that would
-SIGBUS later), nothing half-made left behind, and a retried dispatch completes the index exactly.
-Needs root to mount a small tmpfs; skipped otherwise."""
+"""A full disk and the index: files are sparse (their full length, blocks allocated as they
+fill, as RocketMQ's own), so a full disk fails with DiskFullError when a file is created (its
+header page) or when a write needs blocks — never as a SIGBUS in the mapping — nothing half-made
+is left behind, and a retried dispatch completes the index exactly. Needs root to mount a small
+tmpfs; skipped otherwise."""
 from __future__ import annotations
 
 import os
@@ -21,11 +23,29 @@ def tmpfs(tmpfs_factory):
 
 def test_create_on_full_disk_raises_and_leaves_nothing(tmpfs):
     path = tmpfs / "20240101000000000"
+    ballast = tmpfs / "ballast"
+    fill_disk(ballast)
     with pytest.raises(DiskFullError, match="no space"):
-        IndexFile.create(str(path), 1000, 100_000)  # 2 MB > 1 MiB
+        IndexFile.create(str(path), 1000, 100_000)  # not even its header page fits
     assert not path.exists()
-    f = IndexFile.create(str(path), 10, 100)  # allocated up front: st_blocks cover the size
-    assert os.stat(path).st_blocks * 512 >= f.file_size
+    ballast.unlink()
+
+
+def test_a_file_larger_than_the_disk_fills_until_a_clean_disk_full_error(tmpfs):
+    import numpy as np
+    path = tmpfs / "20240101000000000"
+    f = IndexFile.create(str(path), 1000, 100_000)  # 2 MB on a 1 MiB disk: sparse
+    assert os.path.getsize(path) == f.file_size  # the full logical length RocketMQ expects
+    assert os.stat(path).st_blocks * 512 < 64 * 1024  # but blocks only for what is used
+    put = 0
+    with pytest.raises(DiskFullError, match="no space"):
+        for i in range(100):  # 1,000 keys a batch: 20 KB of entries; ~50 batches fill 1 MiB
+            hashes = np.arange(i * 1000, (i + 1) * 1000, dtype=np.int64) * 7919
+            put += f.put_batch(hashes, np.arange(1000, dtype=np.int64) + i * 1000,
+                               np.full(1000, 1_700_000_000_000, dtype=np.int64))
+    assert 10_000 < put < 100_000  # this process is alive: no SIGBUS; what went in reads back
+    assert f.entry_count == put
+    assert f.entry(put)[1] == put - 1  # the last entry's phyOffset
     f.close()
 
 

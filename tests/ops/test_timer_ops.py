@@ -22,7 +22,8 @@ from .test_metrics import scrape_until, value  # noqa: E402
 def test_timer_numbers_in_metrics_console_and_status(tmp_path):
     mport, cport = free_port(), free_port()
     srv = start_server(str(tmp_path / "store"), "--metrics-port", str(mport), "--console",
-                       str(cport), "-o", "timer_precision_ms=100")
+                       str(cport), "-o", "timer_precision_ms=100",
+                       "-o", "mapped_file_size_timer_log=52000")
     url = f"http://127.0.0.1:{mport}/metrics"
     try:
         now = int(time.time() * 1000)

@@ -74,10 +74,13 @@ class Arrivals:
 
 
 def _check_on_time(arrived, due_of) -> None:
+    """Never early; the broker delivers (re-puts) within 1 s of the time, and the long-polling
+    consumer has it within 1 s more on this shared, loaded test machine."""
     for m, at in arrived:
         due = due_of(m)
         assert m.store_timestamp >= due, (m.body, "early by", due - m.store_timestamp)
-        assert at - due <= 1000, (m.body, "late by", at - due)
+        assert m.store_timestamp - due <= 1000, (m.body, "delivered late by", m.store_timestamp - due)
+        assert at - due <= 2000, (m.body, "arrived late by", at - due)
 
 
 @pytest.mark.timeout(240)
@@ -150,7 +153,7 @@ def test_killed_broker_delivers_what_came_due_and_cancel_works(tmp_path):
                 at = t0 + 2000 + 100 * i
                 assert p.send("TimerK", b"k%d" % i, properties={"TIMER_DELIVER_MS": str(at)}).status == "SEND_OK"
                 due[b"k%d" % i] = at
-            at = t0 + 6000  # after the restart: on time
+            at = t0 + 10_000  # after the restart (however slow the start): on time
             assert p.send("TimerK", b"late", properties={"TIMER_DELIVER_MS": str(at)}).status == "SEND_OK"
             due[b"late"] = at
             victim = p.send("TimerK", b"cancelled", properties={"TIMER_DELIVER_MS": str(t0 + 2500)})
@@ -168,6 +171,7 @@ def test_killed_broker_delivers_what_came_due_and_cancel_works(tmp_path):
     restarted = int(time.time() * 1000)
     arrivals = Arrivals(srv.namesrv, "TimerK", 1)
     try:
+        assert restarted < due[b"late"] - 500, "the broker took too long to start again"
         got = arrivals.wait(len(due), 15)
         time.sleep(1.0)  # anything extra (a duplicate, the cancelled one) would show up by now
         got = list(arrivals.seen)

@@ -151,6 +151,9 @@ def test_limits_and_delay_levels(tmp_path):
             "DELAY": "1", "TIMER_DELIVER_MS": str(now_ms() + 50_000)}))
         m = s.look_message_by_offset(lv.wrote_offset)
         assert m.topic == "SCHEDULE_TOPIC_XXXX" and "TIMER_DELIVER_MS" not in m.properties
+        batch = s.put_messages([Message(topic="T", body=b"b", properties={
+            "TIMER_DELIVER_MS": str(now_ms() + 5000)})])
+        assert batch.status is PutStatus.MESSAGE_ILLEGAL and "timer" in batch.error
     with MessageStore(cfg(tmp_path, timer_wheel_enable=False)) as s:
         r = timer_put(s, "T", b"x", now_ms() + 5000)
         assert r.status is PutStatus.WHEEL_TIMER_NOT_ENABLE

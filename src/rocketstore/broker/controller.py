@@ -149,8 +149,12 @@ class Broker:
                 self.store_config.broker_role == "SYNC_MASTER":
             self.store.put_path.defer_replica_wait = True  # ``put`` awaits the replicas
         self.puts = Puts(self.store, self.run)
-        if not getattr(self.store_config, "sync_flush", False):
-            self.writer = self.puts.writer = PutWriter(self.loop, inline=self.puts.inline())
+        if getattr(self.store_config, "sync_flush", False):
+            from .services.syncflush import SyncFlushWaiter
+            self.puts.sync_waiter = SyncFlushWaiter(self.loop, self.store.commitlog.flushed_offset,
+                                                    self.store_config.sync_flush_timeout)
+            self.store.flush_service.add_listener(self.puts.sync_waiter.on_flush)
+        self.writer = self.puts.writer = PutWriter(self.loop, inline=self.puts.inline())
         try:
             await self._start_servers()
         except BaseException:
@@ -370,6 +374,8 @@ class Broker:
             await self.transaction_check.stop()
         if self.writer is not None:
             await self.run(self.writer.stop)
+        if self.puts is not None and self.puts.sync_waiter is not None:
+            self.puts.sync_waiter.close()
         await self.run(self.offsets.persist, True)
         await self.run(self.topics.persist)
         await self.run(self.delay_offsets.persist)

@@ -57,6 +57,22 @@ def _bool(v: str) -> bool:
 
 
 # broker.conf keys the broker itself reads (the store's keys go to StoreConfig)
+def _check_workers(option: int | None, conf: str | None) -> None:
+    """``--workers`` / ``serverWorkerProcesses``: the multi-process broker (docs/DESIGN.md,
+    "Every core") is not built yet, so anything but one process is refused, clearly."""
+    where, value = ("--workers", option) if option is not None else ("--config", conf)
+    if value is None:
+        return
+    try:
+        n = int(value)
+    except ValueError:
+        raise click.BadParameter(f"serverWorkerProcesses={value!r} is not a number",
+                                 param_hint=where) from None
+    if n != 1:
+        raise click.BadParameter(f"{n} worker processes asked for: this build serves from one "
+                                 "process only (use 1)", param_hint=where)
+
+
 _CONF_KEYS = {"listenPort": ("port", int), "brokerName": ("broker_name", str),
               "brokerClusterName": ("cluster_name", str),
               "autoCreateTopicEnable": ("auto_create_topic_enable", lambda v: v.lower() == "true"),
@@ -226,11 +242,14 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
               help="Serve Prometheus metrics at http://HOST:PORT/metrics (0 = any free port).")
 @click.option("--console", "console_port", type=click.IntRange(0, 65535), default=None,
               metavar="PORT", help="Serve the web console at http://HOST:PORT/ (0 = any).")
+@click.option("--workers", type=int, default=None,
+              help="Broker processes sharing the ports (broker.conf serverWorkerProcesses). "
+                   "This build serves from one process: only 1 is accepted.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable status lines.")
 def command(store_dir, host, port, namesrv_port, namesrv_addr, broker_name, conf, options, flush_disk_type,
             message_delay_level, auto_create_topic, default_topic_queue_nums,
             max_reconsume_times, grpc_port, log_level, metrics_port, console_port,
-            as_json) -> None:
+            as_json, workers=None) -> None:
     """Serve the store to RocketMQ clients: name server + broker in one process."""
     from ..broker.config import BrokerConfig
 
@@ -246,6 +265,7 @@ def command(store_dir, host, port, namesrv_port, namesrv_addr, broker_name, conf
             except ValueError as exc:
                 raise click.BadParameter(f"{key}={store_cfg.extra[key]!r}: {exc}",
                                          param_hint="--config") from exc
+    _check_workers(workers, store_cfg.extra.get("serverWorkerProcesses"))
     if conf:
         _warn_unknown_keys(conf, store_cfg.extra)
     for name, value in (("port", port), ("broker_name", broker_name),

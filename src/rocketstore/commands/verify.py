@@ -33,7 +33,12 @@ def command(store_dir: str, config: str | None, as_json: bool) -> None:
     from ._common import detect_sizes
     cfg = (StoreConfig.from_properties(config, store_path_root_dir=store_dir) if config
            else StoreConfig(store_path_root_dir=store_dir, **detect_sizes(store_dir)))
-    report = verify_store(store_dir, cfg)
+    from ..errors import StoreLockedError
+    try:
+        report = verify_store(store_dir, cfg)
+    except StoreLockedError as exc:  # cannot be checked: exit 2, as the docstring says
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
     if as_json:
         emit_json(report.to_dict())
     else:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import struct
 
+from .. import _native
 from ..errors import LocalProtocolError, RemoteProtocolError
 from .codes import FRAME_MAX_LENGTH, SERIALIZE_JSON, SERIALIZE_ROCKETMQ
 from .command import RemotingCommand
@@ -34,6 +35,37 @@ FRAME_PREFIX = struct.Struct(
     "i"  # serialize type << 24 | header length
 )
 PREFIX_SIZE = FRAME_PREFIX.size
+
+
+def cut_frame_py(buf: bytearray, pos: int, max_frame: int) -> tuple[int, int, bytes, bytes] | None:
+    """The frame at ``buf[pos:]`` as (end, serialize type, header bytes, body bytes), or None
+    while it is incomplete; raises ``RemoteProtocolError`` as soon as the bytes present break a
+    rule (the length is checked from its first 4 bytes, before the rest has arrived)."""
+    avail = len(buf) - pos
+    if avail >= 4:
+        (length,) = struct.unpack_from(">i", buf, pos)
+        if length < 4 or length > max_frame:
+            raise RemoteProtocolError(f"frame length {length & 0xFFFFFFFF} outside 4..{max_frame}")
+    if avail < PREFIX_SIZE:
+        return None
+    length, word = FRAME_PREFIX.unpack_from(buf, pos)
+    stype = (word >> 24) & 0xFF
+    hlen = word & 0xFFFFFF
+    if stype not in (SERIALIZE_JSON, SERIALIZE_ROCKETMQ):
+        raise RemoteProtocolError(f"unknown serialize type {stype}")
+    if hlen > length - 4:
+        raise RemoteProtocolError(f"header length {hlen} exceeds frame length {length}")
+    if avail < 4 + length:
+        return None
+    start = pos + PREFIX_SIZE
+    end = pos + 4 + length
+    return end, stype, bytes(buf[start:start + hlen]), bytes(buf[start + hlen:end])
+
+
+cut_frame = cut_frame_py
+_speedups = _native.load("rocketstore.remoting._speedups")
+if _speedups is not None:
+    cut_frame = _speedups.cut_frame
 
 
 class _Sentinel:
@@ -89,27 +121,10 @@ class RemotingConnection:
             raise
 
     def _next(self) -> RemotingCommand | _Sentinel:
-        avail = len(self._buf) - self._pos
-        if avail >= 4:
-            (length,) = struct.unpack_from(">i", self._buf, self._pos)
-            if length < 4 or length > self.max_frame:
-                raise RemoteProtocolError(
-                    f"frame length {length & 0xFFFFFFFF} outside 4..{self.max_frame}")
-        if avail < PREFIX_SIZE:
-            return self._starved(avail)
-        length, word = FRAME_PREFIX.unpack_from(self._buf, self._pos)
-        stype = (word >> 24) & 0xFF
-        hlen = word & 0xFFFFFF
-        if stype not in (SERIALIZE_JSON, SERIALIZE_ROCKETMQ):
-            raise RemoteProtocolError(f"unknown serialize type {stype}")
-        if hlen > length - 4:
-            raise RemoteProtocolError(f"header length {hlen} exceeds frame length {length}")
-        if avail < 4 + length:
-            return self._starved(avail)
-        start = self._pos + PREFIX_SIZE
-        header = bytes(self._buf[start:start + hlen])
-        body = bytes(self._buf[start + hlen:self._pos + 4 + length])
-        self._pos += 4 + length
+        cut = cut_frame(self._buf, self._pos, self.max_frame)
+        if cut is None:
+            return self._starved(len(self._buf) - self._pos)
+        self._pos, stype, header, body = cut
         if self._pos == len(self._buf):
             self._buf.clear()
             self._pos = 0

@@ -29,6 +29,7 @@ import json
 import struct
 from json.encoder import encode_basestring as _json_str  # what json.dumps(ensure_ascii=False) writes
 
+from .. import _native
 from ..errors import RemoteProtocolError
 from .codes import SERIALIZE_JSON, SERIALIZE_ROCKETMQ, LanguageCode
 from .command import RemotingCommand, to_ext_str
@@ -61,7 +62,7 @@ def encode_header(cmd: RemotingCommand) -> bytes:
 _INT = int.__repr__
 
 
-def _encode_json_fast(cmd: RemotingCommand) -> bytes | None:
+def _encode_json_fast_py(cmd: RemotingCommand) -> bytes | None:
     """The bytes of ``_encode_json_generic`` built by hand (no dict, no encoder object) for the
     usual command: int code/flag/opaque/version, str language/remark/ext values. None for
     anything else, which takes the generic path."""
@@ -174,7 +175,7 @@ def _decode_json(data: bytes, body: bytes) -> RemotingCommand:
                            ext_fields=ext, body=body, serialize_type=SERIALIZE_JSON)
 
 
-def _encode_binary(cmd: RemotingCommand) -> bytes:
+def _encode_binary_py(cmd: RemotingCommand) -> bytes:
     try:
         lang = LanguageCode[cmd.language].value
     except KeyError:
@@ -190,7 +191,7 @@ def _encode_binary(cmd: RemotingCommand) -> bytes:
     return b"".join(parts)
 
 
-def _decode_binary(data: bytes, body: bytes) -> RemotingCommand:
+def _decode_binary_py(data: bytes, body: bytes) -> RemotingCommand:
     try:
         code, lang, version, opaque, flag = BIN_FIXED.unpack_from(data, 0)
         p = BIN_FIXED.size
@@ -222,6 +223,15 @@ def _decode_binary(data: bytes, body: bytes) -> RemotingCommand:
     return RemotingCommand(code=code, language=_LANG_BY_CODE.get(lang, "OTHER"),
                            version=version, opaque=opaque, flag=flag, remark=remark,
                            ext_fields=ext, body=body, serialize_type=SERIALIZE_ROCKETMQ)
+
+
+# ---- the compiled twins (``_speedups.pyx``; ``rocketstore._native``) --------------------------
+_encode_json_fast, _encode_binary, _decode_binary = (_encode_json_fast_py, _encode_binary_py,
+                                                     _decode_binary_py)
+_speedups = _native.load("rocketstore.remoting._speedups")
+if _speedups is not None:
+    _encode_json_fast, _encode_binary, _decode_binary = (
+        _speedups.encode_json_fast, _speedups.encode_binary, _speedups.decode_binary)
 
 
 # ---- request-header field names -------------------------------------------------------------

@@ -70,7 +70,7 @@ class ConsumeQueue:
         self.queue_id = queue_id
         self.file_size = file_size
         self.queue = MappedFileQueue(directory, file_size, private=private,
-                                     crash_point="consumequeue-roll")
+                                     crash_point="consumequeue-roll", sparse=True)
         self.min_logic_offset = 0  # bytes
         self.max_physic_offset = -1  # phy offset + size of the last unit
         self.lock = threading.Lock()
@@ -155,6 +155,7 @@ class ConsumeQueue:
                 while j < n and int(logic[j]) == int(logic[j - 1]) + CQ_UNIT_SIZE and int(logic[j]) < file_end:
                     j += 1
                 pos = start - mf.file_from_offset
+                mf.ensure_allocated(pos + (j - i) * CQ_UNIT_SIZE)
                 mf.mm[pos:pos + (j - i) * CQ_UNIT_SIZE] = data[i * CQ_UNIT_SIZE:j * CQ_UNIT_SIZE]
                 mf.wrote_position = max(mf.wrote_position, pos + (j - i) * CQ_UNIT_SIZE)
                 i = j
@@ -174,6 +175,8 @@ class ConsumeQueue:
             if logic == self.queue.max_offset() or not self.queue.files:
                 mf = self._file_for(logic)
                 pos = logic - mf.file_from_offset
+                if pos + CQ_UNIT_SIZE > mf.allocated:
+                    mf.ensure_allocated(pos + CQ_UNIT_SIZE)
                 CQ_UNIT.pack_into(mf.mm, pos, phy, size, tags_code)
                 mf.wrote_position = max(mf.wrote_position, pos + CQ_UNIT_SIZE)
                 self.max_physic_offset = phy + size
@@ -259,6 +262,7 @@ class ConsumeQueue:
             if first_file and logic_offset != 0 and mf.wrote_position == 0:
                 fill = (logic_offset - mf.file_from_offset) // CQ_UNIT_SIZE
                 if fill:
+                    mf.ensure_allocated(fill * CQ_UNIT_SIZE)
                     mf.mm[0:fill * CQ_UNIT_SIZE] = _filler(fill)
                 mf.set_positions(fill * CQ_UNIT_SIZE)
                 mf.flushed_position = 0

@@ -16,6 +16,12 @@ Theory of operation.
   and the benchmark read it). A putter still waiting after ``sync_flush_timeout`` ms gets
   ``False`` → ``FLUSH_DISK_TIMEOUT`` (its bytes are written, maybe not yet durable).
   ``WAIT=false`` puts are synced by the service thread within 10 ms.
+* **SYNC_FLUSH for event loops: no hand-off per put.** A broker appends on its event loop
+  (``put(..., nowait=True, defer_sync=True)``) and does not wait there; ``request_sync`` wakes
+  the service thread only when it is idle (one flag read otherwise). The thread syncs while
+  unflushed bytes exist — every put appended before a sync starts is covered by it — and after
+  each sync calls the ``add_listener`` callbacks once with the new flushed offset (or with the
+  error), so one cross-thread hand-off answers every put that sync covered.
 * **ASYNC_FLUSH.** Every ``flush_interval_commitlog`` ms the thread flushes the segments that
   have at least ``flush_commitlog_least_pages`` dirty OS pages (a full segment always
   qualifies, as in RocketMQ's ``isAbleToFlush``), and every ``flush_commitlog_thorough_interval``
@@ -94,6 +100,8 @@ class FlushService:
         self.logics_flush_count = 0
         self._cond = threading.Condition()
         self._syncing = False  # a leader is running a sync (SYNC_FLUSH group commit)
+        self._idle = False  # the SYNC_FLUSH thread is about to wait: a request must notify
+        self._listeners: list[Callable[[int, BaseException | None], None]] = []
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._last_thorough = clock()
@@ -162,6 +170,7 @@ class FlushService:
         except BaseException as exc:  # noqa: BLE001 - kept in last_error; waiters fail
             self.last_error = exc
             log.exception("CommitLog flush failed; the store stops accepting puts")
+            self._tell(-1, exc)
             return False
         finally:
             with self._cond:
@@ -171,6 +180,25 @@ class FlushService:
     def wakeup(self) -> None:
         with self._cond:
             self._cond.notify_all()
+
+    def request_sync(self) -> None:
+        """Bytes were appended that a caller waits to see durable (``defer_sync``). Cheap: the
+        thread re-checks for unflushed bytes before it waits, so only an idle thread is woken."""
+        if self._idle:
+            with self._cond:
+                self._cond.notify_all()
+
+    def add_listener(self, fn: Callable[[int, BaseException | None], None]) -> None:
+        """Call ``fn(flushed_offset, None)`` after every sync that moved the flushed offset and
+        ``fn(-1, error)`` when a sync fails, on the thread that synced. Keep it short."""
+        self._listeners.append(fn)
+
+    def _tell(self, offset: int, error: BaseException | None) -> None:
+        for fn in self._listeners:
+            try:
+                fn(offset, error)
+            except Exception:  # noqa: BLE001 - a listener's bug must not stop the flushing
+                log.exception("flush listener failed")
 
     # -- one round (also the deterministic test hooks) ------------------------------------------
     def flush_once(self, thorough: bool = False) -> int:
@@ -188,6 +216,8 @@ class FlushService:
             self.flush_count += 1
             if ts:
                 self.on_flushed(ts)
+            if self._listeners:
+                self._tell(after, None)
         return after
 
     def flush_logics_once(self, thorough: bool = False) -> None:
@@ -213,9 +243,13 @@ class FlushService:
         flushed = self.commitlog.flushed_offset
         while not self._stop.is_set():
             if sync:
-                # putters lead their own syncs; this thread covers WAIT=false puts
+                # blocking putters lead their own syncs; this thread covers WAIT=false and
+                # deferred (event-loop) puts, syncing back to back while bytes keep arriving
                 with self._cond:
-                    self._cond.wait(interval)
+                    self._idle = True  # before the check: a put appended after it notifies
+                    if self._syncing or flushed() >= self.commitlog.max_offset():
+                        self._cond.wait(interval)
+                    self._idle = False
                     if self._stop.is_set() or self._syncing or flushed() >= self.commitlog.max_offset():
                         continue
                     self._syncing = True

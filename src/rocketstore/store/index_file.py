@@ -59,7 +59,7 @@ from ..format.index_layout import (BEGIN_PHY_OFFSET_POS, BEGIN_TIMESTAMP_POS, EN
                                    time_diff_seconds_many)
 from ..format.message import KEY_SEPARATOR, TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
 from . import syncprobe
-from .mapped_file import map_private, open_sized_file
+from .mapped_file import PageAllocator, map_private, open_sized_file
 
 _I32 = SLOT
 
@@ -183,6 +183,7 @@ def index_key_hash_columns(recs, mask: np.ndarray | None = None) -> tuple[np.nda
 
 
 # ---- the file ---------------------------------------------------------------------------------
+ENTRY_AHEAD = 64 * 1024  # entry-list bytes allocated past the entries being written
 class IndexFile:
     """One index file mapped read-write. Header fields are attributes, written through."""
 
@@ -204,22 +205,30 @@ class IndexFile:
             if private:
                 self._mm = map_private(path, self.file_size, create=_create, what="index file")
             else:
-                fd = open_sized_file(path, self.file_size, create=_create, what="index file")
+                fd = open_sized_file(path, self.file_size, create=_create, what="index file",
+                                     sparse=True)
         except CorruptFileError as exc:
             raise CorruptFileError(path, f"{exc.reason} (40 + {hash_slot_num} slots * 4 + "
                                          f"{index_num} entries * 20)") from exc
+        # sparse on disk (RocketMQ's own index files are): blocks are allocated before each
+        # write — the header page now, slot pages and the entry list as they are used
+        self._alloc: PageAllocator | None = None
         if not private:
             try:
                 self._mm = mmap.mmap(fd, self.file_size)
+                self._alloc = PageAllocator(fd, path, self.file_size, "index file")
+                self._alloc.ensure(0, INDEX_HEADER_SIZE)
             except BaseException:
+                if self._alloc is not None:
+                    self._alloc.close()
+                else:
+                    os.close(fd)
                 if _create:  # leave no half-made file behind: a retry creates it again
                     try:
                         os.unlink(path)
                     except OSError:
                         pass
                 raise
-            finally:
-                os.close(fd)
         self._slots = np.ndarray((hash_slot_num,), dtype=">i4", buffer=self._mm, offset=INDEX_HEADER_SIZE)
         self._entries = np.ndarray((index_num,), dtype=ENTRY_DTYPE, buffer=self._mm,
                                    offset=entry_position(hash_slot_num, 0))
@@ -295,6 +304,10 @@ class IndexFile:
         if slot_value <= 0 or slot_value > count:
             slot_value = 0
         diff = time_diff_seconds(store_timestamp, self.begin_timestamp)
+        if self._alloc is not None:
+            epos = entry_position(self.hash_slot_num, count)
+            self._alloc.ensure(epos, epos + INDEX_ENTRY.size, ENTRY_AHEAD)
+            self._alloc.ensure(spos, spos + SLOT.size)
         INDEX_ENTRY.pack_into(self._mm, entry_position(self.hash_slot_num, count), key_hash,
                               phy_offset, diff, slot_value)
         SLOT.pack_into(self._mm, spos, count)
@@ -332,6 +345,10 @@ class IndexFile:
         rec["phy_offset"] = phy
         rec["time_diff"] = time_diff_seconds_many(ts, begin)
         rec["prev_index"] = prev
+        if self._alloc is not None:
+            epos = entry_position(self.hash_slot_num, c0)
+            self._alloc.ensure(epos, epos + n * INDEX_ENTRY.size, ENTRY_AHEAD)
+            self._alloc.ensure_at(slot_position(0) + head_slots.astype(np.int64) * SLOT.size, SLOT.size)
         self._entries[c0:c0 + n] = rec
         with self._hdr_lock:
             if c0 <= 1:
@@ -442,6 +459,8 @@ class IndexFile:
             self._slots = self._entries = None  # type: ignore[assignment]
             self._mm.close()
             self._mm = None  # type: ignore[assignment]
+            if self._alloc is not None:
+                self._alloc.close()
 
     def destroy(self) -> None:
         self.close()

@@ -2,7 +2,13 @@
 
 A file is created at its full size (``posix_fallocate``, so a full disk fails here, at creation,
 with ``DiskFullError`` — never later as a SIGBUS inside the mapping) and named by the absolute
-offset of its first byte. ``wrote_position`` is how far it is written, ``flushed_position`` how
+offset of its first byte. A *sparse* file (ConsumeQueue, ConsumeQueueExt and index files) has its
+full logical length from the start — RocketMQ opens only files of exactly the configured size, and
+reads a hole as zeros, as it reads its own files, which it maps without allocating — but disk
+blocks only as it fills: every write first calls ``ensure_allocated(end)``, which
+``posix_fallocate``s ahead of the write position in growing chunks (one page, doubling up to
+``SPARSE_CHUNK_MAX``), so a full disk still fails cleanly with ``DiskFullError`` before the
+mapped write, never as a SIGBUS. 1,000 one-message queues take 1,000 pages, not 1,000 files. ``wrote_position`` is how far it is written, ``flushed_position`` how
 far it is known to be on disk. Writers hold the owner's lock; readers read ``wrote_position``
 first and then the bytes below it, which is safe because bytes are copied into the mapping
 before the position moves.
@@ -18,14 +24,83 @@ from ..errors import CorruptFileError, DiskFullError, StoreError
 from . import syncprobe
 
 OS_PAGE_SIZE = 4096
+SPARSE_CHUNK_MAX = 1 << 20  # the largest step a sparse file's allocation grows by
+
+
+def allocate(fd: int, path: str, start: int, length: int, what: str = "file") -> None:
+    """``posix_fallocate`` ``[start, start + length)``; ``DiskFullError`` when the disk is full."""
+    try:
+        os.posix_fallocate(fd, start, length)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFullError(f"{path}: no space for {length} more bytes of a {what}") from exc
+        raise StoreError(f"{path}: cannot allocate: {exc.strerror}") from exc
+
+
+def next_allocation(allocated: int, end: int, size: int) -> int:
+    """How far to allocate so that ``end`` fits: a page at first, then doubling, at most
+    ``SPARSE_CHUNK_MAX`` past the old end, whole pages, never past ``size``."""
+    step = min(max(allocated, OS_PAGE_SIZE), SPARSE_CHUNK_MAX)
+    target = max(end, allocated + step)
+    target = -(-target // OS_PAGE_SIZE) * OS_PAGE_SIZE
+    return min(target, size)
+
+
+class PageAllocator:
+    """Disk blocks for a sparse file written at scattered places (the index file's hash slots
+    and its growing entry list): one bit per page; ``ensure(start, end)`` and ``ensure_at``
+    allocate the pages not yet allocated (runs of them with one call each), plus ``ahead``
+    bytes past a range's end, before the caller writes into the mapping. Owns ``fd``."""
+
+    def __init__(self, fd: int, path: str, size: int, what: str = "file") -> None:
+        self.fd, self.path, self.size, self.what = fd, path, size, what
+        import numpy as np  # the index module's dependency; the CommitLog never imports this
+        self._np = np
+        self._bits = bytearray(-(-size // OS_PAGE_SIZE))  # 1 = allocated; plain indexing is fast
+        self._pages = np.frombuffer(self._bits, dtype=bool)  # the same bytes, for batches
+
+    def ensure(self, start: int, end: int, ahead: int = 0) -> None:
+        if end <= start:
+            return
+        p0, p1 = start // OS_PAGE_SIZE, (end - 1) // OS_PAGE_SIZE
+        bits = self._bits
+        if bits[p0] and bits[p1] and (p1 - p0 < 2 or self._pages[p0:p1 + 1].all()):
+            return
+        stop = min(self.size, -(-(end + ahead) // OS_PAGE_SIZE) * OS_PAGE_SIZE)
+        self._allocate_pages(p0, -(-stop // OS_PAGE_SIZE))
+
+    def ensure_at(self, positions, width: int) -> None:
+        """Pages under ``width`` bytes at each of ``positions`` (an int array)."""
+        np = self._np
+        pos = np.asarray(positions, dtype=np.int64)
+        if not len(pos):
+            return
+        pages = np.unique(np.concatenate((pos // OS_PAGE_SIZE, (pos + width - 1) // OS_PAGE_SIZE)))
+        missing = pages[~self._pages[pages]]
+        if not len(missing):
+            return
+        breaks = np.flatnonzero(np.diff(missing) != 1) + 1
+        for run in np.split(missing, breaks):
+            self._allocate_pages(int(run[0]), int(run[-1]) + 1)
+
+    def _allocate_pages(self, p0: int, p1: int) -> None:
+        start = p0 * OS_PAGE_SIZE
+        allocate(self.fd, self.path, start, min(self.size, p1 * OS_PAGE_SIZE) - start, self.what)
+        self._pages[p0:p1] = True
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
 
 
 def open_sized_file(path: str, size: int, *, create: bool, readonly: bool = False,
-                    what: str = "file", durable_create: bool = False) -> int:
+                    what: str = "file", durable_create: bool = False, sparse: bool = False) -> int:
     """Open a pre-sized store file and return its descriptor.
 
     ``create``: make it and allocate all ``size`` bytes now, so a full disk fails here with
-    ``DiskFullError`` (never later as a SIGBUS in a mapping); otherwise check its size and raise
+    ``DiskFullError`` (never later as a SIGBUS in a mapping); with ``sparse`` only set its
+    length (the writer allocates as it fills: ``allocate``). Otherwise check its size and raise
     ``CorruptFileError`` naming the file if it differs.
     """
     flags = os.O_RDONLY if readonly else os.O_RDWR
@@ -37,7 +112,10 @@ def open_sized_file(path: str, size: int, *, create: bool, readonly: bool = Fals
         raise StoreError(f"{path}: cannot open: {exc.strerror}") from exc
     if create:
         try:
-            os.posix_fallocate(fd, 0, size)
+            if sparse:
+                os.ftruncate(fd, size)
+            else:
+                os.posix_fallocate(fd, 0, size)
             if durable_create:
                 # (CommitLog segments) the new file's name must survive a power loss before
                 # anything in it is acknowledged: sync its allocation and its directory entry
@@ -95,16 +173,20 @@ def map_private(path: str, size: int, *, create: bool, what: str = "file") -> mm
 
 class MappedFile:
     __slots__ = ("path", "file_from_offset", "file_size", "mm", "_fd", "wrote_position",
-                 "flushed_position", "store_timestamp", "_io_lock", "private")
+                 "flushed_position", "store_timestamp", "_io_lock", "private", "allocated")
 
     def __init__(self, path: str, file_from_offset: int, file_size: int, *, create: bool = False,
-                 readonly: bool = False, private: bool = False, durable_create: bool = False) -> None:
+                 readonly: bool = False, private: bool = False, durable_create: bool = False,
+                 sparse: bool = False) -> None:
         self.path = path
         self.file_from_offset = file_from_offset
         self.file_size = file_size
         self.store_timestamp = 0  # store time of the last message appended (CommitLog only)
         self.private = private  # a read-only open's copy-on-write view: nothing reaches the disk
         self._io_lock = threading.Lock()
+        # bytes known to have disk blocks: all of a fully allocated file; a sparse one's writer
+        # allocates from 0 (fallocate over blocks already there is a no-op)
+        self.allocated = 0 if sparse and not readonly and not private else file_size
         if private:
             self.mm = map_private(path, file_size, create=create)
             self._fd = -1
@@ -112,7 +194,7 @@ class MappedFile:
             self.flushed_position = self.wrote_position
             return
         fd = open_sized_file(path, file_size, create=create, readonly=readonly,
-                             durable_create=durable_create)
+                             durable_create=durable_create, sparse=sparse)
         try:
             self.mm = mmap.mmap(fd, file_size, access=mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE)
         except BaseException as exc:
@@ -149,12 +231,26 @@ class MappedFile:
         self.flushed_position = pos
 
     # -- write / read -------------------------------------------------------------------------
+    def ensure_allocated(self, end: int) -> None:
+        """Make sure ``[0, end)`` has disk blocks before a mapped write there (sparse files;
+        free for fully allocated ones). ``DiskFullError`` when the disk is full."""
+        if end <= self.allocated:
+            return
+        with self._io_lock:
+            if self._fd < 0 or end <= self.allocated:
+                return
+            target = next_allocation(self.allocated, end, self.file_size)
+            allocate(self._fd, self.path, self.allocated, target - self.allocated)
+            self.allocated = target
+
     def append(self, data: bytes | bytearray | memoryview) -> int:
         """Copy ``data`` at the write position; returns the position it was written at."""
         pos = self.wrote_position
         n = len(data)
         if pos + n > self.file_size:
             raise ValueError(f"{self.path}: append of {n} bytes at {pos} overflows {self.file_size}")
+        if pos + n > self.allocated:
+            self.ensure_allocated(pos + n)
         self.mm[pos:pos + n] = data
         self.wrote_position = pos + n
         return pos

@@ -19,13 +19,14 @@ from .mapped_file import MappedFile
 class MappedFileQueue:
     def __init__(self, directory: str, file_size: int, *, readonly: bool = False,
                  private: bool = False, durable_create: bool = False,
-                 crash_point: str | None = None) -> None:
+                 crash_point: str | None = None, sparse: bool = False) -> None:
         self.directory = directory
         self.crash_point = crash_point  # syncprobe's name for "a new file, not yet written"
         self.file_size = file_size
         self.readonly = readonly
         self.private = private  # copy-on-write views, no file created or removed (read-only open)
         self.durable_create = durable_create  # sync a new file and its directory entry (CommitLog)
+        self.sparse = sparse  # files allocated as they fill (``MappedFile.ensure_allocated``)
         self.files: list[MappedFile] = []
         self._lock = threading.RLock()
 
@@ -48,7 +49,7 @@ class MappedFileQueue:
             if prev is not None and off != prev + self.file_size:
                 raise CorruptFileError(path, f"gap: previous file starts at {prev}")
             self.files.append(MappedFile(path, off, self.file_size, readonly=self.readonly,
-                                         private=self.private))
+                                         private=self.private, sparse=self.sparse))
             prev = off
 
     # -- lookup -----------------------------------------------------------------------------------
@@ -109,7 +110,7 @@ class MappedFileQueue:
                 os.makedirs(self.directory, exist_ok=True)
             mf = MappedFile(os.path.join(self.directory, offset_to_name(create_offset)),
                             create_offset, self.file_size, create=True, private=self.private,
-                            durable_create=self.durable_create)
+                            durable_create=self.durable_create, sparse=self.sparse)
             self.files.append(mf)
             if self.crash_point is not None:
                 syncprobe.crash_point(self.crash_point)

@@ -114,9 +114,10 @@ def adopt_saved_sizes(cfg: StoreConfig) -> StoreConfig:
     except (OSError, ValueError):
         return cfg  # the check that follows names the file
     defaults = {f.name: f.default for f in dataclasses.fields(StoreConfig)}
-    changes = {n: getattr(saved, n) for n in _SIZE_FIELDS
-               if getattr(cfg, n) == defaults[n] and getattr(saved, n) != defaults[n]}
-    return cfg.replace(**changes) if changes else cfg
+    for n in _SIZE_FIELDS:  # in place: the broker shares this config object with the store
+        if getattr(cfg, n) == defaults[n] and getattr(saved, n) != defaults[n]:
+            setattr(cfg, n, getattr(saved, n))
+    return cfg
 
 
 class MessageStore:
@@ -361,12 +362,18 @@ class MessageStore:
             self.index_service.flush()
 
     # -- write ----------------------------------------------------------------------------------
-    def put_message(self, msg: Message, *, nowait: bool = False) -> PutMessageResult:
-        """``nowait=True`` (for event loops): None instead of blocking, nothing written."""
-        return self.put_path.put([msg], batch=False, nowait=nowait)  # type: ignore[return-value]
+    def put_message(self, msg: Message, *, nowait: bool = False,
+                    defer_sync: bool = False) -> PutMessageResult:
+        """``nowait=True`` (for event loops): None instead of blocking, nothing written.
+        ``defer_sync=True`` (SYNC_FLUSH): return once appended, with ``sync_offset`` set; the
+        caller waits for durability itself (``flush_service.add_listener``)."""
+        return self.put_path.put([msg], batch=False, nowait=nowait,  # type: ignore[return-value]
+                                 defer_sync=defer_sync)
 
-    def put_messages(self, msgs: Sequence[Message], *, nowait: bool = False) -> PutMessageResult:
-        return self.put_path.put(list(msgs), batch=True, nowait=nowait)  # type: ignore[return-value]
+    def put_messages(self, msgs: Sequence[Message], *, nowait: bool = False,
+                     defer_sync: bool = False) -> PutMessageResult:
+        return self.put_path.put(list(msgs), batch=True, nowait=nowait,  # type: ignore[return-value]
+                                 defer_sync=defer_sync)
 
     # -- read -----------------------------------------------------------------------------------
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int = 32,

@@ -8,7 +8,8 @@
 | not a Message, empty/illegal topic, topic > 127 chars,  | MESSAGE_ILLEGAL            |
 | negative queue id, body > max_message_size, bad types   |                            |
 | properties string > 32767 bytes                         | PROPERTIES_SIZE_EXCEEDED   |
-| batch of mixed topic/queue, transactional or delayed    | MESSAGE_ILLEGAL            |
+| batch of mixed topic/queue, transactional, delayed or   | MESSAGE_ILLEGAL            |
+| with timer properties                                   |                            |
 | no space for a new segment                              | CREATE_MAPPED_FILE_FAILED  |
 | SYNC_FLUSH and not durable within sync_flush_timeout    | FLUSH_DISK_TIMEOUT         |
 | the store is a SLAVE (brokerRole)                       | SERVICE_NOT_AVAILABLE      |
@@ -84,15 +85,20 @@ class PutPath:
         self._delays = parse_delay_levels(cfg.message_delay_level)
         self.timer = None  # the TimerMessageStore, when timer_wheel_enable
 
-    def put(self, msgs: list[Message], batch: bool, nowait: bool = False) -> PutMessageResult | None:
-        """Put ``msgs``; with ``nowait`` (ASYNC_FLUSH only) None means "would block, nothing
-        written: put again without ``nowait``" (see ``CommitLog.append``)."""
+    def put(self, msgs: list[Message], batch: bool, nowait: bool = False,
+            defer_sync: bool = False) -> PutMessageResult | None:
+        """Put ``msgs``; with ``nowait`` None means "would block, nothing written: put again
+        without ``nowait``" (see ``CommitLog.append``). Under SYNC_FLUSH ``nowait`` needs
+        ``defer_sync``: instead of waiting for its group commit the put returns once appended,
+        with ``sync_offset`` — the caller acknowledges only after the flush service reports that
+        offset durable (one report per sync serves every put below it)."""
         if self.cfg.read_only:
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE, error="store is open read-only")
         if self.cfg.is_slave:
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE,
                                     error="messages are put to the slave (brokerRole=SLAVE)")
-        if nowait and (self.cfg.sync_flush or (self.sync_master and not self.defer_replica_wait)):
+        if nowait and ((self.cfg.sync_flush and not defer_sync)
+                       or (self.sync_master and not self.defer_replica_wait)):
             return None  # a SYNC_FLUSH put waits for its group commit by definition
         if not self.running or not self.writeable:
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE,
@@ -123,6 +129,9 @@ class PutPath:
                     topic, qid = self._apply_delay(m, props)
                 elif PROPERTY_DELAY_TIME_LEVEL in props and props[PROPERTY_DELAY_TIME_LEVEL] not in ("", "0"):
                     return PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error="a batch cannot be delayed")
+                elif is_timer_message(m.topic, dict(props), 0):  # not silently delivered at once
+                    return PutMessageResult(PutStatus.MESSAGE_ILLEGAL,
+                                            error="a batch cannot carry timer properties")
                 if cfg.generate_uniq_key and PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in props:
                     props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = create_uniq_key()
                 store_host = m.store_host or cfg.store_host
@@ -153,8 +162,12 @@ class PutPath:
         if not cfg.sync_flush:
             self.reput.wakeup()  # under SYNC_FLUSH dispatch reads durable bytes: it polls (10 ms)
         status = PutStatus.PUT_OK
+        sync_offset = 0
         if cfg.sync_flush:
-            if wait:
+            if wait and defer_sync:
+                sync_offset = res.end_offset
+                self.flush.request_sync()
+            elif wait:
                 if not self.flush.wait_flushed(res.end_offset):
                     status = PutStatus.FLUSH_DISK_TIMEOUT
             else:
@@ -179,7 +192,7 @@ class PutPath:
         return PutMessageResult(status, msg_id=",".join(ids), wrote_offset=res.wrote_offset,
                                 wrote_bytes=res.wrote_bytes, queue_offset=res.queue_offsets[0],
                                 store_timestamp=res.store_timestamp, msg_num=len(ids), msg_ids=ids,
-                                replica_wait_offset=replica_wait)
+                                sync_offset=sync_offset, replica_wait_offset=replica_wait)
 
     def _check(self, msgs: list[Message], batch: bool) -> str | None:
         if not msgs:

@@ -50,6 +50,9 @@ class PutMessageResult:
     msg_num: int = 0
     msg_ids: list[str] = field(default_factory=list)
     error: str | None = None  # why, for MESSAGE_ILLEGAL and friends
+    # SYNC_FLUSH put with ``defer_sync``: the CommitLog offset the caller must see durable
+    # before it may acknowledge (0: nothing to wait for; see ``FlushService.add_listener``)
+    sync_offset: int = 0
     # SYNC_MASTER with a deferred replica wait (``PutPath.defer_replica_wait``): the caller
     # still has to wait for a slave to hold this offset (``HAService.submit_wait``)
     replica_wait_offset: int | None = None

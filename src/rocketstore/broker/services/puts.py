@@ -2,9 +2,10 @@
 
 Theory of operation: every processor and service that stores a message calls ``put`` /
 ``put_batch`` (on the event loop) or ``put_blocking`` (on a store thread: the schedule and
-transaction services). With ASYNC_FLUSH the puts run on the single ``PutWriter`` thread (tried
-inline first, see ``writer``); with SYNC_FLUSH each runs on the store executor, so group-commit
-waits overlap. The rules every stored message follows live in the store's put path, once: the
+transaction services). The puts run on the single ``PutWriter`` thread (tried inline first, see
+``writer``). With SYNC_FLUSH ``put``/``put_batch`` append without waiting (``defer_sync``) and
+then wait on the event loop for the group commit that covers them (``syncflush``): no thread is
+held per waiting put; ``put_blocking`` callers still wait in the store (``wait_flushed``). The rules every stored message follows live in the store's put path, once: the
 ``UNIQ_KEY`` a message without one gets (``StoreConfig.generate_uniq_key``), the store host a
 message without one gets (``StoreConfig.store_host``), delay levels and size limits. What a
 send checks before it gets here (the topic, its perm, the queue) is in ``processors.send``.
@@ -28,7 +29,8 @@ class Puts:
                  writer: Any = None) -> None:
         self.store = store
         self.run = run
-        self.writer = writer  # a PutWriter with ASYNC_FLUSH, else None
+        self.writer = writer  # the PutWriter once the broker runs
+        self.sync_waiter: Any = None  # syncflush.SyncFlushWaiter with SYNC_FLUSH
 
     def put_blocking(self, msg: Message, nowait: bool = False) -> Any:
         """Put one message from a store thread (``nowait``: None rather than block)."""
@@ -37,11 +39,24 @@ class Puts:
     def put_batch_blocking(self, msgs: list[Message], nowait: bool = False) -> Any:
         return self.store.put_messages(msgs, nowait=nowait)
 
+    def _put_deferred(self, msg: Message, nowait: bool = False) -> Any:
+        """SYNC_FLUSH: appended, not yet durable (the result's ``sync_offset``)."""
+        return self.store.put_message(msg, nowait=nowait, defer_sync=True)
+
+    def _put_batch_deferred(self, msgs: list[Message], nowait: bool = False) -> Any:
+        return self.store.put_messages(msgs, nowait=nowait, defer_sync=True)
+
     async def put(self, msg: Message) -> Any:
-        """Put one message; its ``PutMessageResult``."""
+        """Put one message; its ``PutMessageResult`` (once durable / replicated as configured)."""
+        if self.sync_waiter is not None:  # SYNC_FLUSH: append, then wait on the loop
+            return await self.submit(self.put_blocking, msg)
         if self.writer is not None:  # (inline rather than through submit: the hot path)
-            return await self.writer.submit(self.put_blocking, msg)
-        return await self.run(self.put_blocking, msg)
+            r = await self.writer.submit(self.put_blocking, msg)
+        else:
+            r = await self.run(self.put_blocking, msg)
+        if getattr(r, "replica_wait_offset", None) is not None:  # a SYNC_MASTER's put
+            return await self._wait_replicas(r)
+        return r
 
     async def put_batch(self, msgs: list[Message]) -> Any:
         """Put a batch as one record run; its ``PutMessageResult``."""
@@ -49,25 +64,42 @@ class Puts:
 
     async def submit(self, fn: Callable, *args: Any) -> Any:
         """Run a blocking put function (one of the above) the way puts run here."""
-        if self.writer is not None:
+        if self.sync_waiter is not None:
+            if fn == self.put_blocking:
+                fn = self._put_deferred
+            elif fn == self.put_batch_blocking:
+                fn = self._put_batch_deferred
+            if fn in (self._put_deferred, self._put_batch_deferred):
+                r = await self.sync_waiter.wait(await self.writer.submit(fn, *args))
+            else:  # anything else blocks in the store: the executor, as before
+                r = await self.run(fn, *args)
+        elif self.writer is not None:
             r = await self.writer.submit(fn, *args)
         else:
             r = await self.run(fn, *args)
-        wait_to = getattr(r, "replica_wait_offset", None)
+        if getattr(r, "replica_wait_offset", None) is not None:  # a SYNC_MASTER's put
+            return await self._wait_replicas(r)
+        return r
+
+    async def _wait_replicas(self, r: Any) -> Any:
+        """The SYNC_MASTER step the store left to us: until a slave holds the put (PUT_OK),
+        else FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE in the result."""
         ha = getattr(self.store, "ha", None)
-        if wait_to is not None and ha is not None:
-            loop = asyncio.get_running_loop()
-            fut = loop.create_future()
-            ha.submit_wait(wait_to, lambda st: loop.call_soon_threadsafe(_resolve, fut, st))
-            status = await fut
-            r.replica_wait_offset = None
-            if status.name != "PUT_OK":
-                r.status = status
+        wait_to, r.replica_wait_offset = r.replica_wait_offset, None
+        if ha is None:
+            return r
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        ha.submit_wait(wait_to, lambda st: loop.call_soon_threadsafe(_resolve, fut, st))
+        status = await fut
+        if status.name != "PUT_OK":
+            r.status = status
         return r
 
     def inline(self) -> tuple[Callable, ...]:
         """The put functions ``PutWriter`` may try on the event loop first."""
-        return (self.put_blocking, self.put_batch_blocking)
+        return (self.put_blocking, self.put_batch_blocking, self._put_deferred,
+                self._put_batch_deferred)
 
 
 def _resolve(fut: asyncio.Future, value: Any) -> None:

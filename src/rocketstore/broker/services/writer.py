@@ -5,8 +5,9 @@ concurrency buys nothing but contention (the store serialises appends under its 
 thread hop costs a GIL hand-off). Requests from all connections are queued here; the thread takes
 everything queued at once, puts it back to back (the store's reput then dispatches the lot in one
 pass instead of one pass per message) and hands all results to the event loop with a single
-``call_soon_threadsafe``. With SYNC_FLUSH the broker does not use this writer: each put waits for
-its group commit, and those waits must overlap, so they run on the executor pool.
+``call_soon_threadsafe``. With SYNC_FLUSH the puts given here only append (``defer_sync``): the
+wait for the group commit happens afterwards on the event loop (``syncflush``), so no put holds
+this thread while the disk syncs.
 
 Most puts never reach the thread: a put function listed in ``inline`` is first called on the
 event loop with ``nowait=True``. An ASYNC_FLUSH append is a copy into the mapped segment, which

@@ -76,9 +76,19 @@ def write_json_atomic(path: str, obj: Any) -> None:
         _write_json_atomic(path, obj)
 
 
+def write_bytes_atomic(path: str, data: bytes) -> None:
+    """``write_json_atomic`` for JSON text the caller already built."""
+    with _WRITE_LOCK:
+        _write_bytes_atomic(path, data)
+
+
 def _write_json_atomic(path: str, obj: Any) -> None:
+    _write_bytes_atomic(path, json.dumps(obj, ensure_ascii=False, indent=1,
+                                         sort_keys=True).encode("utf-8"))
+
+
+def _write_bytes_atomic(path: str, data: bytes) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    data = json.dumps(obj, ensure_ascii=False, indent=1, sort_keys=True).encode("utf-8")
 
     def rotate() -> None:
         if not os.path.exists(path):

@@ -14,6 +14,7 @@ reply and a gRPC consumer's retry topic alike.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...remoting.codes import PERM_READ, PERM_RW, PERM_WRITE
-from .files import load_json_lenient, write_json_atomic
+from .files import load_json_lenient, write_bytes_atomic
 
 log = logging.getLogger(__name__)
 RETRY_PREFIX = "%RETRY%"
@@ -75,6 +76,7 @@ class TopicConfigManager:
         self._lock = threading.Lock()
         self._topics: dict[str, TopicConfig] = {}
         self._counter = 0
+        self._json_cache: dict[str, tuple[tuple, str]] = {}  # name -> (fields, its JSON)
         data = load_json_lenient(self.path) or {}
         for name, d in (data.get("topicConfigTable") or {}).items():
             self._topics[name] = TopicConfig.from_json({"topicName": name, **d})
@@ -157,10 +159,27 @@ class TopicConfigManager:
         return changed
 
     def persist(self) -> None:
+        """Write the whole table. Each topic's JSON is cached until the topic changes, so a write
+        costs a join over the table, not a serialisation of it: creating the 5,000th topic costs
+        about what the 50th did (RocketMQ also rewrites the whole file on every change)."""
         with self._lock:
-            obj = {"dataVersion": {"counter": self._counter, "timestamp": int(time.time() * 1000)},
-                   "topicConfigTable": {n: t.to_json() for n, t in self._topics.items()}}
-        write_json_atomic(self.path, obj)
+            version = json.dumps({"counter": self._counter, "timestamp": int(time.time() * 1000)},
+                                 sort_keys=True)
+            cache = self._json_cache
+            parts = []
+            for name in sorted(self._topics):
+                t = self._topics[name]
+                key = (t.topic_name, t.read_queue_nums, t.write_queue_nums, t.perm,
+                       t.topic_filter_type, t.topic_sys_flag, t.order)
+                hit = cache.get(name)
+                if hit is None or hit[0] != key:
+                    hit = cache[name] = (key, json.dumps(name, ensure_ascii=False) + ":"
+                                         + json.dumps(t.to_json(), ensure_ascii=False, sort_keys=True))
+                parts.append(hit[1])
+            for gone in cache.keys() - self._topics.keys():
+                del cache[gone]
+        text = '{"dataVersion":' + version + ',\n"topicConfigTable":{\n' + ",\n".join(parts) + "}}\n"
+        write_bytes_atomic(self.path, text.encode("utf-8"))
 
 
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")

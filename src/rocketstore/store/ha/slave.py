@@ -41,6 +41,7 @@ class HAClient:
         self.last_error = ""
         self._sock: socket.socket | None = None
         self._stop = threading.Event()
+        self._address_known = threading.Event()  # wakes a client waiting for an address
         self._thread = threading.Thread(target=self._run, name="HAClient", daemon=True)
 
     def start(self) -> None:
@@ -48,6 +49,7 @@ class HAClient:
 
     def stop(self) -> None:
         self._stop.set()
+        self._address_known.set()
         self._close("stopped")
         self._thread.join(timeout=5)
 
@@ -56,6 +58,7 @@ class HAClient:
         if addr and addr != self.master_address:
             log.info("HA master address: %s", addr)
             self.master_address = addr
+            self._address_known.set()
 
     def _close(self, why: str) -> None:
         sock, self._sock = self._sock, None
@@ -93,7 +96,11 @@ class HAClient:
         heartbeat_s = cfg.ha_send_heartbeat_interval / 1000.0
         while not self._stop.is_set():
             if self._sock is None and not self._connect():
-                self._stop.wait(min(RETRY_S, heartbeat_s))
+                if self.master_address is None:  # connect as soon as the address is known
+                    self._address_known.wait(min(RETRY_S, heartbeat_s))
+                    self._address_known.clear()
+                else:
+                    self._stop.wait(min(RETRY_S, heartbeat_s))
                 continue
             sock = self._sock
             assert sock is not None

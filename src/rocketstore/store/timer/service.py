@@ -96,6 +96,7 @@ class TimerMessageStore:
         self.curr_queue_offset = 0
         self._reading: int | None = None  # the slot the dequeue has started
         self._already: set[int] = set()  # units of the current slot re-put before a restart
+        self._resumed = True
         self._lock = threading.Lock()
         self._wake_enqueue = threading.Event()
         self._stopping = threading.Event()
@@ -140,7 +141,7 @@ class TimerMessageStore:
             self.wheel.clear_beyond(self.curr_read_ms, process_offset)
             self.timerlog.recover(min_first, self.wheel.revise_slot)
         self.curr_write_ms = now
-        self._settle_cursor()
+        self._resumed = False  # the cursor's slot, when reached, is settled first
         self.checkpoint.last_read_time_ms = self.curr_read_ms
         self.flush()  # the recovered state is on disk before anything new happens
         log.info("timer store recovered: read time %d, queue offset %d, timerlog end %d",
@@ -158,15 +159,13 @@ class TimerMessageStore:
         lo, hi = self.access.queue_bounds()
         return min(max(q, lo), hi)
 
-    def _settle_cursor(self) -> None:
-        """A restart inside a slot: the chunk after the cursor may have been re-put (wholly or
-        in part) just before the kill; find those re-puts in the CommitLog after the cursor's
-        offset and mark their units delivered."""
+    def _settle_cursor(self, t: int) -> None:
+        """Resuming slot ``t`` after a restart (the cursor names it): the chunk after the cursor
+        may have been re-put (wholly or in part) just before the kill; find those re-puts in the
+        CommitLog after the cursor's offset and mark their units delivered."""
         ck = self.checkpoint
         self._already = set()
-        if ck.cursor_slot_ms != self.curr_read_ms or self.wheel.get_slot(self.curr_read_ms) is None:
-            return
-        _, normals = self._slot_units(self.curr_read_ms)
+        _, normals = self._slot_units(t)
         pending = [u for u in normals if u[0] > ck.cursor_unit_pos][:DEQUEUE_CHUNK]
         if not pending:
             return
@@ -197,7 +196,7 @@ class TimerMessageStore:
             off += m.store_size
         if self._already:
             log.info("timer: %d unit(s) of slot %d were re-put before the restart",
-                     len(self._already), self.curr_read_ms)
+                     len(self._already), t)
 
     def start(self) -> None:
         for name, fn in (("timer-enqueue", self._enqueue_loop), ("timer-dequeue", self._dequeue_loop),
@@ -376,6 +375,11 @@ class TimerMessageStore:
             ck.cursor_cl_offset = self.access.commitlog_max_offset()
             ck.cursor_slot_ms = t
             self._already = set()
+            if ck.last_read_time_ms < t:
+                ck.last_read_time_ms = t  # a restart comes back here, not to an earlier slot
+        elif not self._resumed:  # the slot a kill interrupted: what of it was re-put?
+            self._settle_cursor(t)
+        self._resumed = True
         done_upto = ck.cursor_unit_pos
         delete_keys = set()
         for u in deletes:
