@@ -82,7 +82,8 @@ def open_store_read_only(store_dir: str, config: str | None = None):
     written; a directory that is not a store is refused with a clear message."""
     from ..config import StoreConfig
     from ..errors import NotAStoreError
-    from ..store.message_store import MessageStore, is_store_dir
+    from ..store.message_store import MessageStore
+    from ..store.store_dir import is_store_dir
     if not os.path.isdir(store_dir):
         raise click.ClickException(f"{store_dir}: no such store directory")
     if not is_store_dir(store_dir):
@@ -99,7 +100,7 @@ def open_store_read_only(store_dir: str, config: str | None = None):
 def detect_sizes(store_dir: str) -> dict:
     """File sizes of an existing store, so it opens without a config file."""
     from ..errors import CorruptFileError
-    from ..store.message_store import detect_sizes as _detect
+    from ..store.store_dir import detect_sizes as _detect
     try:
         return _detect(store_dir)
     except CorruptFileError as exc:

@@ -24,7 +24,7 @@ from .store_cmds import config_option, open_store
 @json_option
 def command(store_dir: str, config: str | None, dry_run: bool, as_json: bool) -> None:
     """Re-append the intact records recovery set aside in quarantine/ as new messages."""
-    from ..store.message_store import is_store_dir
+    from ..store.store_dir import is_store_dir
     from ..store.salvage import salvage_store
     if not is_store_dir(store_dir):
         raise click.ClickException(f"{store_dir}: not a store directory; nothing was written")

@@ -45,7 +45,7 @@ config_option = click.option("--config", "config", type=click.Path(dir_okay=Fals
 def put(store_dir, topic, tags, keys, queue_id, props, config, options, as_json, bodies):
     """Append one message per BODY."""
     from ..format.message import Message
-    from ..store.message_store import is_store_dir
+    from ..store.store_dir import is_store_dir
     bad = [p for p in props if "=" not in p]
     if bad:
         raise click.BadParameter(f"{bad[0]!r}: want NAME=VALUE", param_hint="--property")

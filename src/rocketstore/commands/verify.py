@@ -25,7 +25,7 @@ def command(store_dir: str, config: str | None, as_json: bool) -> None:
     """Check every record's CRC and layout, every ConsumeQueue unit and every index entry."""
     if not os.path.isdir(store_dir):
         raise click.ClickException(f"{store_dir}: no such store directory")
-    from ..store.message_store import is_store_dir
+    from ..store.store_dir import is_store_dir
     if not is_store_dir(store_dir):
         click.echo(f"error: {store_dir}: not a store directory (no commitlog, consumequeue, index "
                    "or checkpoint); nothing was written", err=True)

@@ -161,7 +161,7 @@ def store_config(root: str, cfg: StoreConfig | None = None) -> StoreConfig:
     """The config to rebuild with: the given one, else the sizes the store saved, else defaults."""
     if cfg is not None:
         return cfg.replace(store_path_root_dir=root) if cfg.store_path_root_dir != root else cfg
-    from ..store.message_store import SIZES_FILE
+    from ..store.store_dir import SIZES_FILE
     saved = os.path.join(root, "config", SIZES_FILE)
     if os.path.exists(saved):
         return StoreConfig.from_properties(saved, store_path_root_dir=root)
