@@ -17,8 +17,9 @@ torn record at the very end of the newest file is a crash mid-write, and RocketM
 truncates it: the reader stops there silently. The same damage anywhere else — in a rolled
 file, or followed by another valid record — is real corruption: ``CorruptRecordError`` with
 the offset. ``valid_end`` (the "confirmed offset" of a store not open in this process) is the
-end of the last whole record; with ``verify_crc`` it also steps back over a last record whose
-body CRC does not match (a record another process is still copying in).
+end of the last whole record by the store's own rule (``store.recovery_scan.segment_end``, the
+one "valid end of the CommitLog" recovery uses too); with ``verify_crc`` it also steps back over a
+last record whose body CRC does not match (a record another process is still copying in).
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from ..format.layouts import name_to_offset
 from ..format.record import (BODY_POS, BODYCRC_POS, BODYLENGTH_POS, MESSAGE_MAGIC_CODE,
                              MESSAGE_MAGIC_CODE_V2, PHYSICALOFFSET_POS, SYSFLAG_POS, host_shift,
                              store_timestamp_pos)
+from ..store.recovery_scan import SegmentEnd, segment_end
 
 try:  # InputPartition is a plain base class; keep this module importable without pyspark
     from pyspark.sql.datasource import InputPartition as _PartitionBase
@@ -207,27 +209,28 @@ def split_points(seg: Segment, split_size: int) -> list[int]:
     return cuts
 
 
-@dataclass
-class SegmentEnd:
-    """Where valid data ends in one segment: ``end`` (absolute) and the last record's start."""
-
-    end: int
-    last_record: int | None
-    rolled: bool  # ends with a blank record
-
-
 def scan_segment_end(seg: Segment, start: int | None = None, *, verify_crc: bool = False) -> SegmentEnd:
-    """Walk ``seg`` from ``start`` (a record boundary, default its base) to its valid end."""
+    """Walk ``seg`` from ``start`` (a record boundary, default its base) to its valid end: the
+    store's own rule (``store.recovery_scan.segment_end``); with ``verify_crc`` it also steps
+    back over last records whose body CRC does not match (still being copied in)."""
     with MappedSegment(seg.path) as m:
         buf = m.buf
         rel = (start if start is not None else seg.base) - seg.base
-        positions, stop_pos, stop = scan_boundaries(buf, rel, len(buf))
+        found = segment_end(buf, seg.base, len(buf), rel, check_crc=False)
+        stop = found.end - seg.base
+        size = _HDR.unpack_from(buf, stop)[0] if found.stop == STOP_CORRUPT and stop + 8 <= len(buf) else 0
+        if size > 0 and _looks_like_record(buf, stop + size, seg.base):
+            # damage followed by data is corruption, not a torn tail: the end is where the
+            # TOTALSIZE walk ends, so the reader meets the damage and raises (``_check_stop``)
+            positions, stop_pos, kind = scan_boundaries(buf, stop, len(buf))
+            rolled = kind == STOP_BLANK
+            found = SegmentEnd(seg.base + (len(buf) if rolled else stop_pos), kind, found.reason, rolled,
+                               found.last_records + [seg.base + p for p in positions])
         if verify_crc:
-            while positions and not _crc_ok(buf, positions[-1]):
-                stop_pos = positions.pop()
-                stop = STOP_CORRUPT
-        last = seg.base + positions[-1] if positions else None
-        return SegmentEnd(seg.base + stop_pos, last, stop == STOP_BLANK)
+            last = found.last_records
+            while last and not _crc_ok(buf, last[-1] - seg.base):
+                found.end, found.stop, found.rolled = last.pop(), STOP_CORRUPT, False
+        return found
 
 
 def _crc_ok(buf, pos: int) -> bool:
@@ -325,4 +328,4 @@ def confirmed_offset(segs: list[Segment], cached: tuple[int, int] | None = None
     if cached and cached[0] == seg.base and cached[1] <= seg.end and record_at(seg, cached[1]):
         start = cached[1]
     end = scan_segment_end(seg, start, verify_crc=True)
-    return (seg.end if end.rolled else end.end), (seg.base, end.end)
+    return end.end, (seg.base, end.end)

@@ -22,6 +22,7 @@ ConsumeQueue that lost its tail.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -114,6 +115,44 @@ def _odd_strings(buf, recs, start: int) -> list[int]:
     return out
 
 
+@dataclass
+class SegmentEnd:
+    """Where valid data ends in one CommitLog segment (``segment_end``)."""
+
+    end: int  # absolute: the end of the last whole valid record (the file's end when rolled)
+    stop: str  # the batch decoder's stop kind at ``end``
+    reason: str
+    rolled: bool  # ends with a blank record: valid data runs to the end of the file
+    last_records: list[int]  # absolute starts of the valid records of the last chunk walked
+
+
+def segment_end(buf, base: int, size: int, start: int = 0, *, check_crc: bool,
+                on_records: Callable[[object, object], None] | None = None) -> SegmentEnd:
+    """The one "valid end of the CommitLog" rule, for one segment mapped as ``buf`` (based at
+    absolute offset ``base``, ``size`` bytes): walk the records from ``start`` (relative, a
+    record boundary) in chunks of ``SCAN_CHUNK`` with the batch decoder; the first record that
+    fails ``format.record``'s validity rule (with ``check_crc``, its body CRC too) ends valid
+    data; a blank record means the segment was rolled and its data runs to the file's end.
+    ``on_records(buf, recs)`` sees every decoded chunk (recovery feeds its queue checks).
+    Used by recovery (``scan_commitlog``) and by the Spark reader (``spark.segments``)."""
+    pos = start
+    last: list[int] = []
+    while True:
+        end = min(size, pos + SCAN_CHUNK)
+        recs = fbatch.decode_records(buf, pos, end, base_offset=base,
+                                     check_crc=check_crc, properties=False)
+        if len(recs):
+            last = (base + recs.pos.astype(np.int64)).tolist()
+            if on_records is not None:
+                on_records(buf, recs)
+        pos = recs.end
+        if recs.stop == fbatch.STOP_INCOMPLETE and end < size and len(recs):
+            continue  # a record straddles the chunk boundary, not the data end
+        break
+    rolled = recs.stop == fbatch.STOP_BLANK
+    return SegmentEnd(base + size if rolled else base + pos, recs.stop, recs.stop_reason, rolled, last)
+
+
 def scan_commitlog(commitlog: CommitLog, start_index: int, check_crc: bool,
                    cq_next: dict, cq_end: dict) -> ScanResult:
     """Where valid data ends from segment ``start_index`` on (see the module doc)."""
@@ -123,29 +162,24 @@ def scan_commitlog(commitlog: CommitLog, start_index: int, check_crc: bool,
     out = ScanResult(files[start_index].file_from_offset, fbatch.STOP_END)
     state = _QueueState(cq_next, cq_end, out)
     size = commitlog.file_size
+
+    def check(buf, recs) -> None:
+        base = int(recs.base_offset)
+        state.feed(recs)
+        for i in _odd_strings(buf, recs, max(0, len(recs) - ODD_CHECK_RECORDS)):
+            out.note(f"record at {base + int(recs.pos[i])}: NUL bytes or "
+                     "invalid UTF-8 in its topic or properties (kept: RocketMQ accepts it)")
+        misplaced = np.flatnonzero(recs.commitlog_offset != recs.base_offset + recs.pos)
+        if len(misplaced):
+            i = int(misplaced[0])
+            out.note(f"record at {base + int(recs.pos[i])}: PHYSICALOFFSET "
+                     f"{int(recs.commitlog_offset[i])} is not its offset (kept)")
+
     for mf in files[start_index:]:
-        pos = 0
-        while True:
-            end = min(size, pos + SCAN_CHUNK)
-            recs = fbatch.decode_records(mf.mm, pos, end, base_offset=mf.file_from_offset,
-                                         check_crc=check_crc, properties=False)
-            if len(recs):
-                state.feed(recs)
-                for i in _odd_strings(mf.mm, recs, max(0, len(recs) - ODD_CHECK_RECORDS)):
-                    out.note(f"record at {mf.file_from_offset + int(recs.pos[i])}: NUL bytes or "
-                             "invalid UTF-8 in its topic or properties (kept: RocketMQ accepts it)")
-                misplaced = np.flatnonzero(recs.commitlog_offset != recs.base_offset + recs.pos)
-                if len(misplaced):
-                    i = int(misplaced[0])
-                    out.note(f"record at {mf.file_from_offset + int(recs.pos[i])}: PHYSICALOFFSET "
-                             f"{int(recs.commitlog_offset[i])} is not its offset (kept)")
-            pos = recs.end
-            if recs.stop == fbatch.STOP_INCOMPLETE and end < size and len(recs):
-                continue  # a record straddles the chunk boundary, not the data end
-            break
-        if recs.stop == fbatch.STOP_BLANK:
-            out.valid_end = mf.file_from_offset + size
+        seg = segment_end(mf.mm, mf.file_from_offset, size, check_crc=check_crc, on_records=check)
+        out.valid_end = seg.end
+        if seg.rolled:
             continue
-        out.valid_end, out.stop, out.reason = mf.file_from_offset + pos, recs.stop, recs.stop_reason
+        out.stop, out.reason = seg.stop, seg.reason
         return out
     return out
