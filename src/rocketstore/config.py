@@ -139,6 +139,43 @@ class StoreConfig:
     def replace(self, **changes: Any) -> "StoreConfig":
         return dataclasses.replace(self, **changes)
 
+    # -- the fields by component (read-only views; see ``COMPONENTS``) --------------------------
+    @property
+    def files(self) -> "ComponentConfig":
+        return ComponentConfig(self, "files")
+
+    @property
+    def flush(self) -> "ComponentConfig":
+        return ComponentConfig(self, "flush")
+
+    @property
+    def clean(self) -> "ComponentConfig":
+        return ComponentConfig(self, "clean")
+
+    @property
+    def index(self) -> "ComponentConfig":
+        return ComponentConfig(self, "index")
+
+    @property
+    def consume_queue_ext(self) -> "ComponentConfig":
+        return ComponentConfig(self, "consume_queue_ext")
+
+    @property
+    def reads(self) -> "ComponentConfig":
+        return ComponentConfig(self, "reads")
+
+    @property
+    def puts(self) -> "ComponentConfig":
+        return ComponentConfig(self, "puts")
+
+    @property
+    def timer(self) -> "ComponentConfig":
+        return ComponentConfig(self, "timer")
+
+    @property
+    def ha(self) -> "ComponentConfig":
+        return ComponentConfig(self, "ha")
+
     # -- RocketMQ property files ----------------------------------------------------------------
     @classmethod
     def from_properties(cls, path: str, **overrides: Any) -> "StoreConfig":
@@ -162,6 +199,80 @@ class StoreConfig:
         cfg = cls(**values)
         cfg.extra.update(extra)
         return cfg
+
+
+# Which component reads which field. The fields keep RocketMQ's names (``broker.conf`` keys in
+# camelCase, constructor keywords in snake_case); a component's view only groups them, so the
+# flush settings are ``cfg.flush`` and a reader sees at once what belongs to which service.
+COMPONENTS: dict[str, tuple[str, ...]] = {
+    "files": ("store_path_root_dir", "store_path_commit_log", "mapped_file_size_commitlog",
+              "mapped_file_size_consume_queue", "check_crc_on_recover", "read_only"),
+    "flush": ("flush_disk_type", "flush_interval_commitlog", "flush_commitlog_least_pages",
+              "flush_commitlog_thorough_interval", "flush_interval_consume_queue",
+              "flush_consume_queue_least_pages", "flush_consume_queue_thorough_interval",
+              "sync_flush_timeout"),
+    "clean": ("file_reserved_time", "delete_when", "disk_max_used_space_ratio",
+              "disk_space_warning_level_ratio", "disk_space_clean_forcibly_ratio",
+              "clean_file_forcibly_enable", "clean_resource_interval", "delete_file_batch_max"),
+    "index": ("message_index_enable", "max_hash_slot_num", "max_index_num", "default_query_max_num"),
+    "consume_queue_ext": ("enable_consume_queue_ext", "mapped_file_size_consume_queue_ext",
+                          "bit_map_length_consume_queue_ext"),
+    "reads": ("max_msgs_num_batch", "max_transfer_bytes_on_message_in_memory",
+              "max_transfer_count_on_message_in_memory", "max_transfer_bytes_on_message_in_disk",
+              "max_transfer_count_on_message_in_disk", "access_message_in_memory_max_ratio"),
+    "puts": ("max_message_size", "store_host", "message_delay_level", "generate_uniq_key",
+             "reput_batch_bytes"),
+    "timer": ("timer_wheel_enable", "timer_precision_ms", "timer_roll_window_slot",
+              "timer_max_delay_sec", "mapped_file_size_timer_log", "timer_flush_interval_ms",
+              "timer_congest_num_each_slot"),
+    "ha": ("broker_role", "ha_listen_port", "ha_master_address", "ha_send_heartbeat_interval",
+           "ha_housekeeping_interval", "ha_transfer_batch_size", "ha_slave_fallbehind_max",
+           "slave_timeout", "ha_full_catch_up", "ha_bind_host"),
+}
+_CAMEL_EXCEPTIONS = {v: k for k, v in {  # RocketMQ spells these "CommitLog" / "CRC"
+    "mapped_file_size_commit_log": "mapped_file_size_commitlog",
+    "flush_interval_commit_log": "flush_interval_commitlog",
+    "flush_commit_log_least_pages": "flush_commitlog_least_pages",
+    "flush_commit_log_thorough_interval": "flush_commitlog_thorough_interval",
+}.items()}
+
+
+def conf_key(name: str) -> str:
+    """The ``broker.conf`` key of a ``StoreConfig`` field (``flush_disk_type`` -> ``flushDiskType``)."""
+    head, *rest = _CAMEL_EXCEPTIONS.get(name, name).split("_")
+    return head + "".join(w[:1].upper() + w[1:] for w in rest)
+
+
+class ComponentConfig:
+    """A read-only view of the ``StoreConfig`` fields one component reads (``COMPONENTS``),
+    under the same names: ``cfg.flush.flush_interval_commitlog``. It reads through to the
+    config, so a change to the config (the store adopts saved file sizes in place) shows."""
+
+    __slots__ = ("_cfg", "component")
+
+    def __init__(self, cfg: StoreConfig, component: str) -> None:
+        object.__setattr__(self, "_cfg", cfg)
+        object.__setattr__(self, "component", component)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in COMPONENTS[self.component]:
+            return getattr(self._cfg, name)
+        raise AttributeError(f"the {self.component} config has no {name!r} "
+                             f"(it has {', '.join(COMPONENTS[self.component])})")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"the {self.component} config is a read-only view; "
+                             "change the StoreConfig (cfg.replace(...))")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {n: getattr(self._cfg, n) for n in COMPONENTS[self.component]}
+
+    def conf_keys(self) -> dict[str, Any]:
+        """The component's settings as ``broker.conf`` keys."""
+        return {conf_key(n): v for n, v in self.as_dict().items()}
+
+    def __repr__(self) -> str:
+        return f"<{self.component} config {self.as_dict()!r}>"
 
 
 def round_timer_precision(ms: int) -> int:

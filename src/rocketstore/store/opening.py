@@ -79,9 +79,10 @@ def open_store(store: Any) -> None:
     atomic_write(store.abort_path, str(os.getpid()).encode())  # durable before the first put
     store.flush_service.start()
     store.reput.start()
-    if cfg.timer_wheel_enable and not cfg.is_slave:  # a slave delivers nothing: its master does
+    if cfg.timer.timer_wheel_enable and not cfg.is_slave:  # a slave delivers nothing: its master does
         _start_timer(store)
-    if cfg.ha_listen_port is not None or cfg.is_slave or cfg.broker_role == "SYNC_MASTER":
+    ha = cfg.ha
+    if ha.ha_listen_port is not None or cfg.is_slave or ha.broker_role == "SYNC_MASTER":
         from .ha import HAService
         store.ha = HAService(cfg, store.commitlog, store.reput.wakeup)
         store.ha.start()
