@@ -209,23 +209,30 @@ def split_points(seg: Segment, split_size: int) -> list[int]:
     return cuts
 
 
+TAIL_RECHECK = 64  # records before the TOTALSIZE walk's end that the store's rule re-checks
+
+
 def scan_segment_end(seg: Segment, start: int | None = None, *, verify_crc: bool = False) -> SegmentEnd:
-    """Walk ``seg`` from ``start`` (a record boundary, default its base) to its valid end: the
-    store's own rule (``store.recovery_scan.segment_end``); with ``verify_crc`` it also steps
-    back over last records whose body CRC does not match (still being copied in)."""
+    """Walk ``seg`` from ``start`` (a record boundary, default its base) to its valid end.
+
+    The end is the store's own rule (``store.recovery_scan.segment_end``), applied from
+    ``TAIL_RECHECK`` records before the end of a plain TOTALSIZE walk (which only skips ahead
+    fast: a tail scan stays as cheap as a boundary walk). With ``verify_crc`` it also steps back
+    over last records whose body CRC does not match (still being copied in)."""
     with MappedSegment(seg.path) as m:
         buf = m.buf
         rel = (start if start is not None else seg.base) - seg.base
-        found = segment_end(buf, seg.base, len(buf), rel, check_crc=False)
+        positions, walk_end, walk_kind = scan_boundaries(buf, rel, len(buf))
+        recheck = positions[-TAIL_RECHECK] if len(positions) > TAIL_RECHECK else rel
+        found = segment_end(buf, seg.base, len(buf), recheck, check_crc=False)
         stop = found.end - seg.base
         size = _HDR.unpack_from(buf, stop)[0] if found.stop == STOP_CORRUPT and stop + 8 <= len(buf) else 0
         if size > 0 and _looks_like_record(buf, stop + size, seg.base):
             # damage followed by data is corruption, not a torn tail: the end is where the
             # TOTALSIZE walk ends, so the reader meets the damage and raises (``_check_stop``)
-            positions, stop_pos, kind = scan_boundaries(buf, stop, len(buf))
-            rolled = kind == STOP_BLANK
-            found = SegmentEnd(seg.base + (len(buf) if rolled else stop_pos), kind, found.reason, rolled,
-                               found.last_records + [seg.base + p for p in positions])
+            rolled = walk_kind == STOP_BLANK
+            found = SegmentEnd(seg.base + (len(buf) if rolled else walk_end), walk_kind, found.reason,
+                               rolled, [seg.base + p for p in positions])
         if verify_crc:
             last = found.last_records
             while last and not _crc_ok(buf, last[-1] - seg.base):
