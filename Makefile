@@ -21,9 +21,15 @@ demo: $(STAMP)
 PURE_TESTS := tests/remoting tests/durability/test_sync_deferred.py tests/store/test_put_nowait.py \
 	tests/broker/test_lifecycle.py tests/broker/test_send_checks.py tests/broker/test_client_broker.py
 
+# It runs beside the main suite (its own temp dir, no shared cache); its output follows the main
+# run's, and either failing fails the target.
 test: $(STAMP)
-	$(PY) -m pytest -q
-	ROCKETSTORE_PURE_PYTHON=1 $(PY) -m pytest -q $(PURE_TESTS)
+	@ROCKETSTORE_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider \
+		--basetemp=$${TMPDIR:-/tmp}/rocketstore-pure-pass $(PURE_TESTS) > .pure-pass.log 2>&1 & pure=$$!; \
+	$(PY) -m pytest -q; main=$$?; \
+	wait $$pure; p=$$?; \
+	echo "== pure-Python pass (ROCKETSTORE_PURE_PYTHON=1) of $(PURE_TESTS):"; cat .pure-pass.log; \
+	test $$main -eq 0 && test $$p -eq 0
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[spark,dev,ops,bench]'
