@@ -17,8 +17,9 @@ demo: $(STAMP)
 	$(VENV)/bin/rocketstore demo
 
 # The second run repeats the codec, SYNC_FLUSH store and broker round-trip tests on the
-# pure-Python path (ROCKETSTORE_PURE_PYTHON=1: no compiled _speedups), ~1 minute.
-PURE_TESTS := tests/remoting tests/durability/test_sync_deferred.py tests/store/test_put_nowait.py \
+# pure-Python path (ROCKETSTORE_PURE_PYTHON=1: no compiled _speedups), ~1 minute; tests/format
+# holds the batch decoder (CommitLog records → columns) with its compiled loops.
+PURE_TESTS := tests/remoting tests/format tests/durability/test_sync_deferred.py tests/store/test_put_nowait.py \
 	tests/broker/test_lifecycle.py tests/broker/test_send_checks.py tests/broker/test_client_broker.py
 
 # The main suite runs as two pytest processes side by side, because most tests wait on servers,
