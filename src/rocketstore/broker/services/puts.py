@@ -46,6 +46,33 @@ class Puts:
     def _put_batch_deferred(self, msgs: list[Message], nowait: bool = False) -> Any:
         return self.store.put_messages(msgs, nowait=nowait, defer_sync=True)
 
+    def put_encoded_blocking(self, rec: Any, nowait: bool = False) -> Any:
+        """Put one record a worker process encoded (``broker.workers``)."""
+        return self.store.put_encoded(rec, nowait=nowait)
+
+    def _put_encoded_deferred(self, rec: Any, nowait: bool = False) -> Any:
+        return self.store.put_encoded(rec, nowait=nowait, defer_sync=True)
+
+    def put_encoded_soon(self, rec: Any) -> Any:
+        """Start putting a pre-encoded record; its ``PutMessageResult`` when that is known at
+        once (an ASYNC_FLUSH append done inline, the common case: no task, no future), else a
+        future of it (the put thread, a group commit or a replica wait is involved)."""
+        fut = self.writer.submit(self._put_encoded_deferred if self.sync_waiter is not None
+                                 else self.put_encoded_blocking, rec)
+        if fut.done() and fut.exception() is None:
+            r = fut.result()
+            if not getattr(r, "sync_offset", 0) and getattr(r, "replica_wait_offset", None) is None:
+                return r
+        return asyncio.ensure_future(self._finish(fut))
+
+    async def _finish(self, fut: Awaitable[Any]) -> Any:
+        r = await fut
+        if self.sync_waiter is not None:
+            r = await self.sync_waiter.wait(r)
+        if getattr(r, "replica_wait_offset", None) is not None:
+            r = await self._wait_replicas(r)
+        return r
+
     async def put(self, msg: Message) -> Any:
         """Put one message; its ``PutMessageResult`` (once durable / replicated as configured)."""
         if self.sync_waiter is not None:  # SYNC_FLUSH: append, then wait on the loop
@@ -99,7 +126,7 @@ class Puts:
     def inline(self) -> tuple[Callable, ...]:
         """The put functions ``PutWriter`` may try on the event loop first."""
         return (self.put_blocking, self.put_batch_blocking, self._put_deferred,
-                self._put_batch_deferred)
+                self._put_batch_deferred, self.put_encoded_blocking, self._put_encoded_deferred)
 
 
 def _resolve(fut: asyncio.Future, value: Any) -> None:
