@@ -348,3 +348,17 @@ def test_bad_and_stalled_frames_close_only_that_connection(tmp_path):
     finally:
         assert srv.stop() == 0, srv.log()
 
+
+
+def test_sync_flush_through_workers(tmp_path):
+    """SYNC_FLUSH: a worker's send is answered after the group commit that covers it."""
+    store = str(tmp_path / "store")
+    srv = start_server(store, "--workers", "2", "-o", "flush_disk_type=SYNC_FLUSH")
+    try:
+        with Load(srv.namesrv, "SyncW", threads=6) as load:
+            assert wait_for(lambda: load.count() > 300, timeout=40)
+        assert load.errors == 0
+        acked = set(load.acked)
+    finally:
+        assert srv.stop() == 0, srv.log()
+    assert acked <= {m.body for m in store_records(store)}

@@ -191,28 +191,22 @@ class FastPuts:
             return
         t0 = time.perf_counter()
         rec = EncodedMessage(p.record, p.store_ts_pos, p.topic, p.queue_id, p.sys_flag, props)
+        self.in_flight += 1
+        self.idle.clear()
         try:
-            r = ctx.puts.put_encoded_soon(rec)
+            ctx.puts.put_encoded_then(rec, partial(self._done, link, p, t0))
         except Exception as exc:  # a store failure: answered as the send processor would
             log.exception("fast put failed")
-            link.send(L.result_msg(p.seq, 1, remark=f"{type(exc).__name__}: {exc}"))
-            return
-        if isinstance(r, asyncio.Future):
-            self.in_flight += 1
-            self.idle.clear()
-            r.add_done_callback(partial(self._done, link, p, t0))
-        else:
-            self._answer(link, p, r, t0)
+            self._done(link, p, t0, None, exc)
 
-    def _done(self, link: Link, p: L.Put, t0: float, fut: asyncio.Future) -> None:
+    def _done(self, link: Link, p: L.Put, t0: float, r: Any, exc: BaseException | None) -> None:
         self.in_flight -= 1
         if not self.in_flight:
             self.idle.set()
-        exc = fut.exception()
         if exc is not None:
             link.send(L.result_msg(p.seq, 1, remark=f"{type(exc).__name__}: {exc}"))
             return
-        self._answer(link, p, fut.result(), t0)
+        self._answer(link, p, r, t0)
 
     def _answer(self, link: Link, p: L.Put, r: Any, t0: float) -> None:
         code = put_code(r.status)

@@ -98,7 +98,7 @@ class ClientConn(asyncio.Protocol):
                     w.pending[put.seq] = (self, cmd, bytes(buf[raw_start:end]))
                     w.send_parts(L.put_msg(put))
         except ProtocolError as exc:
-            log.info("closing %s: %s", self.peer, exc)
+            log.info("broker: closing %s: %s", self.peer, exc)
             self.abort(protocol_error=True)
             return
         if pos:
@@ -109,6 +109,10 @@ class ClientConn(asyncio.Protocol):
             self.partial_since = time.monotonic()
 
     def eof_received(self) -> bool:
+        if self.buf:  # the peer ended the stream inside a frame: its bytes mean nothing
+            log.info("broker: closing %s: connection closed inside a frame (%d bytes pending)",
+                     self.peer, len(self.buf))
+            self.abort(protocol_error=True)
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
