@@ -178,8 +178,9 @@ class FastPuts:
 
     def on_put(self, link: Link, p: L.Put) -> None:
         ch = link.channels.get(p.conn)
-        if ch is None or ch.closed:
-            return  # the connection closed: nobody to answer
+        if ch is None or ch.closed:  # the connection closed (or was refused): nothing stored,
+            link.send(L.result_msg(p.seq, L.FALLBACK))  # the worker forgets the send
+            return
         ch.clock.touched()
         ctx = self.ctx
         tc = send_topic(ctx.topics, ctx.config, p.topic, p.default_queue_nums or None)

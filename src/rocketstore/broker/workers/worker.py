@@ -69,6 +69,8 @@ class ClientConn(asyncio.Protocol):
         self.w.send(L.open_msg(self.id, self.peer))
 
     def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
         buf = self.buf
         buf += data
         pos = 0
@@ -88,8 +90,12 @@ class ClientConn(asyncio.Protocol):
                 cmd = decode_header(header, stype, body)
                 put = None
                 if cmd.code in SEND_CODES and not cmd.is_response:
-                    seq = next(w.seqs)
-                    put = plain_send(cmd, self.peer, seq, self.id, w.settings)
+                    try:
+                        put = plain_send(cmd, self.peer, next(w.seqs), self.id, w.settings)
+                    except Exception:  # whatever it is, the writer's send processor answers
+                        log.debug("send from %s handled whole by the writer", self.peer,
+                                  exc_info=True)
+                        put = None
                 if put is None:
                     w.forward(self.id, buf, raw_start, end)
                 else:
