@@ -24,12 +24,13 @@ PURE_TESTS := tests/remoting tests/format tests/durability/test_sync_deferred.py
 
 # The main suite runs as two pytest processes side by side, because most tests wait on servers,
 # sockets, timers and Spark rather than use a core: MAIN_A (every test that uses the one
-# SparkSession of a run, tests/spark, kept in one process, plus the longest Spark-backed
-# subprocess tests) and MAIN_B (everything else: the whole tree minus MAIN_A, so a new test file
-# lands there by itself). The pure-Python pass runs beside them. Each process has its own temp
-# dir (one fresh parent per run); only MAIN_A writes .pytest_cache. MAIN_A reports live, then
-# MAIN_B's and the pure pass's reports follow; any of the three failing fails the target.
-MAIN_A := tests/spark tests/cluster tests/test_readme.py
+# SparkSession of a run, tests/spark, kept in one process; the longest Spark-backed subprocess
+# tests; the gRPC client tests, which balance the halves) and MAIN_B (everything else: the whole
+# tree minus MAIN_A, so a new test file lands there by itself). The pure-Python pass runs beside
+# them. Each process has its own temp dir (one fresh parent per run); only MAIN_A writes
+# .pytest_cache. MAIN_A reports live, then MAIN_B's and the pure pass's reports follow; any of
+# the three failing fails the target.
+MAIN_A := tests/spark tests/cluster tests/test_readme.py tests/proxy
 
 test: $(STAMP)
 	@tmp=$$(mktemp -d $${TMPDIR:-/tmp}/rocketstore-test.XXXXXX); \
