@@ -20,7 +20,9 @@ demo: $(STAMP)
 # pure-Python path (ROCKETSTORE_PURE_PYTHON=1: no compiled _speedups), ~1 minute; tests/format
 # holds the batch decoder (CommitLog records → columns) with its compiled loops.
 PURE_TESTS := tests/remoting tests/format tests/durability/test_sync_deferred.py tests/store/test_put_nowait.py \
-	tests/broker/test_lifecycle.py tests/broker/test_send_checks.py tests/broker/test_client_broker.py
+	tests/broker/test_lifecycle.py tests/broker/test_send_checks.py tests/broker/test_client_broker.py \
+	tests/broker/test_worker_link.py tests/broker/test_workers.py::test_sends_and_pulls_through_two_workers \
+	tests/broker/test_workers.py::test_worker_records_equal_one_process_records
 
 # The main suite runs as two pytest processes side by side, because most tests wait on servers,
 # sockets, timers and Spark rather than use a core: MAIN_A (every test that uses the one
