@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Mapping, Sequence
 
+from .. import _native
 from ..errors import CorruptRecordError
 from .hashing import crc32_masked, java_hash
 
@@ -136,6 +137,16 @@ def create_message_id(store_host: str, physical_offset: int) -> str:
     return _msg_id_prefix(store_host) + struct.pack(">q", physical_offset).hex().upper()
 
 
+def create_message_ids(store_host: str, first: int, sizes: Sequence[int]) -> list[str]:
+    """``create_message_id`` of each record of a batch appended at ``first`` with ``sizes``."""
+    ids = []
+    off = first
+    for n in sizes:
+        ids.append(create_message_id(store_host, off))
+        off += n
+    return ids
+
+
 def parse_message_id(msg_id: str) -> tuple[str, int]:
     """Offset msgId → (store host, physical offset). Raises ``ValueError`` if malformed."""
     if len(msg_id) not in (32, 56):
@@ -175,12 +186,29 @@ class UniqKeyGenerator:
             self._counter += 1
         return f"{self._prefix}{diff:08X}{c:04X}"
 
+    def next_many(self, n: int) -> list[str]:
+        """``n`` keys at once: what ``n`` calls of ``next`` in the same millisecond give."""
+        now = int(time.time() * 1000)
+        with self._lock:
+            if now >= self._next_month_ms:
+                self._month_start_ms, self._next_month_ms = self._month_window()
+            diff = max(0, now - self._month_start_ms) & 0x7FFFFFFF
+            c0 = self._counter
+            self._counter += n
+        head = f"{self._prefix}{diff:08X}"
+        return [f"{head}{c & 0xFFFF:04X}" for c in range(c0, c0 + n)]
+
 
 _default_uniq = UniqKeyGenerator()
 
 
 def create_uniq_key() -> str:
     return _default_uniq.next()
+
+
+def create_uniq_keys(n: int) -> list[str]:
+    """``n`` fresh UNIQ_KEY values (one clock read and one lock for all)."""
+    return _default_uniq.next_many(n)
 
 
 # ---- values -----------------------------------------------------------------------------------
@@ -322,7 +350,7 @@ def encode_message(msg: Message, props: Mapping[str, str], *, born_timestamp: in
     blen = len(body)
     if blen > max_body_size:
         raise MessageTooLarge(f"body of {blen} bytes exceeds max_message_size {max_body_size}")
-    props_b = encode_properties(props)
+    props_b = encode_properties_py(props)
     plen = len(props_b)
     if plen > MAX_PROPERTIES_LENGTH:
         raise PropertiesTooLarge(f"properties of {plen} bytes exceed {MAX_PROPERTIES_LENGTH}")
@@ -356,6 +384,13 @@ def patch_record(buf, pos: int, store_ts_pos: int, queue_offset: int, physical_o
     _Q64.pack_into(buf, pos + QUEUEOFFSET_POS, queue_offset)
     _Q64.pack_into(buf, pos + PHYSICALOFFSET_POS, physical_offset)
     _Q64.pack_into(buf, pos + store_ts_pos, store_timestamp)
+
+
+# the pure functions under their own names: the specification the compiled twins are tested
+# against (``_speedups.pyx`` hands them every unusual input)
+encode_message_py = encode_message
+encode_properties_py = encode_properties
+create_message_ids_py = create_message_ids
 
 
 def record_bytes(m: MessageExt) -> bytes:
@@ -489,3 +524,11 @@ def record_properties(buf, pos: int = 0) -> tuple[str, int, dict[str, str]] | No
         return topic, queue_offset, string_to_properties(bytes(buf[p:p + props_len]).decode("utf-8", "replace"))
     except (struct.error, IndexError, ValueError):
         return None
+
+
+# ---- the compiled twins (``_speedups.pyx``; ``rocketstore._native``) --------------------------
+_speedups = _native.load("rocketstore.format._speedups")
+if _speedups is not None:
+    encode_message = _speedups.encode_message  # noqa: F811
+    encode_properties = _speedups.encode_properties  # noqa: F811
+    create_message_ids = _speedups.create_message_ids  # noqa: F811
