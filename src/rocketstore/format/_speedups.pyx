@@ -24,6 +24,7 @@ from zlib import crc32 as _crc32
 from . import message as _pure
 from .record import (BORNHOST_POS, BORNHOST_V6_FLAG, MAX_PROPERTIES_LENGTH,
                      MESSAGE_MAGIC_CODE, STOREHOSTADDRESS_V6_FLAG)
+from .timer_layout import PROPERTY_TIMER_OUT_MS, TIMER_PROPERTIES, TIMER_TOPIC
 
 # the pure functions, taken before ``message.py`` rebinds its names to the ones below
 cdef object _py_encode_message = _pure.encode_message_py
@@ -32,8 +33,22 @@ cdef object _py_create_message_ids = _pure.create_message_ids_py
 cdef object _py_topic_bytes = _pure._topic_bytes
 cdef object _py_host_bytes = _pure._host_bytes
 cdef object _py_msg_id_prefix = _pure._msg_id_prefix
+cdef object _py_encode_batch = _pure.encode_batch_py
+cdef object _create_uniq_keys = _pure.create_uniq_keys
 cdef object _EncodedMessage = _pure.EncodedMessage
 cdef object _Message = _pure.Message
+cdef object _BatchRefused = _pure.BatchRefused
+cdef str _TAGS = _pure.PROPERTY_TAGS
+cdef str _KEYS = _pure.PROPERTY_KEYS
+cdef str _KEY_SEPARATOR = _pure.KEY_SEPARATOR
+cdef str _WAIT = _pure.PROPERTY_WAIT_STORE_MSG_OK
+cdef str _DELAY = _pure.PROPERTY_DELAY_TIME_LEVEL
+cdef str _UNIQ = _pure.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+cdef str _TIMER_TOPIC = TIMER_TOPIC
+cdef str _TIMER_OUT = PROPERTY_TIMER_OUT_MS
+cdef str _TIMER_P0 = TIMER_PROPERTIES[0]
+cdef str _TIMER_P1 = TIMER_PROPERTIES[1]
+cdef str _TIMER_P2 = TIMER_PROPERTIES[2]
 
 cdef int _BORNHOST_POS = BORNHOST_POS
 cdef int _V6_FLAGS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
@@ -168,8 +183,9 @@ def encode_properties(props):
     return out
 
 
-def encode_message(msg, props, *, born_timestamp, born_host, store_host, max_body_size):
-    """See ``message.encode_message``."""
+cdef object _encode_one(object msg, object props, object born_timestamp, object born_host,
+                        object store_host, object max_body_size):
+    """The record of ``encode_message``, or None when the pure function must decide."""
     cdef long long qid = 0, flag = 0, sys_flag = 0, born_ts = 0, reconsume = 0, prepared = 0
     cdef long long max_body = 0
     cdef Py_ssize_t blen, plen, tlen, bhlen, shlen, size, store_ts_pos
@@ -177,8 +193,7 @@ def encode_message(msg, props, *, born_timestamp, born_host, store_host, max_bod
     cdef unsigned char* p
     cdef long long crc = 0
     if type(msg) is not _Message or type(props) is not dict:
-        return _py_encode_message(msg, props, born_timestamp=born_timestamp, born_host=born_host,
-                                  store_host=store_host, max_body_size=max_body_size)
+        return None
     topic = msg.topic
     body = msg.body
     topic_part = _topic_part(topic)
@@ -191,23 +206,19 @@ def encode_message(msg, props, *, born_timestamp, born_host, store_host, max_bod
         bp = PyByteArray_AS_STRING(body)
         blen = PyByteArray_GET_SIZE(body)
     else:
-        bp = NULL
-        blen = 0
-    if (topic_part is None or born is None or store is None or bp == NULL
+        return None
+    if (topic_part is None or born is None or store is None
             or not _int_in(max_body_size, -(1 << 62), 1 << 62, &max_body) or blen > max_body
             or not _int_in(msg.queue_id, 0, 0x7FFFFFFF, &qid)
             or not _int_in(msg.flag, -(1 << 31), (1 << 31) - 1, &flag)
             or not _int_in(msg.sys_flag, -(1 << 31), (1 << 31) - 1, &sys_flag)
             or not _int_in(born_timestamp, _I64_MIN, _I64_MAX, &born_ts)
             or not _int_in(msg.reconsume_times, -(1 << 31), (1 << 31) - 1, &reconsume)
-            or not _int_in(msg.prepared_transaction_offset, _I64_MIN, _I64_MAX,
-                           &prepared)):
-        return _py_encode_message(msg, props, born_timestamp=born_timestamp, born_host=born_host,
-                                  store_host=store_host, max_body_size=max_body_size)
+            or not _int_in(msg.prepared_transaction_offset, _I64_MIN, _I64_MAX, &prepared)):
+        return None
     plen = _props_length(props)
     if plen < 0 or plen > _MAX_PROPS:
-        return _py_encode_message(msg, props, born_timestamp=born_timestamp, born_host=born_host,
-                                  store_host=store_host, max_body_size=max_body_size)
+        return None
     born_b = (<tuple>born)[0]
     store_b = (<tuple>store)[0]
     sys_flag &= ~_V6_FLAGS
@@ -252,6 +263,91 @@ def encode_message(msg, props, *, born_timestamp, born_host, store_host, max_bod
     p[1] = plen & 0xFF
     _props_write(props, p + 2)
     return _EncodedMessage(data, store_ts_pos, topic, qid, sys_flag, props)
+
+
+def encode_message(msg, props, *, born_timestamp, born_host, store_host, max_body_size):
+    """See ``message.encode_message``."""
+    rec = _encode_one(msg, props, born_timestamp, born_host, store_host, max_body_size)
+    if rec is None:
+        return _py_encode_message(msg, props, born_timestamp=born_timestamp, born_host=born_host,
+                                  store_host=store_host, max_body_size=max_body_size)
+    return rec
+
+
+cdef object _stored_properties(object m):
+    """``Message.all_properties`` for the usual field types (else the method itself)."""
+    own = m.properties
+    tags = m.tags
+    keys = m.keys
+    if own is None:
+        props = {}
+    elif type(own) is dict:
+        props = (<dict>own).copy()
+    else:
+        return m.all_properties()
+    if tags is not None:
+        if type(tags) is not str:
+            return m.all_properties()
+        if tags:
+            props[_TAGS] = tags
+    if keys is not None:
+        if type(keys) is not str:
+            if type(keys) is not list and type(keys) is not tuple:
+                return m.all_properties()
+            if not keys:
+                return props
+            keys = _KEY_SEPARATOR.join(keys)
+        if keys:
+            props[_KEYS] = keys
+    return props
+
+
+def encode_batch(msgs, *, now, default_host, max_body_size, generate_uniq_key):
+    """See ``message.encode_batch``."""
+    cdef Py_ssize_t i, n
+    cdef list encoded = []
+    cdef bint wait = True
+    cdef bint uniq = generate_uniq_key
+    cdef object keys = None
+    if type(msgs) is not list or type(default_host) is not str:
+        return _py_encode_batch(msgs, now=now, default_host=default_host,
+                                max_body_size=max_body_size, generate_uniq_key=generate_uniq_key)
+    n = len(msgs)
+    for i in range(n):
+        m = msgs[i]
+        if type(m) is not _Message:
+            return _py_encode_batch(msgs, now=now, default_host=default_host,
+                                    max_body_size=max_body_size,
+                                    generate_uniq_key=generate_uniq_key)
+        props = _stored_properties(m)
+        if type(props) is not dict:
+            return _py_encode_batch(msgs, now=now, default_host=default_host,
+                                    max_body_size=max_body_size,
+                                    generate_uniq_key=generate_uniq_key)
+        if (<dict>props).get(_WAIT) == "false":
+            wait = False
+        level = (<dict>props).get(_DELAY)
+        if level is not None and level != "" and level != "0":
+            raise _BatchRefused("a batch cannot be delayed")
+        if (m.topic != _TIMER_TOPIC and _TIMER_OUT not in <dict>props
+                and (_TIMER_P0 in <dict>props or _TIMER_P1 in <dict>props
+                     or _TIMER_P2 in <dict>props)):
+            raise _BatchRefused("a batch cannot carry timer properties")
+        if uniq and _UNIQ not in <dict>props:
+            if keys is None:  # one clock read for the rest of the batch
+                keys = iter(_create_uniq_keys(n - i))
+            (<dict>props)[_UNIQ] = next(keys)
+        born_ts = m.born_timestamp
+        if born_ts is None:
+            born_ts = now
+        born_host = m.born_host or default_host
+        store_host = m.store_host or default_host
+        rec = _encode_one(m, props, born_ts, born_host, store_host, max_body_size)
+        if rec is None:
+            rec = _py_encode_message(m, props, born_timestamp=born_ts, born_host=born_host,
+                                     store_host=store_host, max_body_size=max_body_size)
+        encoded.append(rec)
+    return encoded, wait
 
 
 cdef inline void _hex16(unsigned char* out, unsigned long long v) noexcept:

@@ -44,8 +44,8 @@ from ..format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_QUEUE_ID,
                               PROPERTY_REAL_TOPIC, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
                               PROPERTY_WAIT_STORE_MSG_OK, SCHEDULE_TOPIC, TRANSACTION_COMMIT_TYPE,
                               TRANSACTION_MASK, TRANSACTION_NOT_TYPE, Message, MessageTooLarge,
-                              EncodedMessage, PropertiesTooLarge, create_message_id,
-                              create_uniq_key, encode_message)
+                              EncodedMessage, PropertiesTooLarge, create_message_ids,
+                              create_uniq_key, encode_batch, encode_message)
 from .commitlog import CommitLog, RecordTooLarge
 from .dispatch import ReputService
 from .flush import FlushService
@@ -142,34 +142,19 @@ class PutPath:
                            defer_sync: bool) -> PutMessageResult | None:
         now = int(time.time() * 1000)
         cfg = self.cfg
-        encoded = []
-        wait = True
         try:
-            total_body = 0
-            for m in msgs:
-                props = m.all_properties()
-                if props.get(PROPERTY_WAIT_STORE_MSG_OK) == "false":
-                    wait = False
-                topic, qid = m.topic, m.queue_id
-                if not batch:
-                    topic, qid = self._apply_delay(m, props)
-                elif PROPERTY_DELAY_TIME_LEVEL in props and props[PROPERTY_DELAY_TIME_LEVEL] not in ("", "0"):
-                    return PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error="a batch cannot be delayed")
-                elif is_timer_message(m.topic, dict(props), 0):  # not silently delivered at once
+            if batch:
+                encoded, wait = encode_batch(msgs, now=now, default_host=cfg.store_host,
+                                             max_body_size=cfg.max_message_size,
+                                             generate_uniq_key=cfg.generate_uniq_key)
+                total_body = 0
+                for m in msgs:
+                    total_body += len(m.body)
+                if total_body > cfg.max_message_size:
                     return PutMessageResult(PutStatus.MESSAGE_ILLEGAL,
-                                            error="a batch cannot carry timer properties")
-                if cfg.generate_uniq_key and PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in props:
-                    props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = create_uniq_key()
-                store_host = m.store_host or cfg.store_host
-                target = m if (topic, qid) == (m.topic, m.queue_id) else _retarget(m, topic, qid)
-                encoded.append(encode_message(
-                    target, props, born_timestamp=m.born_timestamp if m.born_timestamp is not None else now,
-                    born_host=m.born_host or cfg.store_host, store_host=store_host,
-                    max_body_size=cfg.max_message_size))
-                total_body += len(m.body)
-            if batch and total_body > cfg.max_message_size:
-                return PutMessageResult(PutStatus.MESSAGE_ILLEGAL,
-                                        error=f"batch body of {total_body} bytes exceeds max_message_size")
+                                            error=f"batch body of {total_body} bytes exceeds max_message_size")
+            else:
+                encoded, wait = self._encode_one(msgs[0], now)
         except TimerRejected as exc:
             return PutMessageResult(PutStatus[exc.status], error=exc.remark)
         except PropertiesTooLarge as exc:
@@ -178,6 +163,20 @@ class PutPath:
             return PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error=str(exc))
         return self._append(encoded, wait, msgs[0].store_host or cfg.store_host, nowait,
                             defer_sync)
+
+    def _encode_one(self, m: Message, now: int) -> tuple[list[EncodedMessage], bool]:
+        """One ``put_message``: delay and timer rules apply (a batch refuses them)."""
+        cfg = self.cfg
+        props = m.all_properties()
+        wait = props.get(PROPERTY_WAIT_STORE_MSG_OK) != "false"
+        topic, qid = self._apply_delay(m, props)
+        if cfg.generate_uniq_key and PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in props:
+            props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = create_uniq_key()
+        target = m if (topic, qid) == (m.topic, m.queue_id) else _retarget(m, topic, qid)
+        return [encode_message(
+            target, props, born_timestamp=m.born_timestamp if m.born_timestamp is not None else now,
+            born_host=m.born_host or cfg.store_host, store_host=m.store_host or cfg.store_host,
+            max_body_size=cfg.max_message_size)], wait
 
     def _append(self, encoded: list[EncodedMessage], wait: bool, store_host: str, nowait: bool,
                 defer_sync: bool) -> PutMessageResult | None:
@@ -216,11 +215,7 @@ class PutPath:
                     rs = replicas.replica_status(res.end_offset)
                     if rs is not PutStatus.PUT_OK:
                         status = rs
-        ids = []
-        off = res.wrote_offset
-        for n in res.sizes:
-            ids.append(create_message_id(store_host, off))
-            off += n
+        ids = create_message_ids(store_host, res.wrote_offset, res.sizes)
         return PutMessageResult(status, msg_id=",".join(ids), wrote_offset=res.wrote_offset,
                                 wrote_bytes=res.wrote_bytes, queue_offset=res.queue_offsets[0],
                                 store_timestamp=res.store_timestamp, msg_num=len(ids), msg_ids=ids,
