@@ -367,9 +367,14 @@ def create_message_ids(store_host, first, sizes):
     if (type(store_host) is not str or type(sizes) is not list
             or not _int_in(first, 0, 1 << 62, &off)):
         return _py_create_message_ids(store_host, first, sizes)
+    if not sizes:
+        return []
     prefix = _prefixes.get(store_host)
     if prefix is None:
-        prefix = _py_msg_id_prefix(store_host).encode("ascii")  # its errors when bad
+        try:
+            prefix = _py_msg_id_prefix(store_host).encode("ascii")
+        except Exception:  # a bad host: the pure function's error
+            return _py_create_message_ids(store_host, first, sizes)
         if len(_prefixes) >= _CACHE_MAX:
             _prefixes.clear()
         _prefixes[store_host] = prefix

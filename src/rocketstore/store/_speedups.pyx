@@ -69,10 +69,13 @@ def write_records(mm, pos, phys, records, table, now):
             return _py_write_records(mm, pos, phys, records, table, now)
         total += size
     try:
+        if p0 < 0 or p0 + total > len(mm):
+            return _py_write_records(mm, pos, phys, records, table, now)
         view = mm
     except (TypeError, ValueError, BufferError):
         return _py_write_records(mm, pos, phys, records, table, now)
-    if p0 < 0 or p0 + total > view.shape[0]:
+    if p0 + total > view.shape[0]:  # not a byte buffer of len(mm) bytes
+        view = None
         return _py_write_records(mm, pos, phys, records, table, now)
     base = &view[0]
     cdef list queue_offsets = []
