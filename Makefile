@@ -16,9 +16,11 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/rocketstore demo
 
-# The second run repeats the codec, SYNC_FLUSH store and broker round-trip tests on the
-# pure-Python path (ROCKETSTORE_PURE_PYTHON=1: no compiled _speedups), ~1 minute.
-PURE_TESTS := tests/remoting tests/durability/test_sync_deferred.py tests/store/test_put_nowait.py \
+# The second run repeats the codec, record encoder, put path, SYNC_FLUSH store and broker
+# round-trip tests on the pure-Python path (ROCKETSTORE_PURE_PYTHON=1: no compiled _speedups),
+# ~1 minute.
+PURE_TESTS := tests/remoting tests/format tests/durability/test_sync_deferred.py \
+	tests/store/test_put_nowait.py tests/store/test_dispatch_feed.py tests/store/test_store_scenarios.py \
 	tests/broker/test_lifecycle.py tests/broker/test_send_checks.py tests/broker/test_client_broker.py
 
 # It runs beside the main suite (its own temp dir, no shared cache); its output follows the main
