@@ -32,6 +32,7 @@ except ImportError as exc:  # a build without a C compiler
 
 def test_commitlog_uses_the_compiled_function():
     assert commitlog.write_records is fast.write_records
+    assert commitlog.feed_item is fast.feed_item
     assert _native.active()["rocketstore.store._speedups"] is True
 
 
@@ -143,3 +144,40 @@ def test_write_records_into_a_mapped_segment(tmp_path):
         for fh, mm in maps:
             mm.close()
             fh.close()
+
+
+tag_values = st.none() | st.sampled_from(["", "TagA", "é", "😀", "\ud800", "a" * 40, 5])
+
+
+@settings(max_examples=300, deadline=None)
+@given(recs=records(), tags=st.lists(tag_values, min_size=5, max_size=5),
+       schedule=st.booleans(), first=st.integers(0, 1 << 40) | st.sampled_from([-1, 1 << 70]),
+       now=st.integers(0, 1 << 42), odd_size=st.booleans())
+def test_feed_item_matches(recs, tags, schedule, first, now, odd_size):
+    """The reput's columns (offsets, queues, tagsCode by Java's String.hashCode, …) on both paths;
+    a SCHEDULE_TOPIC record's tagsCode is its delivery time (the pure rule)."""
+    for rec, tag in zip(recs, tags):
+        rec.properties = {"K": "v"} if tag is None else {"TAGS": tag, "DELAY": "2"}
+    if schedule:
+        recs[0].topic = M.SCHEDULE_TOPIC
+    sizes = [len(r.data) for r in recs]
+    if odd_size:
+        sizes[-1] = 1.5
+    delays = [1000, 5000, 10000]
+    a = outcome(fast.feed_item, recs, first, sizes, [0] * len(recs), now, delays)
+    b = outcome(commitlog.feed_item_py, recs, first, sizes, [0] * len(recs), now, delays)
+    assert a == b
+    if a[0] == "ok" and not schedule:
+        from rocketstore.format.hashing import java_hash
+        for code, rec in zip(a[1].tags_code, recs):
+            tag = rec.properties.get("TAGS")
+            assert code == (java_hash(tag) if tag else 0)
+
+
+def test_feed_item_reference_tags_codes():
+    recs = [M.encode_message_py(Message("T", b"x"), {"TAGS": t}, born_timestamp=1,
+                                born_host="1.2.3.4:5", store_host="1.2.3.4:6", max_body_size=9)
+            for t in ("TagA", "TAG1", "été", "😀")]
+    item = fast.feed_item(recs, 100, [len(r.data) for r in recs], [0, 1, 2, 3], 7, [1000])
+    assert item.tags_code == [2598919, 2567159, 227742, 1772899]  # OpenJDK 17's hashCode
+    assert item.commitlog_offset[0] == 100 and item.end == 100 + sum(len(r.data) for r in recs)

@@ -16,10 +16,18 @@ from libc.string cimport memcpy
 
 from ..format.message import (EncodedMessage, TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE,
                               TRANSACTION_ROLLBACK_TYPE)
+from ..format.hashing import java_hash
+from ..format.message import PROPERTY_TAGS, SCHEDULE_TOPIC
 from ..format.record import PHYSICALOFFSET_POS, QUEUEOFFSET_POS
 from . import commitlog as _pure
 
 cdef object _py_write_records = _pure.write_records_py
+cdef object _py_feed_item = _pure.feed_item_py
+cdef object _FeedItem = _pure.FeedItem
+cdef object _java_hash = java_hash
+cdef str _SCHEDULE_TOPIC = SCHEDULE_TOPIC
+cdef str _TAGS = PROPERTY_TAGS
+cdef dict _tag_codes = {}  # tag -> java_hash(tag)
 cdef object _EncodedMessage = EncodedMessage
 cdef long long _TRAN_MASK = TRANSACTION_MASK
 cdef long long _PREPARED = TRANSACTION_PREPARED_TYPE
@@ -111,3 +119,54 @@ def write_records(mm, pos, phys, records, table, now):
         ph += size
     memcpy(base + start, PyBytes_AS_STRING(records[0].data), 8)
     return queue_offsets, sizes
+
+
+def feed_item(records, first, sizes, queue_offsets, now, delays):
+    """See ``commitlog.feed_item``."""
+    cdef Py_ssize_t i, n
+    cdef long long off = 0, sz = 0, tmp = 0
+    if (type(records) is not list or type(sizes) is not list or len(sizes) != len(records)
+            or not _small_int(first, &off) or not _small_int(now, &tmp)):
+        return _py_feed_item(records, first, sizes, queue_offsets, now, delays)
+    n = len(records)
+    cdef list offsets = []
+    cdef list qids = []
+    cdef list flags = []
+    cdef list codes = []
+    cdef list topics = []
+    cdef list props_list = []
+    for i in range(n):
+        rec = records[i]
+        if type(rec) is not _EncodedMessage or not _small_int(sizes[i], &sz):
+            return _py_feed_item(records, first, sizes, queue_offsets, now, delays)
+        topic = rec.topic
+        props = rec.properties
+        if topic == _SCHEDULE_TOPIC or type(props) is not dict:
+            return _py_feed_item(records, first, sizes, queue_offsets, now, delays)
+        tag = (<dict>props).get(_TAGS)
+        if tag is None:
+            code = 0
+        elif type(tag) is str:
+            code = _tag_codes.get(tag)
+            if code is None:
+                if not tag:
+                    code = 0
+                else:
+                    try:
+                        code = _java_hash(tag)
+                    except Exception:  # the pure function's error
+                        return _py_feed_item(records, first, sizes, queue_offsets, now, delays)
+                    if len(_tag_codes) >= 65536:
+                        _tag_codes.clear()
+                    _tag_codes[tag] = code
+        else:
+            return _py_feed_item(records, first, sizes, queue_offsets, now, delays)
+        offsets.append(off)
+        off += sz
+        qids.append(rec.queue_id)
+        flags.append(rec.sys_flag)
+        codes.append(code)
+        topics.append(topic)
+        props_list.append(props)
+    return _FeedItem(first, off, offsets, sizes, qids, queue_offsets, flags, [now] * n, codes,
+                     topics, props_list)

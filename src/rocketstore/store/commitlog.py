@@ -146,17 +146,7 @@ class CommitLog:
     def _feed_item(self, records: Sequence[EncodedMessage], first: int, sizes: list[int],
                    queue_offsets: list[int], now: int) -> FeedItem:
         """What the reput needs about records just appended, so it need not decode them."""
-        offsets = []
-        off = first
-        for n in sizes:
-            offsets.append(off)
-            off += n
-        delays = self.delay_levels_ms
-        return FeedItem(first, off, offsets, sizes, [r.queue_id for r in records], queue_offsets,
-                        [r.sys_flag for r in records], [now] * len(records),
-                        [tags_code_of(r.topic, r.properties, now, delays) for r in records],
-                        [r.topic for r in records], [r.properties for r in records])
-
+        return feed_item(records, first, sizes, queue_offsets, now, self.delay_levels_ms)
 
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
         return self.topic_queue_table.get((topic, queue_id), 0)
@@ -385,8 +375,25 @@ def write_records(mm, pos: int, phys: int, records: Sequence[EncodedMessage],
     return queue_offsets, sizes
 
 
-write_records_py = write_records  # the specification of the compiled twin
+def feed_item(records: Sequence[EncodedMessage], first: int, sizes: list[int],
+              queue_offsets: list[int], now: int, delays: Sequence[int]) -> FeedItem:
+    """The reput's columns of records appended at ``first`` with ``sizes`` and ``now``."""
+    offsets = []
+    off = first
+    for n in sizes:
+        offsets.append(off)
+        off += n
+    return FeedItem(first, off, offsets, sizes, [r.queue_id for r in records], queue_offsets,
+                    [r.sys_flag for r in records], [now] * len(records),
+                    [tags_code_of(r.topic, r.properties, now, delays) for r in records],
+                    [r.topic for r in records], [r.properties for r in records])
+
+
+# the specifications of the compiled twins
+write_records_py = write_records
+feed_item_py = feed_item
 
 _speedups = _native.load("rocketstore.store._speedups")
 if _speedups is not None:
     write_records = _speedups.write_records  # noqa: F811
+    feed_item = _speedups.feed_item  # noqa: F811
