@@ -33,6 +33,8 @@ except ImportError as exc:  # a build without a C compiler
 def test_commitlog_uses_the_compiled_function():
     assert commitlog.write_records is fast.write_records
     assert commitlog.feed_item is fast.feed_item
+    from rocketstore.store import put_path
+    assert put_path.check_messages is fast.check_messages
     assert _native.active()["rocketstore.store._speedups"] is True
 
 
@@ -181,3 +183,17 @@ def test_feed_item_reference_tags_codes():
     item = fast.feed_item(recs, 100, [len(r.data) for r in recs], [0, 1, 2, 3], 7, [1000])
     assert item.tags_code == [2598919, 2567159, 227742, 1772899]  # OpenJDK 17's hashCode
     assert item.commitlog_offset[0] == 100 and item.end == 100 + sum(len(r.data) for r in recs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(msgs=st.lists(st.builds(
+    Message, topic=st.sampled_from(["A", "B", "", "a/b", "..", "T" * 128, "é" * 64, 5]),
+    body=st.sampled_from([b"x", bytearray(b"y"), memoryview(b"z"), "s", None]),
+    queue_id=st.sampled_from([0, 1, -1, True, 1.0, 1 << 70]),
+    sys_flag=st.sampled_from([0, 4, 8, 12, 1, 1 << 70])) | st.sampled_from(["not a message"]),
+    max_size=4), batch=st.sampled_from([True, False, 1, None]))
+def test_check_messages_matches(msgs, batch):
+    from rocketstore.store import put_path
+    assert outcome(fast.check_messages, msgs, batch) == \
+        outcome(put_path.check_messages_py, msgs, batch)
+    assert fast.check_messages(msgs, batch) == put_path.check_messages_py(msgs, batch)

@@ -17,7 +17,7 @@ from libc.string cimport memcpy
 from ..format.message import (EncodedMessage, TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE,
                               TRANSACTION_ROLLBACK_TYPE)
 from ..format.hashing import java_hash
-from ..format.message import PROPERTY_TAGS, SCHEDULE_TOPIC
+from ..format.message import PROPERTY_TAGS, SCHEDULE_TOPIC, Message
 from ..format.record import PHYSICALOFFSET_POS, QUEUEOFFSET_POS
 from . import commitlog as _pure
 
@@ -170,3 +170,53 @@ def feed_item(records, first, sizes, queue_offsets, now, delays):
         props_list.append(props)
     return _FeedItem(first, off, offsets, sizes, qids, queue_offsets, flags, [now] * n, codes,
                      topics, props_list)
+
+
+cdef object _py_check_messages = None
+cdef object _check_topic = None
+cdef set _good_topics = set()  # topics ``put_path.check_topic`` accepted
+cdef object _Message = Message
+
+
+def check_messages(msgs, batch):
+    """See ``put_path.check_messages``."""
+    global _py_check_messages, _check_topic
+    cdef Py_ssize_t i, n
+    cdef long long qid = 0, fqid = 0, flag = 0
+    cdef bint as_batch = batch
+    if _py_check_messages is None:  # put_path imports this module: bind its functions late
+        from . import put_path
+        _py_check_messages = put_path.check_messages_py
+        _check_topic = put_path.check_topic
+    if type(msgs) is not list or not msgs or type(batch) is not bool:
+        return _py_check_messages(msgs, batch)
+    n = len(msgs)
+    first = msgs[0]
+    if type(first) is not _Message:
+        return _py_check_messages(msgs, batch)
+    ftopic = first.topic
+    if not _small_int(first.queue_id, &fqid):
+        return _py_check_messages(msgs, batch)
+    for i in range(n):
+        m = msgs[i]
+        if type(m) is not _Message:
+            return _py_check_messages(msgs, batch)
+        topic = m.topic
+        if type(topic) is not str:
+            return _py_check_messages(msgs, batch)
+        if topic not in _good_topics:
+            if _check_topic(topic) is not None:
+                return _py_check_messages(msgs, batch)
+            if len(_good_topics) >= 4096:
+                _good_topics.clear()
+            _good_topics.add(topic)
+        if not _small_int(m.queue_id, &qid) or qid < 0:
+            return _py_check_messages(msgs, batch)
+        body = m.body
+        if type(body) is not bytes and type(body) is not bytearray and type(body) is not memoryview:
+            return _py_check_messages(msgs, batch)
+        if as_batch:
+            if qid != fqid or topic != ftopic or not _small_int(m.sys_flag, &flag) \
+                    or (flag & _TRAN_MASK) != 0:
+                return _py_check_messages(msgs, batch)
+    return None

@@ -37,6 +37,7 @@ import re
 import time
 from functools import lru_cache
 
+from .. import _native
 from ..config import StoreConfig
 from ..errors import DiskFullError, StoreError
 from ..format.batch import parse_delay_levels
@@ -68,6 +69,35 @@ def check_topic(topic: object) -> str | None:
     if len(topic) > 127 or len(topic.encode("utf-8")) > 127:
         return "topic longer than 127"
     return None
+
+
+def check_messages(msgs: list[Message], batch: bool) -> str | None:
+    """Why ``msgs`` cannot be put (as one batch when ``batch``), or None."""
+    if not msgs:
+        return "no messages"
+    first = msgs[0]
+    for m in msgs:
+        if not isinstance(m, Message):
+            return f"expected Message, got {type(m).__name__}"
+        why = check_topic(m.topic)
+        if why:
+            return why
+        if not isinstance(m.queue_id, int) or isinstance(m.queue_id, bool) or m.queue_id < 0:
+            return f"queue_id must be a non-negative int, not {m.queue_id!r}"
+        if not isinstance(m.body, (bytes, bytearray, memoryview)):
+            return f"body must be bytes, not {type(m.body).__name__}"
+        if batch:
+            if (m.topic, m.queue_id) != (first.topic, first.queue_id):
+                return "a batch must have one topic and one queue"
+            if m.sys_flag & TRANSACTION_MASK not in (TRANSACTION_NOT_TYPE,):
+                return "a batch cannot be transactional"
+    return None
+
+
+check_messages_py = check_messages  # the specification of the compiled twin
+_speedups = _native.load("rocketstore.store._speedups")
+if _speedups is not None:
+    check_messages = _speedups.check_messages  # noqa: F811
 
 
 class PutPath:
@@ -222,25 +252,7 @@ class PutPath:
                                 sync_offset=sync_offset, replica_wait_offset=replica_wait)
 
     def _check(self, msgs: list[Message], batch: bool) -> str | None:
-        if not msgs:
-            return "no messages"
-        first = msgs[0]
-        for m in msgs:
-            if not isinstance(m, Message):
-                return f"expected Message, got {type(m).__name__}"
-            why = check_topic(m.topic)
-            if why:
-                return why
-            if not isinstance(m.queue_id, int) or isinstance(m.queue_id, bool) or m.queue_id < 0:
-                return f"queue_id must be a non-negative int, not {m.queue_id!r}"
-            if not isinstance(m.body, (bytes, bytearray, memoryview)):
-                return f"body must be bytes, not {type(m.body).__name__}"
-            if batch:
-                if (m.topic, m.queue_id) != (first.topic, first.queue_id):
-                    return "a batch must have one topic and one queue"
-                if m.sys_flag & TRANSACTION_MASK not in (TRANSACTION_NOT_TYPE,):
-                    return "a batch cannot be transactional"
-        return None
+        return check_messages(msgs, batch)
 
     def _apply_delay(self, m: Message, props: dict[str, str]) -> tuple[str, int]:
         level_s = props.get(PROPERTY_DELAY_TIME_LEVEL)
