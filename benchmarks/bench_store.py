@@ -5,6 +5,9 @@ Question: how fast are put_message / put_messages / get_message and reput, next 
 (b) SQLite in WAL mode inserting the same rows (what a Python user would pick)?
 
 Run: .venv/bin/python benchmarks/bench_store.py [--messages N]
+     .venv/bin/python benchmarks/bench_store.py --put32-rounds 5 [--body-sizes 1024]
+         (only put_messages(32) against SQLite's per-32-row commit, interleaved: each round runs
+         both on the same rows, one after the other; prints every round and the median ratio)
 """
 from __future__ import annotations
 
@@ -12,11 +15,12 @@ import argparse
 import os
 import shutil
 import sqlite3
+import statistics
 import tempfile
 import threading
 import time
 
-from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore import Message, MessageStore, StoreConfig, _native
 from rocketstore.format.message import encode_message
 
 
@@ -108,13 +112,42 @@ def bench_store(msgs: list[Message], root: str, batch: int) -> tuple[float, floa
         return put_s, reput_s, get_s, (max(lag) if lag else 0), got
 
 
+def put32_rounds(msgs: list[Message], root: str, rounds: int) -> None:
+    """put_messages(32) against SQLite WAL's per-32-row commit, interleaved, ``rounds`` times."""
+    n = len(msgs)
+    ratios = []
+    for r in range(rounds):
+        sq32 = bench_sqlite(msgs, root, 32)
+        put_s = bench_store(msgs, root, 32)[0]
+        ratios.append(sq32 / put_s)
+        print(f"round {r + 1}: sqlite(32) {n / sq32:>9,.0f} msg/s  put_messages(32) {n / put_s:>9,.0f} msg/s"
+              f"  ratio x{sq32 / put_s:.2f}", flush=True)
+    print(f"median ratio put_messages(32) / sqlite(32): x{statistics.median(ratios):.2f} "
+          f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=100_000)
+    ap.add_argument("--put32-rounds", type=int, default=0,
+                    help="only put_messages(32) vs SQLite(32), interleaved, this many rounds")
+    ap.add_argument("--body-sizes", default="1024,128")
     args = ap.parse_args()
+    sizes = [int(x) for x in args.body_sizes.split(",")]
+    import rocketstore.format.message  # noqa: F401 - so that the compiled twins are asked for
+    import rocketstore.store.put_path  # noqa: F401
+    print(f"compiled twins: {_native.active()}")
     root = tempfile.mkdtemp(prefix="rs-bench-")
+    if args.put32_rounds:
+        try:
+            for body_size in sizes:
+                print(f"\n== {args.messages} messages, {body_size}-byte bodies ==")
+                put32_rounds(make_messages(args.messages, body_size), root, args.put32_rounds)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        return
     try:
-        for body_size in (1024, 128):
+        for body_size in sizes:
             msgs = make_messages(args.messages, body_size)
             n = len(msgs)
             mb = n * body_size / 1e6
