@@ -82,11 +82,13 @@ class VirtualTransport:
         self.link.send(L.close_msg(self.conn))
         self.link.loop.call_soon(self.link.closed_here, self.conn)
 
-    def pause_reading(self) -> None:  # the worker keeps reading; MAX_INFLIGHT is per request
-        pass
+    def pause_reading(self) -> None:  # the channel's MAX_INFLIGHT: the worker stops reading
+        if not self.closing:
+            self.link.send(L.conn_msg(L.PAUSE, self.conn))
 
     def resume_reading(self) -> None:
-        pass
+        if not self.closing:
+            self.link.send(L.conn_msg(L.RESUME, self.conn))
 
 
 class Link(asyncio.Protocol):
@@ -176,8 +178,9 @@ class FastPuts:
 
     def on_put(self, link: Link, p: L.Put) -> None:
         ch = link.channels.get(p.conn)
-        if ch is None or ch.closed:
-            return  # the connection closed: nobody to answer
+        if ch is None or ch.closed:  # the connection closed (or was refused): nothing stored,
+            link.send(L.result_msg(p.seq, L.FALLBACK))  # the worker forgets the send
+            return
         ch.clock.touched()
         ctx = self.ctx
         tc = send_topic(ctx.topics, ctx.config, p.topic, p.default_queue_nums or None)
@@ -191,28 +194,22 @@ class FastPuts:
             return
         t0 = time.perf_counter()
         rec = EncodedMessage(p.record, p.store_ts_pos, p.topic, p.queue_id, p.sys_flag, props)
+        self.in_flight += 1
+        self.idle.clear()
         try:
-            r = ctx.puts.put_encoded_soon(rec)
+            ctx.puts.put_encoded_then(rec, partial(self._done, link, p, t0))
         except Exception as exc:  # a store failure: answered as the send processor would
             log.exception("fast put failed")
-            link.send(L.result_msg(p.seq, 1, remark=f"{type(exc).__name__}: {exc}"))
-            return
-        if isinstance(r, asyncio.Future):
-            self.in_flight += 1
-            self.idle.clear()
-            r.add_done_callback(partial(self._done, link, p, t0))
-        else:
-            self._answer(link, p, r, t0)
+            self._done(link, p, t0, None, exc)
 
-    def _done(self, link: Link, p: L.Put, t0: float, fut: asyncio.Future) -> None:
+    def _done(self, link: Link, p: L.Put, t0: float, r: Any, exc: BaseException | None) -> None:
         self.in_flight -= 1
         if not self.in_flight:
             self.idle.set()
-        exc = fut.exception()
         if exc is not None:
             link.send(L.result_msg(p.seq, 1, remark=f"{type(exc).__name__}: {exc}"))
             return
-        self._answer(link, p, fut.result(), t0)
+        self._answer(link, p, r, t0)
 
     def _answer(self, link: Link, p: L.Put, r: Any, t0: float) -> None:
         code = put_code(r.status)
@@ -295,6 +292,12 @@ class WorkerPool:
 
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs if p is not None and p.returncode is None]
+
+    def describe(self) -> dict[str, Any]:
+        """For ``status``, the console and /metrics."""
+        return {"configured": self.count, "live": len(self.pids()), "pids": self.pids(),
+                "restarts": self.restarts,
+                "connections": sum(len(link.channels) for link in self.links if link is not None)}
 
     def stop_accepting(self) -> None:
         self._stopping = True
