@@ -146,14 +146,18 @@ class ConsumeQueue:
             data = encode_units(phys, sizes, tags)
             i = 0
             n = len(logic)
+            starts = logic.tolist()
+            # where a run of consecutive units breaks (n: the end)
+            breaks = (np.flatnonzero(np.diff(logic) != CQ_UNIT_SIZE) + 1).tolist() + [n]
+            b = 0
             while i < n:
-                start = int(logic[i])
+                start = starts[i]
                 mf = self._file_for(start)
                 file_end = mf.file_from_offset + self.file_size
-                # run of consecutive units inside this file
-                j = i + 1
-                while j < n and int(logic[j]) == int(logic[j - 1]) + CQ_UNIT_SIZE and int(logic[j]) < file_end:
-                    j += 1
+                # run of consecutive units inside this file: to the next break or the file end
+                while breaks[b] <= i:
+                    b += 1
+                j = min(breaks[b], i - (start - file_end) // CQ_UNIT_SIZE)
                 pos = start - mf.file_from_offset
                 mf.ensure_allocated(pos + (j - i) * CQ_UNIT_SIZE)
                 mf.mm[pos:pos + (j - i) * CQ_UNIT_SIZE] = data[i * CQ_UNIT_SIZE:j * CQ_UNIT_SIZE]
