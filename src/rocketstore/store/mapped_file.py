@@ -37,6 +37,30 @@ def allocate(fd: int, path: str, start: int, length: int, what: str = "file") ->
         raise StoreError(f"{path}: cannot allocate: {exc.strerror}") from exc
 
 
+def data_ranges(fd: int, start: int, end: int) -> list[tuple[int, int]]:
+    """The parts of ``[start, end)`` that may hold non-zero bytes, as ``(start, end)`` pairs in
+    order (``lseek`` ``SEEK_DATA``/``SEEK_HOLE``); everything outside them reads as zeros (a hole,
+    or blocks allocated but never written). A filesystem that reports no holes gives the whole
+    range, so callers stay correct, only slower."""
+    out: list[tuple[int, int]] = []
+    pos = start
+    while pos < end:
+        try:
+            d = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # no data from pos to the end of the file
+                break
+            if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP):
+                return [(pos, end)] if not out else out + [(pos, end)]
+            raise
+        if d >= end:
+            break
+        h = min(os.lseek(fd, d, os.SEEK_HOLE), end)
+        out.append((d, h))
+        pos = h
+    return out
+
+
 def next_allocation(allocated: int, end: int, size: int) -> int:
     """How far to allocate so that ``end`` fits: a page at first, then doubling, at most
     ``SPARSE_CHUNK_MAX`` past the old end, whole pages, never past ``size``."""
@@ -242,6 +266,28 @@ class MappedFile:
             target = next_allocation(self.allocated, end, self.file_size)
             allocate(self._fd, self.path, self.allocated, target - self.allocated)
             self.allocated = target
+
+    def data_ranges(self, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
+        """Where in ``[start, end)`` (default: to the file's end) non-zero bytes may be
+        (``data_ranges``); the rest reads as zeros. A private view may hold bytes written in
+        memory only: all of it counts as data."""
+        end = self.file_size if end is None else min(end, self.file_size)
+        if start >= end:
+            return []
+        if self.private:
+            return [(start, end)]
+        with self._io_lock:
+            fd = self._fd
+            if fd >= 0:
+                return data_ranges(fd, start, end)
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return [(start, end)]
+        try:
+            return data_ranges(fd, start, end)
+        finally:
+            os.close(fd)
 
     def append(self, data: bytes | bytearray | memoryview) -> int:
         """Copy ``data`` at the write position; returns the position it was written at."""

@@ -162,13 +162,15 @@ class MappedFileQueue:
 
 
 def _zero_tail(mf: MappedFile, pos: int) -> None:
-    """Zero the bytes after a truncation point so no stale record looks valid later."""
-    end = mf.file_size
+    """Zero the bytes after a truncation point so no stale record looks valid later. Only the
+    parts that may hold data are read (``MappedFile.data_ranges``): holes and unwritten blocks
+    already read as zeros, and touching them would fault in pages for nothing."""
     chunk = 1 << 20
-    while pos < end:
-        n = min(chunk, end - pos)
-        if mf.mm[pos:pos + min(n, 64)].count(0) == min(n, 64) and mf.mm[pos:pos + n].count(0) == n:
-            pos += n
-            continue
-        mf.mm[pos:pos + n] = bytes(n)
-        pos += n
+    for lo, hi in mf.data_ranges(pos):
+        while lo < hi:
+            n = min(chunk, hi - lo)
+            if mf.mm[lo:lo + min(n, 64)].count(0) == min(n, 64) and mf.mm[lo:lo + n].count(0) == n:
+                lo += n
+                continue
+            mf.mm[lo:lo + n] = bytes(n)
+            lo += n
