@@ -180,7 +180,7 @@ class ConsumeQueue:
                     j += 1
                 pos = start - mf.file_from_offset
                 mf.ensure_allocated(pos + (j - i) * CQ_UNIT_SIZE)
-                mf.mm[pos:pos + (j - i) * CQ_UNIT_SIZE] = data[i * CQ_UNIT_SIZE:j * CQ_UNIT_SIZE]
+                mf.write_at(pos, data[i * CQ_UNIT_SIZE:j * CQ_UNIT_SIZE])
                 mf.wrote_position = max(mf.wrote_position, pos + (j - i) * CQ_UNIT_SIZE)
                 i = j
             real = sizes != FILLER_SIZE
@@ -201,7 +201,7 @@ class ConsumeQueue:
                 pos = logic - mf.file_from_offset
                 if pos + CQ_UNIT_SIZE > mf.allocated:
                     mf.ensure_allocated(pos + CQ_UNIT_SIZE)
-                CQ_UNIT.pack_into(mf.mm, pos, phy, size, tags_code)
+                mf.write_at(pos, CQ_UNIT.pack(phy, size, tags_code))
                 mf.wrote_position = max(mf.wrote_position, pos + CQ_UNIT_SIZE)
                 self.max_physic_offset = phy + size
                 return 1
@@ -287,7 +287,7 @@ class ConsumeQueue:
                 fill = (logic_offset - mf.file_from_offset) // CQ_UNIT_SIZE
                 if fill:
                     mf.ensure_allocated(fill * CQ_UNIT_SIZE)
-                    mf.mm[0:fill * CQ_UNIT_SIZE] = _filler(fill)
+                    mf.write_at(0, _filler(fill))
                 mf.set_positions(fill * CQ_UNIT_SIZE)
                 mf.flushed_position = 0
                 self.min_logic_offset = logic_offset
