@@ -88,7 +88,7 @@ class ConsumeQueue:
         self.queue_id = queue_id
         self.file_size = file_size
         self.queue = MappedFileQueue(directory, file_size, private=private,
-                                     crash_point="consumequeue-roll", sparse=True)
+                                     crash_point="consumequeue-roll", sparse=True, lazy=True)
         self.min_logic_offset = 0  # bytes
         self.max_physic_offset = -1  # phy offset + size of the last unit
         self.lock = threading.Lock()
