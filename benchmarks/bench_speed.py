@@ -7,7 +7,8 @@ brokers one after another, the order rotating each repetition), three repetition
 Brokers:
 
   java   Apache RocketMQ 4.9.7 (its name server and broker; ``ROCKETMQ_HOME``)
-  ours   ``rocketstore serve`` from this checkout (the compiled ``_speedups`` when built)
+  ours   ``rocketstore serve`` from this checkout (the compiled ``_speedups`` when built);
+         ``ours:N`` with ``--workers N`` (default: one worker process per core)
   pure   the same with ``ROCKETSTORE_PURE_PYTHON=1`` (the pure-Python fallback)
   base   ``rocketstore serve`` from another source tree (``--base-src``, e.g. main's ``src``):
          the code before this change, in the same run
@@ -42,8 +43,9 @@ ROOT = Path(__file__).resolve().parents[1]
 class Ours(OurBroker):
     """``rocketstore serve`` with its own environment (pure Python, another source tree)."""
 
-    def __init__(self, workdir: str, sync: bool, name: str, env: dict[str, str]) -> None:
-        super().__init__(os.path.join(workdir, name), sync)
+    def __init__(self, workdir: str, sync: bool, name: str, env: dict[str, str],
+                 workers: int | None = None) -> None:
+        super().__init__(os.path.join(workdir, name.replace(":", "-")), sync, workers)
         self.name = name
         self.env = env
 
@@ -59,14 +61,20 @@ class Ours(OurBroker):
 
 def make(name: str, workdir: str, sync: bool, java_home: str | None, base_src: str | None):
     here = str(ROOT / "src")
+    name, _, count = name.partition(":")  # ours:N = serve --workers N
+    workers = int(count) if count else None
+    label = f"{name}:{count}" if count else name
     if name == "java":
         return JavaBroker(os.path.join(workdir, "java"), sync, java_home)
     if name == "ours":
-        return Ours(workdir, sync, "ours", {"PYTHONPATH": here, "ROCKETSTORE_PURE_PYTHON": "0"})
+        return Ours(workdir, sync, label, {"PYTHONPATH": here, "ROCKETSTORE_PURE_PYTHON": "0"},
+                    workers)
     if name == "pure":
-        return Ours(workdir, sync, "pure", {"PYTHONPATH": here, "ROCKETSTORE_PURE_PYTHON": "1"})
+        return Ours(workdir, sync, label, {"PYTHONPATH": here, "ROCKETSTORE_PURE_PYTHON": "1"},
+                    workers)
     if name == "base":
-        return Ours(workdir, sync, "base", {"PYTHONPATH": base_src, "ROCKETSTORE_PURE_PYTHON": "1"})
+        return Ours(workdir, sync, label, {"PYTHONPATH": base_src,
+                                            "ROCKETSTORE_PURE_PYTHON": "1"}, workers)
     raise SystemExit(f"unknown broker {name!r}")
 
 

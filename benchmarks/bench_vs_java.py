@@ -64,6 +64,18 @@ def proc_cpu_s(pid: int) -> float:
         return 0.0
 
 
+def child_pids(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (a multi-process broker's workers)."""
+    out: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(c) for c in f.read().split()]
+    except OSError:
+        pass
+    return out
+
+
 def children_cpu_s() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
@@ -84,22 +96,25 @@ def stop(proc: subprocess.Popen | None) -> None:
 class OurBroker:
     name = "rocketstore"
 
-    def __init__(self, workdir: str, sync: bool) -> None:
+    def __init__(self, workdir: str, sync: bool, workers: int | None = None) -> None:
         self.dir = os.path.join(workdir, "ours")
         self.sync = sync
+        self.workers = workers  # serve --workers (None: the default, one per core)
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
         port, ns = free_port(), free_port()
         flush = "SYNC_FLUSH" if self.sync else "ASYNC_FLUSH"
+        extra = ["--workers", str(self.workers)] if self.workers else []
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "rocketstore.cli", "serve", "--store", self.dir, "--port",
              str(port), "--namesrv-port", str(ns), "--json", "--default-topic-queue-nums", "8",
-             "-o", "mapped_file_size_commitlog=1073741824", "-o", f"flush_disk_type={flush}"],
+             "-o", "mapped_file_size_commitlog=1073741824", "-o", f"flush_disk_type={flush}",
+             *extra],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         ready = json.loads(self.proc.stdout.readline())
         self.namesrv = ready["namesrv"]
-        self.pids = [self.proc.pid]
+        self.pids = [self.proc.pid] + child_pids(self.proc.pid)  # the worker processes too
 
     def stop(self) -> None:
         stop(self.proc)

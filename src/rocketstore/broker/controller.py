@@ -84,6 +84,8 @@ class Broker:
         self.registration: Any = None  # NameServerRegistration when --namesrv is given
         self.route_perms: Any = None  # namesrv.routes.LocalRoutePerms of the in-process name server
         self.handler_wrappers: list[Callable[[dict], dict]] = []  # e.g. ops.stats.instrument
+        self.put_observers: list[Callable[[float], None]] = []  # put seconds (workers' fast path)
+        self.workers: Any = None  # workers.pool.WorkerPool when serverWorkerProcesses > 1
         self.acl: Any = None  # acl.service.PlainPermissionManager when aclEnable
         self.route_table: Any = None  # namesrv.routes.RouteTable of the in-process name server
         self.slave_sync: Any = None  # services.slave_sync.SlaveSynchronize on a SLAVE
@@ -204,10 +206,15 @@ class Broker:
         for wrap in self.handler_wrappers:
             handlers = wrap(handlers)
         broker_srv = RemotingServer(self, handlers, "broker")
-        await broker_srv.start(self.config.host, self.config.port)
+        if self.config.worker_processes > 1:
+            await self._start_workers(broker_srv)
+        else:
+            await broker_srv.start(self.config.host, self.config.port)
         self.config.port = broker_srv.port
         if self.store_host.rsplit(":", 1)[-1] == "0":
             self.store_config.store_host = f"{self.config.host}:{broker_srv.port}"
+        if self.workers is not None:
+            await self.workers.start_workers(self._worker_settings())
         self.servers.append(broker_srv)
         await self._start_fast_port(handlers)
         if self.config.namesrv_port is not None:
@@ -246,6 +253,25 @@ class Broker:
         self._tasks.append(self.loop.create_task(self._housekeeping(), name="housekeeping"))
         log.info("broker %s listening on %s:%s, name server on %s", self.config.broker_name,
                  self.config.host, self.config.port, self.config.namesrv_port)
+
+    async def _start_workers(self, broker_srv: Any) -> None:
+        """listenPort served by worker processes (``workers.pool``): bind it here."""
+        from .workers.pool import WorkerPool
+
+        observe = self.put_observers[0] if self.put_observers else None
+        self.workers = WorkerPool(broker_srv, self.contexts["send"], self.config.worker_processes,
+                                  self.config.server_frame_read_timeout_s, observe)
+        port = self.workers.bind(self.config.host, self.config.port)
+        broker_srv.start_without_socket(port)
+
+    def _worker_settings(self) -> Any:
+        from .workers.encode import Settings
+
+        return Settings(cluster_name=self.config.cluster_name,
+                        store_host=self.store_config.store_host,
+                        generate_uniq_key=self.store_config.generate_uniq_key,
+                        max_message_size=self.store_config.max_message_size,
+                        fast_sends=self.acl is None and not self.is_slave)
 
     async def _start_fast_port(self, handlers: dict[int, Any]) -> None:
         """RocketMQ's VIP channel on listenPort - 2 (a Java slave's SlaveSynchronize reads the
@@ -350,6 +376,8 @@ class Broker:
             self.registration = None
         for srv in self.servers:
             srv.stop_accepting()
+        if self.workers is not None:
+            self.workers.stop_accepting()
         if self.hold is not None:
             self.hold.wake_all()
         for ext in self.extensions:
@@ -357,6 +385,9 @@ class Broker:
         deadline = time.monotonic() + self.config.shutdown_grace_s
         for srv in self.servers:
             await srv.drain(max(0.0, deadline - time.monotonic()))
+        if self.workers is not None:
+            await self.workers.drain(max(0.0, deadline - time.monotonic()))
+            await self.workers.close()
         for srv in self.servers:
             await srv.close()
         for t in self._tasks:

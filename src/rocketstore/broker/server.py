@@ -220,6 +220,19 @@ class RemotingServer:
         self.port = self._server.sockets[0].getsockname()[1]
         self._sweeper = loop.create_task(self._sweep(), name=f"{self.name}-sweeper")
 
+    def start_without_socket(self, port: int) -> None:
+        """Serve connections that worker processes accept (``workers.pool``): no listening
+        socket here, the sweeper runs, ``attach`` makes each connection's channel."""
+        self.port = port
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep(),
+                                                               name=f"{self.name}-sweeper")
+
+    def attach(self, transport: Any) -> "_Channel":
+        """A channel over ``transport`` (a connection another process holds)."""
+        ch = _Channel(self)
+        ch.connection_made(transport)
+        return ch
+
     async def _sweep(self) -> None:
         """Close idle channels and channels with a stalled frame."""
         limits = self.limits

@@ -16,6 +16,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
 import signal
 import sys
 
@@ -57,20 +58,21 @@ def _bool(v: str) -> bool:
 
 
 # broker.conf keys the broker itself reads (the store's keys go to StoreConfig)
-def _check_workers(option: int | None, conf: str | None) -> None:
-    """``--workers`` / ``serverWorkerProcesses``: the multi-process broker (docs/DESIGN.md,
-    "Every core") is not built yet, so anything but one process is refused, clearly."""
+def _worker_count(option: int | None, conf: str | None) -> int:
+    """``--workers`` / ``serverWorkerProcesses`` (the command line wins): the number of protocol
+    worker processes (docs/DESIGN.md, "Speed"); by default one per core; 1 = one process."""
     where, value = ("--workers", option) if option is not None else ("--config", conf)
     if value is None:
-        return
+        return max(1, os.cpu_count() or 1)
     try:
         n = int(value)
     except ValueError:
         raise click.BadParameter(f"serverWorkerProcesses={value!r} is not a number",
                                  param_hint=where) from None
-    if n != 1:
-        raise click.BadParameter(f"{n} worker processes asked for: this build serves from one "
-                                 "process only (use 1)", param_hint=where)
+    if not 1 <= n <= 256:
+        raise click.BadParameter(f"{n} worker processes: use 1 (one process) to 256",
+                                 param_hint=where)
+    return n
 
 
 _CONF_KEYS = {"listenPort": ("port", int), "brokerName": ("broker_name", str),
@@ -244,7 +246,7 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
               metavar="PORT", help="Serve the web console at http://HOST:PORT/ (0 = any).")
 @click.option("--workers", type=int, default=None,
               help="Broker processes sharing the ports (broker.conf serverWorkerProcesses). "
-                   "This build serves from one process: only 1 is accepted.")
+                   "Default: one per core; 1 = one process.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable status lines.")
 def command(store_dir, host, port, namesrv_port, namesrv_addr, broker_name, conf, options, flush_disk_type,
             message_delay_level, auto_create_topic, default_topic_queue_nums,
@@ -265,7 +267,8 @@ def command(store_dir, host, port, namesrv_port, namesrv_addr, broker_name, conf
             except ValueError as exc:
                 raise click.BadParameter(f"{key}={store_cfg.extra[key]!r}: {exc}",
                                          param_hint="--config") from exc
-    _check_workers(workers, store_cfg.extra.get("serverWorkerProcesses"))
+    broker_cfg.worker_processes = _worker_count(workers,
+                                                store_cfg.extra.get("serverWorkerProcesses"))
     if conf:
         _warn_unknown_keys(conf, store_cfg.extra)
     for name, value in (("port", port), ("broker_name", broker_name),

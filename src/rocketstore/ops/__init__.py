@@ -29,6 +29,7 @@ class OpsServices:
             self.state.tps = TpsSampler(broker_totals(self.state.broker_stats))
         self.registry.register(BrokerCollector(self.state))
         broker.handler_wrappers.append(self.latency.instrument)
+        broker.put_observers.append(self.latency.put_latency.observe)  # worker fast path
         self.metrics_port = metrics_port
         self.console_port = console_port
         self.metrics: Any = None

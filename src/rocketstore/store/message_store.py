@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from ..config import StoreConfig
 from ..errors import NotAStoreError, StoreClosedError, StoreError
@@ -127,6 +127,12 @@ class MessageStore:
                      defer_sync: bool = False) -> PutMessageResult:
         return self.put_path.put(list(msgs), batch=True, nowait=nowait,  # type: ignore[return-value]
                                  defer_sync=defer_sync)
+
+    def put_encoded(self, rec: Any, *, nowait: bool = False,
+                    defer_sync: bool = False) -> PutMessageResult:
+        """Put a record encoded elsewhere (a broker worker process: ``PutPath.put_encoded``)."""
+        return self.put_path.put_encoded(rec, nowait=nowait,  # type: ignore[return-value]
+                                         defer_sync=defer_sync)
 
     # -- read -----------------------------------------------------------------------------------
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int = 32,

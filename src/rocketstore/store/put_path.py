@@ -44,8 +44,8 @@ from ..format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_QUEUE_ID,
                               PROPERTY_REAL_TOPIC, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
                               PROPERTY_WAIT_STORE_MSG_OK, SCHEDULE_TOPIC, TRANSACTION_COMMIT_TYPE,
                               TRANSACTION_MASK, TRANSACTION_NOT_TYPE, Message, MessageTooLarge,
-                              PropertiesTooLarge, create_message_id, create_uniq_key,
-                              encode_message)
+                              EncodedMessage, PropertiesTooLarge, create_message_id,
+                              create_uniq_key, encode_message)
 from .commitlog import CommitLog, RecordTooLarge
 from .dispatch import ReputService
 from .flush import FlushService
@@ -92,6 +92,17 @@ class PutPath:
         ``defer_sync``: instead of waiting for its group commit the put returns once appended,
         with ``sync_offset`` — the caller acknowledges only after the flush service reports that
         offset durable (one report per sync serves every put below it)."""
+        refused = self._refusal(nowait, defer_sync)  # (dispatch failing: RocketMQ's
+        if refused is not False:                      # makeLogicsQueueError)
+            return refused  # type: ignore[return-value]
+        why = self._check(msgs, batch)
+        if why is not None:
+            return PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error=why)
+        return self._encode_and_append(msgs, batch, nowait, defer_sync)
+
+    def _refusal(self, nowait: bool, defer_sync: bool) -> PutMessageResult | None | bool:
+        """The store-wide reasons no put can go in now (a result), None for "would block",
+        False when a put may proceed."""
         if self.cfg.read_only:
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE, error="store is open read-only")
         if self.cfg.is_slave:
@@ -104,16 +115,31 @@ class PutPath:
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE,
                                     error="store is shut down" if not self.running else "store not writeable")
         if self.reput.last_error is not None and not self.reput.recheck(DISPATCH_RECHECK_S):
-            # consumers would not see it: RocketMQ's makeLogicsQueueError
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE,
                                     error=f"dispatch cannot progress at CommitLog offset "
                                           f"{self.reput.reput_from}: {self.reput.last_error}")
-        if self.flush.last_error is not None:  # a failed sync: nothing more can be promised
+        if self.flush.last_error is not None:
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE,
                                     error=f"CommitLog flush failed: {self.flush.last_error}")
-        why = self._check(msgs, batch)
+        return False
+
+    def put_encoded(self, rec: EncodedMessage, nowait: bool = False,
+                    defer_sync: bool = False) -> PutMessageResult | None:
+        """Put one record a broker worker process encoded already (``broker.workers``): the
+        same store-wide refusals, append, durability and replica steps as ``put``, without
+        encoding again. The worker applied the message rules (topic name, sizes, UNIQ_KEY, store
+        host) and sends only plain messages: no delay, timer or transaction properties."""
+        refused = self._refusal(nowait, defer_sync)
+        if refused is not False:
+            return refused  # type: ignore[return-value]
+        why = check_topic(rec.topic)
         if why is not None:
             return PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error=why)
+        wait = rec.properties.get(PROPERTY_WAIT_STORE_MSG_OK) != "false"
+        return self._append([rec], wait, self.cfg.store_host, nowait, defer_sync)
+
+    def _encode_and_append(self, msgs: list[Message], batch: bool, nowait: bool,
+                           defer_sync: bool) -> PutMessageResult | None:
         now = int(time.time() * 1000)
         cfg = self.cfg
         encoded = []
@@ -150,6 +176,13 @@ class PutPath:
             return PutMessageResult(PutStatus.PROPERTIES_SIZE_EXCEEDED, error=str(exc))
         except (MessageTooLarge, ValueError, TypeError, AttributeError) as exc:
             return PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error=str(exc))
+        return self._append(encoded, wait, msgs[0].store_host or cfg.store_host, nowait,
+                            defer_sync)
+
+    def _append(self, encoded: list[EncodedMessage], wait: bool, store_host: str, nowait: bool,
+                defer_sync: bool) -> PutMessageResult | None:
+        """Append encoded records, then the durability and replica steps; the result."""
+        cfg = self.cfg
         try:
             res = self.commitlog.append(encoded, nowait=nowait)
         except RecordTooLarge as exc:
@@ -183,7 +216,6 @@ class PutPath:
                     rs = replicas.replica_status(res.end_offset)
                     if rs is not PutStatus.PUT_OK:
                         status = rs
-        store_host = msgs[0].store_host or cfg.store_host
         ids = []
         off = res.wrote_offset
         for n in res.sizes:

@@ -57,7 +57,7 @@ def put_code(status: Any) -> int:
     return _PUT_CODES.get(getattr(status, "name", str(status)), ResponseCode.SYSTEM_ERROR)
 
 
-def _status_ok(code: int) -> bool:
+def status_ok(code: int) -> bool:
     # RocketMQ answers FLUSH_*_TIMEOUT / SLAVE_NOT_AVAILABLE with the result: the message is stored
     return code in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT,
                     ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE)
@@ -138,8 +138,8 @@ async def send(ctx: SendContext, conn: Any, cmd: RemotingCommand) -> RemotingCom
     except ValueError as exc:  # oversize body, bad property...
         return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark=str(exc))
     code = put_code(r.status)
-    ctx.stats.record_put(base["topic"], 1, len(cmd.body), _status_ok(code))
-    if not _status_ok(code):
+    ctx.stats.record_put(base["topic"], 1, len(cmd.body), status_ok(code))
+    if not status_ok(code):
         if r.status.name.startswith("WHEEL_TIMER"):  # RocketMQ 5's remark as it is
             return cmd.response(code, remark=r.error or r.status.name)
         return cmd.response(code, remark=f"put message failed: {r.status.name} {r.error or ''}")
@@ -179,7 +179,7 @@ async def send_back(ctx: SendContext, conn: Any, cmd: RemotingCommand) -> Remoti
                   born_host=old.born_host, reconsume_times=times)
     r = await ctx.puts.put(msg)
     code = put_code(r.status)
-    if not _status_ok(code):
+    if not status_ok(code):
         return cmd.response(code, remark=f"send back failed: {r.status.name}")
     return cmd.response(ResponseCode.SUCCESS)
 
@@ -201,8 +201,8 @@ async def _send_batch(ctx: SendContext, cmd: RemotingCommand, base: dict) -> Rem
     r = await ctx.puts.put_batch(msgs)
     code = put_code(r.status)
     ctx.stats.record_put(base["topic"], len(msgs), sum(len(m.body) for m in msgs),
-                            _status_ok(code))
-    if not _status_ok(code):
+                            status_ok(code))
+    if not status_ok(code):
         return cmd.response(code, remark=f"put messages failed: {r.status.name}")
     ids = getattr(r, "msg_ids", None) or [r.msg_id]
     return cmd.response(code, {"msgId": ",".join(ids), "queueId": base["queue_id"],

@@ -22,6 +22,7 @@ import asyncio
 from typing import Any, Awaitable, Callable
 
 from ...format.message import Message
+from ...store.results import PutStatus
 
 
 class Puts:
@@ -45,6 +46,47 @@ class Puts:
 
     def _put_batch_deferred(self, msgs: list[Message], nowait: bool = False) -> Any:
         return self.store.put_messages(msgs, nowait=nowait, defer_sync=True)
+
+    def put_encoded_blocking(self, rec: Any, nowait: bool = False) -> Any:
+        """Put one record a worker process encoded (``broker.workers``)."""
+        return self.store.put_encoded(rec, nowait=nowait)
+
+    def _put_encoded_deferred(self, rec: Any, nowait: bool = False) -> Any:
+        return self.store.put_encoded(rec, nowait=nowait, defer_sync=True)
+
+    def put_encoded_then(self, rec: Any, done: Callable[[Any, BaseException | None], None]) -> None:
+        """Put a pre-encoded record and call ``done(result, error)`` on the event loop once it
+        is answered (appended; durable under SYNC_FLUSH; held by a slave on a SYNC_MASTER).
+        Callbacks, not a task per put: an ASYNC_FLUSH append done inline calls ``done`` at once."""
+        fut = self.writer.submit(self._put_encoded_deferred if self.sync_waiter is not None
+                                 else self.put_encoded_blocking, rec)
+        if fut.done():
+            self._appended(done, fut)
+        else:
+            fut.add_done_callback(lambda f: self._appended(done, f))
+
+    def _appended(self, done: Callable, fut: asyncio.Future) -> None:
+        exc = fut.exception()
+        if exc is not None:
+            done(None, exc)
+            return
+        r = fut.result()
+        if self.sync_waiter is not None:
+            parked = self.sync_waiter.park(r)
+            if parked is not None:
+                parked.add_done_callback(lambda f: self._durable(done, r, f.result()))
+                return
+        self._durable(done, r, True)
+
+    def _durable(self, done: Callable, r: Any, ok: bool) -> None:
+        if not ok:
+            r.status = PutStatus.FLUSH_DISK_TIMEOUT
+        if getattr(r, "replica_wait_offset", None) is None:
+            done(r, None)
+            return
+        task = asyncio.ensure_future(self._wait_replicas(r))  # a SYNC_MASTER's put
+        task.add_done_callback(lambda t: done(None, t.exception()) if t.exception() is not None
+                               else done(t.result(), None))
 
     async def put(self, msg: Message) -> Any:
         """Put one message; its ``PutMessageResult`` (once durable / replicated as configured)."""
@@ -99,7 +141,7 @@ class Puts:
     def inline(self) -> tuple[Callable, ...]:
         """The put functions ``PutWriter`` may try on the event loop first."""
         return (self.put_blocking, self.put_batch_blocking, self._put_deferred,
-                self._put_batch_deferred)
+                self._put_batch_deferred, self.put_encoded_blocking, self._put_encoded_deferred)
 
 
 def _resolve(fut: asyncio.Future, value: Any) -> None:

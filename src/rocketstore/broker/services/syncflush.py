@@ -46,19 +46,26 @@ class SyncFlushWaiter:
     # -- event loop -----------------------------------------------------------------------------
     async def wait(self, result: Any) -> Any:
         """``result`` once its ``sync_offset`` is durable; FLUSH_DISK_TIMEOUT status otherwise."""
+        fut = self.park(result)
+        if fut is not None and not await fut:
+            result.status = PutStatus.FLUSH_DISK_TIMEOUT
+        return result
+
+    def park(self, result: Any) -> "asyncio.Future[bool] | None":
+        """``wait`` without a coroutine (a caller chaining callbacks): None when ``result``
+        needs no wait (durable already, or FLUSH_DISK_TIMEOUT set because syncs fail), else a
+        future that becomes True once durable, False at the timeout."""
         offset = getattr(result, "sync_offset", 0)
         if not offset or self._flushed() >= offset:
-            return result
+            return None
         if self._failed is not None:
             result.status = PutStatus.FLUSH_DISK_TIMEOUT
-            return result
+            return None
         fut = self._loop.create_future()
         heapq.heappush(self._heap, (offset, next(self._seq), time.monotonic() + self._timeout_s, fut))
         if self._sweep is None:
             self._sweep = self._loop.call_later(SWEEP_S, self._expire)
-        if not await fut:
-            result.status = PutStatus.FLUSH_DISK_TIMEOUT
-        return result
+        return fut
 
     def _release(self, offset: int, error: BaseException | None) -> None:
         heap = self._heap

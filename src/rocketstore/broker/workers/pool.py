@@ -1,0 +1,325 @@
+"""The writer's side of the multi-process broker: the workers, their links and the put fast path.
+
+Theory of operation: ``WorkerPool.start`` binds listenPort once and starts N worker processes
+(``worker``), each inheriting the listening socket and one end of its own Unix socket pair.
+The writer never accepts on listenPort itself: it holds the socket only so a restarted worker
+can inherit it again. Each link is an asyncio protocol here (``Link``):
+
+* OPEN makes a ``_Channel`` of the broker's ``RemotingServer`` over a ``VirtualTransport``, so
+  every processor, the connection limits, the idle sweeper, consumer and producer tables, the
+  transaction check-back and NOTIFY_CONSUMER_IDS_CHANGED work on a worker's connection exactly
+  as on one of our own; FRAME feeds that channel's codec; what the channel writes goes back
+  as FRAME; CLOSE is the connection's end either way.
+* PUT is the fast path (``FastPuts``): the topic checks of ``processors.send`` (``send_topic``,
+  auto-creation included), the properties parsed for the dispatch, then
+  ``Puts.put_encoded_soon`` — inline on this loop when the append can be done at once, which is
+  the common case, else through the put thread / group commit / replica wait. The RESULT goes
+  back in the same loop turn as every other answer of that read. Anything the fast path does not
+  take (a refused topic, a queue id out of range) is answered FALLBACK, and the worker sends the
+  frame to be handled whole, so every error answer has one implementation.
+
+A worker that exits is restarted (at most once a second): its connections are closed on the
+broker side like any closed connection; puts it had sent and the writer appended stay appended
+(their clients see the connection drop and may retry, as with any broker). The pool stops the
+workers first at shutdown: STOP (no more accepting), the puts in flight answered, then the links
+close and each worker closes its clients and exits.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from functools import partial
+from typing import Any, Callable
+
+from ...format.message import EncodedMessage, string_to_properties
+from ..processors.send import Refused, put_code, send_topic, status_ok
+from . import link as L
+from .encode import Settings
+
+log = logging.getLogger(__name__)
+RESTART_DELAY_S = 1.0
+
+
+class VirtualTransport:
+    """What a ``_Channel`` writes to, for a connection a worker holds."""
+
+    def __init__(self, link: "Link", conn: int, peer: str) -> None:
+        self.link = link
+        self.conn = conn
+        self.peer = peer
+        self.closing = False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name == "peername":
+            host, _, port = self.peer.rpartition(":")
+            return (host, int(port or 0))
+        return default
+
+    def writelines(self, parts: list[bytes]) -> None:
+        if not self.closing:
+            data = b"".join(parts)
+            self.link.send_parts([L.frame_head(self.conn, len(data)), data])
+
+    def write(self, data: bytes) -> None:
+        self.writelines([data])
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def abort(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.closing:
+            return
+        self.closing = True
+        self.link.send(L.close_msg(self.conn))
+        self.link.loop.call_soon(self.link.closed_here, self.conn)
+
+    def pause_reading(self) -> None:  # the worker keeps reading; MAX_INFLIGHT is per request
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+class Link(asyncio.Protocol):
+    """The writer's end of one worker's link."""
+
+    def __init__(self, pool: "WorkerPool", index: int) -> None:
+        self.pool = pool
+        self.index = index
+        self.loop = pool.loop
+        self.decoder = L.LinkDecoder()
+        self.channels: dict[int, Any] = {}
+        self.transport: asyncio.Transport | None = None
+        self._out: list[bytes] = []
+        self.lost = asyncio.Event()
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def send(self, msg: bytes) -> None:
+        if not self._out:
+            self.loop.call_soon(self._flush)
+        self._out.append(msg)
+
+    def send_parts(self, parts: list[bytes]) -> None:
+        if not self._out:
+            self.loop.call_soon(self._flush)
+        self._out.extend(parts)
+
+    def _flush(self) -> None:
+        parts, self._out = self._out, []
+        if parts and self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(parts)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            msgs = self.decoder.feed(data)
+        except L.LinkError as exc:
+            log.error("worker %d: link broken (%s): restarting it", self.index, exc)
+            if self.transport is not None:
+                self.transport.abort()
+            return
+        pool = self.pool
+        for kind, payload in msgs:
+            if kind == L.PUT:
+                pool.fast.on_put(self, L.parse_put(payload))
+            elif kind == L.FRAME:
+                ch = self.channels.get(L.parse_conn(payload))
+                if ch is not None and not ch.closed:
+                    ch.data_received(payload[L.CONN.size:])
+            elif kind == L.OPEN:
+                conn, peer = L.parse_open(payload)
+                ch = pool.server.attach(VirtualTransport(self, conn, peer))
+                if ch.admitted:
+                    self.channels[conn] = ch
+            elif kind == L.CLOSE:
+                conn, bad = L.parse_close(payload)
+                if bad:
+                    pool.server.bad_connections += 1
+                ch = self.channels.pop(conn, None)
+                if ch is not None:
+                    ch.transport.closing = True
+                    ch.connection_lost(None)
+
+    def closed_here(self, conn: int) -> None:
+        """The broker closed a connection (idle, a limit, a bad frame): its channel ends."""
+        ch = self.channels.pop(conn, None)
+        if ch is not None:
+            ch.connection_lost(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for conn in list(self.channels):
+            ch = self.channels.pop(conn)
+            ch.transport.closing = True
+            ch.connection_lost(None)
+        self.lost.set()
+
+
+class FastPuts:
+    """PUT → the store → RESULT, with ``processors.send``'s checks (see the module text)."""
+
+    def __init__(self, ctx: Any, observe: Callable[[float], None] | None = None) -> None:
+        self.ctx = ctx
+        self.observe = observe
+        self.in_flight = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    def on_put(self, link: Link, p: L.Put) -> None:
+        ch = link.channels.get(p.conn)
+        if ch is None or ch.closed:
+            return  # the connection closed: nobody to answer
+        ch.clock.touched()
+        ctx = self.ctx
+        tc = send_topic(ctx.topics, ctx.config, p.topic, p.default_queue_nums or None)
+        if isinstance(tc, Refused) or p.queue_id >= tc.write_queue_nums:
+            link.send(L.result_msg(p.seq, L.FALLBACK))
+            return
+        try:
+            props = string_to_properties(p.record[p.props_off:].decode())
+        except UnicodeDecodeError:
+            link.send(L.result_msg(p.seq, L.FALLBACK))
+            return
+        t0 = time.perf_counter()
+        rec = EncodedMessage(p.record, p.store_ts_pos, p.topic, p.queue_id, p.sys_flag, props)
+        self.in_flight += 1
+        self.idle.clear()
+        try:
+            ctx.puts.put_encoded_then(rec, partial(self._done, link, p, t0))
+        except Exception as exc:  # a store failure: answered as the send processor would
+            log.exception("fast put failed")
+            self._done(link, p, t0, None, exc)
+
+    def _done(self, link: Link, p: L.Put, t0: float, r: Any, exc: BaseException | None) -> None:
+        self.in_flight -= 1
+        if not self.in_flight:
+            self.idle.set()
+        if exc is not None:
+            link.send(L.result_msg(p.seq, 1, remark=f"{type(exc).__name__}: {exc}"))
+            return
+        self._answer(link, p, r, t0)
+
+    def _answer(self, link: Link, p: L.Put, r: Any, t0: float) -> None:
+        code = put_code(r.status)
+        ok = status_ok(code)
+        self.ctx.stats.record_put(p.topic, 1, p.body_len, ok)
+        if self.observe is not None:
+            self.observe(time.perf_counter() - t0)
+        if ok:
+            link.send(L.result_msg(p.seq, code, p.queue_id, r.queue_offset, r.msg_id))
+        elif r.status.name.startswith("WHEEL_TIMER"):
+            link.send(L.result_msg(p.seq, code, remark=r.error or r.status.name))
+        else:
+            link.send(L.result_msg(p.seq, code, remark=f"put message failed: {r.status.name} "
+                                                       f"{r.error or ''}"))
+
+
+class WorkerPool:
+    def __init__(self, server: Any, send_ctx: Any, count: int, frame_timeout_s: float,
+                 observe: Callable[[float], None] | None = None) -> None:
+        self.server = server
+        self.count = count
+        self.settings: Settings | None = None
+        self.frame_timeout_s = frame_timeout_s
+        self.loop = asyncio.get_running_loop()
+        self.fast = FastPuts(send_ctx, observe)
+        self.sock: socket.socket | None = None
+        self.links: list[Link | None] = [None] * count
+        self.procs: list[Any] = [None] * count
+        self.restarts = 0
+        self._stopping = False
+        self._tasks: list[asyncio.Task] = []
+
+    def bind(self, host: str, port: int) -> int:
+        """Bind and listen on ``host:port`` (connections queue until the workers accept);
+        the bound port."""
+        self.sock = socket.create_server((host, port), backlog=1024, reuse_port=False)
+        self.sock.set_inheritable(True)
+        return self.sock.getsockname()[1]
+
+    async def start_workers(self, settings: Settings) -> None:
+        self.settings = settings
+        for i in range(self.count):
+            await self._spawn(i)
+        for i in range(self.count):
+            self._tasks.append(self.loop.create_task(self._supervise(i), name=f"worker-{i}"))
+
+    async def _spawn(self, i: int) -> None:
+        assert self.sock is not None and self.settings is not None
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        lfd, kfd = self.sock.fileno(), theirs.fileno()
+        theirs.set_inheritable(True)
+        cmd = [sys.executable, "-m", "rocketstore.broker.workers.worker", "--listen-fd",
+               str(lfd), "--link-fd", str(kfd), "--settings",
+               json.dumps(self.settings.to_json()), "--frame-timeout", str(self.frame_timeout_s),
+               "--log-level", logging.getLevelName(logging.getLogger().getEffectiveLevel())]
+        env = dict(os.environ)
+        env.setdefault("PYTHONPATH", os.pathsep.join(p for p in sys.path if p))
+        self.procs[i] = await asyncio.create_subprocess_exec(*cmd, pass_fds=(lfd, kfd), env=env)
+        theirs.close()
+        _, link = await self.loop.create_unix_connection(partial(Link, self, i), sock=mine)
+        self.links[i] = link
+
+    async def _supervise(self, i: int) -> None:
+        while not self._stopping:
+            proc = self.procs[i]
+            rc = await proc.wait()
+            link = self.links[i]
+            if link is not None and link.transport is not None:
+                link.transport.close()
+                await link.lost.wait()
+            if self._stopping:
+                return
+            log.error("worker process %d (pid %d) exited with %s: restarting it", i, proc.pid,
+                      rc)
+            self.restarts += 1
+            await asyncio.sleep(RESTART_DELAY_S)
+            if self._stopping:
+                return
+            await self._spawn(i)
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs if p is not None and p.returncode is None]
+
+    def stop_accepting(self) -> None:
+        self._stopping = True
+        for link in self.links:
+            if link is not None:
+                link.send(L.message(L.STOP))
+
+    async def drain(self, timeout_s: float) -> None:
+        if self.fast.in_flight and timeout_s > 0:
+            try:
+                await asyncio.wait_for(self.fast.idle.wait(), timeout_s)
+            except asyncio.TimeoutError:
+                pass
+
+    async def close(self) -> None:
+        self._stopping = True
+        for t in self._tasks:
+            t.cancel()
+        for link in self.links:
+            if link is not None:
+                link._flush()
+                if link.transport is not None:
+                    link.transport.close()
+        for proc in self.procs:
+            if proc is None or proc.returncode is not None:
+                continue
+            try:
+                await asyncio.wait_for(proc.wait(), 5)
+            except asyncio.TimeoutError:
+                proc.send_signal(signal.SIGKILL)
+                await proc.wait()
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None

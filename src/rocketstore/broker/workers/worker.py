@@ -1,0 +1,292 @@
+"""A broker worker process: client sockets, frames and plain sends; the writer does the rest.
+
+Theory of operation: the writer starts ``python -m rocketstore.broker.workers.worker`` with
+the listening socket and one end of a Unix socket pair (the link) as inherited descriptors.
+Every worker accepts on the same listening socket (the kernel hands each connection to one of
+them; a worker that dies leaves the socket and its queued connections to the others). Per
+client connection the worker cuts frames and decodes headers with the compiled codec, then:
+
+* a plain send (``encode.plain_send``) is encoded into its CommitLog record here and goes to
+  the writer as a PUT; the writer's RESULT comes back and the worker encodes the response —
+  or, for FALLBACK, sends the original frame to the writer after all;
+* every other frame (pulls, heartbeats, admin, batches, a client's answer to a broker request)
+  goes to the writer whole (FRAME) and its answers come back whole (FRAME) to be written.
+
+The worker keeps no broker state: connection limits, idleness, ACL and every answer but a plain
+send's are the writer's. It closes a connection whose frame breaks the protocol or stalls
+(``serverFrameReadTimeoutSeconds``) and tells the writer. When the link ends — the writer
+exited or was killed — the worker closes every client connection and exits: clients reconnect
+to the restarted broker, as to a restarted Java broker.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+from ...errors import ProtocolError
+from ...remoting.codes import FRAME_MAX_LENGTH
+from ...remoting.command import RemotingCommand
+from ...remoting.connection import FRAME_PREFIX, cut_frame
+from ...remoting.header import decode_header, encode_header
+from . import link as L
+from .encode import SEND_CODES, Settings, plain_send
+
+log = logging.getLogger("rocketstore.worker")
+_PREFIX = FRAME_PREFIX.size
+
+
+class ClientConn(asyncio.Protocol):
+    """One client connection in a worker."""
+
+    def __init__(self, worker: "Worker") -> None:
+        self.w = worker
+        self.id = next(worker.ids)
+        self.buf = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.peer = "0.0.0.0:0"
+        self.closed = False
+        self.partial_since: float | None = None
+        self.out: list[bytes] = []
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        if peer:
+            host = peer[0]
+            if host in ("::1", "::ffff:127.0.0.1"):
+                host = "127.0.0.1"
+            elif host.startswith("::ffff:"):
+                host = host[7:]
+            self.peer = f"{host}:{peer[1]}"
+        self.w.conns[self.id] = self
+        self.w.send(L.open_msg(self.id, self.peer))
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        pos = 0
+        w = self.w
+        try:
+            while True:
+                cut = cut_frame(buf, pos, FRAME_MAX_LENGTH)
+                if cut is None:
+                    break
+                end, stype, header, body = cut
+                raw_start = pos
+                pos = end
+                if stype == 1 and len(header) >= 2 and \
+                        int.from_bytes(header[:2], "big", signed=True) not in SEND_CODES:
+                    w.forward(self.id, buf, raw_start, end)  # not a send: no need to decode
+                    continue
+                cmd = decode_header(header, stype, body)
+                put = None
+                if cmd.code in SEND_CODES and not cmd.is_response:
+                    seq = next(w.seqs)
+                    put = plain_send(cmd, self.peer, seq, self.id, w.settings)
+                if put is None:
+                    w.forward(self.id, buf, raw_start, end)
+                else:
+                    w.pending[put.seq] = (self, cmd, bytes(buf[raw_start:end]))
+                    w.send_parts(L.put_msg(put))
+        except ProtocolError as exc:
+            log.info("broker: closing %s: %s", self.peer, exc)
+            self.abort(protocol_error=True)
+            return
+        if pos:
+            del buf[:pos]
+        if not buf:
+            self.partial_since = None
+        elif pos or self.partial_since is None:  # a new frame begun
+            self.partial_since = time.monotonic()
+
+    def eof_received(self) -> bool:
+        if self.buf:  # the peer ended the stream inside a frame: its bytes mean nothing
+            log.info("broker: closing %s: connection closed inside a frame (%d bytes pending)",
+                     self.peer, len(self.buf))
+            self.abort(protocol_error=True)
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.w.conns.pop(self.id, None) is not None and not self.closed:
+            self.w.send(L.close_msg(self.id))
+        self.closed = True
+
+    def write(self, data: bytes) -> None:
+        if self.closed or self.transport is None or self.transport.is_closing():
+            return
+        if self.out:
+            self.out.append(data)
+            return
+        self.out.append(data)
+        self.w.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        parts, self.out = self.out, []
+        if parts and not self.closed and self.transport is not None \
+                and not self.transport.is_closing():
+            self.transport.writelines(parts)
+
+    def abort(self, protocol_error: bool = False, tell: bool = True) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.w.conns.pop(self.id, None) is not None and tell:
+            self.w.send(L.close_msg(self.id, protocol_error))
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class WriterLink(asyncio.Protocol):
+    def __init__(self, worker: "Worker") -> None:
+        self.w = worker
+        self.decoder = L.LinkDecoder()
+
+    def data_received(self, data: bytes) -> None:
+        w = self.w
+        try:
+            msgs = self.decoder.feed(data)
+        except L.LinkError as exc:
+            log.error("link to the writer broken: %s", exc)
+            w.done.set()
+            return
+        for kind, payload in msgs:
+            if kind == L.RESULT:
+                w.on_result(L.parse_result(payload))
+            elif kind == L.FRAME:
+                conn = w.conns.get(L.parse_conn(payload))
+                if conn is not None:
+                    conn.write(payload[L.CONN.size:])
+            elif kind == L.CLOSE:
+                conn = w.conns.get(L.parse_close(payload)[0])
+                if conn is not None:
+                    conn.abort(tell=False)
+            elif kind == L.STOP:
+                w.stop_accepting()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.w.done.set()
+
+
+class Worker:
+    def __init__(self, settings: Settings, frame_timeout_s: float,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.settings = settings
+        self.frame_timeout_s = frame_timeout_s
+        self.conns: dict[int, ClientConn] = {}
+        self.pending: dict[int, tuple[ClientConn, RemotingCommand, bytes]] = {}
+        self.ids = itertools.count(1)
+        self.seqs = itertools.count(1)
+        self.loop = loop
+        self.link: asyncio.Transport | None = None
+        self.server: Any = None
+        self.done = asyncio.Event()
+        self._out: list[bytes] = []
+
+    # -- to the writer --------------------------------------------------------------------------
+    def send(self, msg: bytes) -> None:
+        if not self._out:
+            self.loop.call_soon(self._flush)
+        self._out.append(msg)
+
+    def send_parts(self, parts: list[bytes]) -> None:
+        if not self._out:
+            self.loop.call_soon(self._flush)
+        self._out.extend(parts)
+
+    def forward(self, conn: int, buf: bytearray, start: int, end: int) -> None:
+        self.send_parts([L.frame_head(conn, end - start), bytes(buf[start:end])])
+
+    def _flush(self) -> None:
+        parts, self._out = self._out, []
+        if parts and self.link is not None and not self.link.is_closing():
+            self.link.writelines(parts)
+
+    # -- from the writer ------------------------------------------------------------------------
+    def on_result(self, r: L.Result) -> None:
+        entry = self.pending.pop(r.seq, None)
+        if entry is None:
+            return
+        conn, cmd, raw = entry
+        if conn.closed:
+            return
+        if r.code == L.FALLBACK:
+            self.send_parts([L.frame_head(conn.id, len(raw)), raw])
+            return
+        if cmd.is_oneway:
+            return
+        if r.msg_id:
+            resp = cmd.response(r.code, {"msgId": r.msg_id, "queueId": r.queue_id,
+                                         "queueOffset": r.queue_offset,
+                                         "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"})
+        else:
+            resp = cmd.response(r.code, remark=r.remark or None)
+        header = encode_header(resp)
+        conn.write(FRAME_PREFIX.pack(4 + len(header), (resp.serialize_type << 24) | len(header))
+                   + header)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def stop_accepting(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+
+    async def sweep(self) -> None:
+        """Close connections whose frame has been half-read too long."""
+        if self.frame_timeout_s <= 0:
+            return
+        while True:
+            await asyncio.sleep(min(1.0, self.frame_timeout_s / 2))
+            now = time.monotonic()
+            for conn in list(self.conns.values()):
+                if conn.partial_since is not None and \
+                        now - conn.partial_since > self.frame_timeout_s:
+                    log.info("closing %s: a frame begun %.0f s ago is not whole "
+                             "(serverFrameReadTimeoutSeconds)", conn.peer, self.frame_timeout_s)
+                    conn.abort(protocol_error=True)
+
+
+async def _main(listen_fd: int, link_fd: int, settings: Settings, frame_timeout_s: float) -> None:
+    loop = asyncio.get_running_loop()
+    w = Worker(settings, frame_timeout_s, loop)
+    link_sock = socket.socket(fileno=link_fd)
+    w.link, _ = await loop.create_unix_connection(lambda: WriterLink(w), sock=link_sock)
+    listen_sock = socket.socket(fileno=listen_fd)
+    w.server = await loop.create_server(lambda: ClientConn(w), sock=listen_sock, backlog=1024)
+    loop.add_signal_handler(signal.SIGTERM, w.done.set)
+    loop.add_signal_handler(signal.SIGINT, lambda: None)  # the writer decides when to stop
+    sweeper = loop.create_task(w.sweep())
+    await w.done.wait()
+    sweeper.cancel()
+    w.stop_accepting()
+    for conn in list(w.conns.values()):
+        conn.abort(tell=False)
+    await asyncio.sleep(0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="rocketstore-worker")
+    ap.add_argument("--listen-fd", type=int, required=True)
+    ap.add_argument("--link-fd", type=int, required=True)
+    ap.add_argument("--settings", required=True, help="JSON of encode.Settings")
+    ap.add_argument("--frame-timeout", type=float, default=0.0)
+    ap.add_argument("--log-level", default="WARNING")
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=a.log_level, stream=sys.stderr,
+                        format=f"%(asctime)s worker[{os.getpid()}] %(levelname)s %(message)s")
+    settings = Settings(**json.loads(a.settings))
+    from ..eventloop import run  # uvloop when installed, as the writer
+    run(_main(a.listen_fd, a.link_fd, settings, a.frame_timeout))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
