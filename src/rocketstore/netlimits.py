@@ -119,4 +119,17 @@ class ConnectionClock:
         return None
 
 
-__all__ = ["Limits", "ConnectionLimiter", "ConnectionClock"]
+def peer_of(peername: object) -> str:
+    """``host:port`` of a socket's peer name, IPv4-mapped and loopback IPv6 shown as IPv4 (the
+    address a born host and the per-client caps use)."""
+    if not peername:
+        return "0.0.0.0:0"
+    host, port = peername[0], peername[1]  # type: ignore[index]
+    if host in ("::1", "::ffff:127.0.0.1"):
+        host = "127.0.0.1"
+    elif host.startswith("::ffff:"):
+        host = host[7:]
+    return f"{host}:{port}"
+
+
+__all__ = ["Limits", "ConnectionLimiter", "ConnectionClock", "peer_of"]

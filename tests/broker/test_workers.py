@@ -261,10 +261,22 @@ class Load:
             return len(self.acked)
 
 
+def _metric(port: int, name: str) -> float:
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
 def test_sigkill_of_a_worker_loses_only_its_connections(tmp_path):
     store = str(tmp_path / "store")
-    srv = start_server(store, "--workers", "2")
+    mport = free_port()
+    srv = start_server(store, "--workers", "2", "--metrics-port", str(mport))
     try:
+        assert _metric(mport, "rocketstore_worker_processes") == 2
+        assert _metric(mport, "rocketstore_worker_restarts_total") == 0
         before = wait_for(lambda: len(workers_of(srv.proc.pid)) == 2 and workers_of(srv.proc.pid))
         with Load(srv.namesrv, "KillW") as load:
             assert wait_for(lambda: load.count() > 200, timeout=30)
@@ -277,6 +289,8 @@ def test_sigkill_of_a_worker_loses_only_its_connections(tmp_path):
         acked = set(load.acked)
         assert srv.proc.poll() is None
         assert "restarting it" in srv.log()
+        assert _metric(mport, "rocketstore_worker_restarts_total") == 1
+        assert _metric(mport, "rocketstore_worker_processes") == 2
     finally:
         assert srv.stop() == 0, srv.log()
     stored = [m.body for m in store_records(store)]
@@ -287,12 +301,16 @@ def test_sigkill_of_the_writer_stops_the_workers_and_recovers(tmp_path):
     store = str(tmp_path / "store")
     port = free_port()
     srv = start_server(store, "--workers", "2", "--port", str(port))
-    kids = wait_for(lambda: len(workers_of(srv.proc.pid)) == 2 and workers_of(srv.proc.pid))
-    with Load(srv.namesrv, "KillWriter") as load:
-        assert wait_for(lambda: load.count() > 200, timeout=30)
-        srv.proc.send_signal(signal.SIGKILL)
-        srv.proc.wait(10)
-        time.sleep(0.3)
+    try:
+        kids = wait_for(lambda: len(workers_of(srv.proc.pid)) == 2 and workers_of(srv.proc.pid))
+        with Load(srv.namesrv, "KillWriter") as load:
+            assert wait_for(lambda: load.count() > 200, timeout=30)
+            srv.proc.send_signal(signal.SIGKILL)
+            srv.proc.wait(10)
+            time.sleep(0.3)
+    finally:
+        if srv.proc.poll() is None:
+            srv.proc.kill()
     acked = set(load.acked)
     # the workers see their link end and exit: nothing keeps the port or the clients
     assert wait_for(lambda: not any(os.path.exists(f"/proc/{k}") and
@@ -362,3 +380,69 @@ def test_sync_flush_through_workers(tmp_path):
     finally:
         assert srv.stop() == 0, srv.log()
     assert acked <= {m.body for m in store_records(store)}
+
+
+# -- with RocketMQ's Java producer --------------------------------------------------------------
+def _java_home() -> str:
+    home = os.environ.get("ROCKETMQ_HOME")
+    if not home or not os.path.exists(os.path.join(home, "javac-rmq")):
+        pytest.skip("RocketMQ 4.9.7 Java build not found: set ROCKETMQ_HOME to the output of "
+                    "shared/tools/rocketmq-java/build.sh to run the Java producer kill tests")
+    return home
+
+
+def _java_producer(tmp_path, namesrv: str, topic: str, seconds: int):
+    home = _java_home()
+    classes = tmp_path / "classes"
+    src = os.path.join(os.path.dirname(__file__), "java", "AckedProducer.java")
+    subprocess.run(["timeout", "180", os.path.join(home, "javac-rmq"), "-d", str(classes), src],
+                   check=True, capture_output=True)
+    env = dict(os.environ, CP_EXTRA=str(classes), TOOLS_HEAP="256m", HOME=str(tmp_path))
+    out = open(tmp_path / "java.out", "w")
+    proc = subprocess.Popen([os.path.join(home, "java-run"), "AckedProducer", namesrv, topic,
+                             "8", str(seconds)], stdout=out, stderr=subprocess.STDOUT, env=env)
+    return proc, tmp_path / "java.out"
+
+
+def _acks(path) -> set[bytes]:
+    acked = set()
+    for line in open(path, encoding="utf-8", errors="replace"):
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "ACK" and parts[2] == "SEND_OK":
+            acked.add(parts[1].encode())
+    return acked
+
+
+@pytest.mark.parametrize("victim", ["worker", "writer"])
+def test_java_producer_kill_points(tmp_path, victim):
+    """RocketMQ's own producer (8 threads, one connection) while a worker or the writer is
+    SIGKILLed: every message it saw acknowledged is in the CommitLog afterwards."""
+    _java_home()  # skips before anything starts
+    store = str(tmp_path / "store")
+    port, ns_port = free_port(), free_port()
+    args = ("--workers", "2", "--port", str(port))
+    srv = start_server(store, *args, namesrv_port=ns_port)
+    srv2 = proc = None
+    try:
+        proc, out = _java_producer(tmp_path, srv.namesrv, "JavaKill", 25)
+        assert wait_for(lambda: len(_acks(out)) > 300, timeout=90), open(out).read()[-2000:]
+        if victim == "worker":
+            for pid in workers_of(srv.proc.pid):
+                os.kill(pid, signal.SIGKILL)  # whichever holds the client's connection
+        else:
+            srv.proc.send_signal(signal.SIGKILL)
+            srv.proc.wait(10)
+            time.sleep(1)
+            srv2 = start_server(store, *args, namesrv_port=ns_port)
+        n = len(_acks(out))
+        assert wait_for(lambda: len(_acks(out)) > n + 300, timeout=60), \
+            "the Java producer did not get answers again: " + open(out).read()[-2000:]
+        proc.wait(60)
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        codes = [s.stop() for s in (srv, srv2) if s is not None and s.proc.poll() is None]
+    assert codes == [0] * len(codes), srv.log()
+    acked = _acks(out)
+    stored = {m.body for m in store_records(store)}
+    assert acked <= stored, f"{len(acked - stored)} acknowledged messages lost"

@@ -15,8 +15,8 @@ server, with 318/319 for its settings); the broker sends 39 (CHECK_TRANSACTION_S
 221 and 307/309 (asking a consumer for ``consumerStatus``) and 326
 (PUSH_REPLY_MESSAGE_TO_CLIENT); anything else gets REQUEST_CODE_NOT_SUPPORTED. SQL92
 subscriptions (``sql92``, ``filters``) and request-reply (``reply``) as RocketMQ 4.9.7 does
-them; RocketMQ 5.x clients through ``rocketstore.proxy`` (``serve --grpc-port``). Not
-supported: ACL (credentials are ignored), slaves/HA.
+them; RocketMQ 5.x clients through ``rocketstore.proxy`` (``serve --grpc-port``); plain ACL
+(``acl/``); master/slave replication (``replication``, the store's ``ha``).
 
 Layout (one subpackage per subsystem; arrows run down this list, never up):
 
@@ -28,10 +28,19 @@ report); ``namesrv/`` the name server (``routes``, ``kvconfig``, ``settings``, `
 the broker's ``registration`` at outside name servers; ``acl/`` the plain ACL; ``services/``
 the background services (the put ``writer``, ``longpoll``, ``schedule``, ``transaction``);
 ``state/`` what the broker knows besides messages (``topics`` with the topic rules, ``offsets``,
-``subgroups``, ``filters``, ``consumers``, ``producers``, ``locks``, ``stats``, ``files``).
+``subgroups``, ``filters``, ``consumers``, ``producers``, ``locks``, ``stats``, ``files``);
+``workers/`` the protocol worker processes of ``serve --workers N`` and the writer's side of them.
 """
+from typing import Any
 
 from .config import BrokerConfig
-from .controller import Broker
 
 __all__ = ["Broker", "BrokerConfig"]
+
+
+def __getattr__(name: str) -> Any:
+    """``Broker`` on first use: a worker process imports ``broker.workers`` without it."""
+    if name == "Broker":
+        from .controller import Broker
+        return Broker
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -26,7 +26,7 @@ import time
 from typing import Any, Awaitable, Callable
 
 from ..errors import ProtocolError
-from ..netlimits import ConnectionClock, ConnectionLimiter, Limits
+from ..netlimits import ConnectionClock, ConnectionLimiter, Limits, peer_of
 from ..remoting.codes import ResponseCode
 from ..remoting.command import RemotingCommand
 from ..remoting.connection import CLOSED, NEED_DATA, RemotingConnection
@@ -53,14 +53,7 @@ class _Channel(asyncio.Protocol):
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        peer = transport.get_extra_info("peername")
-        if peer:
-            host = peer[0]
-            if host in ("::1", "::ffff:127.0.0.1"):
-                host = "127.0.0.1"
-            elif host.startswith("::ffff:"):
-                host = host[7:]
-            self.peer = f"{host}:{peer[1]}"
+        self.peer = peer_of(transport.get_extra_info("peername"))
         refused = self.server.limiter.admit(self.host)
         if refused is not None:
             log.warning("closing %s: %s", self.peer, refused)

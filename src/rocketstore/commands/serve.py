@@ -170,6 +170,8 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
         ready["ha"] = broker.ha_server_addr
     if broker.fast_port is not None:
         ready["fast"] = f"{broker_cfg.host}:{broker.fast_port}"
+    if broker.workers is not None:
+        ready["workers"] = broker.workers.pids()
     if ops is not None:
         try:
             ready.update(ops.start())
@@ -191,7 +193,8 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
                    else "")
         reg = ready.get("registers_with")
         reg_note = f", registered with name server {';'.join(reg)}" if reg else ""
-        click.echo(f"rocketstore broker on {ready['broker']}{ns_note}{grpc_note}{reg_note}, "
+        workers = f" ({len(ready['workers'])} worker processes)" if "workers" in ready else ""
+        click.echo(f"rocketstore broker on {ready['broker']}{workers}{ns_note}{grpc_note}{reg_note}, "
                    f"store {ready['store']} (Ctrl-C to stop)")
         for name in ("metrics", "console"):
             if name in ready:

@@ -59,6 +59,12 @@ class BrokerCollector(Collector):
         for name, n in sorted(st.connections().items()):
             conns.add_metric([name], n)
         yield conns
+        workers = st.workers()
+        if workers is not None:
+            yield GaugeMetricFamily("rocketstore_worker_processes", "Live protocol worker "
+                                    "processes (serverWorkerProcesses).", value=workers["live"])
+            yield CounterMetricFamily("rocketstore_worker_restarts", "Worker processes that "
+                                      "exited and were started again.", value=workers["restarts"])
         if st.broker_stats is not None:
             yield from self._traffic(st.broker_stats)
         if st.producers is not None:

@@ -90,6 +90,7 @@ class LocalSource:
                 "dispatch_behind_ms": rt.dispatch_behind_ms,
                 "flush_behind_bytes": rt.flush_behind_bytes, "flush_behind_ms": rt.flush_behind_ms,
                 "connections": st.connections() if not st.read_only else None,
+                "workers": st.workers() if not st.read_only else None,
                 "last_store_timestamp": rt.last_store_timestamp, "paths": rt.paths,
                 "runtime_info": {st.broker_name: info} if info else {}, "live": self.live,
                 "timer": _timer_overview(store)}
@@ -283,7 +284,7 @@ class RemoteSource:
                 "dispatch_behind_ms": None,
                 "flush_behind_bytes": sum(_human_bytes(i.get("remainHowManyDataToFlush"))
                                           for i in infos),
-                "flush_behind_ms": None, "connections": None, "last_store_timestamp": None,
+                "flush_behind_ms": None, "connections": None, "workers": None, "last_store_timestamp": None,
                 "paths": [], "live": True,
                 "runtime_info": {b["name"]: info for b, info in zip(brokers, infos)}}
 

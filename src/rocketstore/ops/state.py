@@ -30,6 +30,7 @@ class OpsState:
     broker_addr: str = ""
     namesrv_addr: str = ""
     servers: Callable[[], list] = field(default=lambda: [])  # RemotingServer objects
+    workers: Callable[[], "dict | None"] = field(default=lambda: None)  # WorkerPool.describe
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     tps: Any = None  # ops.stats.TpsSampler over ``broker_stats``
     read_only: bool = False  # a store directory, not a broker
@@ -46,7 +47,9 @@ class OpsState:
                    broker_addr=f"{cfg.host}:{cfg.port}",
                    namesrv_addr=(f"{cfg.host}:{cfg.namesrv_port}"
                                  if cfg.namesrv_port is not None else ""),
-                   servers=lambda: list(broker.servers))
+                   servers=lambda: list(broker.servers),
+                   workers=lambda: (broker.workers.describe()
+                                    if getattr(broker, "workers", None) is not None else None))
 
     def refresh_addresses(self, broker: Any) -> None:
         """After ``Broker.start``: ports given as 0 are known now."""

@@ -56,21 +56,24 @@ def plain_send(cmd: RemotingCommand, peer: str, seq: int, conn: int,
     topic = h.get("topic") or ""
     if topic.startswith("%") or check_topic(topic) is not None:
         return None
+    get = h.get
     try:
-        qid = int(h.get("queueId") or 0)
-        flag = int(h.get("flag") or 0)
-        sys_flag = int(h.get("sysFlag") or 0)
-        born = int(h.get("bornTimestamp") or 0) or int(time.time() * 1000)
-        reconsume = int(h.get("reconsumeTimes") or 0)
-        dq = int(h.get("defaultTopicQueueNums") or 0)
+        qid = int(get("queueId") or 0)
+        flag = int(get("flag") or 0)
+        sys_flag = int(get("sysFlag") or 0)
+        born = int(get("bornTimestamp") or 0) or int(time.time() * 1000)
+        reconsume = int(get("reconsumeTimes") or 0)
+        dq = int(get("defaultTopicQueueNums") or 0)
     except ValueError:
         return None  # the writer answers the malformed header
     if qid < 0 or sys_flag & TRANSACTION_MASK or not -32768 <= dq <= 32767:
         return None
-    props = string_to_properties(h.get("properties") or "")
+    raw = get("properties") or ""
+    props = string_to_properties(raw)
+    if "TIMER_" in raw and any(k.startswith("TIMER_") for k in props):
+        return None
     if props.get(PROPERTY_DELAY_TIME_LEVEL, "0") not in ("", "0") or \
-            props.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true" or \
-            any(k.startswith("TIMER_") for k in props):
+            props.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true":
         return None
     props[PROPERTY_CLUSTER] = s.cluster_name
     if s.generate_uniq_key and PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in props:

@@ -12,6 +12,8 @@ Batching is free: everything one side has to say in a loop turn goes out in one 
 | PUT    | worker | see ``PUT_HEAD``: a plain send encoded as its CommitLog record       |
 | RESULT | writer | see ``RESULT_HEAD``: the put's answer, or FALLBACK (send the frame)  |
 | STOP   | writer | (empty) stop accepting: the broker is shutting down                  |
+| PAUSE  | writer | conn u32: stop reading that client (its requests in flight hit the   |
+| RESUME | writer | conn u32: read it again                     broker's MAX_INFLIGHT)    |
 
 A link message never exceeds ``MAX_LINK_MESSAGE``: a remoting frame is at most 16 MiB, so
 anything longer means the peer is broken and the link is dropped (``LinkError``).
@@ -23,7 +25,7 @@ from typing import NamedTuple
 
 from ...errors import ProtocolError
 
-OPEN, CLOSE, FRAME, PUT, RESULT, STOP = 1, 2, 3, 4, 5, 6
+OPEN, CLOSE, FRAME, PUT, RESULT, STOP, PAUSE, RESUME = 1, 2, 3, 4, 5, 6, 7, 8
 FALLBACK = -1  # RESULT code: the writer cannot take this put on the fast path
 
 HEAD = struct.Struct(">IB")
@@ -69,6 +71,10 @@ def message(kind: int, payload: bytes = b"") -> bytes:
 
 def open_msg(conn: int, peer: str) -> bytes:
     return message(OPEN, CONN.pack(conn) + peer.encode())
+
+
+def conn_msg(kind: int, conn: int) -> bytes:
+    return message(kind, CONN.pack(conn))
 
 
 def close_msg(conn: int, protocol_error: bool = False) -> bytes:

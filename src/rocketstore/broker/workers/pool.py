@@ -82,11 +82,13 @@ class VirtualTransport:
         self.link.send(L.close_msg(self.conn))
         self.link.loop.call_soon(self.link.closed_here, self.conn)
 
-    def pause_reading(self) -> None:  # the worker keeps reading; MAX_INFLIGHT is per request
-        pass
+    def pause_reading(self) -> None:  # the channel's MAX_INFLIGHT: the worker stops reading
+        if not self.closing:
+            self.link.send(L.conn_msg(L.PAUSE, self.conn))
 
     def resume_reading(self) -> None:
-        pass
+        if not self.closing:
+            self.link.send(L.conn_msg(L.RESUME, self.conn))
 
 
 class Link(asyncio.Protocol):
@@ -176,8 +178,9 @@ class FastPuts:
 
     def on_put(self, link: Link, p: L.Put) -> None:
         ch = link.channels.get(p.conn)
-        if ch is None or ch.closed:
-            return  # the connection closed: nobody to answer
+        if ch is None or ch.closed:  # the connection closed (or was refused): nothing stored,
+            link.send(L.result_msg(p.seq, L.FALLBACK))  # the worker forgets the send
+            return
         ch.clock.touched()
         ctx = self.ctx
         tc = send_topic(ctx.topics, ctx.config, p.topic, p.default_queue_nums or None)
@@ -289,6 +292,12 @@ class WorkerPool:
 
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs if p is not None and p.returncode is None]
+
+    def describe(self) -> dict[str, Any]:
+        """For ``status``, the console and /metrics."""
+        return {"configured": self.count, "live": len(self.pids()), "pids": self.pids(),
+                "restarts": self.restarts,
+                "connections": sum(len(link.channels) for link in self.links if link is not None)}
 
     def stop_accepting(self) -> None:
         self._stopping = True

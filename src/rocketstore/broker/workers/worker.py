@@ -33,6 +33,7 @@ import time
 from typing import Any
 
 from ...errors import ProtocolError
+from ...netlimits import peer_of
 from ...remoting.codes import FRAME_MAX_LENGTH
 from ...remoting.command import RemotingCommand
 from ...remoting.connection import FRAME_PREFIX, cut_frame
@@ -42,6 +43,7 @@ from .encode import SEND_CODES, Settings, plain_send
 
 log = logging.getLogger("rocketstore.worker")
 _PREFIX = FRAME_PREFIX.size
+MAX_PUTS = 1024  # a client's sends in flight before its socket is not read (as MAX_INFLIGHT)
 
 
 class ClientConn(asyncio.Protocol):
@@ -56,21 +58,19 @@ class ClientConn(asyncio.Protocol):
         self.closed = False
         self.partial_since: float | None = None
         self.out: list[bytes] = []
+        self.puts = 0  # PUTs of this connection the writer has not answered
+        self.held = False  # reading paused: too many puts in flight (MAX_PUTS)
+        self.writer_paused = False  # reading paused by the writer (its MAX_INFLIGHT)
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
-        peer = transport.get_extra_info("peername")
-        if peer:
-            host = peer[0]
-            if host in ("::1", "::ffff:127.0.0.1"):
-                host = "127.0.0.1"
-            elif host.startswith("::ffff:"):
-                host = host[7:]
-            self.peer = f"{host}:{peer[1]}"
+        self.peer = peer_of(transport.get_extra_info("peername"))
         self.w.conns[self.id] = self
         self.w.send(L.open_msg(self.id, self.peer))
 
     def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
         buf = self.buf
         buf += data
         pos = 0
@@ -90,13 +90,21 @@ class ClientConn(asyncio.Protocol):
                 cmd = decode_header(header, stype, body)
                 put = None
                 if cmd.code in SEND_CODES and not cmd.is_response:
-                    seq = next(w.seqs)
-                    put = plain_send(cmd, self.peer, seq, self.id, w.settings)
+                    try:
+                        put = plain_send(cmd, self.peer, next(w.seqs), self.id, w.settings)
+                    except Exception:  # whatever it is, the writer's send processor answers
+                        log.debug("send from %s handled whole by the writer", self.peer,
+                                  exc_info=True)
+                        put = None
                 if put is None:
                     w.forward(self.id, buf, raw_start, end)
                 else:
                     w.pending[put.seq] = (self, cmd, bytes(buf[raw_start:end]))
                     w.send_parts(L.put_msg(put))
+                    self.puts += 1
+                    if self.puts >= MAX_PUTS and not self.held:
+                        self.held = True
+                        self._reading()
         except ProtocolError as exc:
             log.info("broker: closing %s: %s", self.peer, exc)
             self.abort(protocol_error=True)
@@ -107,6 +115,21 @@ class ClientConn(asyncio.Protocol):
             self.partial_since = None
         elif pos or self.partial_since is None:  # a new frame begun
             self.partial_since = time.monotonic()
+
+    def _reading(self) -> None:
+        """Pause or resume reading this client as the two reasons say."""
+        if self.transport is None or self.closed:
+            return
+        if self.held or self.writer_paused:
+            self.transport.pause_reading()
+        else:
+            self.transport.resume_reading()
+
+    def put_answered(self) -> None:
+        self.puts -= 1
+        if self.held and self.puts <= MAX_PUTS // 2:
+            self.held = False
+            self._reading()
 
     def eof_received(self) -> bool:
         if self.buf:  # the peer ended the stream inside a frame: its bytes mean nothing
@@ -169,6 +192,11 @@ class WriterLink(asyncio.Protocol):
                 conn = w.conns.get(L.parse_close(payload)[0])
                 if conn is not None:
                     conn.abort(tell=False)
+            elif kind == L.PAUSE or kind == L.RESUME:
+                conn = w.conns.get(L.parse_conn(payload))
+                if conn is not None:
+                    conn.writer_paused = kind == L.PAUSE
+                    conn._reading()
             elif kind == L.STOP:
                 w.stop_accepting()
 
@@ -218,6 +246,7 @@ class Worker:
         conn, cmd, raw = entry
         if conn.closed:
             return
+        conn.put_answered()
         if r.code == L.FALLBACK:
             self.send_parts([L.frame_head(conn.id, len(raw)), raw])
             return
