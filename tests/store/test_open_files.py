@@ -29,14 +29,15 @@ def _fds() -> int:
 
 @pytest.fixture
 def cap():
+    """The cap the tests' stores set (``max_open_consume_queue_files``); restored after."""
     old = lazy_file.OPEN_FILES.limit
-    lazy_file.OPEN_FILES.limit = 16
     yield 16
     lazy_file.OPEN_FILES.limit = old
 
 
 def test_descriptors_stay_under_the_cap_with_many_queues(tmp_path, cap):
-    cfg = small_config(tmp_path / "s", mapped_file_size_consume_queue=20 * 4)
+    cfg = small_config(tmp_path / "s", mapped_file_size_consume_queue=20 * 4,
+                       max_open_consume_queue_files=cap)
     base = _fds()
     want: dict[tuple[str, int], list[bytes]] = {}
     with MessageStore(cfg) as store:
@@ -70,7 +71,7 @@ def test_descriptors_stay_under_the_cap_with_many_queues(tmp_path, cap):
 def test_readers_and_the_writer_race_the_closing(tmp_path, cap):
     """Pulls on one thread while dispatch writes 64 queues (so files close and reopen all the
     time): every pull sees whole units and the right bodies."""
-    cfg = small_config(tmp_path / "s")
+    cfg = small_config(tmp_path / "s", max_open_consume_queue_files=cap)
     errors: list[str] = []
     stop = threading.Event()
     with MessageStore(cfg) as store:
