@@ -17,19 +17,34 @@ demo: $(STAMP)
 	$(VENV)/bin/rocketstore demo
 
 # The second run repeats the codec, SYNC_FLUSH store and broker round-trip tests on the
-# pure-Python path (ROCKETSTORE_PURE_PYTHON=1: no compiled _speedups), ~1 minute.
-PURE_TESTS := tests/remoting tests/durability/test_sync_deferred.py tests/store/test_put_nowait.py \
-	tests/broker/test_lifecycle.py tests/broker/test_send_checks.py tests/broker/test_client_broker.py
+# pure-Python path (ROCKETSTORE_PURE_PYTHON=1: no compiled _speedups), ~1 minute; tests/format
+# holds the batch decoder (CommitLog records → columns) with its compiled loops.
+PURE_TESTS := tests/remoting tests/format tests/durability/test_sync_deferred.py tests/store/test_put_nowait.py \
+	tests/broker/test_lifecycle.py tests/broker/test_send_checks.py tests/broker/test_client_broker.py \
+	tests/broker/test_worker_link.py tests/broker/test_workers.py::test_sends_and_pulls_through_two_workers \
+	tests/broker/test_workers.py::test_worker_records_equal_one_process_records
 
-# It runs beside the main suite (its own temp dir, no shared cache); its output follows the main
-# run's, and either failing fails the target.
+# The main suite runs as two pytest processes side by side, because most tests wait on servers,
+# sockets, timers and Spark rather than use a core: MAIN_A (every test that uses the one
+# SparkSession of a run, tests/spark, kept in one process, plus the longest Spark-backed
+# subprocess tests) and MAIN_B (everything else: the whole tree minus MAIN_A, so a new test file
+# lands there by itself). The pure-Python pass runs beside them. Each process has its own temp
+# dir (one fresh parent per run); only MAIN_A writes .pytest_cache. MAIN_A reports live, then
+# MAIN_B's and the pure pass's reports follow; any of the three failing fails the target.
+MAIN_A := tests/spark tests/cluster tests/test_readme.py
+
 test: $(STAMP)
-	@ROCKETSTORE_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider \
-		--basetemp=$${TMPDIR:-/tmp}/rocketstore-pure-pass $(PURE_TESTS) > .pure-pass.log 2>&1 & pure=$$!; \
-	$(PY) -m pytest -q; main=$$?; \
-	wait $$pure; p=$$?; \
+	@tmp=$$(mktemp -d $${TMPDIR:-/tmp}/rocketstore-test.XXXXXX); \
+	ROCKETSTORE_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider \
+		--basetemp=$$tmp/pure $(PURE_TESTS) > .pure-pass.log 2>&1 & pure=$$!; \
+	$(PY) -m pytest -q -p no:cacheprovider --basetemp=$$tmp/main-b \
+		$(addprefix --ignore=,$(MAIN_A)) tests > .main-b.log 2>&1 & b=$$!; \
+	$(PY) -m pytest -q --basetemp=$$tmp/main-a $(MAIN_A); a=$$?; \
+	wait $$b; rb=$$?; wait $$pure; p=$$?; \
+	echo "== main suite, second process (all but $(MAIN_A)):"; cat .main-b.log; \
 	echo "== pure-Python pass (ROCKETSTORE_PURE_PYTHON=1) of $(PURE_TESTS):"; cat .pure-pass.log; \
-	test $$main -eq 0 && test $$p -eq 0
+	echo "== make test: main A exit $$a, main B exit $$rb, pure pass exit $$p (temp dirs: $$tmp)"; \
+	test $$a -eq 0 && test $$rb -eq 0 && test $$p -eq 0
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[spark,dev,ops,bench]'

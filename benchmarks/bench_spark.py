@@ -89,6 +89,8 @@ def main() -> None:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--scan-only", action="store_true",
+                    help="only the scan against Parquet (no rebuild, no replay)")
     a = ap.parse_args()
     root = a.store
     cfg = generate(root, a.size_mib << 20, a.segment_mib << 20)
@@ -120,6 +122,11 @@ def main() -> None:
                parquet_scan_seconds=pq_scan, parquet_msgs_per_s=round(n / best_pq),
                scan_vs_parquet=round(best_pq / best_scan, 3))
     shutil.rmtree(pq, ignore_errors=True)
+    from rocketstore import _native
+    res.update(compiled_decoder=_native.active().get("rocketstore.format._speedups", False))
+    if a.scan_only:
+        print(json.dumps(res, indent=1) if a.json else res)
+        return
 
     want = {d: digest_tree(os.path.join(root, d)) for d in ("consumequeue", "index")}
     rb = rebuild(root, engine="spark", cfg=cfg, spark=spark)

@@ -59,7 +59,7 @@ def test_available_now_in_limited_batches_then_incremental(spark, tmp_path):
 @pytest.mark.crash
 def test_crash_between_batches_exports_every_message_once(spark, tmp_path):
     root, out = tmp_path / "s", tmp_path / "out"
-    built = build_store(root, n=400)
+    built = build_store(root, n=160)  # four batches of 40: killed at the third, two left
     ck = out / "_checkpoint"
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, ROCKETSTORE_SPARK_LOG="error")
     cmd = [sys.executable, "-m", "rocketstore.cli", "export", "--store", str(root), "--out", str(out),

@@ -21,6 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .. import _native
 from .hashing import java_hash
 from . import record as R
 from .message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERTY_TAGS,
@@ -203,7 +204,7 @@ class DecodedRecords:
         return out
 
 
-def scan_boundaries(buf, start: int, end: int, limit: int | None = None) -> tuple[list[int], int, str]:
+def scan_boundaries_py(buf, start: int, end: int, limit: int | None = None) -> tuple[list[int], int, str]:
     """Walk TOTALSIZE fields from ``start``: (record positions, stop position, stop kind).
 
     With ``limit`` the walk stops after that many records (kind ``end``).
@@ -234,7 +235,23 @@ _SEP = 0xFF  # never a byte of valid UTF-8: separates records in one gathered bu
 _ESCAPED = re.compile("[\udc80-\udcfe]")  # (\udcff, a raw 0xFF, splits: caught by the count)
 
 
-def _gather_strings(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> list[str]:
+def _decode_topics_py(buf, topic_pos: np.ndarray, topic_len: np.ndarray) -> list[str]:
+    """The topic of every record (UTF-8, replacement characters), through a small cache."""
+    mv = memoryview(buf)
+    topics: list[str] = []
+    cache = _topic_cache
+    for tp, tl in zip(topic_pos.tolist(), topic_len.tolist()):
+        tb = bytes(mv[tp:tp + tl])
+        t = cache.get(tb)
+        if t is None:
+            t = tb.decode("utf-8", "replace")
+            if len(cache) < 100_000:
+                cache[tb] = t
+        topics.append(t)
+    return topics
+
+
+def _gather_strings_py(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> list[str]:
     """UTF-8 strings at ``arr[start:start+length]`` for every record, decoded in one call."""
     n = len(starts)
     if n == 0:
@@ -319,17 +336,7 @@ def decode_records(buf, start: int = 0, end: int | None = None, *, base_offset: 
                 return _truncated(buf, base_offset, positions[:i], start, positions[i],
                                   STOP_CORRUPT, "body CRC mismatch", False, delay_levels_ms)
     props_start = props_len_pos + 2
-    mv = memoryview(buf)
-    topics: list[str] = []
-    cache = _topic_cache
-    for tp, tl in zip(topic_pos.tolist(), topic_len.tolist()):
-        tb = bytes(mv[tp:tp + tl])
-        t = cache.get(tb)
-        if t is None:
-            t = tb.decode("utf-8", "replace")
-            if len(cache) < 100_000:
-                cache[tb] = t
-        topics.append(t)
+    topics = _decode_topics(buf, topic_pos, topic_len)
     store_ts = _gather(arr, pos + R.STORETIMESTAMP_POS + d_born, 8, ">i8").astype(np.int64)
     if properties:
         props = _gather_strings(arr, props_start, props_len)
@@ -369,8 +376,8 @@ def _truncated(buf, base_offset, positions, start, bad_pos, stop, reason, check_
 _DEFAULT_DELAYS = parse_delay_levels()
 
 
-def _tags_codes(topics: list[str], props: list[str], store_ts: np.ndarray,
-                delay_levels_ms: Sequence[int] | None) -> np.ndarray:
+def _tags_codes_py(topics: list[str], props: list[str], store_ts: np.ndarray,
+                   delay_levels_ms: Sequence[int] | None) -> np.ndarray:
     out = np.zeros(len(topics), dtype=np.int64)
     delays = _DEFAULT_DELAYS if delay_levels_ms is None else delay_levels_ms
     tags = extract_property(props, PROPERTY_TAGS)
@@ -409,7 +416,7 @@ def tags_code_of(topic: str, props: dict[str, str], store_timestamp: int,
     return java_hash(t) if t else 0
 
 
-def extract_property(raws: Sequence[str], name: str) -> list[str | None]:
+def extract_property_py(raws: Sequence[str], name: str) -> list[str | None]:
     """The value of one property in each raw properties string, without parsing the rest.
 
     Same answer as ``string_to_properties(s).get(name)`` (the last entry wins; an empty value
@@ -434,3 +441,13 @@ def extract_property(raws: Sequence[str], name: str) -> list[str | None]:
         else:
             append(v or None)
     return out
+
+
+# ---- the compiled twins (``_speedups.pyx``; ``rocketstore._native``) --------------------------
+scan_boundaries, _decode_topics, _gather_strings, _tags_codes, extract_property = (
+    scan_boundaries_py, _decode_topics_py, _gather_strings_py, _tags_codes_py, extract_property_py)
+_speedups = _native.load("rocketstore.format._speedups")
+if _speedups is not None:
+    scan_boundaries, _decode_topics, _gather_strings, _tags_codes, extract_property = (
+        _speedups.scan_boundaries, _speedups._decode_topics, _speedups._gather_strings,
+        _speedups._tags_codes, _speedups.extract_property)

@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import _native
 from ..format.batch import DecodedRecords, extract_property
 from ..format.message import (BORNHOST_V6_FLAG, KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS,
                               PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, STOREHOSTADDRESS_V6_FLAG,
@@ -145,6 +146,36 @@ def _keys_column(raw_keys: list[str | None]) -> pa.Array:
                                     type=ARROW_TYPES["keys"])
 
 
+def _parse_properties_py(raw: list[str]) -> tuple[pa.Array, pa.Array, np.ndarray, bool]:
+    """Every kept entry of every record: (names, values, row of each entry, no repeated name).
+
+    Entries split on ``\x02``, name and value on the first ``\x01``, entries with an empty name
+    or value dropped; ``exact`` is false when a record names one property twice."""
+    items = pc.split_pattern(pa.array(raw, pa.string()), "\x02")
+    parent = pc.list_parent_indices(items)
+    kv = pc.split_pattern(pc.list_flatten(items), "\x01", max_splits=1)
+    two = pc.equal(pc.list_value_length(kv), 2)
+    kv, parent = kv.filter(two), parent.filter(two)
+    pairs = pc.list_flatten(kv)
+    m = len(kv)
+    keys = pairs.take(pa.array(np.arange(0, 2 * m, 2)))
+    vals = pairs.take(pa.array(np.arange(1, 2 * m, 2)))
+    ok = pc.and_(pc.greater(pc.binary_length(keys), 0), pc.greater(pc.binary_length(vals), 0))
+    keys, vals = keys.filter(ok), vals.filter(ok)
+    rows = np.asarray(parent.filter(ok), dtype=np.int64)
+    exact = True
+    if len(keys):
+        distinct = pa.table({"p": rows, "k": keys}).group_by(["p", "k"]).aggregate([])
+        exact = distinct.num_rows == len(keys)
+    return keys, vals, rows, exact
+
+
+_parse_properties = _parse_properties_py  # the compiled twin below, when built
+_speedups = _native.load("rocketstore.spark._speedups")
+if _speedups is not None:
+    _parse_properties = _speedups._parse_properties
+
+
 class PropertyColumns:
     """All properties of a batch parsed at once with Arrow compute kernels.
 
@@ -154,23 +185,8 @@ class PropertyColumns:
     """
 
     def __init__(self, raw: list[str]) -> None:
-        self.n = n = len(raw)
-        items = pc.split_pattern(pa.array(raw, pa.string()), "\x02")
-        parent = pc.list_parent_indices(items)
-        kv = pc.split_pattern(pc.list_flatten(items), "\x01", max_splits=1)
-        two = pc.equal(pc.list_value_length(kv), 2)
-        kv, parent = kv.filter(two), parent.filter(two)
-        pairs = pc.list_flatten(kv)
-        m = len(kv)
-        keys = pairs.take(pa.array(np.arange(0, 2 * m, 2)))
-        vals = pairs.take(pa.array(np.arange(1, 2 * m, 2)))
-        ok = pc.and_(pc.greater(pc.binary_length(keys), 0), pc.greater(pc.binary_length(vals), 0))
-        self.keys, self.vals = keys.filter(ok), vals.filter(ok)
-        self.parent = np.asarray(parent.filter(ok), dtype=np.int64)
-        self.exact = True
-        if len(self.keys):
-            distinct = pa.table({"p": self.parent, "k": self.keys}).group_by(["p", "k"]).aggregate([])
-            self.exact = distinct.num_rows == len(self.keys)
+        self.n = len(raw)
+        self.keys, self.vals, self.parent, self.exact = _parse_properties(raw)
 
     def get(self, name: str) -> pa.Array:
         """The value of ``name`` per record (null where absent)."""
