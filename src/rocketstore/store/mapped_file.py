@@ -1,8 +1,8 @@
 """One memory-mapped, pre-sized file: append, read, flush. Knows no record format.
 
 A file is created at its full size (``posix_fallocate``, so a full disk fails here, at creation,
-with ``DiskFullError`` — never later as a SIGBUS inside the mapping) and named by the absolute
-offset of its first byte. A *sparse* file (ConsumeQueue, ConsumeQueueExt and index files) has its
+with ``DiskFullError`` — never later as a SIGBUS inside the mapping; the timer log and ext files)
+and named by the absolute offset of its first byte. A *sparse* file (CommitLog segments, ConsumeQueue and index files) has its
 full logical length from the start — RocketMQ opens only files of exactly the configured size, and
 reads a hole as zeros, as it reads its own files, which it maps without allocating — but disk
 blocks only as it fills: every write first calls ``ensure_allocated(end)``, which
