@@ -80,7 +80,7 @@ class CommitLog:
         self.file_size = cfg.mapped_file_size_commitlog
         self.queue = MappedFileQueue(cfg.commitlog_dir, self.file_size, readonly=readonly,
                                      private=cfg.read_only, durable_create=True,
-                                     crash_point="commitlog-roll")
+                                     crash_point="commitlog-roll", sparse=True)
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.lock = threading.Lock()
         # records appended by this process, for the reput (see ``ReputService``); None: off
@@ -127,11 +127,14 @@ class CommitLog:
         assert mf is not None
         if total + END_FILE_MIN_BLANK_LENGTH > mf.remaining:
             if mf.remaining >= END_FILE_MIN_BLANK_LENGTH:
+                mf.ensure_allocated(mf.wrote_position + END_FILE_MIN_BLANK_LENGTH)
                 encode_blank(mf.mm, mf.wrote_position, mf.remaining)
             mf.wrote_position = self.file_size
             mf = self.queue.get_last_mapped_file(0)
             assert mf is not None
         start_pos = mf.wrote_position
+        if start_pos + total > mf.allocated:  # disk blocks first: a full disk fails here, cleanly
+            mf.ensure_allocated(start_pos + total)
         queue_offsets, sizes = write_records(mf.mm, start_pos, mf.file_from_offset + start_pos,
                                              records, self.topic_queue_table, now)
         pos = start_pos + total
@@ -287,6 +290,7 @@ class CommitLog:
             if mf.file_from_offset + pos != offset or pos + n > self.file_size:
                 return False
             if n:
+                mf.ensure_allocated(pos + n)
                 mf.mm[pos:pos + n] = data
                 mf.wrote_position = pos + n
             return True
