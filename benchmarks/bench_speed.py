@@ -168,13 +168,15 @@ def main() -> None:
                         order = brokers[rep % len(brokers):] + brokers[:rep % len(brokers)]
                         for b in order:
                             load = os.getloadavg()[0]
-                            cpu0 = sum(proc_cpu_s(p) for p in b.pids)
+                            cpus0 = [proc_cpu_s(p) for p in b.pids]
+                            cpu0 = sum(cpus0)
                             t0 = time.monotonic()
                             r = run_clients(b.namesrv, f"Speed{threads}x{clients}", threads,
                                             clients, args.seconds, java_home, workdir,
                                             args.latency)
                             wall = time.monotonic() - t0
-                            cpu = sum(proc_cpu_s(p) for p in b.pids) - cpu0
+                            cpus = [proc_cpu_s(p) - c for p, c in zip(b.pids, cpus0)]
+                            cpu = sum(cpus)
                             row = {"broker": b.name, "flush": "SYNC" if sync else "ASYNC",
                                    "threads": threads, "clients": clients, "rep": rep, "load_1m": round(load, 2),
                                    "msgs_per_s": r.get("msgs_per_s"), "avg_ms": r.get("avg_ms"),
@@ -183,7 +185,12 @@ def main() -> None:
                                    # broker CPU over the whole run / messages the run's rate
                                    # implies (the Producer reports rates, not counts)
                                    "server_us_per_msg": round(cpu / max(1, (r.get("msgs_per_s") or 0)
-                                                                        * wall) * 1e6, 1)}
+                                                                        * wall) * 1e6, 1),
+                                   # the same per process: the writer (or the one process)
+                                   # first, then each worker
+                                   "process_us_per_msg": [
+                                       round(c / max(1, (r.get("msgs_per_s") or 0) * wall) * 1e6, 1)
+                                       for c in cpus]}
                             runs.append(row)
                             print(json.dumps(row), file=sys.stderr, flush=True)
             finally:
