@@ -16,11 +16,14 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/rocketstore demo
 
-# The second run repeats the codec, SYNC_FLUSH store and broker round-trip tests on the
-# pure-Python path (ROCKETSTORE_PURE_PYTHON=1: no compiled _speedups), ~1 minute; tests/format
-# holds the batch decoder (CommitLog records → columns) with its compiled loops.
-PURE_TESTS := tests/remoting tests/format tests/durability/test_sync_deferred.py tests/store/test_put_nowait.py \
-	tests/broker/test_lifecycle.py tests/broker/test_send_checks.py tests/broker/test_client_broker.py
+# The second run repeats the codec, record encoder, batch decoder, put path, SYNC_FLUSH store,
+# worker link and broker round-trip tests on the pure-Python path (ROCKETSTORE_PURE_PYTHON=1: no
+# compiled _speedups), ~1-2 minutes.
+PURE_TESTS := tests/remoting tests/format tests/durability/test_sync_deferred.py \
+	tests/store/test_put_nowait.py tests/store/test_dispatch_feed.py tests/store/test_store_scenarios.py \
+	tests/broker/test_lifecycle.py tests/broker/test_send_checks.py tests/broker/test_client_broker.py \
+	tests/broker/test_worker_link.py tests/broker/test_workers.py::test_sends_and_pulls_through_two_workers \
+	tests/broker/test_workers.py::test_worker_records_equal_one_process_records
 
 # The main suite runs as two pytest processes side by side, because most tests wait on servers,
 # sockets, timers and Spark rather than use a core: MAIN_A (every test that uses the one
@@ -51,4 +54,4 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
-	find src -name '_speedups*.so' -delete -o -name '_speedups.c' -delete
+	find src -name '_speedups*.so' -delete -o -name '_speedups*.c' -delete

@@ -1,6 +1,6 @@
 """Build of the optional compiled core (``_speedups`` Cython modules); metadata is in pyproject.
 
-``pip install .`` / ``pip install -e .`` compile each ``src/rocketstore/**/_speedups.pyx`` with
+``pip install .`` / ``pip install -e .`` compile each ``src/rocketstore/**/_speedups*.pyx`` with
 the machine's C compiler (Cython comes from ``build-system.requires``, so nothing downloads at run
 time). A failure to compile — no compiler, no Python headers — is not a failed install: the build
 prints a warning and installs the pure-Python package, which is complete on its own
@@ -16,7 +16,7 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
-PYX = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "src").rglob("_speedups.pyx"))
+PYX = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "src").rglob("_speedups*.pyx"))
 
 
 def _warn(msg: str) -> None:

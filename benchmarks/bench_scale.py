@@ -1,23 +1,43 @@
-"""How cost grows with the number of queues and topics (issue 21 §5), embedded, in one process.
+"""How cost grows with the number of topics, queues and connections (issue 21 §5).
 
-Question: on a fresh store with default file sizes, what does putting one 1 KiB message into
-each of N queues (N/8 topics × 8 queues) cost — disk use (``du``), files, time — how long does
-reopening take until the first accepted put, and how long does writing topics.json take with
-1,000 / 5,000 / 20,000 topics?
+Question: side by side, on fresh stores, ``rocketstore serve`` and RocketMQ 4.9.7's Java broker
+(8 queues a topic, topics created through RocketMQ's admin API — UPDATE_AND_CREATE_TOPIC, what
+``mqadmin updateTopic`` sends — one message into each of 1,000 queues):
+
+* topic creation rate for the first 1,000, around 5,000 and around 20,000 topics;
+* the time to send the 1,000 one-message queues, the store on disk (``du``) and the broker's
+  open files (``/proc/PID/fd``, worker processes included) after it;
+* restart (SIGTERM, start again) to the first accepted send, with 5,000 topics, and the open
+  files after it;
+* send TPS of RocketMQ's benchmark Producer with 0 / 200 / 1,000 idle connections open.
+
+``--embedded`` measures the store in process instead (the numbers of round 3's first pass).
 
 Usage:
-  python benchmarks/bench_scale.py [--queues 1000] [--workdir /tmp] [--json out.json]
-Run it once with PYTHONPATH pointing at each source tree to compare.
+  ROCKETMQ_HOME=/work/rmq-java python benchmarks/bench_scale.py [--brokers ours,java]
+      [--topics 1000,5000,20000] [--queues 1000] [--idle 0,200,1000] [--seconds 12]
+      [--workdir /tmp] [--json out.json]
+  python benchmarks/bench_scale.py --embedded [--queues 1000]
+Without ROCKETMQ_HOME the Java broker is skipped with a note. Everything binds 127.0.0.1 and is
+stopped by PID.
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import shutil
+import socket
 import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from netutil import free_port, wait_port  # noqa: E402
+from bench_vs_java import child_pids, run_senders, stop  # noqa: E402
 
 from rocketstore import Message, MessageStore, StoreConfig
 
@@ -68,14 +88,239 @@ def topics_json(workdir: str) -> dict:
     return out
 
 
+# ---- brokers ----------------------------------------------------------------------------------------
+class Ours:
+    name = "rocketstore"
+
+    def __init__(self, workdir: str) -> None:
+        self.dir = os.path.join(workdir, "ours")
+        self.port, self.ns_port = free_port(), free_port()
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rocketstore.cli", "serve", "--store", self.dir, "--port",
+             str(self.port), "--namesrv-port", str(self.ns_port), "--json",
+             "--default-topic-queue-nums", "8", "-o", "mapped_file_size_commitlog=1073741824"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        ready = json.loads(self.proc.stdout.readline())
+        self.namesrv = ready["namesrv"]
+        self.addr = f"127.0.0.1:{self.port}"
+
+    def pids(self) -> list[int]:
+        return [self.proc.pid] + child_pids(self.proc.pid)
+
+    def stop_broker(self) -> None:
+        stop(self.proc)
+
+    start_broker = start
+    stop = stop_broker
+    store = property(lambda self: self.dir)
+
+
+class Java:
+    name = "java-4.9.7"
+
+    def __init__(self, workdir: str, home: str) -> None:
+        self.dir = os.path.join(workdir, "java")
+        os.makedirs(self.dir, exist_ok=True)
+        self.home = home
+        self.port, self.ns_port = free_port(), free_port()
+        self.env = {**os.environ, "HOME": self.dir, "NAMESRV_HEAP": "512m", "BROKER_HEAP": "2g"}
+        self.ns: subprocess.Popen | None = None
+        self.broker: subprocess.Popen | None = None
+        self.log = open(os.path.join(self.dir, "java.log"), "w")
+
+    def start(self) -> None:
+        ns_conf = os.path.join(self.dir, "namesrv.conf")
+        Path(ns_conf).write_text(f"listenPort={self.ns_port}\n")
+        self.ns = subprocess.Popen([f"{self.home}/namesrv", "-c", ns_conf], env=self.env,
+                                   stdout=self.log, stderr=subprocess.STDOUT)
+        wait_port(self.ns_port)
+        self.namesrv = f"127.0.0.1:{self.ns_port}"
+        self.addr = f"127.0.0.1:{self.port}"
+        self.start_broker()
+
+    def start_broker(self) -> None:
+        conf = os.path.join(self.dir, "broker.conf")
+        Path(conf).write_text("\n".join([
+            "brokerClusterName=DefaultCluster", "brokerName=broker-a", "brokerId=0",
+            "brokerRole=ASYNC_MASTER", "flushDiskType=ASYNC_FLUSH", f"listenPort={self.port}",
+            f"namesrvAddr={self.namesrv}", "brokerIP1=127.0.0.1",
+            f"storePathRootDir={self.dir}/store", f"storePathCommitLog={self.dir}/store/commitlog",
+            "autoCreateTopicEnable=true", "defaultTopicQueueNums=8", ""]))
+        self.broker = subprocess.Popen([f"{self.home}/broker", "-c", conf], env=self.env,
+                                       stdout=self.log, stderr=subprocess.STDOUT)
+        wait_port(self.port, 120)
+
+    def pids(self) -> list[int]:
+        return [self.broker.pid]
+
+    def stop_broker(self) -> None:
+        stop(self.broker)
+
+    def stop(self) -> None:
+        stop(self.broker)
+        stop(self.ns)
+
+    store = property(lambda self: os.path.join(self.dir, "store"))
+
+
+def open_files(pids: list[int]) -> int:
+    n = 0
+    for pid in pids:
+        try:
+            n += len(os.listdir(f"/proc/{pid}/fd"))
+        except OSError:
+            pass
+    return n
+
+
+def du_kib(path: str) -> int:
+    return int(subprocess.run(["du", "-sk", path], capture_output=True, text=True,
+                              check=True).stdout.split()[0])
+
+
+# ---- steps --------------------------------------------------------------------------------------------
+async def create_topics(addr: str, first: int, last: int) -> float:
+    """UPDATE_AND_CREATE_TOPIC for topics ``first..last-1`` straight to the broker, one after
+    another (``mqadmin updateTopic``'s request); returns topics per second."""
+    from rocketstore.client.admin import AsyncAdminClient
+    from rocketstore.remoting.codes import RequestCode
+    admin = AsyncAdminClient(broker=addr)
+    t0 = time.perf_counter()
+    try:
+        for i in range(first, last):
+            r = await admin.call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, {
+                "topic": f"Scale{i}", "defaultTopic": "TBW102", "readQueueNums": 8,
+                "writeQueueNums": 8, "perm": 6, "topicFilterType": "SINGLE_TAG",
+                "topicSysFlag": 0, "order": "false"})
+            if r.code != 0:
+                raise RuntimeError(f"create Scale{i}: {r.code} {r.remark}")
+    finally:
+        await admin.close()
+    return (last - first) / (time.perf_counter() - t0)
+
+
+async def send_one_per_queue(namesrv: str, queues: int) -> float:
+    """One 1 KiB message into each of ``queues`` queues (topics Scale0.., 8 queues each)."""
+    from rocketstore.client import AsyncProducer
+    p = AsyncProducer("scale-bench", namesrv)
+    t0 = time.perf_counter()
+    try:
+        for i in range(queues):
+            await p.send(f"Scale{i // 8}", b"x" * 1024, queue_id=i % 8)
+    finally:
+        await p.shutdown()
+    return time.perf_counter() - t0
+
+
+async def first_send(namesrv: str, t0: float, timeout: float = 120.0) -> float:
+    """Seconds from ``t0`` until a send is accepted (retrying every 50 ms)."""
+    from rocketstore.client import AsyncProducer
+    while time.perf_counter() - t0 < timeout:
+        p = AsyncProducer("scale-restart", namesrv, timeout_s=2.0, retries=0)
+        try:
+            await p.send("Scale0", b"y", queue_id=0)
+            return time.perf_counter() - t0
+        except Exception:  # noqa: BLE001 - not up yet: no route, refused, timeout
+            await asyncio.sleep(0.05)
+        finally:
+            try:
+                await p.shutdown()
+            except Exception:  # noqa: BLE001
+                pass
+    raise RuntimeError("no send accepted after restart")
+
+
+def idle_connections(port: int, n: int) -> list[socket.socket]:
+    return [socket.create_connection(("127.0.0.1", port)) for _ in range(n)]
+
+
+def run_broker(b, args, java_home: str | None, workdir: str) -> dict:
+    marks = sorted(int(x) for x in args.topics.split(","))
+    out: dict = {"broker": b.name, "load_avg_start": os.getloadavg()}
+    b.start()
+    try:
+        made, rates = 0, {}
+        for m in marks:
+            if m > 1000 and m - 1000 > made:  # up to the last thousand before the mark, unmeasured
+                asyncio.run(create_topics(b.addr, made, m - 1000))
+                made = m - 1000
+            rates[m] = round(asyncio.run(create_topics(b.addr, made, m)), 1)
+            made = m
+            if m == min(max(marks), 5000) or m == marks[0] and max(marks) < 5000:
+                out["topics_at_restart"] = made
+                out.update(queues_and_restart(b, args.queues))
+        out["topic_creation_per_s_last_1000_before"] = rates
+        time.sleep(1)
+        tps = {}
+        for n in (int(x) for x in args.idle.split(",")):
+            socks = idle_connections(b.port, n)
+            try:
+                time.sleep(1)
+                r = run_senders("java", b.namesrv, "ScaleTps", args.threads, args.seconds,
+                                java_home, workdir)
+                tps[n] = {"msgs_per_s": r.get("msgs_per_s"), "avg_ms": r.get("avg_ms"),
+                          "open_files": open_files(b.pids()), "load_avg": os.getloadavg()[0]}
+            finally:
+                for s in socks:
+                    s.close()
+        out["send_tps_by_idle_connections"] = tps
+    finally:
+        b.stop()
+    out["load_avg_end"] = os.getloadavg()
+    return out
+
+
+def queues_and_restart(b, queues: int) -> dict:
+    res: dict = {"send_one_per_queue_s": round(asyncio.run(send_one_per_queue(b.namesrv, queues)), 2)}
+    time.sleep(2)  # let flushes settle before counting
+    res["open_files_after_sends"] = open_files(b.pids())
+    res["du_kib"] = du_kib(b.store)
+    b.stop_broker()
+    t0 = time.perf_counter()
+    b.start_broker()
+    res["restart_to_first_send_s"] = round(asyncio.run(first_send(b.namesrv, t0)), 2)
+    time.sleep(2)
+    res["open_files_after_restart"] = open_files(b.pids())
+    return res
+
+
+def brokers_main(args) -> dict:
+    java_home = os.environ.get("ROCKETMQ_HOME")
+    result: dict = {"load_avg": os.getloadavg(), "runs": []}
+    for name in args.brokers.split(","):
+        if name == "java" and not (java_home and os.path.exists(f"{java_home}/broker")):
+            result["runs"].append({"broker": "java-4.9.7", "skipped": "ROCKETMQ_HOME not set"})
+            continue
+        workdir = tempfile.mkdtemp(prefix=f"scale-{name}-", dir=args.workdir)
+        try:
+            b = Java(workdir, java_home) if name == "java" else Ours(workdir)
+            result["runs"].append(run_broker(b, args, java_home, workdir))
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        print(json.dumps(result["runs"][-1]), file=sys.stderr)
+    return result
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--brokers", default="ours,java")
+    ap.add_argument("--topics", default="1000,5000,20000")
     ap.add_argument("--queues", type=int, default=1000)
+    ap.add_argument("--idle", default="0,200,1000")
+    ap.add_argument("--threads", type=int, default=16)
+    ap.add_argument("--seconds", type=float, default=12)
+    ap.add_argument("--embedded", action="store_true")
     ap.add_argument("--workdir", default=tempfile.gettempdir())
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    result = {"load_avg": os.getloadavg(), **queues(args.queues, args.workdir),
-              **topics_json(args.workdir)}
+    if args.embedded:
+        result = {"load_avg": os.getloadavg(), **queues(args.queues, args.workdir),
+                  **topics_json(args.workdir)}
+    else:
+        result = brokers_main(args)
     text = json.dumps(result, indent=1)
     if args.json:
         with open(args.json, "w") as fh:

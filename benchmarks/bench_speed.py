@@ -85,9 +85,36 @@ def parse_cell(c: str) -> tuple[bool, int, int]:
     return c[0] == "s", int(threads), int(clients or 1)
 
 
+def latency_client(java_home: str, workdir: str) -> str:
+    """Compile ``benchmarks/java/LatencyProducer.java`` once; its class directory."""
+    classes = os.path.join(workdir, "latency-classes")
+    if not os.path.exists(os.path.join(classes, "LatencyProducer.class")):
+        subprocess.run([os.path.join(java_home, "javac-rmq"), "-d", classes,
+                        str(ROOT / "benchmarks" / "java" / "LatencyProducer.java")],
+                       check=True, capture_output=True, timeout=300)
+    return classes
+
+
+def run_latency(namesrv: str, topic: str, threads: int, seconds: float, java_home: str,
+                workdir: str) -> dict:
+    """RocketMQ's own DefaultMQProducer timing every send (p50/p99 round trip)."""
+    env = {**os.environ, "HOME": workdir, "CP_EXTRA": latency_client(java_home, workdir),
+           "TOOLS_HEAP": "512m"}
+    r = subprocess.run([os.path.join(java_home, "java-run"), "LatencyProducer", namesrv, topic,
+                        str(threads), str(int(seconds)), "3"], env=env, capture_output=True,
+                       text=True, timeout=seconds + 120)
+    for line in reversed(r.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    return {"error": "LatencyProducer printed no result", "output": (r.stdout + r.stderr)[-500:]}
+
+
 def run_clients(namesrv: str, topic: str, threads: int, clients: int, seconds: float,
-                java_home: str | None, workdir: str) -> dict:
-    """RocketMQ's benchmark Producer: ``clients`` processes at once, ``threads`` in all."""
+                java_home: str | None, workdir: str, latency: bool = False) -> dict:
+    """RocketMQ's benchmark Producer: ``clients`` processes at once, ``threads`` in all
+    (``latency``: RocketMQ's DefaultMQProducer timing each send, one client)."""
+    if latency and java_home:
+        return run_latency(namesrv, topic, threads, seconds, java_home, workdir)
     if clients == 1:
         return run_senders("java", namesrv, topic, threads, seconds, java_home, workdir)
     from concurrent.futures import ThreadPoolExecutor
@@ -111,6 +138,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=12.0)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--latency", action="store_true",
+                    help="drive with benchmarks/java/LatencyProducer (p50/p99 round trips) "
+                         "instead of the benchmark Producer")
     args = ap.parse_args()
     java_home = os.environ.get("ROCKETMQ_HOME")
     names = args.brokers.split(",")
@@ -138,20 +168,29 @@ def main() -> None:
                         order = brokers[rep % len(brokers):] + brokers[:rep % len(brokers)]
                         for b in order:
                             load = os.getloadavg()[0]
-                            cpu0 = sum(proc_cpu_s(p) for p in b.pids)
+                            cpus0 = [proc_cpu_s(p) for p in b.pids]
+                            cpu0 = sum(cpus0)
                             t0 = time.monotonic()
                             r = run_clients(b.namesrv, f"Speed{threads}x{clients}", threads,
-                                            clients, args.seconds, java_home, workdir)
+                                            clients, args.seconds, java_home, workdir,
+                                            args.latency)
                             wall = time.monotonic() - t0
-                            cpu = sum(proc_cpu_s(p) for p in b.pids) - cpu0
+                            cpus = [proc_cpu_s(p) - c for p, c in zip(b.pids, cpus0)]
+                            cpu = sum(cpus)
                             row = {"broker": b.name, "flush": "SYNC" if sync else "ASYNC",
                                    "threads": threads, "clients": clients, "rep": rep, "load_1m": round(load, 2),
                                    "msgs_per_s": r.get("msgs_per_s"), "avg_ms": r.get("avg_ms"),
+                                   "p50_ms": r.get("p50_ms"), "p99_ms": r.get("p99_ms"),
                                    "max_ms": r.get("max_ms"), "failed": r.get("failed"),
                                    # broker CPU over the whole run / messages the run's rate
                                    # implies (the Producer reports rates, not counts)
                                    "server_us_per_msg": round(cpu / max(1, (r.get("msgs_per_s") or 0)
-                                                                        * wall) * 1e6, 1)}
+                                                                        * wall) * 1e6, 1),
+                                   # the same per process: the writer (or the one process)
+                                   # first, then each worker
+                                   "process_us_per_msg": [
+                                       round(c / max(1, (r.get("msgs_per_s") or 0) * wall) * 1e6, 1)
+                                       for c in cpus]}
                             runs.append(row)
                             print(json.dumps(row), file=sys.stderr, flush=True)
             finally:
@@ -173,6 +212,7 @@ def main() -> None:
             if rows:
                 cell[n] = {"msgs_per_s": statistics.median(r["msgs_per_s"] or 0 for r in rows),
                            "avg_ms": statistics.median(r["avg_ms"] or 0 for r in rows),
+                           "p99_ms": statistics.median(r["p99_ms"] or 0 for r in rows),
                            "server_us_per_msg": statistics.median(r["server_us_per_msg"] for r in rows),
                            "load_1m": [r["load_1m"] for r in rows]}
         if "java" in cell:

@@ -5,6 +5,9 @@ Question: how fast are put_message / put_messages / get_message and reput, next 
 (b) SQLite in WAL mode inserting the same rows (what a Python user would pick)?
 
 Run: .venv/bin/python benchmarks/bench_store.py [--messages N]
+     .venv/bin/python benchmarks/bench_store.py --put32-rounds 5 [--body-sizes 1024]
+         (only put_messages(32) against SQLite's per-32-row commit, interleaved: each round runs
+         both on the same rows, one after the other; prints every round and the median ratio)
 """
 from __future__ import annotations
 
@@ -12,12 +15,16 @@ import argparse
 import os
 import shutil
 import sqlite3
+import statistics
 import tempfile
 import threading
 import time
 
-from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore import Message, MessageStore, StoreConfig, _native
 from rocketstore.format.message import encode_message
+
+
+LAST_CPU: dict[str, float] = {}  # process CPU seconds of the last SQLite / store run
 
 
 def make_messages(n: int, body_size: int) -> list[Message]:
@@ -53,6 +60,7 @@ def bench_sqlite(msgs: list[Message], root: str, batch: int) -> float:
                " store_ts INT, body BLOB)")
     db.execute("CREATE INDEX m_q ON m(topic, queue_id, id)")
     rows = [(m.topic, m.queue_id, m.tags, " ".join(m.keys), 0, m.body) for m in msgs]
+    c0 = time.process_time()
     t0 = time.perf_counter()
     for i in range(0, len(rows), batch):
         db.execute("BEGIN")
@@ -60,6 +68,7 @@ def bench_sqlite(msgs: list[Message], root: str, batch: int) -> float:
                        rows[i:i + batch])
         db.execute("COMMIT")
     dt = time.perf_counter() - t0
+    LAST_CPU["sqlite"] = time.process_time() - c0
     db.close()
     return dt
 
@@ -80,6 +89,7 @@ def bench_store(msgs: list[Message], root: str, batch: int) -> tuple[float, floa
                 time.sleep(0.01)
         th = threading.Thread(target=sample)
         th.start()
+        c0 = time.process_time()
         t0 = time.perf_counter()
         if batch == 1:
             put = store.put_message
@@ -92,6 +102,7 @@ def bench_store(msgs: list[Message], root: str, batch: int) -> tuple[float, floa
         put_s = time.perf_counter() - t0
         store.wait_dispatched(120)
         reput_s = time.perf_counter() - t0
+        LAST_CPU["store"] = time.process_time() - c0  # every thread: puts and their reput
         done.set()
         th.join()
         t0 = time.perf_counter()
@@ -108,13 +119,47 @@ def bench_store(msgs: list[Message], root: str, batch: int) -> tuple[float, floa
         return put_s, reput_s, get_s, (max(lag) if lag else 0), got
 
 
+def put32_rounds(msgs: list[Message], root: str, rounds: int) -> None:
+    """put_messages(32) against SQLite WAL's per-32-row commit, interleaved, ``rounds`` times."""
+    n = len(msgs)
+    ratios = []
+    cpu_ratios = []
+    for r in range(rounds):
+        sq32 = bench_sqlite(msgs, root, 32)
+        put_s = bench_store(msgs, root, 32)[0]
+        ratios.append(sq32 / put_s)
+        sq_cpu, st_cpu = LAST_CPU["sqlite"] / n * 1e6, LAST_CPU["store"] / n * 1e6
+        cpu_ratios.append(sq_cpu / st_cpu)
+        print(f"round {r + 1}: sqlite(32) {n / sq32:>9,.0f} msg/s  put_messages(32) {n / put_s:>9,.0f} msg/s"
+              f"  ratio x{sq32 / put_s:.2f};  CPU per message: sqlite {sq_cpu:.1f} us, store "
+              f"{st_cpu:.1f} us (puts + reput), ratio x{sq_cpu / st_cpu:.2f}", flush=True)
+    print(f"median ratio put_messages(32) / sqlite(32): x{statistics.median(ratios):.2f} "
+          f"(min {min(ratios):.2f}, max {max(ratios):.2f}); by CPU per message: "
+          f"x{statistics.median(cpu_ratios):.2f} (min {min(cpu_ratios):.2f}, max {max(cpu_ratios):.2f})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=100_000)
+    ap.add_argument("--put32-rounds", type=int, default=0,
+                    help="only put_messages(32) vs SQLite(32), interleaved, this many rounds")
+    ap.add_argument("--body-sizes", default="1024,128")
     args = ap.parse_args()
+    sizes = [int(x) for x in args.body_sizes.split(",")]
+    import rocketstore.format.message  # noqa: F401 - so that the compiled twins are asked for
+    import rocketstore.store.put_path  # noqa: F401
+    print(f"compiled twins: {_native.active()}")
     root = tempfile.mkdtemp(prefix="rs-bench-")
+    if args.put32_rounds:
+        try:
+            for body_size in sizes:
+                print(f"\n== {args.messages} messages, {body_size}-byte bodies ==")
+                put32_rounds(make_messages(args.messages, body_size), root, args.put32_rounds)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        return
     try:
-        for body_size in (1024, 128):
+        for body_size in sizes:
             msgs = make_messages(args.messages, body_size)
             n = len(msgs)
             mb = n * body_size / 1e6

@@ -97,7 +97,9 @@ class OurBroker:
     name = "rocketstore"
 
     def __init__(self, workdir: str, sync: bool, workers: int | None = None) -> None:
-        self.dir = os.path.join(workdir, "ours")
+        self.dir = os.path.join(workdir, f"ours-{workers}" if workers else "ours")
+        if workers:
+            self.name = f"rocketstore:{workers}"
         self.sync = sync
         self.workers = workers  # serve --workers (None: the default, one per core)
         self.proc: subprocess.Popen | None = None
@@ -365,7 +367,7 @@ def bench_broker(broker, clients: list[str], senders: list[int], seconds: float,
     out: dict = {}
     broker.start()
     try:
-        for kind in clients:
+        for kind in (c for c in clients if c):
             for s in senders:
                 topic = f"Send_{kind}_{s}"
                 load = os.getloadavg()[0]
@@ -423,8 +425,9 @@ def main() -> None:
             if name == "java" and not java_home:
                 result["brokers"]["java-4.9.7"] = {"skipped": "ROCKETMQ_HOME not set"}
                 continue
-            broker = JavaBroker(workdir, args.sync, java_home) if name == "java" \
-                else OurBroker(workdir, args.sync)
+            kind, _, workers = name.partition(":")  # ours:N = serve --workers N
+            broker = JavaBroker(workdir, args.sync, java_home) if kind == "java" \
+                else OurBroker(workdir, args.sync, int(workers) if workers else None)
             result["brokers"][broker.name] = bench_broker(
                 broker, [c for c in clients if c != "java" or java_home], senders, args.seconds,
                 java_home, workdir, args.backlog)

@@ -61,6 +61,9 @@ class StoreConfig:
     # open without the lock and write nothing: files are mapped copy-on-write, recovery and
     # dispatch of a tail happen in memory only (``MessageStore.open_read_only``)
     read_only: bool = False
+    # descriptors (a descriptor and a mapping count one each) the process keeps for idle
+    # ConsumeQueue files; past it, those used longest ago are closed (``store.lazy_file``)
+    max_open_consume_queue_files: int = 256
     # RocketMQ 5's timer store (store/timer/): TIMER_DELIVER_MS / TIMER_DELAY_SEC / TIMER_DELAY_MS
     timer_wheel_enable: bool = True
     timer_precision_ms: int = 1000  # rounded down to 100, 200, 500 or 1000, as RocketMQ does
@@ -206,7 +209,8 @@ class StoreConfig:
 # flush settings are ``cfg.flush`` and a reader sees at once what belongs to which service.
 COMPONENTS: dict[str, tuple[str, ...]] = {
     "files": ("store_path_root_dir", "store_path_commit_log", "mapped_file_size_commitlog",
-              "mapped_file_size_consume_queue", "check_crc_on_recover", "read_only"),
+              "mapped_file_size_consume_queue", "check_crc_on_recover", "read_only",
+              "max_open_consume_queue_files"),
     "flush": ("flush_disk_type", "flush_interval_commitlog", "flush_commitlog_least_pages",
               "flush_commitlog_thorough_interval", "flush_interval_consume_queue",
               "flush_consume_queue_least_pages", "flush_consume_queue_thorough_interval",

@@ -31,6 +31,7 @@ def test_topics_file_shape_and_default_topic(tmp_path):
     m = TopicConfigManager(str(tmp_path), 4)
     assert m.get("TBW102") is not None
     m.create("Orders", 8)
+    m.persist()  # (a single create is journaled; the whole file is written by persist)
     data = json.loads((tmp_path / "topics.json").read_text())
     assert data["topicConfigTable"]["Orders"] == {
         "topicName": "Orders", "readQueueNums": 8, "writeQueueNums": 8, "perm": 6,

@@ -1,5 +1,6 @@
-"""The multi-process broker (``serve --workers N``, broker.conf ``serverWorkerProcesses``):
-worker processes own the client sockets and encode plain sends, one writer owns the store.
+"""The multi-process broker (``serve --workers N``, broker.conf ``serverWorkerProcesses``): N
+broker processes, N - 1 workers owning the client sockets and encoding plain sends, one writer
+owning the store (``--workers 3`` below: two workers).
 
 Every test runs real ``rocketstore serve`` processes and real clients on 127.0.0.1. What the
 workers wrote is checked against the store's files, decoded independently of the put path, and
@@ -87,7 +88,7 @@ def test_default_is_one_worker_per_core_and_one_means_one_process(tmp_path):
     srv = start_server(str(tmp_path / "a"))
     try:
         cores = os.cpu_count() or 1
-        expected = cores if cores > 1 else 0
+        expected = cores - 1  # one process per core: the writer and cores - 1 workers
         assert len(wait_for(lambda: len(workers_of(srv.proc.pid)) == expected
                             and workers_of(srv.proc.pid)) or []) == expected
         with Producer("PG", srv.namesrv) as p:
@@ -123,7 +124,7 @@ def _send_mix(namesrv: str, topic: str, n: int, producers: int = 3) -> list:
 
 
 def test_sends_and_pulls_through_two_workers(tmp_path):
-    srv = start_server(str(tmp_path / "store"), "--workers", "2",
+    srv = start_server(str(tmp_path / "store"), "--workers", "3",
                        "--message-delay-level", "1s 2s")
     try:
         assert len(wait_for(lambda: len(workers_of(srv.proc.pid)) == 2
@@ -166,7 +167,7 @@ def test_refusals_are_the_one_process_answers(tmp_path):
     conf = tmp_path / "broker.conf"
     conf.write_text("autoCreateTopicEnable=false\n")
     answers = []
-    for workers in ("1", "2"):
+    for workers in ("1", "3"):
         srv = start_server(str(tmp_path / f"s{workers}"), "--workers", workers, "--config",
                            str(conf))
         try:
@@ -197,10 +198,10 @@ def _fields(m) -> tuple:
 
 
 def test_worker_records_equal_one_process_records(tmp_path):
-    """The same sends through --workers 1 and --workers 2: the CommitLog records agree in
+    """The same sends through --workers 1 and --workers 3 (two worker processes): the CommitLog records agree in
     every field but the times, the client's port and the generated UNIQ_KEY."""
     stores = []
-    for workers in ("1", "2"):
+    for workers in ("1", "3"):
         store = str(tmp_path / f"s{workers}")
         port = free_port()
         srv = start_server(store, "--workers", workers, "--port", str(port),
@@ -273,7 +274,7 @@ def _metric(port: int, name: str) -> float:
 def test_sigkill_of_a_worker_loses_only_its_connections(tmp_path):
     store = str(tmp_path / "store")
     mport = free_port()
-    srv = start_server(store, "--workers", "2", "--metrics-port", str(mport))
+    srv = start_server(store, "--workers", "3", "--metrics-port", str(mport))
     try:
         assert _metric(mport, "rocketstore_worker_processes") == 2
         assert _metric(mport, "rocketstore_worker_restarts_total") == 0
@@ -300,7 +301,7 @@ def test_sigkill_of_a_worker_loses_only_its_connections(tmp_path):
 def test_sigkill_of_the_writer_stops_the_workers_and_recovers(tmp_path):
     store = str(tmp_path / "store")
     port = free_port()
-    srv = start_server(store, "--workers", "2", "--port", str(port))
+    srv = start_server(store, "--workers", "3", "--port", str(port))
     try:
         kids = wait_for(lambda: len(workers_of(srv.proc.pid)) == 2 and workers_of(srv.proc.pid))
         with Load(srv.namesrv, "KillWriter") as load:
@@ -318,7 +319,7 @@ def test_sigkill_of_the_writer_stops_the_workers_and_recovers(tmp_path):
     with socket.socket() as s:  # the port is free again for the restarted broker
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", port))
-    srv2 = start_server(store, "--workers", "2", "--port", str(port))
+    srv2 = start_server(store, "--workers", "3", "--port", str(port))
     try:
         with Producer("PG", srv2.namesrv) as p:
             assert p.send("KillWriter", b"after").status == "SEND_OK"
@@ -341,7 +342,7 @@ def _state(pid: int) -> str:
 def test_bad_and_stalled_frames_close_only_that_connection(tmp_path):
     conf = tmp_path / "broker.conf"
     conf.write_text("serverFrameReadTimeoutSeconds=1\nserverChannelMaxIdleTimeSeconds=2\n")
-    srv = start_server(str(tmp_path / "store"), "--workers", "2", "--config", str(conf))
+    srv = start_server(str(tmp_path / "store"), "--workers", "3", "--config", str(conf))
     host, port = srv.broker.rsplit(":", 1)
     try:
         with Producer("PG", srv.namesrv) as p:
@@ -371,7 +372,7 @@ def test_bad_and_stalled_frames_close_only_that_connection(tmp_path):
 def test_sync_flush_through_workers(tmp_path):
     """SYNC_FLUSH: a worker's send is answered after the group commit that covers it."""
     store = str(tmp_path / "store")
-    srv = start_server(store, "--workers", "2", "-o", "flush_disk_type=SYNC_FLUSH")
+    srv = start_server(store, "--workers", "3", "-o", "flush_disk_type=SYNC_FLUSH")
     try:
         with Load(srv.namesrv, "SyncW", threads=6) as load:
             assert wait_for(lambda: load.count() > 300, timeout=40)
@@ -420,7 +421,7 @@ def test_java_producer_kill_points(tmp_path, victim):
     _java_home()  # skips before anything starts
     store = str(tmp_path / "store")
     port, ns_port = free_port(), free_port()
-    args = ("--workers", "2", "--port", str(port))
+    args = ("--workers", "3", "--port", str(port))
     srv = start_server(store, *args, namesrv_port=ns_port)
     srv2 = proc = None
     try:

@@ -99,11 +99,13 @@ def _put(store, seq: int):
 
 
 def dispatch_scenario(mnt: str) -> None:
-    """The disk fills while the CommitLog segment still has room: appends succeed, dispatch
-    cannot create the next ConsumeQueue file, pauses, and resumes once space is back."""
+    """The disk fills while the CommitLog segment still has room (the blocks allocated ahead of
+    its write position): appends succeed, dispatch cannot allocate the next ConsumeQueue file
+    (the first holds 20 units, full before the disk fills), pauses, and resumes once space is
+    back."""
     root = os.path.join(mnt, "store")
     out: dict = {"statuses": {}}
-    store = MessageStore(cfg(root).replace(mapped_file_size_consume_queue=800))
+    store = MessageStore(cfg(root).replace(mapped_file_size_consume_queue=400))
     acked = []
     for seq in range(20):
         r = _put(store, seq)
@@ -133,7 +135,7 @@ def dispatch_scenario(mnt: str) -> None:
     store.wait_dispatched(10)
     out["query_after_free"] = len(store.query_message("Full", f"k{acked[-2][0]}").messages)
     store.shutdown()
-    store = MessageStore(cfg(root).replace(mapped_file_size_consume_queue=800))
+    store = MessageStore(cfg(root).replace(mapped_file_size_consume_queue=400))
     out["readable_after_reopen"] = _check(store, acked)
     store.shutdown()
     print(json.dumps(out))

@@ -1,12 +1,12 @@
-"""The compiled batch decoder loops (``format/_speedups.pyx``) against their pure-Python twins.
+"""The compiled record encoder (``format/_speedups.pyx``) against its pure-Python twin.
 
-Every compiled function must return what the pure function in ``format/batch.py`` (the
-specification) returns, and raise the same exception type, over inputs hypothesis draws: whole
-CommitLog segments with IPv4/IPv6 hosts, blank records and zeros, cut anywhere and with bytes
-overwritten; strings with invalid UTF-8, raw 0xFF bytes and surrogates; properties strings with
-repeated, empty and separator-only entries; ranges outside the buffer. A whole
-``decode_records`` call is compared with each path bound in turn. Skipped, visibly, where the
-compiled module was not built or ``ROCKETSTORE_PURE_PYTHON`` is set.
+Every compiled function must return what the pure function in ``format/message.py`` returns —
+the same record bytes, the same ``EncodedMessage`` fields — and raise the same exception type for
+the same input, over messages hypothesis draws: IPv4 and IPv6 hosts, empty and large bodies,
+unicode and illegal properties, fields at and beyond their limits, odd types. The pure functions
+are the specification; each record is also decoded again (``decode_message``) and compared with
+the message it came from. Skipped, visibly, where the compiled module was not built or
+``ROCKETSTORE_PURE_PYTHON`` is set.
 """
 from __future__ import annotations
 
@@ -15,207 +15,275 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rocketstore import _native
-from rocketstore.format import batch as fb
-from rocketstore.format.message import (SCHEDULE_TOPIC, Message, encode_blank, encode_message,
-                                        patch_record)
+from rocketstore.format import message as M
+from rocketstore.format.message import EncodedMessage, Message
+from rocketstore.format.record import MAX_PROPERTIES_LENGTH
 
 if _native.PURE_PYTHON:
-    pytest.skip("ROCKETSTORE_PURE_PYTHON is set: the compiled decoder is not loaded",
+    pytest.skip("ROCKETSTORE_PURE_PYTHON is set: the compiled encoder is not loaded",
                 allow_module_level=True)
 try:
     from rocketstore.format import _speedups as fast
 except ImportError as exc:  # a build without a C compiler
-    pytest.skip(f"the compiled decoder is not built ({exc})", allow_module_level=True)
-
-TWINS = {"scan_boundaries": "scan_boundaries_py", "_decode_topics": "_decode_topics_py",
-         "_gather_strings": "_gather_strings_py", "_tags_codes": "_tags_codes_py",
-         "extract_property": "extract_property_py"}
+    pytest.skip(f"the compiled encoder is not built ({exc})", allow_module_level=True)
 
 
-def test_batch_uses_the_compiled_functions():
-    for name in TWINS:
-        assert getattr(fb, name) is getattr(fast, name), name
+def test_module_uses_the_compiled_functions():
+    assert M.encode_message is fast.encode_message
+    assert M.encode_properties is fast.encode_properties
+    assert M.create_message_ids is fast.create_message_ids
+    assert M.encode_batch is fast.encode_batch
     assert _native.active()["rocketstore.format._speedups"] is True
+    from rocketstore.store import put_path
+    assert put_path.encode_batch is fast.encode_batch
 
 
-def test_pure_python_variable_loads_no_compiled_decoder():
-    code = ("from rocketstore.format import batch as fb; from rocketstore import _native;"
-            "print(all(getattr(fb, n) is getattr(fb, p) for n, p in %r.items()),"
-            " _native.active()['rocketstore.format._speedups'])" % TWINS)
+def test_pure_python_variable_loads_no_compiled_encoder():
+    code = ("from rocketstore.format import message as M; from rocketstore.store import commitlog;"
+            " from rocketstore import _native;"
+            "print(M.encode_message is M.encode_message_py, M.encode_batch is M.encode_batch_py,"
+            " commitlog.write_records is commitlog.write_records_py,"
+            " _native.active().get('rocketstore.format._speedups'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "ROCKETSTORE_PURE_PYTHON": "1"}).stdout
-    assert out.strip() == "True False"
+    assert out.strip() == "True True True False"
 
 
-def plain(v):
-    if isinstance(v, np.ndarray):
-        return ("array", str(v.dtype), v.tolist())
-    if isinstance(v, tuple):
-        return tuple(plain(x) for x in v)
-    if isinstance(v, list):
-        return [plain(x) for x in v]
-    return v
-
-
-def outcome(fn, *args):
-    """(kind, value): the result, or the exception type."""
+def outcome(fn, *args, **kwargs):
+    """(kind, value): the result as plain values, or the exception type."""
     try:
-        return ("ok", plain(fn(*args)))
-    except Exception as exc:  # the comparison is over types
+        r = fn(*args, **kwargs)
+    except Exception as exc:  # the comparison is over types; wording comes from the pure path
         return ("raise", type(exc))
+    return ("ok", _plain(r))
 
 
-host = st.sampled_from([("127.0.0.1:1", "10.0.0.1:2"), ("[::1]:3", "127.0.0.1:4"),
-                        ("1.2.3.4:5", "[2001:db8::1]:6")])
-msg = st.builds(Message, topic=st.sampled_from(["A", "Bb", "日志主题", "T" * 127, SCHEDULE_TOPIC]),
-                body=st.binary(max_size=80),
-                tags=st.one_of(st.none(), st.sampled_from(["TagA", "x", "标签"])),
-                keys=st.one_of(st.none(), st.lists(st.sampled_from(["k1", "k2", "键"]), max_size=3)),
-                properties=st.dictionaries(st.sampled_from(["a", "DELAY", "TAGS2", "ü"]),
-                                           st.sampled_from(["1", "3", "v", "x y", "99"]),
-                                           max_size=2),
-                queue_id=st.integers(0, 7))
+def _plain(r):
+    if isinstance(r, EncodedMessage):
+        return (type(r).__name__, bytes(r.data), r.store_ts_pos, r.topic, r.queue_id, r.sys_flag,
+                dict(r.properties))
+    if isinstance(r, (list, tuple)):
+        return type(r).__name__, [_plain(x) for x in r]
+    return r
 
 
-def segment(items, blank: bool, zeros: int) -> bytes:
-    buf = bytearray()
-    for i, (m, (born, store)) in enumerate(items):
-        enc = encode_message(m, m.all_properties(), born_timestamp=i, born_host=born,
-                             store_host=store, max_body_size=1 << 20)
-        data = bytearray(enc.data)
-        patch_record(data, 0, enc.store_ts_pos, i, len(buf), 5000 + i)
-        buf += data
-    if blank:
-        at = len(buf)
-        buf += bytes(64)
-        encode_blank(buf, at, 64)
-    return bytes(buf + bytes(zeros))
+texts = st.text(max_size=10) | st.sampled_from(
+    ["", "a\x01b", "a\x02b", "\x01", "ü€😀", "\ud800", "TagA", "k1 k2", " "])
+names = texts | st.sampled_from(["KEYS", "TAGS", "UNIQ_KEY", "WAIT", "DELAY", "TIMER_DELAY_SEC",
+                                 "TIMER_OUT_MS", "TIMER_DELIVER_MS", "TIMER_DELAY_MS"])
+values = texts | st.none() | st.sampled_from(["false", "0", "3", 7, b"x"])
+hosts = st.sampled_from([
+    "127.0.0.1:10911", "10.1.2.3:1", "[::1]:10911", "::1:9876", "[fe80::1:2]:0",
+    "[::ffff:1.2.3.4]:5", "255.255.255.255:2147483647", " 1.2.3.4:5 ",
+    "nohost", "1.2.3.4:-1", "1.2.3.4:2147483648", "1.2.3.4", "", 5, None])
+ok_hosts = st.sampled_from(["127.0.0.1:10911", "[::1]:10911", "192.168.0.9:7", "[2001:db8::7]:1"])
+i32 = st.integers(-(1 << 31), (1 << 31) - 1)
+i64 = st.integers(-(1 << 63), (1 << 63) - 1)
 
 
-segments = st.builds(segment, st.lists(st.tuples(msg, host), max_size=12), st.booleans(),
-                     st.integers(0, 16))
-flips = st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 255)), max_size=3)
+def wide(base, lo_hi):
+    """``base`` mostly; sometimes just outside the field, a bool, a float or None."""
+    lo, hi = lo_hi
+    return base | st.sampled_from([lo - 1, hi + 1, 1 << 70, True, 1.0, None, "1"])
 
 
-def damaged(seg: bytes, cut: int, changes) -> bytes:
-    out = bytearray(seg[:cut] if cut < len(seg) else seg)
-    for pos, value in changes:
-        if out:
-            out[pos % len(out)] = value
-    return bytes(out)
+bodies = (st.binary(max_size=40) | st.just(b"") | st.binary(min_size=200, max_size=300)
+          | st.binary(max_size=8).map(bytearray) | st.binary(max_size=8).map(memoryview)
+          | st.sampled_from(["text", None, 12]))
+topics = (st.text(min_size=1, max_size=12) | st.sampled_from(
+    ["", "T" * 127, "T" * 128, "é" * 64, "é" * 63, "BenchTopic", "rmq_sys_wheel_timer",
+     "SCHEDULE_TOPIC_XXXX", 7, None]))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seg=segments, cut=st.integers(0, 4000), changes=flips, start=st.integers(-2, 300),
-       stop=st.integers(-2, 4100), limit=st.none() | st.integers(-1, 6))
-def test_walk_matches(seg, cut, changes, start, stop, limit):
-    for data in (seg, damaged(seg, cut, changes)):
-        for args in ((0, len(data), limit), (start % (len(data) + 1), len(data), None),
-                     (0, stop, limit), (start, stop, limit)):
-            for buf in (data, bytearray(data), memoryview(data)):
-                assert outcome(fast.scan_boundaries, buf, *args) == \
-                    outcome(fb.scan_boundaries_py, buf, *args), args
+@st.composite
+def messages(draw, simple: bool = False) -> Message:
+    if simple:  # a legal message: what put paths see nearly always
+        return Message(topic=draw(st.sampled_from(["T", "BenchTopic", "é-topic"])),
+                       body=draw(st.binary(max_size=64)),
+                       tags=draw(st.none() | st.sampled_from(["TagA", "é"])),
+                       keys=draw(st.none() | st.lists(st.sampled_from(["k1", "k2", "é"]), max_size=3)),
+                       properties=draw(st.none() | st.dictionaries(
+                           st.sampled_from(["a", "bb", "ü"]), st.text(
+                               st.characters(blacklist_categories=("Cs",),
+                                             blacklist_characters="\x01\x02"),
+                               min_size=1, max_size=5), max_size=2)),
+                       queue_id=draw(st.integers(0, 7)), flag=draw(i32),
+                       born_timestamp=draw(st.none() | st.integers(0, 1 << 42)))
+    return Message(
+        topic=draw(topics), body=draw(bodies),
+        tags=draw(st.none() | texts | st.just(5)),
+        keys=draw(st.none() | texts | st.lists(texts, max_size=3) | st.tuples(texts)
+                  | st.lists(st.just(1), min_size=1, max_size=1)),
+        properties=draw(st.none() | st.dictionaries(names, values, max_size=4)),
+        queue_id=draw(wide(st.integers(0, (1 << 31) - 1), (0, (1 << 31) - 1))),
+        flag=draw(wide(i32, (-(1 << 31), (1 << 31) - 1))),
+        sys_flag=draw(wide(st.integers(0, 0xFF) | i32, (-(1 << 31), (1 << 31) - 1))),
+        born_timestamp=draw(st.none() | wide(i64, (-(1 << 63), (1 << 63) - 1))),
+        born_host=draw(st.none() | hosts), store_host=draw(st.none() | hosts),
+        reconsume_times=draw(wide(i32, (-(1 << 31), (1 << 31) - 1))),
+        prepared_transaction_offset=draw(wide(i64, (-(1 << 63), (1 << 63) - 1))))
 
 
-@pytest.mark.parametrize("args", [(b"", 0, 0), (b"abc", 0, 3), (b"\0" * 8, 0, 8), ("text", 0, 4),
-                                  (b"\0" * 16, 0.0, 8), (b"\0" * 16, 0, 8, 1.5), (None, 0, 0)])
-def test_walk_matches_on_odd_arguments(args):
-    assert outcome(fast.scan_boundaries, *args) == outcome(fb.scan_boundaries_py, *args)
+def _props_of(msg: Message) -> object:
+    try:
+        return msg.all_properties()
+    except Exception:  # an odd KEYS list: the encoder's own props then
+        return {"a": "b"}
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seg=segments, cut=st.integers(0, 4000), changes=flips, crc=st.booleans())
-def test_whole_decode_matches(seg, cut, changes, crc):
-    """``decode_records`` with every twin compiled, then every twin pure: equal columns."""
-    def run(data, compiled):
-        saved = {n: getattr(fb, n) for n in TWINS}
-        for n, p in TWINS.items():
-            setattr(fb, n, getattr(fast, n) if compiled else getattr(fb, p))
-        try:
-            r = fb.decode_records(data, check_crc=crc)
-            return {k: plain(v) for k, v in dataclasses.asdict(r).items()}
-        except Exception as exc:  # the comparison is over types
-            return type(exc)
-        finally:
-            for n, f in saved.items():
-                setattr(fb, n, f)
-
-    for data in (seg, damaged(seg, cut, changes)):
-        assert run(data, True) == run(data, False)
-
-
-utf8ish = st.binary(max_size=40) | st.text(max_size=12).map(lambda s: s.encode()) | st.sampled_from(
-    [b"\xff", b"a\xffb", b"\xed\xa0\x80", b"\xc3", b"\xc3(", b"\xe2\x82", b"\xf0\x9f\x98\x80",
-     b"\x80abc", b"\xc0\xaf"])
-
-
-@settings(max_examples=400, deadline=None)
-@given(pieces=st.lists(utf8ish, max_size=8), gap=st.binary(max_size=3), extra=st.integers(-3, 3))
-def test_strings_match(pieces, gap, extra):
-    data = bytearray()
-    starts, lengths = [], []
-    for p in pieces:
-        data += gap
-        starts.append(len(data))
-        lengths.append(len(p))
-        data += p
-    arr = np.frombuffer(bytes(data), dtype=np.uint8)
-    st_a, ln_a = np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
-    assert outcome(fast._gather_strings, arr, st_a, ln_a) == \
-        outcome(fb._gather_strings_py, arr, st_a, ln_a)
-    assert outcome(fast._decode_topics, bytes(data), st_a, ln_a) == \
-        outcome(fb._decode_topics_py, bytes(data), st_a, ln_a)
-    if pieces:  # lengths reaching past the buffer: the pure function decides
-        ln_b = ln_a.copy()
-        ln_b[-1] += extra
-        for fn, pure, buf in ((fast._gather_strings, fb._gather_strings_py, arr),
-                              (fast._decode_topics, fb._decode_topics_py, bytes(data))):
-            got, want = outcome(fn, buf, st_a, ln_b), outcome(pure, buf, st_a, ln_b)
-            assert got == want, (got, want)
-
-
-names = st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "T", "", "TAGS\x01"])
-values = st.sampled_from(["", "TagA", "a b", "x\x01y", "标签", "1", "18", "-1", "abc"])
-entries = st.lists(st.tuples(names, values), max_size=5)
-
-
-def props_string(es, trail: bool) -> str:
-    s = "\x02".join(f"{k}\x01{v}" for k, v in es)
-    return s + "\x02" if trail and s else s
-
-
-raw_props = st.builds(props_string, entries, st.booleans()) | st.lists(
-    st.sampled_from(["\x01", "\x02", "TAGS", "A", "ü", ""]), max_size=10).map("".join)
-
-
-@settings(max_examples=400, deadline=None)
-@given(raws=st.lists(raw_props, max_size=8), name=names)
-def test_extract_property_matches(raws, name):
-    assert outcome(fast.extract_property, raws, name) == outcome(fb.extract_property_py, raws, name)
-    assert outcome(fast.extract_property, tuple(raws), name) == \
-        outcome(fb.extract_property_py, tuple(raws), name)
-
-
-@pytest.mark.parametrize("make", [lambda: ([None], "TAGS"), lambda: (["a\x01b"], None),
-                                  lambda: ((s for s in ["TAGS\x01x"]), "TAGS"),
-                                  lambda: ("TAGS\x01x", "TAGS"), lambda: ([b"TAGS\x01x"], "TAGS")])
-def test_extract_property_matches_on_odd_arguments(make):
-    assert outcome(fast.extract_property, *make()) == outcome(fb.extract_property_py, *make())
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(msg=messages() | messages(simple=True), born=hosts | ok_hosts, store=hosts | ok_hosts, born_ts=wide(i64, (-(1 << 63), (1 << 63) - 1)),
+       max_body=st.sampled_from([0, 16, 250, 1 << 22]))
+def test_encode_message_matches(msg, born, store, born_ts, max_body):
+    props = _props_of(msg)
+    kw = dict(born_timestamp=born_ts, born_host=born, store_host=store, max_body_size=max_body)
+    got = outcome(fast.encode_message, msg, props, **kw)
+    assert got == outcome(M.encode_message_py, msg, props, **kw)
+    if got[0] == "ok":
+        rec = fast.encode_message(msg, props, **kw)
+        data = bytearray(rec.data)
+        M.patch_record(data, 0, rec.store_ts_pos, 5, 1234, 99)
+        back = M.decode_message(bytes(data), 0, check_crc=True)
+        assert (back.topic, bytes(back.body), back.queue_id, back.store_timestamp) == \
+            (msg.topic, bytes(msg.body), msg.queue_id, 99)
+        assert back.born_host == M.format_host(*M.parse_host(born)[:2])
+        assert back.store_host == M.format_host(*M.parse_host(store)[:2])
+        assert back.properties == {k: v for k, v in props.items() if v is not None}
 
 
 @settings(max_examples=300, deadline=None)
-@given(rows=st.lists(st.tuples(st.sampled_from(["A", SCHEDULE_TOPIC, "B"]), raw_props,
-                               st.integers(0, 1 << 42)), max_size=8),
-       delays=st.none() | st.just((1000, 5000, 10000)))
-def test_tags_codes_match(rows, delays):
-    topics = [t for t, _, _ in rows]
-    props = [p for _, p, _ in rows]
-    ts = np.asarray([x for _, _, x in rows], dtype=np.int64)
-    assert outcome(fast._tags_codes, topics, props, ts, delays) == \
-        outcome(fb._tags_codes_py, topics, props, ts, delays)
+@given(props=st.dictionaries(names, values, max_size=5), kind=st.sampled_from(["dict", "items"]))
+def test_encode_properties_matches(props, kind):
+    if kind == "items":  # a Mapping that is not a dict: the pure path
+        from types import MappingProxyType
+        props = MappingProxyType(props)
+    assert outcome(fast.encode_properties, props) == outcome(M.encode_properties_py, props)
+
+
+@pytest.mark.parametrize("extra", [-1, 0, 1, 2])
+@pytest.mark.parametrize("host", ["127.0.0.1:10911", "[::1]:10911"])
+def test_properties_and_body_at_their_limits(extra, host):
+    """A properties string of exactly 32767 bytes is stored, one byte more is refused; a body of
+    max_body_size bytes is stored, one more is refused — the same on both paths."""
+    key = "K"
+    target = MAX_PROPERTIES_LENGTH - 3 + extra  # "K" \x01 value \x02
+    props = {key: "é" * (target // 2) + "x" * (target % 2)}
+    plen = len(M.encode_properties_py(props))
+    assert plen == MAX_PROPERTIES_LENGTH + extra
+    body = os.urandom(100)
+    for max_body in (99, 100):
+        msg = Message(topic="T", body=body)
+        kw = dict(born_timestamp=1, born_host=host, store_host=host, max_body_size=max_body)
+        got = outcome(fast.encode_message, msg, props, **kw)
+        assert got == outcome(M.encode_message_py, msg, props, **kw)
+        want_ok = plen <= MAX_PROPERTIES_LENGTH and max_body >= 100
+        assert (got[0] == "ok") == want_ok
+        if not want_ok:
+            with pytest.raises(M.MessageTooLarge if max_body < 100 else M.PropertiesTooLarge):
+                fast.encode_message(msg, props, **kw)
+
+
+def test_v6_hosts_set_the_sys_flags_and_widen_the_record():
+    msg = Message(topic="T", body=b"abc", sys_flag=0x30 | 0x4)
+    for born, store, flags, size in (("1.2.3.4:1", "1.2.3.4:2", 0x4, 0),
+                                     ("[::1]:1", "1.2.3.4:2", 0x14, 12),
+                                     ("1.2.3.4:1", "[::2]:2", 0x24, 12),
+                                     ("[::1]:1", "[::2]:2", 0x34, 24)):
+        kw = dict(born_timestamp=7, born_host=born, store_host=store, max_body_size=10)
+        rec = fast.encode_message(msg, {}, **kw)
+        assert rec.sys_flag == flags
+        assert len(rec.data) == M.record_length(3, 1, 0) + size
+        assert _plain(rec) == _plain(M.encode_message_py(msg, {}, **kw))
+
+
+@settings(max_examples=200, deadline=None)
+@given(host=hosts, first=st.integers(-(1 << 64), 1 << 64) | st.integers(0, 1 << 40),
+       sizes=st.lists(st.integers(0, 1 << 20) | st.sampled_from([-1, 1 << 50, 1.5, None]),
+                      max_size=6))
+def test_create_message_ids_matches(host, first, sizes):
+    assert outcome(fast.create_message_ids, host, first, sizes) == \
+        outcome(M.create_message_ids_py, host, first, sizes)
+
+
+def test_message_ids_reference_values():
+    """Offset msgIds as RocketMQ writes them: ip | port | offset, upper-case hex."""
+    assert fast.create_message_ids("10.0.0.1:10911", 0, [100, 28]) == [
+        "0A00000100002A9F0000000000000000", "0A00000100002A9F0000000000000064"]
+    assert fast.create_message_ids("[::1]:1", 255, [1]) == [
+        "00000000000000000000000000000001" "00000001" "00000000000000FF"]
+
+
+batch_kw = st.fixed_dictionaries({
+    "now": wide(st.integers(0, 1 << 42), (-(1 << 63), (1 << 63) - 1)),
+    "default_host": hosts, "max_body_size": st.sampled_from([0, 16, 1 << 22]),
+    "generate_uniq_key": st.just(False)})
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(msgs=st.lists(messages(), min_size=1, max_size=4) | st.lists(messages(simple=True),
+                                                                    min_size=1, max_size=6),
+       kw=batch_kw)
+def test_encode_batch_matches(msgs, kw):
+    assert outcome(fast.encode_batch, msgs, **kw) == outcome(M.encode_batch_py, msgs, **kw)
+
+
+@settings(max_examples=100, deadline=None)
+@given(msgs=st.lists(messages(simple=True), min_size=1, max_size=6),
+       own=st.lists(st.booleans(), min_size=6, max_size=6))
+def test_encode_batch_generates_uniq_keys_for_messages_without_one(msgs, own):
+    """With ``generate_uniq_key`` each message without UNIQ_KEY gets a fresh one (distinct, in
+    ``UniqKeyGenerator``'s 32-hex-digit form); one that has its own keeps it — on both paths,
+    whose records then differ only in those fresh keys."""
+    for m, mine in zip(msgs, own):
+        if mine:
+            m.properties = {**(m.properties or {}), "UNIQ_KEY": "MY" + m.topic}
+    kw = dict(now=5, default_host="127.0.0.1:10911", max_body_size=1 << 20, generate_uniq_key=True)
+    got_fast, wait_fast = fast.encode_batch(msgs, **kw)
+    got_pure, wait_pure = M.encode_batch_py(msgs, **kw)
+    assert wait_fast == wait_pure
+    fresh = []
+    for m, a, b in zip(msgs, got_fast, got_pure):
+        ka, kb = a.properties["UNIQ_KEY"], b.properties["UNIQ_KEY"]
+        if (m.properties or {}).get("UNIQ_KEY"):
+            assert ka == kb == m.properties["UNIQ_KEY"]
+            assert a.data == b.data
+        else:
+            assert len(ka) == len(kb) == 32 and int(ka, 16) >= 0 and ka != kb
+            fresh += [ka, kb]
+            born = m.born_timestamp if m.born_timestamp is not None else 5
+            same = M.encode_message_py(m, {**a.properties}, born_timestamp=born,
+                                       born_host="127.0.0.1:10911",
+                                       store_host="127.0.0.1:10911", max_body_size=1 << 20)
+            assert same.data == a.data
+    assert len(set(fresh)) == len(fresh)
+
+
+@pytest.mark.parametrize("props,error", [
+    ({"DELAY": "3"}, "a batch cannot be delayed"),
+    ({"DELAY": "0"}, None),
+    ({"TIMER_DELAY_SEC": "5"}, "a batch cannot carry timer properties"),
+    ({"TIMER_DELIVER_MS": "5", "TIMER_OUT_MS": "1"}, None),
+    ({"WAIT": "false"}, None),
+])
+def test_encode_batch_refusals_and_wait(props, error):
+    msgs = [Message("T", b"x"), Message("T", b"y", properties=props)]
+    kw = dict(now=1, default_host="127.0.0.1:1", max_body_size=10, generate_uniq_key=False)
+    for fn in (fast.encode_batch, M.encode_batch_py):
+        if error:
+            with pytest.raises(M.BatchRefused, match=error):
+                fn(msgs, **kw)
+        else:
+            recs, wait = fn(msgs, **kw)
+            assert len(recs) == 2 and wait == (props.get("WAIT") != "false")
+
+
+def test_encoded_message_fields_are_plain_values():
+    msg = Message(topic="T", body=b"body", tags="TagA", keys=["a", "b"], queue_id=3)
+    rec = fast.encode_message(msg, msg.all_properties(), born_timestamp=1,
+                              born_host="1.2.3.4:5", store_host="[::1]:6", max_body_size=10)
+    assert dataclasses.astuple(rec)[1:] == (56, "T", 3, 0x20, {"TAGS": "TagA", "KEYS": "a b"})

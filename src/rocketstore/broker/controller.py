@@ -259,7 +259,9 @@ class Broker:
         from .workers.pool import WorkerPool
 
         observe = self.put_observers[0] if self.put_observers else None
-        self.workers = WorkerPool(broker_srv, self.contexts["send"], self.config.worker_processes,
+        # N broker processes: this one (the writer) and N - 1 protocol workers
+        self.workers = WorkerPool(broker_srv, self.contexts["send"],
+                                  self.config.worker_processes - 1,
                                   self.config.server_frame_read_timeout_s, observe)
         port = self.workers.bind(self.config.host, self.config.port)
         broker_srv.start_without_socket(port)

@@ -59,8 +59,9 @@ def _bool(v: str) -> bool:
 
 # broker.conf keys the broker itself reads (the store's keys go to StoreConfig)
 def _worker_count(option: int | None, conf: str | None) -> int:
-    """``--workers`` / ``serverWorkerProcesses`` (the command line wins): the number of protocol
-    worker processes (docs/DESIGN.md, "Speed"); by default one per core; 1 = one process."""
+    """``--workers`` / ``serverWorkerProcesses`` (the command line wins): the number of broker
+    processes — the writer and N - 1 protocol workers (docs/DESIGN.md, "Speed"); by default one
+    per core; 1 = one process, as before."""
     where, value = ("--workers", option) if option is not None else ("--config", conf)
     if value is None:
         return max(1, os.cpu_count() or 1)
@@ -249,7 +250,8 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
               metavar="PORT", help="Serve the web console at http://HOST:PORT/ (0 = any).")
 @click.option("--workers", type=int, default=None,
               help="Broker processes sharing the ports (broker.conf serverWorkerProcesses). "
-                   "Default: one per core; 1 = one process.")
+                   "The writer plus N-1 protocol workers; default: one per core; 1 = one "
+                   "process.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable status lines.")
 def command(store_dir, host, port, namesrv_port, namesrv_addr, broker_name, conf, options, flush_disk_type,
             message_delay_level, auto_create_topic, default_topic_queue_nums,

@@ -1,193 +1,394 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Compiled twins of the batch decoder's per-record loops (same names, same results).
+"""Compiled twins of the record encoder's per-message functions (same names, same results).
 
-``batch.py`` holds the pure-Python definitions and is the specification: each function here
-returns equal values for the same input (``tests/format/test_speedups.py`` compares them with
-hypothesis over well-formed, damaged and hostile CommitLog bytes). Where an input is unusual — a
-range outside the buffer, a position or length out of bounds, a non-int argument, a schedule
-topic — a function hands the call to its pure twin, so the rare paths are the pure ones.
+``message.py`` holds the pure-Python definitions and is the specification: each function here
+returns byte-identical values and raises the same exception types for the same input
+(``tests/format/test_speedups.py`` compares them with hypothesis). The fast path takes the usual
+input — exact ``str`` names and values, a ``dict`` of properties, a ``bytes``/``bytearray`` body,
+ints in their field's range — and hands anything else, and every error, to its pure twin, so the
+rare paths and every error message are the pure ones.
 
-What they replace (profile of the Spark file source, ``benchmarks/README.md``): the TOTALSIZE
-walk (one ``struct.unpack_from`` per record), the numpy gather that decodes every properties
-string, the per-record topic cache lookup, and the string search for TAGS behind the tagsCode.
-
-``batch.py`` picks these up at import unless ``ROCKETSTORE_PURE_PYTHON=1``; see
+``message.py`` picks these up at import unless ``ROCKETSTORE_PURE_PYTHON=1``; see
 ``rocketstore/_native.py``.
 """
-from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.string cimport memcmp
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
+from cpython.dict cimport PyDict_Next
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.object cimport PyObject
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeASCII
+from libc.string cimport memcpy, memchr, memset
 
-import numpy as np
+from zlib import crc32 as _crc32
 
-from . import batch as _pure
-from .hashing import java_hash
-from .message import PROPERTY_TAGS, SCHEDULE_TOPIC, string_to_properties
-from .record import (BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2,
-                     MIN_RECORD_SIZE)
+from . import message as _pure
+from .record import (BORNHOST_POS, BORNHOST_V6_FLAG, MAX_PROPERTIES_LENGTH,
+                     MESSAGE_MAGIC_CODE, STOREHOSTADDRESS_V6_FLAG)
+from .timer_layout import PROPERTY_TIMER_OUT_MS, TIMER_PROPERTIES, TIMER_TOPIC
 
+# the pure functions, taken before ``message.py`` rebinds its names to the ones below
+cdef object _py_encode_message = _pure.encode_message_py
+cdef object _py_encode_properties = _pure.encode_properties_py
+cdef object _py_create_message_ids = _pure.create_message_ids_py
+cdef object _py_topic_bytes = _pure._topic_bytes
+cdef object _py_host_bytes = _pure._host_bytes
+cdef object _py_msg_id_prefix = _pure._msg_id_prefix
+cdef object _py_encode_batch = _pure.encode_batch_py
+cdef object _create_uniq_keys = _pure.create_uniq_keys
+cdef object _EncodedMessage = _pure.EncodedMessage
+cdef object _Message = _pure.Message
+cdef object _BatchRefused = _pure.BatchRefused
+cdef str _TAGS = _pure.PROPERTY_TAGS
+cdef str _KEYS = _pure.PROPERTY_KEYS
+cdef str _KEY_SEPARATOR = _pure.KEY_SEPARATOR
+cdef str _WAIT = _pure.PROPERTY_WAIT_STORE_MSG_OK
+cdef str _DELAY = _pure.PROPERTY_DELAY_TIME_LEVEL
+cdef str _UNIQ = _pure.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+cdef str _TIMER_TOPIC = TIMER_TOPIC
+cdef str _TIMER_OUT = PROPERTY_TIMER_OUT_MS
+cdef str _TIMER_P0 = TIMER_PROPERTIES[0]
+cdef str _TIMER_P1 = TIMER_PROPERTIES[1]
+cdef str _TIMER_P2 = TIMER_PROPERTIES[2]
+
+cdef int _BORNHOST_POS = BORNHOST_POS
+cdef int _V6_FLAGS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
+cdef int _BORN_V6 = BORNHOST_V6_FLAG
+cdef int _STORE_V6 = STOREHOSTADDRESS_V6_FLAG
 cdef int _MAGIC = MESSAGE_MAGIC_CODE
-cdef int _MAGIC_V2 = MESSAGE_MAGIC_CODE_V2
-cdef int _BLANK = BLANK_MAGIC_CODE
-cdef long _MIN_SIZE = MIN_RECORD_SIZE
-cdef str _END = _pure.STOP_END
-cdef str _BLANK_STOP = _pure.STOP_BLANK
-cdef str _INCOMPLETE = _pure.STOP_INCOMPLETE
-cdef str _CORRUPT = _pure.STOP_CORRUPT
+cdef Py_ssize_t _MAX_PROPS = MAX_PROPERTIES_LENGTH
+cdef Py_ssize_t _CACHE_MAX = 4096
+cdef long long _I64_MAX = 0x7FFFFFFFFFFFFFFF
+cdef long long _I64_MIN = -_I64_MAX - 1
+
+cdef dict _topics = {}   # topic -> [length byte][UTF-8] (what ``_topic_bytes`` returns)
+cdef dict _hosts = {}    # "ip:port" -> (address + port bytes, is_v6)
+cdef dict _prefixes = {}  # store host -> upper-case hex of its address + port
 
 
-cdef inline int _be32(const unsigned char* p) noexcept nogil:
-    return <int>((<unsigned int>p[0] << 24) | (<unsigned int>p[1] << 16)
-                 | (<unsigned int>p[2] << 8) | <unsigned int>p[3])
+cdef inline void _put32(unsigned char* p, long long v) noexcept:
+    cdef unsigned int u = <unsigned int>v
+    p[0] = (u >> 24) & 0xFF
+    p[1] = (u >> 16) & 0xFF
+    p[2] = (u >> 8) & 0xFF
+    p[3] = u & 0xFF
 
 
-def scan_boundaries(buf, start, end, limit=None):
-    """See ``batch.scan_boundaries``."""
-    if type(start) is not int or type(end) is not int or (limit is not None and type(limit) is not int):
-        return _pure.scan_boundaries_py(buf, start, end, limit)
-    cdef const unsigned char[::1] view
-    try:
-        view = buf
-    except (TypeError, ValueError, BufferError):
-        return _pure.scan_boundaries_py(buf, start, end, limit)
-    cdef Py_ssize_t n = view.shape[0]
-    cdef Py_ssize_t s = start, e = end, pos
-    if s < 0 or e > n:  # out of the buffer: the pure walk raises (or not) as struct does
-        return _pure.scan_boundaries_py(buf, start, end, limit)
-    cdef bint has_limit = limit is not None
-    cdef Py_ssize_t lim = limit if has_limit else 0
-    cdef Py_ssize_t count = 0
-    cdef long size
-    cdef int magic
-    cdef const unsigned char* p = &view[0] if n else NULL
-    positions = []
-    pos = s
-    while True:
-        if has_limit and count >= lim:
-            return positions, pos, _END
-        if pos + 8 > e:
-            return positions, pos, (_END if pos == e else _INCOMPLETE)
-        size = _be32(p + pos)
-        magic = _be32(p + pos + 4)
-        if magic == _BLANK:
-            return positions, pos, _BLANK_STOP
-        if magic != _MAGIC and magic != _MAGIC_V2:
-            return positions, pos, (_END if size == 0 and magic == 0 else _CORRUPT)
-        if size < _MIN_SIZE:
-            return positions, pos, _CORRUPT
-        if pos + size > e:
-            return positions, pos, _INCOMPLETE
-        positions.append(pos)
-        count += 1
-        pos += size
+cdef inline void _put64(unsigned char* p, long long v) noexcept:
+    cdef unsigned long long u = <unsigned long long>v
+    cdef int i
+    for i in range(8):
+        p[i] = (u >> (56 - 8 * i)) & 0xFF
 
 
-def _gather_strings(arr, starts, lengths):
-    """See ``batch._gather_strings``: each string decoded as UTF-8 with replacement characters
-    (what the pure function's one-call decode gives, and its per-record fallback)."""
-    cdef Py_ssize_t n = len(starts)
-    if n == 0:
+cdef inline bint _int_in(object x, long long lo, long long hi, long long* out):
+    """``x`` is an exact int within [lo, hi]: store it in ``out``."""
+    cdef int overflow = 0
+    cdef long long v
+    if type(x) is not int:
+        return False
+    v = PyLong_AsLongLongAndOverflow(x, &overflow)
+    if overflow or v < lo or v > hi:
+        return False
+    out[0] = v
+    return True
+
+
+cdef inline object _topic_part(object topic):
+    """Cached ``_topic_bytes``; None when the pure function must decide."""
+    if type(topic) is not str:
+        return None
+    part = _topics.get(topic)
+    if part is None:
+        try:
+            part = _py_topic_bytes(topic)
+        except Exception:
+            return None
+        if len(_topics) >= _CACHE_MAX:
+            _topics.clear()
+        _topics[topic] = part
+    return part
+
+
+cdef inline object _host_part(object host):
+    """Cached ``_host_bytes``; None when the pure function must decide."""
+    if type(host) is not str:
+        return None
+    part = _hosts.get(host)
+    if part is None:
+        try:
+            part = _py_host_bytes(host)
+        except Exception:
+            return None
+        if len(_hosts) >= _CACHE_MAX:
+            _hosts.clear()
+        _hosts[host] = part
+    return part
+
+
+cdef Py_ssize_t _props_length(object props) except -2:
+    """Bytes of the serialised properties of a ``dict`` with exact ``str`` names and values,
+    -1 when the pure function must decide (another type, an illegal entry, a surrogate)."""
+    cdef Py_ssize_t pos = 0, kn, vn, total = 0
+    cdef PyObject* k
+    cdef PyObject* v
+    cdef const char* kp
+    cdef const char* vp
+    while PyDict_Next(props, &pos, &k, &v):
+        if v == <PyObject*>None:
+            continue
+        if type(<object>k) is not str or type(<object>v) is not str:
+            return -1
+        try:
+            kp = PyUnicode_AsUTF8AndSize(<object>k, &kn)
+            vp = PyUnicode_AsUTF8AndSize(<object>v, &vn)
+        except UnicodeError:
+            return -1
+        if kn == 0 or vn == 0 or memchr(kp, 1, kn) != NULL or memchr(kp, 2, kn) != NULL \
+                or memchr(vp, 2, vn) != NULL:
+            return -1
+        total += kn + vn + 2
+    return total
+
+
+cdef void _props_write(object props, unsigned char* out) noexcept:
+    """Write what ``_props_length`` measured (the entries are known to be legal)."""
+    cdef Py_ssize_t pos = 0, kn, vn
+    cdef PyObject* k
+    cdef PyObject* v
+    cdef const char* kp
+    cdef const char* vp
+    while PyDict_Next(props, &pos, &k, &v):
+        if v == <PyObject*>None:
+            continue
+        kp = PyUnicode_AsUTF8AndSize(<object>k, &kn)  # cached by the first pass: cannot fail
+        vp = PyUnicode_AsUTF8AndSize(<object>v, &vn)
+        memcpy(out, kp, kn)
+        out[kn] = 1
+        out += kn + 1
+        memcpy(out, vp, vn)
+        out[vn] = 2
+        out += vn + 1
+
+
+def encode_properties(props):
+    """See ``message.encode_properties``."""
+    cdef Py_ssize_t n
+    if type(props) is not dict:
+        return _py_encode_properties(props)
+    n = _props_length(props)
+    if n < 0:
+        return _py_encode_properties(props)
+    out = PyBytes_FromStringAndSize(NULL, n)
+    _props_write(props, <unsigned char*>PyBytes_AS_STRING(out))
+    return out
+
+
+cdef object _encode_one(object msg, object props, object born_timestamp, object born_host,
+                        object store_host, object max_body_size):
+    """The record of ``encode_message``, or None when the pure function must decide."""
+    cdef long long qid = 0, flag = 0, sys_flag = 0, born_ts = 0, reconsume = 0, prepared = 0
+    cdef long long max_body = 0
+    cdef Py_ssize_t blen, plen, tlen, bhlen, shlen, size, store_ts_pos
+    cdef const char* bp
+    cdef unsigned char* p
+    cdef long long crc = 0
+    if type(msg) is not _Message or type(props) is not dict:
+        return None
+    topic = msg.topic
+    body = msg.body
+    topic_part = _topic_part(topic)
+    born = _host_part(born_host)
+    store = _host_part(store_host)
+    if type(body) is bytes:
+        bp = PyBytes_AS_STRING(body)
+        blen = PyBytes_GET_SIZE(body)
+    elif type(body) is bytearray:
+        bp = PyByteArray_AS_STRING(body)
+        blen = PyByteArray_GET_SIZE(body)
+    else:
+        return None
+    if (topic_part is None or born is None or store is None
+            or not _int_in(max_body_size, -(1 << 62), 1 << 62, &max_body) or blen > max_body
+            or not _int_in(msg.queue_id, 0, 0x7FFFFFFF, &qid)
+            or not _int_in(msg.flag, -(1 << 31), (1 << 31) - 1, &flag)
+            or not _int_in(msg.sys_flag, -(1 << 31), (1 << 31) - 1, &sys_flag)
+            or not _int_in(born_timestamp, _I64_MIN, _I64_MAX, &born_ts)
+            or not _int_in(msg.reconsume_times, -(1 << 31), (1 << 31) - 1, &reconsume)
+            or not _int_in(msg.prepared_transaction_offset, _I64_MIN, _I64_MAX, &prepared)):
+        return None
+    plen = _props_length(props)
+    if plen < 0 or plen > _MAX_PROPS:
+        return None
+    born_b = (<tuple>born)[0]
+    store_b = (<tuple>store)[0]
+    sys_flag &= ~_V6_FLAGS
+    if (<tuple>born)[1]:
+        sys_flag |= _BORN_V6
+    if (<tuple>store)[1]:
+        sys_flag |= _STORE_V6
+    tlen = PyBytes_GET_SIZE(topic_part)
+    bhlen = PyBytes_GET_SIZE(born_b)
+    shlen = PyBytes_GET_SIZE(store_b)
+    size = _BORNHOST_POS + bhlen + 8 + shlen + 16 + blen + tlen + 2 + plen
+    if blen:
+        crc = _crc32(body) & 0x7FFFFFFF
+    data = PyBytes_FromStringAndSize(NULL, size)
+    p = <unsigned char*>PyBytes_AS_STRING(data)
+    _put32(p, size)
+    _put32(p + 4, _MAGIC)
+    _put32(p + 8, crc)
+    _put32(p + 12, qid)
+    _put32(p + 16, flag)
+    memset(p + 20, 0, 16)  # queue offset, physical offset: ``patch_record``
+    _put32(p + 36, sys_flag)
+    _put64(p + 40, born_ts)
+    p += _BORNHOST_POS
+    memcpy(p, PyBytes_AS_STRING(born_b), bhlen)
+    p += bhlen
+    store_ts_pos = _BORNHOST_POS + bhlen
+    memset(p, 0, 8)  # store timestamp: ``patch_record``
+    p += 8
+    memcpy(p, PyBytes_AS_STRING(store_b), shlen)
+    p += shlen
+    _put32(p, reconsume)
+    _put64(p + 4, prepared)
+    _put32(p + 12, blen)
+    p += 16
+    if blen:
+        memcpy(p, bp, blen)
+        p += blen
+    memcpy(p, PyBytes_AS_STRING(topic_part), tlen)
+    p += tlen
+    p[0] = (plen >> 8) & 0xFF
+    p[1] = plen & 0xFF
+    _props_write(props, p + 2)
+    return _EncodedMessage(data, store_ts_pos, topic, qid, sys_flag, props)
+
+
+def encode_message(msg, props, *, born_timestamp, born_host, store_host, max_body_size):
+    """See ``message.encode_message``."""
+    rec = _encode_one(msg, props, born_timestamp, born_host, store_host, max_body_size)
+    if rec is None:
+        return _py_encode_message(msg, props, born_timestamp=born_timestamp, born_host=born_host,
+                                  store_host=store_host, max_body_size=max_body_size)
+    return rec
+
+
+cdef object _stored_properties(object m):
+    """``Message.all_properties`` for the usual field types (else the method itself)."""
+    own = m.properties
+    tags = m.tags
+    keys = m.keys
+    if own is None:
+        props = {}
+    elif type(own) is dict:
+        props = (<dict>own).copy()
+    else:
+        return m.all_properties()
+    if tags is not None:
+        if type(tags) is not str:
+            return m.all_properties()
+        if tags:
+            props[_TAGS] = tags
+    if keys is not None:
+        if type(keys) is not str:
+            if type(keys) is not list and type(keys) is not tuple:
+                return m.all_properties()
+            if not keys:
+                return props
+            keys = _KEY_SEPARATOR.join(keys)
+        if keys:
+            props[_KEYS] = keys
+    return props
+
+
+def encode_batch(msgs, *, now, default_host, max_body_size, generate_uniq_key):
+    """See ``message.encode_batch``."""
+    cdef Py_ssize_t i, n
+    cdef list encoded = []
+    cdef bint wait = True
+    cdef bint uniq = generate_uniq_key
+    cdef object keys = None
+    if type(msgs) is not list or type(default_host) is not str:
+        return _py_encode_batch(msgs, now=now, default_host=default_host,
+                                max_body_size=max_body_size, generate_uniq_key=generate_uniq_key)
+    n = len(msgs)
+    for i in range(n):
+        m = msgs[i]
+        if type(m) is not _Message:
+            return _py_encode_batch(msgs, now=now, default_host=default_host,
+                                    max_body_size=max_body_size,
+                                    generate_uniq_key=generate_uniq_key)
+        props = _stored_properties(m)
+        if type(props) is not dict:
+            return _py_encode_batch(msgs, now=now, default_host=default_host,
+                                    max_body_size=max_body_size,
+                                    generate_uniq_key=generate_uniq_key)
+        if (<dict>props).get(_WAIT) == "false":
+            wait = False
+        level = (<dict>props).get(_DELAY)
+        if level is not None and level != "" and level != "0":
+            raise _BatchRefused("a batch cannot be delayed")
+        if (m.topic != _TIMER_TOPIC and _TIMER_OUT not in <dict>props
+                and (_TIMER_P0 in <dict>props or _TIMER_P1 in <dict>props
+                     or _TIMER_P2 in <dict>props)):
+            raise _BatchRefused("a batch cannot carry timer properties")
+        if uniq and _UNIQ not in <dict>props:
+            if keys is None:  # one clock read for the rest of the batch
+                keys = iter(_create_uniq_keys(n - i))
+            (<dict>props)[_UNIQ] = next(keys)
+        born_ts = m.born_timestamp
+        if born_ts is None:
+            born_ts = now
+        born_host = m.born_host or default_host
+        store_host = m.store_host or default_host
+        rec = _encode_one(m, props, born_ts, born_host, store_host, max_body_size)
+        if rec is None:
+            rec = _py_encode_message(m, props, born_timestamp=born_ts, born_host=born_host,
+                                     store_host=store_host, max_body_size=max_body_size)
+        encoded.append(rec)
+    return encoded, wait
+
+
+cdef inline void _hex16(unsigned char* out, unsigned long long v) noexcept:
+    cdef int i
+    cdef const char* digits = b"0123456789ABCDEF"
+    for i in range(15, -1, -1):
+        out[i] = digits[v & 0xF]
+        v >>= 4
+
+
+def create_message_ids(store_host, first, sizes):
+    """See ``message.create_message_ids``."""
+    cdef Py_ssize_t plen, i, n
+    cdef long long off = 0
+    cdef long long sz
+    cdef unsigned char* p
+    if (type(store_host) is not str or type(sizes) is not list
+            or not _int_in(first, 0, 1 << 62, &off)):
+        return _py_create_message_ids(store_host, first, sizes)
+    if not sizes:
         return []
-    cdef const unsigned char[::1] a
-    cdef const long long[::1] st
-    cdef const long long[::1] ln
-    try:
-        a = arr
-        st = np.ascontiguousarray(starts, dtype=np.int64)
-        ln = np.ascontiguousarray(lengths, dtype=np.int64)
-    except (TypeError, ValueError, BufferError):
-        return _pure._gather_strings_py(arr, starts, lengths)
-    cdef Py_ssize_t size = a.shape[0], i
-    if ln.shape[0] != n or size == 0:
-        return _pure._gather_strings_py(arr, starts, lengths)
+    prefix = _prefixes.get(store_host)
+    if prefix is None:
+        try:
+            prefix = _py_msg_id_prefix(store_host).encode("ascii")
+        except Exception:  # a bad host: the pure function's error
+            return _py_create_message_ids(store_host, first, sizes)
+        if len(_prefixes) >= _CACHE_MAX:
+            _prefixes.clear()
+        _prefixes[store_host] = prefix
+    plen = PyBytes_GET_SIZE(prefix)
+    n = len(sizes)
     for i in range(n):
-        if st[i] < 0 or ln[i] < 0 or st[i] + ln[i] > size:
-            return _pure._gather_strings_py(arr, starts, lengths)
-    cdef const unsigned char* p = &a[0] if size else NULL
-    out = [None] * n
-    for i in range(n):
-        out[i] = PyUnicode_DecodeUTF8(<const char*>(p + st[i]), ln[i], "replace")
-    return out
-
-
-def _decode_topics(buf, topic_pos, topic_len):
-    """See ``batch._decode_topics``: consecutive equal topics share one str."""
-    cdef Py_ssize_t n = len(topic_pos)
-    cdef const unsigned char[::1] a
-    cdef const long long[::1] tp
-    cdef const long long[::1] tl
-    try:
-        a = buf
-        tp = np.ascontiguousarray(topic_pos, dtype=np.int64)
-        tl = np.ascontiguousarray(topic_len, dtype=np.int64)
-    except (TypeError, ValueError, BufferError):
-        return _pure._decode_topics_py(buf, topic_pos, topic_len)
-    cdef Py_ssize_t size = a.shape[0], i
-    if tl.shape[0] != n:
-        return _pure._decode_topics_py(buf, topic_pos, topic_len)
-    for i in range(n):
-        if tp[i] < 0 or tl[i] < 0 or tp[i] + tl[i] > size:
-            return _pure._decode_topics_py(buf, topic_pos, topic_len)
-    cdef const unsigned char* p = &a[0] if size else NULL
-    cdef const unsigned char* last = NULL
-    cdef long long last_len = -1
-    out = [None] * n
-    prev = None
-    for i in range(n):
-        if last != NULL and tl[i] == last_len and memcmp(p + tp[i], last, tl[i]) == 0:
-            out[i] = prev
-            continue
-        prev = PyUnicode_DecodeUTF8(<const char*>(p + tp[i]), tl[i], "replace")
-        last = p + tp[i]
-        last_len = tl[i]
-        out[i] = prev
-    return out
-
-
-def extract_property(raws, name):
-    """See ``batch.extract_property``."""
-    if type(name) is not str:
-        return _pure.extract_property_py(raws, name)
-    if type(raws) is not list and type(raws) is not tuple:
-        return _pure.extract_property_py(raws, name)
-    cdef str key = name + "\x01"
-    cdef Py_ssize_t klen = len(key), i, st, j
-    cdef str s, v
+        if not _int_in(sizes[i], 0, 1 << 40, &sz):
+            return _py_create_message_ids(store_host, first, sizes)
+    buf = PyBytes_FromStringAndSize(NULL, plen + 16)
+    p = <unsigned char*>PyBytes_AS_STRING(buf)
+    memcpy(p, PyBytes_AS_STRING(prefix), plen)
     out = []
-    append = out.append
-    for x in raws:
-        if type(x) is not str:
-            return _pure.extract_property_py(raws, name)
-        s = <str>x
-        i = s.rfind(key)
-        while i > 0 and s[i - 1] != "\x02":
-            i = s.rfind(key, 0, i)
-        if i < 0:
-            append(None)
-            continue
-        st = i + klen
-        j = s.find("\x02", st)
-        v = s[st:] if j < 0 else s[st:j]
-        if not v and i > 0:  # an empty last entry: an earlier one may hold the value
-            append(string_to_properties(s).get(name))
-        else:
-            append(v or None)
-    return out
-
-
-def _tags_codes(topics, props, store_ts, delay_levels_ms):
-    """See ``batch._tags_codes`` (schedule-topic records: the pure function)."""
-    if SCHEDULE_TOPIC in topics:
-        return _pure._tags_codes_py(topics, props, store_ts, delay_levels_ms)
-    cdef Py_ssize_t n = len(topics), i
-    out = np.zeros(n, dtype=np.int64)
-    cdef long long[::1] o = out
-    cdef dict cache = {}
-    tags = extract_property(props, PROPERTY_TAGS)
     for i in range(n):
-        t = tags[i]
-        if t:
-            h = cache.get(t)
-            if h is None:
-                h = cache[t] = java_hash(t)
-            o[i] = h
+        _hex16(p + plen, <unsigned long long>off)
+        out.append(PyUnicode_DecodeASCII(<char*>p, plen + 16, NULL))
+        off += <long long>sizes[i]
     return out

@@ -443,10 +443,10 @@ def extract_property_py(raws: Sequence[str], name: str) -> list[str | None]:
     return out
 
 
-# ---- the compiled twins (``_speedups.pyx``; ``rocketstore._native``) --------------------------
+# ---- the compiled twins (``_speedups_batch.pyx``; ``rocketstore._native``) --------------------------
 scan_boundaries, _decode_topics, _gather_strings, _tags_codes, extract_property = (
     scan_boundaries_py, _decode_topics_py, _gather_strings_py, _tags_codes_py, extract_property_py)
-_speedups = _native.load("rocketstore.format._speedups")
+_speedups = _native.load("rocketstore.format._speedups_batch")
 if _speedups is not None:
     scan_boundaries, _decode_topics, _gather_strings, _tags_codes, extract_property = (
         _speedups.scan_boundaries, _speedups._decode_topics, _speedups._gather_strings,

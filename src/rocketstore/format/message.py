@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Mapping, Sequence
 
+from .. import _native
 from ..errors import CorruptRecordError
 from .hashing import crc32_masked, java_hash
+from .timer_layout import PROPERTY_TIMER_OUT_MS, TIMER_PROPERTIES, TIMER_TOPIC
 
 # the record layout (offsets, limits, validity) lives in ``format.record``; re-exported here
 from .record import (BLANK_MAGIC_CODE, BODYCRC_POS, BORNHOST_POS, BORNHOST_V6_FLAG,  # noqa: F401
@@ -136,6 +138,16 @@ def create_message_id(store_host: str, physical_offset: int) -> str:
     return _msg_id_prefix(store_host) + struct.pack(">q", physical_offset).hex().upper()
 
 
+def create_message_ids(store_host: str, first: int, sizes: Sequence[int]) -> list[str]:
+    """``create_message_id`` of each record of a batch appended at ``first`` with ``sizes``."""
+    ids = []
+    off = first
+    for n in sizes:
+        ids.append(create_message_id(store_host, off))
+        off += n
+    return ids
+
+
 def parse_message_id(msg_id: str) -> tuple[str, int]:
     """Offset msgId → (store host, physical offset). Raises ``ValueError`` if malformed."""
     if len(msg_id) not in (32, 56):
@@ -175,12 +187,29 @@ class UniqKeyGenerator:
             self._counter += 1
         return f"{self._prefix}{diff:08X}{c:04X}"
 
+    def next_many(self, n: int) -> list[str]:
+        """``n`` keys at once: what ``n`` calls of ``next`` in the same millisecond give."""
+        now = int(time.time() * 1000)
+        with self._lock:
+            if now >= self._next_month_ms:
+                self._month_start_ms, self._next_month_ms = self._month_window()
+            diff = max(0, now - self._month_start_ms) & 0x7FFFFFFF
+            c0 = self._counter
+            self._counter += n
+        head = f"{self._prefix}{diff:08X}"
+        return [f"{head}{c & 0xFFFF:04X}" for c in range(c0, c0 + n)]
+
 
 _default_uniq = UniqKeyGenerator()
 
 
 def create_uniq_key() -> str:
     return _default_uniq.next()
+
+
+def create_uniq_keys(n: int) -> list[str]:
+    """``n`` fresh UNIQ_KEY values (one clock read and one lock for all)."""
+    return _default_uniq.next_many(n)
 
 
 # ---- values -----------------------------------------------------------------------------------
@@ -322,7 +351,7 @@ def encode_message(msg: Message, props: Mapping[str, str], *, born_timestamp: in
     blen = len(body)
     if blen > max_body_size:
         raise MessageTooLarge(f"body of {blen} bytes exceeds max_message_size {max_body_size}")
-    props_b = encode_properties(props)
+    props_b = encode_properties_py(props)
     plen = len(props_b)
     if plen > MAX_PROPERTIES_LENGTH:
         raise PropertiesTooLarge(f"properties of {plen} bytes exceed {MAX_PROPERTIES_LENGTH}")
@@ -356,6 +385,55 @@ def patch_record(buf, pos: int, store_ts_pos: int, queue_offset: int, physical_o
     _Q64.pack_into(buf, pos + QUEUEOFFSET_POS, queue_offset)
     _Q64.pack_into(buf, pos + PHYSICALOFFSET_POS, physical_offset)
     _Q64.pack_into(buf, pos + store_ts_pos, store_timestamp)
+
+
+class BatchRefused(ValueError):
+    """A ``put_messages`` batch that may not be stored as one (delayed, timer properties)."""
+
+
+def encode_batch(msgs: Sequence[Message], *, now: int, default_host: str, max_body_size: int,
+                 generate_uniq_key: bool) -> tuple[list[EncodedMessage], bool]:
+    """Encode the messages of one ``put_messages`` batch: (records, wait).
+
+    Per message, in order: its stored properties (``all_properties``); ``WAIT=false`` on any
+    message makes ``wait`` False; a ``DELAY`` level other than "" / "0" or a timer property
+    (``TIMER_DELIVER_MS`` / ``TIMER_DELAY_SEC`` / ``TIMER_DELAY_MS`` outside the timer topic,
+    without ``TIMER_OUT_MS``) refuses the batch (``BatchRefused``); a fresh ``UNIQ_KEY`` when it
+    has none and ``generate_uniq_key``; then ``encode_message`` with the message's own born
+    timestamp (``now`` when None), born host and store host (``default_host`` when empty). The
+    first refusal raises: ``BatchRefused``, ``MessageTooLarge``, ``PropertiesTooLarge`` or
+    another ``ValueError`` / ``TypeError`` / ``AttributeError`` for illegal fields.
+    """
+    encoded = []
+    wait = True
+    keys = None
+    for i, m in enumerate(msgs):
+        props = m.all_properties()
+        if props.get(PROPERTY_WAIT_STORE_MSG_OK) == "false":
+            wait = False
+        level = props.get(PROPERTY_DELAY_TIME_LEVEL)
+        if level is not None and level not in ("", "0"):
+            raise BatchRefused("a batch cannot be delayed")
+        if (m.topic != TIMER_TOPIC and PROPERTY_TIMER_OUT_MS not in props
+                and any(k in props for k in TIMER_PROPERTIES)):  # not silently delivered at once
+            raise BatchRefused("a batch cannot carry timer properties")
+        if generate_uniq_key and PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in props:
+            if keys is None:  # one clock read for the rest of the batch
+                keys = iter(create_uniq_keys(len(msgs) - i))
+            props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = next(keys)
+        encoded.append(encode_message_py(
+            m, props, born_timestamp=m.born_timestamp if m.born_timestamp is not None else now,
+            born_host=m.born_host or default_host, store_host=m.store_host or default_host,
+            max_body_size=max_body_size))
+    return encoded, wait
+
+
+# the pure functions under their own names: the specification the compiled twins are tested
+# against (``_speedups.pyx`` hands them every unusual input)
+encode_message_py = encode_message
+encode_properties_py = encode_properties
+create_message_ids_py = create_message_ids
+encode_batch_py = encode_batch
 
 
 def record_bytes(m: MessageExt) -> bytes:
@@ -489,3 +567,12 @@ def record_properties(buf, pos: int = 0) -> tuple[str, int, dict[str, str]] | No
         return topic, queue_offset, string_to_properties(bytes(buf[p:p + props_len]).decode("utf-8", "replace"))
     except (struct.error, IndexError, ValueError):
         return None
+
+
+# ---- the compiled twins (``_speedups.pyx``; ``rocketstore._native``) --------------------------
+_speedups = _native.load("rocketstore.format._speedups")
+if _speedups is not None:
+    encode_message = _speedups.encode_message  # noqa: F811
+    encode_properties = _speedups.encode_properties  # noqa: F811
+    create_message_ids = _speedups.create_message_ids  # noqa: F811
+    encode_batch = _speedups.encode_batch  # noqa: F811

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple, Sequence
 
+from .. import _native
 from ..config import StoreConfig
 from ..errors import CorruptRecordError
 from ..format import batch as fbatch
@@ -79,7 +80,7 @@ class CommitLog:
         self.file_size = cfg.mapped_file_size_commitlog
         self.queue = MappedFileQueue(cfg.commitlog_dir, self.file_size, readonly=readonly,
                                      private=cfg.read_only, durable_create=True,
-                                     crash_point="commitlog-roll")
+                                     crash_point="commitlog-roll", sparse=True)
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.lock = threading.Lock()
         # records appended by this process, for the reput (see ``ReputService``); None: off
@@ -126,39 +127,17 @@ class CommitLog:
         assert mf is not None
         if total + END_FILE_MIN_BLANK_LENGTH > mf.remaining:
             if mf.remaining >= END_FILE_MIN_BLANK_LENGTH:
+                mf.ensure_allocated(mf.wrote_position + END_FILE_MIN_BLANK_LENGTH)
                 encode_blank(mf.mm, mf.wrote_position, mf.remaining)
             mf.wrote_position = self.file_size
             mf = self.queue.get_last_mapped_file(0)
             assert mf is not None
-        pos = mf.wrote_position
-        phys = mf.file_from_offset + pos
-        table = self.topic_queue_table
-        queue_offsets = []
-        sizes = []
-        start_pos = pos
-        mm = mf.mm
-        data = records[0].data if len(records) == 1 else b"".join(r.data for r in records)
-        # crash safety: everything but the first record's TOTALSIZE+MAGIC goes in first and
-        # is patched; the 8-byte header is written last, so a process killed mid-append
-        # leaves zeros at ``pos`` (the end of valid data), never a whole-looking record
-        # with unpatched offsets
-        head = bytes(data[:8])
-        mm[pos + 8:pos + total] = memoryview(data)[8:]
-        for rec in records:
-            key = (rec.topic, rec.queue_id)
-            tran = rec.sys_flag & TRANSACTION_MASK
-            if tran == TRANSACTION_PREPARED_TYPE or tran == TRANSACTION_ROLLBACK_TYPE:
-                qo = 0
-            else:
-                qo = table.get(key, 0)
-                table[key] = qo + 1
-            n = len(rec.data)
-            patch_record(mm, pos, rec.store_ts_pos, qo, phys, now)
-            queue_offsets.append(qo)
-            sizes.append(n)
-            pos += n
-            phys += n
-        mm[start_pos:start_pos + 8] = head
+        start_pos = mf.wrote_position
+        if start_pos + total > mf.allocated:  # disk blocks first: a full disk fails here, cleanly
+            mf.ensure_allocated(start_pos + total)
+        queue_offsets, sizes = write_records(mf.mm, start_pos, mf.file_from_offset + start_pos,
+                                             records, self.topic_queue_table, now)
+        pos = start_pos + total
         mf.store_timestamp = now
         mf.wrote_position = pos
         first = mf.file_from_offset + start_pos
@@ -170,16 +149,7 @@ class CommitLog:
     def _feed_item(self, records: Sequence[EncodedMessage], first: int, sizes: list[int],
                    queue_offsets: list[int], now: int) -> FeedItem:
         """What the reput needs about records just appended, so it need not decode them."""
-        offsets = []
-        off = first
-        for n in sizes:
-            offsets.append(off)
-            off += n
-        delays = self.delay_levels_ms
-        return FeedItem(first, off, offsets, sizes, [r.queue_id for r in records], queue_offsets,
-                        [r.sys_flag for r in records], [now] * len(records),
-                        [tags_code_of(r.topic, r.properties, now, delays) for r in records],
-                        [r.topic for r in records], [r.properties for r in records])
+        return feed_item(records, first, sizes, queue_offsets, now, self.delay_levels_ms)
 
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
         return self.topic_queue_table.get((topic, queue_id), 0)
@@ -320,6 +290,7 @@ class CommitLog:
             if mf.file_from_offset + pos != offset or pos + n > self.file_size:
                 return False
             if n:
+                mf.ensure_allocated(pos + n)
                 mf.mm[pos:pos + n] = data
                 mf.wrote_position = pos + n
             return True
@@ -372,3 +343,61 @@ class CommitLog:
 
     def close(self) -> None:
         self.queue.close()
+
+
+def write_records(mm, pos: int, phys: int, records: Sequence[EncodedMessage],
+                  table: dict[tuple[str, int], int], now: int) -> tuple[list[int], list[int]]:
+    """Copy ``records`` into ``mm`` from ``pos`` (CommitLog offset ``phys``), each with its queue
+    offset (from ``table``, advanced; prepared and rollback transaction records get 0), physical
+    offset and store time ``now``: (queue offsets, sizes). The caller checked that they fit.
+
+    Crash safety: everything but the first record's TOTALSIZE+MAGIC goes in first and is
+    patched; those 8 bytes are written last, so a process killed mid-append leaves zeros at
+    ``pos`` (the end of valid data), never a whole-looking record with unpatched offsets.
+    """
+    data = records[0].data if len(records) == 1 else b"".join([r.data for r in records])
+    total = len(data)
+    head = bytes(data[:8])
+    mm[pos + 8:pos + total] = memoryview(data)[8:]
+    queue_offsets = []
+    sizes = []
+    for rec in records:
+        tran = rec.sys_flag & TRANSACTION_MASK
+        if tran == TRANSACTION_PREPARED_TYPE or tran == TRANSACTION_ROLLBACK_TYPE:
+            qo = 0
+        else:
+            key = (rec.topic, rec.queue_id)
+            qo = table.get(key, 0)
+            table[key] = qo + 1
+        n = len(rec.data)
+        patch_record(mm, pos, rec.store_ts_pos, qo, phys, now)
+        queue_offsets.append(qo)
+        sizes.append(n)
+        pos += n
+        phys += n
+    mm[pos - total:pos - total + 8] = head
+    return queue_offsets, sizes
+
+
+def feed_item(records: Sequence[EncodedMessage], first: int, sizes: list[int],
+              queue_offsets: list[int], now: int, delays: Sequence[int]) -> FeedItem:
+    """The reput's columns of records appended at ``first`` with ``sizes`` and ``now``."""
+    offsets = []
+    off = first
+    for n in sizes:
+        offsets.append(off)
+        off += n
+    return FeedItem(first, off, offsets, sizes, [r.queue_id for r in records], queue_offsets,
+                    [r.sys_flag for r in records], [now] * len(records),
+                    [tags_code_of(r.topic, r.properties, now, delays) for r in records],
+                    [r.topic for r in records], [r.properties for r in records])
+
+
+# the specifications of the compiled twins
+write_records_py = write_records
+feed_item_py = feed_item
+
+_speedups = _native.load("rocketstore.store._speedups")
+if _speedups is not None:
+    write_records = _speedups.write_records  # noqa: F811
+    feed_item = _speedups.feed_item  # noqa: F811

@@ -40,6 +40,24 @@ def encode_units(phys: np.ndarray, sizes: np.ndarray, tags: np.ndarray) -> bytes
     return arr.tobytes()
 
 
+def _valid_prefix(mf) -> tuple[int, tuple[int, int] | None]:
+    """How many units from the start of ``mf`` are valid (RocketMQ's rule: ``offset >= 0`` and
+    ``size > 0``), and the last of them as ``(offset, size)``. Reads only up to the file's first
+    hole (past it every unit reads as zeros: invalid)."""
+    size = mf.file_size
+    ranges = mf.data_ranges(0)
+    limit = ranges[0][1] if ranges and ranges[0][0] == 0 else 0
+    count = min(size, -(-limit // CQ_UNIT_SIZE) * CQ_UNIT_SIZE) // CQ_UNIT_SIZE
+    if count == 0:
+        return 0, None
+    arr = np.frombuffer(mf.mm, dtype=UNIT_DTYPE, count=count)
+    valid = (arr["offset"] >= 0) & (arr["size"] > 0)
+    n = count if valid.all() else int(np.argmin(valid))
+    last = (int(arr[n - 1]["offset"]), int(arr[n - 1]["size"])) if n else None
+    del arr, valid
+    return n, last
+
+
 def _filler(count: int) -> bytes:
     return CQ_FILLER * count
 
@@ -70,7 +88,7 @@ class ConsumeQueue:
         self.queue_id = queue_id
         self.file_size = file_size
         self.queue = MappedFileQueue(directory, file_size, private=private,
-                                     crash_point="consumequeue-roll", sparse=True)
+                                     crash_point="consumequeue-roll", sparse=True, lazy=True)
         self.min_logic_offset = 0  # bytes
         self.max_physic_offset = -1  # phy offset + size of the last unit
         self.lock = threading.Lock()
@@ -82,32 +100,36 @@ class ConsumeQueue:
     def recover(self) -> int:
         """Find the first invalid unit in the last three files; drop what follows it. Returns
         how many valid-looking units after that point were dropped (0 for a clean tail; more
-        means damage inside the queue, which dispatch must rebuild)."""
+        means damage inside the queue, which dispatch must rebuild).
+
+        Only the parts of a file that may hold data are read (``MappedFile.data_ranges``: a
+        hole or an allocated but unwritten block reads as zeros, an invalid unit), so a queue
+        of one unit costs one page, not its file's 5.7 MiB."""
         files = self.queue.files
         if not files:
             return 0
         idx = max(0, len(files) - 3)
         process = files[idx].file_from_offset
         for mf in files[idx:]:
-            arr = np.frombuffer(mf.mm, dtype=UNIT_DTYPE)
-            valid = (arr["offset"] >= 0) & (arr["size"] > 0)
-            n_valid = len(arr) if valid.all() else int(np.argmin(valid))
-            if n_valid:
-                last = arr[n_valid - 1]
-                if int(last["size"]) != FILLER_SIZE:
-                    self.max_physic_offset = int(last["offset"]) + int(last["size"])
+            n_valid, last = _valid_prefix(mf)
+            if last is not None and last[1] != FILLER_SIZE:
+                self.max_physic_offset = last[0] + last[1]
             process = mf.file_from_offset + n_valid * CQ_UNIT_SIZE
-            if n_valid < len(arr):
+            if n_valid * CQ_UNIT_SIZE < self.file_size:
                 break
         dropped = 0
         for mf in files:
             if mf.file_from_offset + self.file_size <= process:
                 continue
-            arr = np.frombuffer(mf.mm, dtype=UNIT_DTYPE)
-            start = max(0, (process - mf.file_from_offset) // CQ_UNIT_SIZE)
-            tail = arr[start:]
-            dropped += int(np.count_nonzero((tail["offset"] >= 0) & (tail["size"] > 0)
-                                            & (tail["size"] != FILLER_SIZE)))
+            start = max(0, process - mf.file_from_offset)
+            for lo, hi in mf.data_ranges(start):
+                lo -= (lo - start) % CQ_UNIT_SIZE  # unit boundaries, counted from the cut
+                hi = min(self.file_size, -(-hi // CQ_UNIT_SIZE) * CQ_UNIT_SIZE)
+                tail = np.frombuffer(mf.mm, dtype=UNIT_DTYPE, count=(hi - lo) // CQ_UNIT_SIZE,
+                                     offset=lo)
+                dropped += int(np.count_nonzero((tail["offset"] >= 0) & (tail["size"] > 0)
+                                                & (tail["size"] != FILLER_SIZE)))
+                del tail
         self.queue.truncate_dirty(process)
         first = self.queue.first()
         if first is not None and self.min_logic_offset < first.file_from_offset:
@@ -120,6 +142,8 @@ class ConsumeQueue:
         first = self.queue.first()
         if first is None or first.wrote_position == 0:
             return
+        if CQ_UNIT.unpack_from(first.mm, 0)[1] != FILLER_SIZE:
+            return  # (the usual case: nothing to skip, and nothing more to read)
         arr = np.frombuffer(first.mm, dtype=UNIT_DTYPE, count=first.wrote_position // CQ_UNIT_SIZE)
         real = arr["size"] != FILLER_SIZE
         n = len(arr) if not real.any() else int(np.argmax(real))
@@ -146,17 +170,21 @@ class ConsumeQueue:
             data = encode_units(phys, sizes, tags)
             i = 0
             n = len(logic)
+            starts = logic.tolist()
+            # where a run of consecutive units breaks (n: the end)
+            breaks = (np.flatnonzero(np.diff(logic) != CQ_UNIT_SIZE) + 1).tolist() + [n]
+            b = 0
             while i < n:
-                start = int(logic[i])
+                start = starts[i]
                 mf = self._file_for(start)
                 file_end = mf.file_from_offset + self.file_size
-                # run of consecutive units inside this file
-                j = i + 1
-                while j < n and int(logic[j]) == int(logic[j - 1]) + CQ_UNIT_SIZE and int(logic[j]) < file_end:
-                    j += 1
+                # run of consecutive units inside this file: to the next break or the file end
+                while breaks[b] <= i:
+                    b += 1
+                j = min(breaks[b], i - (start - file_end) // CQ_UNIT_SIZE)
                 pos = start - mf.file_from_offset
                 mf.ensure_allocated(pos + (j - i) * CQ_UNIT_SIZE)
-                mf.mm[pos:pos + (j - i) * CQ_UNIT_SIZE] = data[i * CQ_UNIT_SIZE:j * CQ_UNIT_SIZE]
+                mf.write_at(pos, data[i * CQ_UNIT_SIZE:j * CQ_UNIT_SIZE])
                 mf.wrote_position = max(mf.wrote_position, pos + (j - i) * CQ_UNIT_SIZE)
                 i = j
             real = sizes != FILLER_SIZE
@@ -177,7 +205,7 @@ class ConsumeQueue:
                 pos = logic - mf.file_from_offset
                 if pos + CQ_UNIT_SIZE > mf.allocated:
                     mf.ensure_allocated(pos + CQ_UNIT_SIZE)
-                CQ_UNIT.pack_into(mf.mm, pos, phy, size, tags_code)
+                mf.write_at(pos, CQ_UNIT.pack(phy, size, tags_code))
                 mf.wrote_position = max(mf.wrote_position, pos + CQ_UNIT_SIZE)
                 self.max_physic_offset = phy + size
                 return 1
@@ -263,7 +291,7 @@ class ConsumeQueue:
                 fill = (logic_offset - mf.file_from_offset) // CQ_UNIT_SIZE
                 if fill:
                     mf.ensure_allocated(fill * CQ_UNIT_SIZE)
-                    mf.mm[0:fill * CQ_UNIT_SIZE] = _filler(fill)
+                    mf.write_at(0, _filler(fill))
                 mf.set_positions(fill * CQ_UNIT_SIZE)
                 mf.flushed_position = 0
                 self.min_logic_offset = logic_offset
@@ -365,6 +393,9 @@ class ConsumeQueue:
             if lu is not None and int(lu["offset"]) < min_commitlog_offset:
                 self.min_logic_offset = max_logic
                 return
+            at = self.unit(self.min_logic_offset // CQ_UNIT_SIZE)
+            if at is not None and at[0] >= min_commitlog_offset and at[1] != FILLER_SIZE:
+                return  # (the usual case: the minimum is right; nothing more to read)
             for mf in self.queue.files:
                 if mf.file_from_offset + mf.wrote_position <= self.min_logic_offset:
                     continue

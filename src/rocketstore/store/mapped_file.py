@@ -1,8 +1,8 @@
 """One memory-mapped, pre-sized file: append, read, flush. Knows no record format.
 
 A file is created at its full size (``posix_fallocate``, so a full disk fails here, at creation,
-with ``DiskFullError`` — never later as a SIGBUS inside the mapping) and named by the absolute
-offset of its first byte. A *sparse* file (ConsumeQueue, ConsumeQueueExt and index files) has its
+with ``DiskFullError`` — never later as a SIGBUS inside the mapping; the timer log and ext files)
+and named by the absolute offset of its first byte. A *sparse* file (CommitLog segments, ConsumeQueue and index files) has its
 full logical length from the start — RocketMQ opens only files of exactly the configured size, and
 reads a hole as zeros, as it reads its own files, which it maps without allocating — but disk
 blocks only as it fills: every write first calls ``ensure_allocated(end)``, which
@@ -35,6 +35,30 @@ def allocate(fd: int, path: str, start: int, length: int, what: str = "file") ->
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise DiskFullError(f"{path}: no space for {length} more bytes of a {what}") from exc
         raise StoreError(f"{path}: cannot allocate: {exc.strerror}") from exc
+
+
+def data_ranges(fd: int, start: int, end: int) -> list[tuple[int, int]]:
+    """The parts of ``[start, end)`` that may hold non-zero bytes, as ``(start, end)`` pairs in
+    order (``lseek`` ``SEEK_DATA``/``SEEK_HOLE``); everything outside them reads as zeros (a hole,
+    or blocks allocated but never written). A filesystem that reports no holes gives the whole
+    range, so callers stay correct, only slower."""
+    out: list[tuple[int, int]] = []
+    pos = start
+    while pos < end:
+        try:
+            d = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # no data from pos to the end of the file
+                break
+            if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP):
+                return [(pos, end)] if not out else out + [(pos, end)]
+            raise
+        if d >= end:
+            break
+        h = min(os.lseek(fd, d, os.SEEK_HOLE), end)
+        out.append((d, h))
+        pos = h
+    return out
 
 
 def next_allocation(allocated: int, end: int, size: int) -> int:
@@ -242,6 +266,48 @@ class MappedFile:
             target = next_allocation(self.allocated, end, self.file_size)
             allocate(self._fd, self.path, self.allocated, target - self.allocated)
             self.allocated = target
+
+    def data_ranges(self, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
+        """Where in ``[start, end)`` (default: to the file's end) non-zero bytes may be
+        (``data_ranges``); the rest reads as zeros. A private view may hold bytes written in
+        memory only: all of it counts as data."""
+        end = self.file_size if end is None else min(end, self.file_size)
+        if start >= end:
+            return []
+        if self.private:
+            return [(start, end)]
+        with self._io_lock:
+            fd = self._fd
+            if fd >= 0:
+                return data_ranges(fd, start, end)
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return [(start, end)]
+        try:
+            return data_ranges(fd, start, end)
+        finally:
+            os.close(fd)
+
+    def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
+        """Copy ``data`` to ``pos`` with ``pwrite`` (the mapping sees it: one page cache), not
+        through the mapping: the first write fault in a newly made file costs milliseconds
+        here, a ``pwrite`` microseconds — what a store of many small queues pays once per
+        file. The caller allocated the blocks first (``ensure_allocated``)."""
+        with self._io_lock:
+            fd = self._fd
+            if fd < 0:
+                self.mm[pos:pos + len(data)] = data  # a private view (or a destroyed file)
+                return
+            view = memoryview(data)
+            while view:
+                try:
+                    n = os.pwrite(fd, view, pos)
+                except OSError as exc:
+                    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                        raise DiskFullError(f"{self.path}: no space for {len(view)} bytes") from exc
+                    raise StoreError(f"{self.path}: cannot write: {exc.strerror}") from exc
+                view, pos = view[n:], pos + n
 
     def append(self, data: bytes | bytearray | memoryview) -> int:
         """Copy ``data`` at the write position; returns the position it was written at."""

@@ -13,13 +13,14 @@ import threading
 from ..errors import CorruptFileError
 from ..format.layouts import name_to_offset, offset_to_name
 from . import syncprobe
+from .lazy_file import LazyMappedFile
 from .mapped_file import MappedFile
 
 
 class MappedFileQueue:
     def __init__(self, directory: str, file_size: int, *, readonly: bool = False,
                  private: bool = False, durable_create: bool = False,
-                 crash_point: str | None = None, sparse: bool = False) -> None:
+                 crash_point: str | None = None, sparse: bool = False, lazy: bool = False) -> None:
         self.directory = directory
         self.crash_point = crash_point  # syncprobe's name for "a new file, not yet written"
         self.file_size = file_size
@@ -27,6 +28,8 @@ class MappedFileQueue:
         self.private = private  # copy-on-write views, no file created or removed (read-only open)
         self.durable_create = durable_create  # sync a new file and its directory entry (CommitLog)
         self.sparse = sparse  # files allocated as they fill (``MappedFile.ensure_allocated``)
+        # opened on use, closed when idle under a process-wide cap (``lazy_file``)
+        self.lazy = lazy and sparse and not private and not readonly
         self.files: list[MappedFile] = []
         self._lock = threading.RLock()
 
@@ -48,8 +51,11 @@ class MappedFileQueue:
                 raise CorruptFileError(path, f"offset {off} is not a multiple of the file size {self.file_size}")
             if prev is not None and off != prev + self.file_size:
                 raise CorruptFileError(path, f"gap: previous file starts at {prev}")
-            self.files.append(MappedFile(path, off, self.file_size, readonly=self.readonly,
-                                         private=self.private, sparse=self.sparse))
+            if self.lazy:
+                self.files.append(LazyMappedFile(path, off, self.file_size))
+            else:
+                self.files.append(MappedFile(path, off, self.file_size, readonly=self.readonly,
+                                             private=self.private, sparse=self.sparse))
             prev = off
 
     # -- lookup -----------------------------------------------------------------------------------
@@ -108,9 +114,14 @@ class MappedFileQueue:
                 create_offset = last.file_from_offset + self.file_size
             if not self.private:
                 os.makedirs(self.directory, exist_ok=True)
-            mf = MappedFile(os.path.join(self.directory, offset_to_name(create_offset)),
-                            create_offset, self.file_size, create=True, private=self.private,
-                            durable_create=self.durable_create, sparse=self.sparse)
+            path = os.path.join(self.directory, offset_to_name(create_offset))
+            if self.lazy:
+                mf = LazyMappedFile(path, create_offset, self.file_size, create=True,
+                                    durable_create=self.durable_create)
+            else:
+                mf = MappedFile(path, create_offset, self.file_size, create=True,
+                                private=self.private, durable_create=self.durable_create,
+                                sparse=self.sparse)
             self.files.append(mf)
             if self.crash_point is not None:
                 syncprobe.crash_point(self.crash_point)
@@ -162,13 +173,15 @@ class MappedFileQueue:
 
 
 def _zero_tail(mf: MappedFile, pos: int) -> None:
-    """Zero the bytes after a truncation point so no stale record looks valid later."""
-    end = mf.file_size
+    """Zero the bytes after a truncation point so no stale record looks valid later. Only the
+    parts that may hold data are read (``MappedFile.data_ranges``): holes and unwritten blocks
+    already read as zeros, and touching them would fault in pages for nothing."""
     chunk = 1 << 20
-    while pos < end:
-        n = min(chunk, end - pos)
-        if mf.mm[pos:pos + min(n, 64)].count(0) == min(n, 64) and mf.mm[pos:pos + n].count(0) == n:
-            pos += n
-            continue
-        mf.mm[pos:pos + n] = bytes(n)
-        pos += n
+    for lo, hi in mf.data_ranges(pos):
+        while lo < hi:
+            n = min(chunk, hi - lo)
+            if mf.mm[lo:lo + min(n, 64)].count(0) == min(n, 64) and mf.mm[lo:lo + n].count(0) == n:
+                lo += n
+                continue
+            mf.mm[lo:lo + n] = bytes(n)
+            lo += n

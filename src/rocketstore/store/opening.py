@@ -21,6 +21,7 @@ from .commitlog import CommitLog
 from .consume_queue_ext import ConsumeQueueExtDispatcher, open_ext_table
 from .dispatch import ConsumeQueueDispatcher, ConsumeQueueTable, ReputService
 from .flush import FlushService
+from .lazy_file import OPEN_FILES
 from .put_path import PutPath
 from .recovery import rebuild_queue_table, recover, repair_short_files
 from .store_dir import check_saved_sizes, save_sizes
@@ -44,6 +45,7 @@ def open_store(store: Any) -> None:
     padded = [] if store.read_only else repair_short_files(cfg)
     store.commitlog = CommitLog(cfg)
     store.commitlog.load()
+    OPEN_FILES.limit = max(8, cfg.max_open_consume_queue_files)  # (process-wide)
     store.cq_table = ConsumeQueueTable(cfg)
     store.cq_table.load()
     store.index_service = None

@@ -37,6 +37,7 @@ import re
 import time
 from functools import lru_cache
 
+from .. import _native
 from ..config import StoreConfig
 from ..errors import DiskFullError, StoreError
 from ..format.batch import parse_delay_levels
@@ -44,8 +45,8 @@ from ..format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_QUEUE_ID,
                               PROPERTY_REAL_TOPIC, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
                               PROPERTY_WAIT_STORE_MSG_OK, SCHEDULE_TOPIC, TRANSACTION_COMMIT_TYPE,
                               TRANSACTION_MASK, TRANSACTION_NOT_TYPE, Message, MessageTooLarge,
-                              EncodedMessage, PropertiesTooLarge, create_message_id,
-                              create_uniq_key, encode_message)
+                              EncodedMessage, PropertiesTooLarge, create_message_ids,
+                              create_uniq_key, encode_batch, encode_message)
 from .commitlog import CommitLog, RecordTooLarge
 from .dispatch import ReputService
 from .flush import FlushService
@@ -68,6 +69,35 @@ def check_topic(topic: object) -> str | None:
     if len(topic) > 127 or len(topic.encode("utf-8")) > 127:
         return "topic longer than 127"
     return None
+
+
+def check_messages(msgs: list[Message], batch: bool) -> str | None:
+    """Why ``msgs`` cannot be put (as one batch when ``batch``), or None."""
+    if not msgs:
+        return "no messages"
+    first = msgs[0]
+    for m in msgs:
+        if not isinstance(m, Message):
+            return f"expected Message, got {type(m).__name__}"
+        why = check_topic(m.topic)
+        if why:
+            return why
+        if not isinstance(m.queue_id, int) or isinstance(m.queue_id, bool) or m.queue_id < 0:
+            return f"queue_id must be a non-negative int, not {m.queue_id!r}"
+        if not isinstance(m.body, (bytes, bytearray, memoryview)):
+            return f"body must be bytes, not {type(m.body).__name__}"
+        if batch:
+            if (m.topic, m.queue_id) != (first.topic, first.queue_id):
+                return "a batch must have one topic and one queue"
+            if m.sys_flag & TRANSACTION_MASK not in (TRANSACTION_NOT_TYPE,):
+                return "a batch cannot be transactional"
+    return None
+
+
+check_messages_py = check_messages  # the specification of the compiled twin
+_speedups = _native.load("rocketstore.store._speedups")
+if _speedups is not None:
+    check_messages = _speedups.check_messages  # noqa: F811
 
 
 class PutPath:
@@ -142,34 +172,19 @@ class PutPath:
                            defer_sync: bool) -> PutMessageResult | None:
         now = int(time.time() * 1000)
         cfg = self.cfg
-        encoded = []
-        wait = True
         try:
-            total_body = 0
-            for m in msgs:
-                props = m.all_properties()
-                if props.get(PROPERTY_WAIT_STORE_MSG_OK) == "false":
-                    wait = False
-                topic, qid = m.topic, m.queue_id
-                if not batch:
-                    topic, qid = self._apply_delay(m, props)
-                elif PROPERTY_DELAY_TIME_LEVEL in props and props[PROPERTY_DELAY_TIME_LEVEL] not in ("", "0"):
-                    return PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error="a batch cannot be delayed")
-                elif is_timer_message(m.topic, dict(props), 0):  # not silently delivered at once
+            if batch:
+                encoded, wait = encode_batch(msgs, now=now, default_host=cfg.store_host,
+                                             max_body_size=cfg.max_message_size,
+                                             generate_uniq_key=cfg.generate_uniq_key)
+                total_body = 0
+                for m in msgs:
+                    total_body += len(m.body)
+                if total_body > cfg.max_message_size:
                     return PutMessageResult(PutStatus.MESSAGE_ILLEGAL,
-                                            error="a batch cannot carry timer properties")
-                if cfg.generate_uniq_key and PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in props:
-                    props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = create_uniq_key()
-                store_host = m.store_host or cfg.store_host
-                target = m if (topic, qid) == (m.topic, m.queue_id) else _retarget(m, topic, qid)
-                encoded.append(encode_message(
-                    target, props, born_timestamp=m.born_timestamp if m.born_timestamp is not None else now,
-                    born_host=m.born_host or cfg.store_host, store_host=store_host,
-                    max_body_size=cfg.max_message_size))
-                total_body += len(m.body)
-            if batch and total_body > cfg.max_message_size:
-                return PutMessageResult(PutStatus.MESSAGE_ILLEGAL,
-                                        error=f"batch body of {total_body} bytes exceeds max_message_size")
+                                            error=f"batch body of {total_body} bytes exceeds max_message_size")
+            else:
+                encoded, wait = self._encode_one(msgs[0], now)
         except TimerRejected as exc:
             return PutMessageResult(PutStatus[exc.status], error=exc.remark)
         except PropertiesTooLarge as exc:
@@ -178,6 +193,20 @@ class PutPath:
             return PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error=str(exc))
         return self._append(encoded, wait, msgs[0].store_host or cfg.store_host, nowait,
                             defer_sync)
+
+    def _encode_one(self, m: Message, now: int) -> tuple[list[EncodedMessage], bool]:
+        """One ``put_message``: delay and timer rules apply (a batch refuses them)."""
+        cfg = self.cfg
+        props = m.all_properties()
+        wait = props.get(PROPERTY_WAIT_STORE_MSG_OK) != "false"
+        topic, qid = self._apply_delay(m, props)
+        if cfg.generate_uniq_key and PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in props:
+            props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = create_uniq_key()
+        target = m if (topic, qid) == (m.topic, m.queue_id) else _retarget(m, topic, qid)
+        return [encode_message(
+            target, props, born_timestamp=m.born_timestamp if m.born_timestamp is not None else now,
+            born_host=m.born_host or cfg.store_host, store_host=m.store_host or cfg.store_host,
+            max_body_size=cfg.max_message_size)], wait
 
     def _append(self, encoded: list[EncodedMessage], wait: bool, store_host: str, nowait: bool,
                 defer_sync: bool) -> PutMessageResult | None:
@@ -216,36 +245,14 @@ class PutPath:
                     rs = replicas.replica_status(res.end_offset)
                     if rs is not PutStatus.PUT_OK:
                         status = rs
-        ids = []
-        off = res.wrote_offset
-        for n in res.sizes:
-            ids.append(create_message_id(store_host, off))
-            off += n
+        ids = create_message_ids(store_host, res.wrote_offset, res.sizes)
         return PutMessageResult(status, msg_id=",".join(ids), wrote_offset=res.wrote_offset,
                                 wrote_bytes=res.wrote_bytes, queue_offset=res.queue_offsets[0],
                                 store_timestamp=res.store_timestamp, msg_num=len(ids), msg_ids=ids,
                                 sync_offset=sync_offset, replica_wait_offset=replica_wait)
 
     def _check(self, msgs: list[Message], batch: bool) -> str | None:
-        if not msgs:
-            return "no messages"
-        first = msgs[0]
-        for m in msgs:
-            if not isinstance(m, Message):
-                return f"expected Message, got {type(m).__name__}"
-            why = check_topic(m.topic)
-            if why:
-                return why
-            if not isinstance(m.queue_id, int) or isinstance(m.queue_id, bool) or m.queue_id < 0:
-                return f"queue_id must be a non-negative int, not {m.queue_id!r}"
-            if not isinstance(m.body, (bytes, bytearray, memoryview)):
-                return f"body must be bytes, not {type(m.body).__name__}"
-            if batch:
-                if (m.topic, m.queue_id) != (first.topic, first.queue_id):
-                    return "a batch must have one topic and one queue"
-                if m.sys_flag & TRANSACTION_MASK not in (TRANSACTION_NOT_TYPE,):
-                    return "a batch cannot be transactional"
-        return None
+        return check_messages(msgs, batch)
 
     def _apply_delay(self, m: Message, props: dict[str, str]) -> tuple[str, int]:
         level_s = props.get(PROPERTY_DELAY_TIME_LEVEL)

@@ -81,7 +81,10 @@ def set_aside(store_root: str, segments, cut_at: int, reason: str) -> Quarantine
         if end <= cut_at:
             continue
         start = max(0, cut_at - mf.file_from_offset)
-        view = memoryview(mf.mm)[start:]
+        ranges = mf.data_ranges(start) if hasattr(mf, "data_ranges") else [(start, mf.file_size)]
+        if not ranges:  # holes and unwritten blocks only: zeros
+            continue
+        view = memoryview(mf.mm)[start:ranges[-1][1]]
         n = _last_nonzero(view)
         if n:
             pieces.append((mf.file_from_offset + start, view[:n]))

@@ -4,7 +4,7 @@ Theory of operation.
 
 * **Before load** (``repair_short_files``): the *last* CommitLog segment and the last file of
   each ConsumeQueue may have been cut short (a copy interrupted, a torn extend). Their missing
-  tail is padded with zeros (``posix_fallocate``), which recovery then treats like any
+  tail is padded with zeros (``ftruncate``: a hole), which recovery then treats like any
   unwritten tail. Any other file of the wrong size still fails the load, naming the file.
 * **Where to start** is one pure function, ``plan_recovery(files, checkpoint, config)``:
   normal (no abort file): the last three segments; abnormal (abort file present): the newest
@@ -213,7 +213,7 @@ def _pad_last(directory: str, size: int, out: list[str]) -> None:
         return
     fd = os.open(path, os.O_RDWR)
     try:
-        os.posix_fallocate(fd, 0, size)
+        os.ftruncate(fd, size)  # zeros (a hole): the writer allocates blocks as it fills
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -272,7 +272,7 @@ def recover(commitlog: CommitLog, cqs: ConsumeQueueTable, checkpoint: StoreCheck
     _set_aside(commitlog, valid_end, report)  # what the cut drops is kept, never destroyed
     commitlog.truncate(valid_end)
     _sync_tail(commitlog)
-    if cqs.max_physic_offset() >= valid_end:
+    if cqs.max_physic_offset() > valid_end:  # a unit ends past it: it starts at/after it
         for cq in cqs:
             cq.truncate_dirty_logic(valid_end)
     for key, phy in scan.behind.items():
@@ -318,10 +318,10 @@ def _nonzero_bytes_after(commitlog: CommitLog, offset: int) -> int:
         end = mf.file_from_offset + mf.file_size
         if end <= offset:
             continue
-        start = max(0, offset - mf.file_from_offset)
-        arr = np.frombuffer(mf.mm, dtype=np.uint8, count=mf.file_size - start, offset=start)
-        total += int(np.count_nonzero(arr))
-        del arr
+        for lo, hi in mf.data_ranges(max(0, offset - mf.file_from_offset)):
+            arr = np.frombuffer(mf.mm, dtype=np.uint8, count=hi - lo, offset=lo)
+            total += int(np.count_nonzero(arr))
+            del arr
     return total
 
 

@@ -148,9 +148,9 @@ class Link(asyncio.Protocol):
                 if bad:
                     pool.server.bad_connections += 1
                 ch = self.channels.pop(conn, None)
-                if ch is not None:
-                    ch.transport.closing = True
-                    ch.connection_lost(None)
+                if ch is not None:  # after the requests of this read have started, as a
+                    ch.transport.closing = True  # socket's close follows its last data
+                    self.loop.call_soon(ch.connection_lost, None)
 
     def closed_here(self, conn: int) -> None:
         """The broker closed a connection (idle, a limit, a bad frame): its channel ends."""
