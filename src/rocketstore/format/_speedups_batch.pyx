@@ -2,7 +2,7 @@
 """Compiled twins of the batch decoder's per-record loops (same names, same results).
 
 ``batch.py`` holds the pure-Python definitions and is the specification: each function here
-returns equal values for the same input (``tests/format/test_speedups.py`` compares them with
+returns equal values for the same input (``tests/format/test_speedups_batch.py`` compares them with
 hypothesis over well-formed, damaged and hostile CommitLog bytes). Where an input is unusual — a
 range outside the buffer, a position or length out of bounds, a non-int argument, a schedule
 topic — a function hands the call to its pure twin, so the rare paths are the pure ones.
