@@ -41,6 +41,7 @@ from ...format.message import EncodedMessage, string_to_properties
 from ..processors.send import Refused, put_code, send_topic, status_ok
 from . import link as L
 from .encode import Settings
+from .outbox import Outbox
 
 log = logging.getLogger(__name__)
 RESTART_DELAY_S = 1.0
@@ -91,7 +92,7 @@ class VirtualTransport:
             self.link.send(L.conn_msg(L.RESUME, self.conn))
 
 
-class Link(asyncio.Protocol):
+class Link(Outbox, asyncio.Protocol):
     """The writer's end of one worker's link."""
 
     def __init__(self, pool: "WorkerPool", index: int) -> None:
@@ -107,20 +108,8 @@ class Link(asyncio.Protocol):
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
 
-    def send(self, msg: bytes) -> None:
-        if not self._out:
-            self.loop.call_soon(self._flush)
-        self._out.append(msg)
-
-    def send_parts(self, parts: list[bytes]) -> None:
-        if not self._out:
-            self.loop.call_soon(self._flush)
-        self._out.extend(parts)
-
-    def _flush(self) -> None:
-        parts, self._out = self._out, []
-        if parts and self.transport is not None and not self.transport.is_closing():
-            self.transport.writelines(parts)
+    def _target(self) -> Any:
+        return self.transport
 
     def data_received(self, data: bytes) -> None:
         try:

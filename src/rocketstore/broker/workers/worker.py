@@ -40,6 +40,7 @@ from ...remoting.connection import FRAME_PREFIX, cut_frame
 from ...remoting.header import decode_header, encode_header
 from . import link as L
 from .encode import SEND_CODES, Settings, plain_send
+from .outbox import Outbox
 
 log = logging.getLogger("rocketstore.worker")
 _PREFIX = FRAME_PREFIX.size
@@ -204,7 +205,7 @@ class WriterLink(asyncio.Protocol):
         self.w.done.set()
 
 
-class Worker:
+class Worker(Outbox):
     def __init__(self, settings: Settings, frame_timeout_s: float,
                  loop: asyncio.AbstractEventLoop) -> None:
         self.settings = settings
@@ -220,23 +221,11 @@ class Worker:
         self._out: list[bytes] = []
 
     # -- to the writer --------------------------------------------------------------------------
-    def send(self, msg: bytes) -> None:
-        if not self._out:
-            self.loop.call_soon(self._flush)
-        self._out.append(msg)
-
-    def send_parts(self, parts: list[bytes]) -> None:
-        if not self._out:
-            self.loop.call_soon(self._flush)
-        self._out.extend(parts)
+    def _target(self) -> Any:
+        return self.link
 
     def forward(self, conn: int, buf: bytearray, start: int, end: int) -> None:
         self.send_parts([L.frame_head(conn, end - start), bytes(buf[start:end])])
-
-    def _flush(self) -> None:
-        parts, self._out = self._out, []
-        if parts and self.link is not None and not self.link.is_closing():
-            self.link.writelines(parts)
 
     # -- from the writer ------------------------------------------------------------------------
     def on_result(self, r: L.Result) -> None:
