@@ -17,6 +17,8 @@ from typing import Sequence
 
 import numpy as np
 
+from .. import _native
+
 _MASK32 = 0xFFFFFFFF
 
 
@@ -25,7 +27,7 @@ def _to_signed32(h: int) -> int:
 
 
 @lru_cache(maxsize=65536)
-def java_hash(s: str) -> int:
+def java_hash_py(s: str) -> int:
     """Java ``String.hashCode`` of ``s`` (signed 32-bit).
 
     >>> java_hash("Aa") == java_hash("BB") == 2112
@@ -42,6 +44,13 @@ def java_hash(s: str) -> int:
         for i in range(0, len(data), 2):
             h = (31 * h + (data[i] << 8 | data[i + 1])) & _MASK32
     return _to_signed32(h)
+
+
+java_hash = java_hash_py
+_speedups = _native.load("rocketstore.format._speedups_hash")  # ``_speedups_hash.pyx``
+if _speedups is not None:
+    _speedups.bind(java_hash_py)
+    java_hash = _speedups.java_hash
 
 
 def index_key_hash(key: str) -> int:
