@@ -110,8 +110,8 @@ def test_connection_caps_per_client_and_per_port(srv, port):
     held = [_connect(addr) for _ in range(PER_CLIENT)]
     try:
         time.sleep(0.2)
-        extra = _connect(addr)  # the 9th from 127.0.0.1: closed at once
-        t = _closed_after(extra, 0.5)
+        extra = _connect(addr)  # the 9th from 127.0.0.1: closed at once (through a worker
+        t = _closed_after(extra, 3)  # process and the writer's table: allow a loaded machine)
         extra.close()
         assert t is not None, "a connection over the per-client cap stayed open"
         for s in held:  # the first eight were kept
@@ -123,14 +123,14 @@ def test_connection_caps_per_client_and_per_port(srv, port):
         more = [_connect(addr, f"127.0.0.{3 + i // PER_CLIENT}")
                 for i in range(PER_PORT - PER_CLIENT)]
         held += more
-        time.sleep(0.1)
+        time.sleep(0.3)
         over = _connect(addr, "127.0.0.200")
-        assert _closed_after(over, 0.5) is not None, "a connection over the port's cap stayed open"
+        assert _closed_after(over, 3) is not None, "a connection over the port's cap stayed open"
         over.close()
     finally:
         for s in held:
             s.close()
-    time.sleep(0.3)
+    time.sleep(1.0)  # the closes reach the table (through a worker process on the broker port)
     late = _connect(addr)  # once they are gone, connections are admitted again
     assert _closed_after(late, 0.3) is None
     late.close()

@@ -12,6 +12,8 @@ from rocketstore.format.message import SCHEDULE_TOPIC
 from ..conftest import fill_disk
 
 SEG = 1 << 20
+DUE = b"due" * 40_000  # 120 KB: more than the 64 KiB left free below, so the re-put into a new
+# (sparse) segment cannot get its blocks, whatever the allocation step
 
 
 def test_failed_reput_keeps_the_delay_offset_and_delivers_once_later(tmpfs_factory):
@@ -26,7 +28,7 @@ def test_failed_reput_keeps_the_delay_offset_and_delivers_once_later(tmpfs_facto
             broker.store = store
             sched = ScheduleMessageService(store, broker.delay_offsets, broker.delay_levels_ms,
                                            store.put_message)
-            r = store.put_message(Message(topic="Late", body=b"due", properties={"DELAY": "1"}))
+            r = store.put_message(Message(topic="Late", body=DUE, properties={"DELAY": "1"}))
             assert r.status.name == "PUT_OK"
             # fill the first CommitLog segment to within 50 bytes of its end...
             end = r.wrote_offset + r.wrote_bytes
@@ -52,7 +54,7 @@ def test_failed_reput_keeps_the_delay_offset_and_delivers_once_later(tmpfs_facto
             assert broker.delay_offsets.get(1) == 1
             assert store.wait_dispatched(10)
             g = store.get_message("CG", "Late", 0, 0, 32)
-            assert [m.body for m in g.messages] == [b"due"]
+            assert [m.body for m in g.messages] == [DUE]
             assert store.get_max_offset_in_queue(SCHEDULE_TOPIC, 0) == 1
     finally:
         if filler.exists():
