@@ -36,14 +36,14 @@ from ...errors import ProtocolError
 from ...netlimits import peer_of
 from ...remoting.codes import FRAME_MAX_LENGTH
 from ...remoting.command import RemotingCommand
-from ...remoting.connection import FRAME_PREFIX, cut_frame
-from ...remoting.header import decode_header, encode_header
+from ...remoting.connection import RemotingConnection, cut_frame
+from ...remoting.header import decode_header
 from . import link as L
 from .encode import SEND_CODES, Settings, plain_send
 from .outbox import Outbox
 
 log = logging.getLogger("rocketstore.worker")
-_PREFIX = FRAME_PREFIX.size
+_CODEC = RemotingConnection()  # only its frame encoder is used (no state)
 MAX_PUTS = 1024  # a client's sends in flight before its socket is not read (as MAX_INFLIGHT)
 
 
@@ -247,9 +247,7 @@ class Worker(Outbox):
                                          "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"})
         else:
             resp = cmd.response(r.code, remark=r.remark or None)
-        header = encode_header(resp)
-        conn.write(FRAME_PREFIX.pack(4 + len(header), (resp.serialize_type << 24) | len(header))
-                   + header)
+        conn.write(b"".join(_CODEC.send_parts(resp)))
 
     # -- lifecycle ------------------------------------------------------------------------------
     def stop_accepting(self) -> None:
