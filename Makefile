@@ -20,7 +20,7 @@ demo: $(STAMP)
 # worker link and broker round-trip tests on the pure-Python path (ROCKETSTORE_PURE_PYTHON=1: no
 # compiled _speedups), ~1-2 minutes.
 PURE_TESTS := tests/remoting tests/format tests/durability/test_sync_deferred.py \
-	tests/store/test_put_nowait.py tests/store/test_dispatch_feed.py tests/store/test_store_scenarios.py \
+	tests/store/test_put_nowait.py tests/store/test_put_encoded_many.py tests/store/test_dispatch_feed.py tests/store/test_store_scenarios.py \
 	tests/broker/test_lifecycle.py tests/broker/test_send_checks.py tests/broker/test_client_broker.py \
 	tests/broker/test_worker_link.py tests/broker/test_workers.py::test_sends_and_pulls_through_two_workers \
 	tests/broker/test_workers.py::test_worker_records_equal_one_process_records

@@ -134,6 +134,12 @@ class MessageStore:
         return self.put_path.put_encoded(rec, nowait=nowait,  # type: ignore[return-value]
                                          defer_sync=defer_sync)
 
+    def put_encoded_many(self, recs: list[Any], *, nowait: bool = False,
+                         defer_sync: bool = False) -> list[PutMessageResult] | None:
+        """Put independent records encoded elsewhere in one append, a result each
+        (``PutPath.put_encoded_many``)."""
+        return self.put_path.put_encoded_many(recs, nowait=nowait, defer_sync=defer_sync)
+
     # -- read -----------------------------------------------------------------------------------
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int = 32,
                     subscription: str | None = None, *, decode: bool = True,

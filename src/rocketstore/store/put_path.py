@@ -159,14 +159,77 @@ class PutPath:
         same store-wide refusals, append, durability and replica steps as ``put``, without
         encoding again. The worker applied the message rules (topic name, sizes, UNIQ_KEY, store
         host) and sends only plain messages: no delay, timer or transaction properties."""
+        rs = self.put_encoded_many([rec], nowait, defer_sync)
+        return None if rs is None else rs[0]
+
+    def put_encoded_many(self, recs: list[EncodedMessage], nowait: bool = False,
+                         defer_sync: bool = False) -> list[PutMessageResult] | None:
+        """Put independent pre-encoded records (one loop turn of a worker link) in one append:
+        one lock, one segment check, one dispatch feed item and one wake-up for all of them,
+        and a result of its own for each, as ``put_encoded`` gives one by one (its queue offset,
+        msgId and, under SYNC_FLUSH or on a SYNC_MASTER, its own offset to wait for). A record
+        with an illegal topic gets its own refusal; the others go in. None: ``nowait`` and the
+        append would block (nothing was written)."""
         refused = self._refusal(nowait, defer_sync)
+        if refused is None:
+            return None
         if refused is not False:
-            return refused  # type: ignore[return-value]
-        why = check_topic(rec.topic)
-        if why is not None:
-            return PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error=why)
-        wait = rec.properties.get(PROPERTY_WAIT_STORE_MSG_OK) != "false"
-        return self._append([rec], wait, self.cfg.store_host, nowait, defer_sync)
+            return [PutMessageResult(refused.status, error=refused.error) for _ in recs]
+        out: list[PutMessageResult | None] = [None] * len(recs)
+        good: list[EncodedMessage] = []
+        where: list[int] = []
+        for i, rec in enumerate(recs):
+            why = check_topic(rec.topic)
+            if why is not None:
+                out[i] = PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error=why)
+            else:
+                good.append(rec)
+                where.append(i)
+        if good:
+            rs = self._append_many(good, nowait, defer_sync)
+            if rs is None:
+                return None
+            for i, r in zip(where, rs):
+                out[i] = r
+        return out  # type: ignore[return-value]
+
+    def _append_many(self, recs: list[EncodedMessage], nowait: bool,
+                     defer_sync: bool) -> list[PutMessageResult] | None:
+        cfg = self.cfg
+        try:
+            res = self.commitlog.append(recs, nowait=nowait)
+        except RecordTooLarge as exc:
+            if len(recs) == 1:
+                return [PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error=str(exc))]
+            if nowait:
+                return None  # (nothing written: the put thread does them one at a time)
+            # together they exceed a segment: one at a time
+            return [r for rec in recs for r in self._append_many([rec], False, defer_sync) or ()]
+        except (DiskFullError, StoreError, OSError) as exc:
+            log.error("cannot append: %s", exc)
+            return [PutMessageResult(PutStatus.CREATE_MAPPED_FILE_FAILED, error=str(exc))
+                    for _ in recs]
+        if res is None:
+            return None
+        waits = [rec.properties.get(PROPERTY_WAIT_STORE_MSG_OK) != "false" for rec in recs]
+        # one wait covers every record (the last one's end covers the others'); each result
+        # then carries its own end offset to wait for, as a put of its own would
+        st, sync_end, replica_end = self._after_append(res.end_offset, any(waits), defer_sync)
+        ids = create_message_ids(cfg.store_host, res.wrote_offset, res.sizes)
+        out = []
+        start = res.wrote_offset
+        for i, n in enumerate(res.sizes):
+            end = start + n
+            w = waits[i]
+            out.append(PutMessageResult(st if w else PutStatus.PUT_OK, msg_id=ids[i],
+                                        wrote_offset=start, wrote_bytes=n,
+                                        queue_offset=res.queue_offsets[i],
+                                        store_timestamp=res.store_timestamp, msg_num=1,
+                                        msg_ids=[ids[i]], sync_offset=end if w and sync_end else 0,
+                                        replica_wait_offset=end if w and replica_end is not None
+                                        else None))
+            start = end
+        return out
 
     def _encode_and_append(self, msgs: list[Message], batch: bool, nowait: bool,
                            defer_sync: bool) -> PutMessageResult | None:
@@ -211,7 +274,6 @@ class PutPath:
     def _append(self, encoded: list[EncodedMessage], wait: bool, store_host: str, nowait: bool,
                 defer_sync: bool) -> PutMessageResult | None:
         """Append encoded records, then the durability and replica steps; the result."""
-        cfg = self.cfg
         try:
             res = self.commitlog.append(encoded, nowait=nowait)
         except RecordTooLarge as exc:
@@ -221,16 +283,31 @@ class PutPath:
             return PutMessageResult(PutStatus.CREATE_MAPPED_FILE_FAILED, error=str(exc))
         if res is None:
             return None
+        status, sync_offset, replica_wait = self._after_append(res.end_offset, wait, defer_sync)
+        ids = create_message_ids(store_host, res.wrote_offset, res.sizes)
+        return PutMessageResult(status, msg_id=",".join(ids), wrote_offset=res.wrote_offset,
+                                wrote_bytes=res.wrote_bytes, queue_offset=res.queue_offsets[0],
+                                store_timestamp=res.store_timestamp, msg_num=len(ids), msg_ids=ids,
+                                sync_offset=sync_offset, replica_wait_offset=replica_wait)
+
+    def _after_append(self, end: int, wait: bool, defer_sync: bool
+                      ) -> tuple[PutStatus, int, int | None]:
+        """The steps after an append up to ``end``: wake the reput (ASYNC_FLUSH), then durability
+        (SYNC_FLUSH: wait here, or leave the wait to the caller with ``defer_sync``) and
+        replicas (SYNC_MASTER: wait here, or leave it with ``defer_replica_wait``). Returns the
+        status, the offset the caller must see durable (0: none) and the offset a slave must
+        hold (None: none)."""
+        cfg = self.cfg
         if not cfg.sync_flush:
             self.reput.wakeup()  # under SYNC_FLUSH dispatch reads durable bytes: it polls (10 ms)
         status = PutStatus.PUT_OK
         sync_offset = 0
         if cfg.sync_flush:
             if wait and defer_sync:
-                sync_offset = res.end_offset
+                sync_offset = end
                 self.flush.request_sync()
             elif wait:
-                if not self.flush.wait_flushed(res.end_offset):
+                if not self.flush.wait_flushed(end):
                     status = PutStatus.FLUSH_DISK_TIMEOUT
             else:
                 self.flush.wakeup()
@@ -240,16 +317,12 @@ class PutPath:
             replicas.wake()
             if self.sync_master and wait:
                 if self.defer_replica_wait:
-                    replica_wait = res.end_offset
+                    replica_wait = end
                 else:
-                    rs = replicas.replica_status(res.end_offset)
+                    rs = replicas.replica_status(end)
                     if rs is not PutStatus.PUT_OK:
                         status = rs
-        ids = create_message_ids(store_host, res.wrote_offset, res.sizes)
-        return PutMessageResult(status, msg_id=",".join(ids), wrote_offset=res.wrote_offset,
-                                wrote_bytes=res.wrote_bytes, queue_offset=res.queue_offsets[0],
-                                store_timestamp=res.store_timestamp, msg_num=len(ids), msg_ids=ids,
-                                sync_offset=sync_offset, replica_wait_offset=replica_wait)
+        return status, sync_offset, replica_wait
 
     def _check(self, msgs: list[Message], batch: bool) -> str | None:
         return check_messages(msgs, batch)

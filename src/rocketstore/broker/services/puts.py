@@ -19,6 +19,7 @@ SLAVE_NOT_AVAILABLE when no slave held the message in time.
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import Any, Awaitable, Callable
 
 from ...format.message import Message
@@ -47,36 +48,42 @@ class Puts:
     def _put_batch_deferred(self, msgs: list[Message], nowait: bool = False) -> Any:
         return self.store.put_messages(msgs, nowait=nowait, defer_sync=True)
 
-    def put_encoded_blocking(self, rec: Any, nowait: bool = False) -> Any:
-        """Put one record a worker process encoded (``broker.workers``)."""
-        return self.store.put_encoded(rec, nowait=nowait)
+    def put_encoded_blocking(self, recs: list[Any], nowait: bool = False) -> Any:
+        """Put records worker processes encoded (``broker.workers``) in one append."""
+        return self.store.put_encoded_many(recs, nowait=nowait)
 
-    def _put_encoded_deferred(self, rec: Any, nowait: bool = False) -> Any:
-        return self.store.put_encoded(rec, nowait=nowait, defer_sync=True)
+    def _put_encoded_deferred(self, recs: list[Any], nowait: bool = False) -> Any:
+        return self.store.put_encoded_many(recs, nowait=nowait, defer_sync=True)
 
-    def put_encoded_then(self, rec: Any, done: Callable[[Any, BaseException | None], None]) -> None:
-        """Put a pre-encoded record and call ``done(result, error)`` on the event loop once it
-        is answered (appended; durable under SYNC_FLUSH; held by a slave on a SYNC_MASTER).
-        Callbacks, not a task per put: an ASYNC_FLUSH append done inline calls ``done`` at once."""
+    def put_encoded_then(self, recs: list[Any],
+                         dones: list[Callable[[Any, BaseException | None], None]]) -> None:
+        """Put pre-encoded records in one append and call ``dones[i](result, error)`` on the
+        event loop once record i is answered (appended; durable under SYNC_FLUSH; held by a
+        slave on a SYNC_MASTER). Callbacks, not a task per put: an ASYNC_FLUSH append done
+        inline calls them at once."""
         fut = self.writer.submit(self._put_encoded_deferred if self.sync_waiter is not None
-                                 else self.put_encoded_blocking, rec)
+                                 else self.put_encoded_blocking, recs)
         if fut.done():
-            self._appended(done, fut)
+            self._appended(dones, fut)
         else:
-            fut.add_done_callback(lambda f: self._appended(done, f))
+            fut.add_done_callback(lambda f: self._appended(dones, f))
 
-    def _appended(self, done: Callable, fut: asyncio.Future) -> None:
+    def _appended(self, dones: list[Callable], fut: asyncio.Future) -> None:
         exc = fut.exception()
         if exc is not None:
-            done(None, exc)
+            for done in dones:
+                done(None, exc)
             return
-        r = fut.result()
-        if self.sync_waiter is not None:
-            parked = self.sync_waiter.park(r)
-            if parked is not None:
-                parked.add_done_callback(lambda f: self._durable(done, r, f.result()))
-                return
-        self._durable(done, r, True)
+        for done, r in zip(dones, fut.result()):
+            if self.sync_waiter is not None:
+                parked = self.sync_waiter.park(r)
+                if parked is not None:
+                    parked.add_done_callback(partial(self._parked, done, r))
+                    continue
+            self._durable(done, r, True)
+
+    def _parked(self, done: Callable, r: Any, f: asyncio.Future) -> None:
+        self._durable(done, r, f.result())
 
     def _durable(self, done: Callable, r: Any, ok: bool) -> None:
         if not ok:

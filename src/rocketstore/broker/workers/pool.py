@@ -11,10 +11,14 @@ can inherit it again. Each link is an asyncio protocol here (``Link``):
   as on one of our own; FRAME feeds that channel's codec; what the channel writes goes back
   as FRAME; CLOSE is the connection's end either way.
 * PUT is the fast path (``FastPuts``): the topic checks of ``processors.send`` (``send_topic``,
-  auto-creation included), the properties parsed for the dispatch, then
-  ``Puts.put_encoded_soon`` — inline on this loop when the append can be done at once, which is
-  the common case, else through the put thread / group commit / replica wait. The RESULT goes
-  back in the same loop turn as every other answer of that read. Anything the fast path does not
+  auto-creation included), the properties parsed for the dispatch; the PUTs of one read of the
+  link (up to ``PUTS_PER_APPEND``) are then appended together by ``Puts.put_encoded_then`` —
+  one lock, one dispatch feed item and one wake-up for all, inline on this loop when the append
+  can be done at once, which is the common case, else through the put thread / group commit /
+  replica wait. Each PUT keeps its own RESULT (queue offset, msgId, its own durability offset);
+  the RESULTs go back in the same loop turn as every other answer of that read. The PUTs
+  gathered are appended before any other kind of message of the read is handled, so a
+  connection's sends keep their order. Anything the fast path does not
   take (a refused topic, a queue id out of range) is answered FALLBACK, and the worker sends the
   frame to be handled whole, so every error answer has one implementation.
 
@@ -92,6 +96,9 @@ class VirtualTransport:
             self.link.send(L.conn_msg(L.RESUME, self.conn))
 
 
+PUTS_PER_APPEND = 64  # at most this many PUTs of one read in one append (bounds the batch)
+
+
 class Link(Outbox, asyncio.Protocol):
     """The writer's end of one worker's link."""
 
@@ -104,6 +111,7 @@ class Link(Outbox, asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._out: list[bytes] = []
         self.lost = asyncio.Event()
+        self.puts: list[Any] = []  # (record, done) gathered from this read: FastPuts.append
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -120,10 +128,16 @@ class Link(Outbox, asyncio.Protocol):
                 self.transport.abort()
             return
         pool = self.pool
+        fast = pool.fast
         for kind, payload in msgs:
             if kind == L.PUT:
-                pool.fast.on_put(self, L.parse_put(payload))
-            elif kind == L.FRAME:
+                fast.on_put(self, L.parse_put(payload))
+                if len(self.puts) >= PUTS_PER_APPEND:
+                    fast.append(self)
+                continue
+            if self.puts:  # the sends before this message go in first
+                fast.append(self)
+            if kind == L.FRAME:
                 ch = self.channels.get(L.parse_conn(payload))
                 if ch is not None and not ch.closed:
                     ch.data_received(payload[L.CONN.size:])
@@ -140,6 +154,8 @@ class Link(Outbox, asyncio.Protocol):
                 if ch is not None:  # after the requests of this read have started, as a
                     ch.transport.closing = True  # socket's close follows its last data
                     self.loop.call_soon(ch.connection_lost, None)
+        if self.puts:
+            fast.append(self)
 
     def closed_here(self, conn: int) -> None:
         """The broker closed a connection (idle, a limit, a bad frame): its channel ends."""
@@ -181,15 +197,21 @@ class FastPuts:
         except UnicodeDecodeError:
             link.send(L.result_msg(p.seq, L.FALLBACK))
             return
-        t0 = time.perf_counter()
         rec = EncodedMessage(p.record, p.store_ts_pos, p.topic, p.queue_id, p.sys_flag, props)
         self.in_flight += 1
         self.idle.clear()
+        link.puts.append((rec, partial(self._done, link, p, time.perf_counter())))
+
+    def append(self, link: Link) -> None:
+        """Append the PUTs ``on_put`` gathered on ``link`` (one append; a RESULT each)."""
+        gathered, link.puts = link.puts, []
+        dones = [done for _, done in gathered]
         try:
-            ctx.puts.put_encoded_then(rec, partial(self._done, link, p, t0))
+            self.ctx.puts.put_encoded_then([rec for rec, _ in gathered], dones)
         except Exception as exc:  # a store failure: answered as the send processor would
             log.exception("fast put failed")
-            self._done(link, p, t0, None, exc)
+            for done in dones:
+                done(None, exc)
 
     def _done(self, link: Link, p: L.Put, t0: float, r: Any, exc: BaseException | None) -> None:
         self.in_flight -= 1
