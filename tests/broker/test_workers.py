@@ -198,14 +198,19 @@ def _fields(m) -> tuple:
 
 
 def test_worker_records_equal_one_process_records(tmp_path):
-    """The same sends through --workers 1 and --workers 3 (two worker processes): the CommitLog records agree in
-    every field but the times, the client's port and the generated UNIQ_KEY."""
+    """The same sends through the send processor (one process, serverFastSends=false), the fast
+    path of a one-process broker (--workers 1) and two worker processes (--workers 3): the
+    CommitLog records agree in every field but the times, the client's port and the generated
+    UNIQ_KEY."""
+    slow = tmp_path / "slow.conf"
+    slow.write_text("serverFastSends=false\n")
     stores = []
-    for workers in ("1", "3"):
-        store = str(tmp_path / f"s{workers}")
+    for name, workers, extra in (("processor", "1", ["--config", str(slow)]), ("local", "1", []),
+                                 ("workers", "3", [])):
+        store = str(tmp_path / name)
         port = free_port()
         srv = start_server(store, "--workers", workers, "--port", str(port),
-                           "-o", "store_host=127.0.0.1:10911")
+                           "-o", "store_host=127.0.0.1:10911", *extra)
         try:
             with Producer("PG", srv.namesrv) as p:
                 for i in range(30):
@@ -214,9 +219,10 @@ def test_worker_records_equal_one_process_records(tmp_path):
         finally:
             assert srv.stop() == 0, srv.log()
         stores.append(store)
-    one, two = (store_records(s) for s in stores)
-    assert len(one) == len(two) == 30
-    assert [_fields(m) for m in one] == [_fields(m) for m in two]
+    processor, local, workers = (store_records(s) for s in stores)
+    assert len(processor) == len(local) == len(workers) == 30
+    assert [_fields(m) for m in local] == [_fields(m) for m in processor]
+    assert [_fields(m) for m in workers] == [_fields(m) for m in processor]
 
 
 # -- processes dying ---------------------------------------------------------------------------

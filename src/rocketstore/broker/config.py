@@ -56,6 +56,7 @@ class BrokerConfig:
     server_max_connections: int = 4096  # per listening port (remoting, console, metrics)
     server_max_connections_per_client: int = 1024  # per client address on one port
     worker_processes: int = 1  # serverWorkerProcesses: broker processes (the writer + N-1 workers)
+    fast_sends: bool = True  # serverFastSends: plain sends skip the send processor (workers.local)
     http_allowed_hosts: str = ""  # Host values the console/metrics answer, beyond the defaults
     # master/slave (the role and HA keys are the store's: StoreConfig.broker_role ...)
     broker_id: int = 0  # brokerId: 0 for masters, > 0 for a slave

@@ -86,6 +86,7 @@ class Broker:
         self.handler_wrappers: list[Callable[[dict], dict]] = []  # e.g. ops.stats.instrument
         self.put_observers: list[Callable[[float], None]] = []  # put seconds (workers' fast path)
         self.workers: Any = None  # workers.pool.WorkerPool when serverWorkerProcesses > 1
+        self.fast_puts: Any = None  # workers.pool.FastPuts: the plain sends' fast path
         self.acl: Any = None  # acl.service.PlainPermissionManager when aclEnable
         self.route_table: Any = None  # namesrv.routes.RouteTable of the in-process name server
         self.slave_sync: Any = None  # services.slave_sync.SlaveSynchronize on a SLAVE
@@ -215,6 +216,16 @@ class Broker:
             self.store_config.store_host = f"{self.config.host}:{broker_srv.port}"
         if self.workers is not None:
             await self.workers.start_workers(self._worker_settings())
+            self.fast_puts = self.workers.fast if self.workers.settings.fast_sends else None
+        else:
+            settings = self._worker_settings()
+            if settings.fast_sends:  # the workers' fast path on our own connections
+                from .workers.local import LocalSends
+                from .workers.pool import FastPuts
+
+                observe = self.put_observers[0] if self.put_observers else None
+                self.fast_puts = FastPuts(self.contexts["send"], observe)
+                broker_srv.local_sends = LocalSends(self.fast_puts, settings)
         self.servers.append(broker_srv)
         await self._start_fast_port(handlers)
         if self.config.namesrv_port is not None:
@@ -273,7 +284,8 @@ class Broker:
                         store_host=self.store_config.store_host,
                         generate_uniq_key=self.store_config.generate_uniq_key,
                         max_message_size=self.store_config.max_message_size,
-                        fast_sends=self.acl is None and not self.is_slave)
+                        fast_sends=self.config.fast_sends and self.acl is None
+                        and not self.is_slave)
 
     async def _start_fast_port(self, handlers: dict[int, Any]) -> None:
         """RocketMQ's VIP channel on listenPort - 2 (a Java slave's SlaveSynchronize reads the

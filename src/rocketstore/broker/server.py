@@ -49,6 +49,9 @@ class _Channel(asyncio.Protocol):
         self._out: list[bytes] = []  # frames written this loop turn, sent by ``_flush``
         self.clock = ConnectionClock()
         self.admitted = False
+        self.puts: list[Any] = []  # plain sends gathered this read (``workers.local``)
+        self.fast_puts = 0  # gathered sends not answered yet
+        self.send_tasks = 0  # sends of this connection the send processor is handling
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -71,11 +74,15 @@ class _Channel(asyncio.Protocol):
         self.clock.touched()
         self.codec.receive_data(data)
         done = self._drain_commands()
+        if self.puts:
+            self.server.local_sends.append(self)
         self.clock.frame_state(self.codec.buffered > 0, done > 0)
 
     def eof_received(self) -> bool:
         self.codec.receive_data(b"")
         self._drain_commands()
+        if self.puts:
+            self.server.local_sends.append(self)
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -94,8 +101,12 @@ class _Channel(asyncio.Protocol):
 
     # -- commands -------------------------------------------------------------------------------
     def _drain_commands(self) -> int:
-        """Hand every whole frame on; how many there were."""
+        """Hand every whole frame on; how many there were. Plain sends go to the fast path
+        (``server.local_sends``) unless a send of this connection is with the send processor:
+        the sends after it follow it there, so a connection's sends keep their order."""
         done = 0
+        local = self.server.local_sends
+        gathering = local is not None and not self.send_tasks
         while not self.closed:
             try:
                 cmd = self.codec.next_command()
@@ -113,18 +124,45 @@ class _Channel(asyncio.Protocol):
                 if fut is not None and not fut.done():
                     fut.set_result(cmd)
                 continue
+            is_send = local is not None and cmd.code in local.codes
+            if gathering and is_send:
+                if local.take(self, cmd):
+                    self._hold()
+                    continue
+                gathering = False
+            if self.puts:  # the sends gathered before this request go in first
+                local.append(self)
             task = asyncio.get_running_loop().create_task(self._handle(cmd))
             self.inflight.add(task)
             self.server.inflight.add(task)
             task.add_done_callback(self._done)
-            if len(self.inflight) >= MAX_INFLIGHT and not self.paused and self.transport:
-                self.paused = True
-                self.transport.pause_reading()
+            if is_send:
+                self.send_tasks += 1
+                task.add_done_callback(self._send_done)
+            self._hold()
+
+    def _send_done(self, task: asyncio.Task) -> None:
+        self.send_tasks -= 1
+
+    def _hold(self) -> None:
+        """Stop reading while MAX_INFLIGHT requests of this connection are unanswered."""
+        if len(self.inflight) + self.fast_puts >= MAX_INFLIGHT and not self.paused \
+                and self.transport:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def fast_put_answered(self) -> None:
+        self.fast_puts -= 1
+        self._release()
 
     def _done(self, task: asyncio.Task) -> None:
         self.inflight.discard(task)
         self.server.inflight.discard(task)
-        if self.paused and len(self.inflight) <= MAX_INFLIGHT // 2 and not self.closed:
+        self._release()
+
+    def _release(self) -> None:
+        if self.paused and len(self.inflight) + self.fast_puts <= MAX_INFLIGHT // 2 \
+                and not self.closed:
             self.paused = False
             if self.transport:
                 self.transport.resume_reading()
@@ -202,6 +240,7 @@ class RemotingServer:
         self._sweeper: asyncio.Task | None = None
         self.channels: set[_Channel] = set()
         self.inflight: set[asyncio.Task] = set()
+        self.local_sends: Any = None  # workers.local.LocalSends: plain sends' fast path
         self.bad_connections = 0
         self._server: asyncio.base_events.Server | None = None
         self.port = 0
@@ -233,7 +272,7 @@ class RemotingServer:
             await asyncio.sleep(limits.sweep_interval_s)
             now = time.monotonic()
             for ch in list(self.channels):
-                why = ch.clock.verdict(now, limits, busy=bool(ch.inflight))
+                why = ch.clock.verdict(now, limits, busy=bool(ch.inflight or ch.fast_puts))
                 if why is None or ch.closed:
                     continue
                 if why == "idle":
@@ -256,9 +295,12 @@ class RemotingServer:
 
     async def drain(self, timeout_s: float) -> None:
         """Wait (at most ``timeout_s``) for the requests in flight to be answered."""
+        t0 = time.monotonic()
         pending = set(self.inflight)
         if pending and timeout_s > 0:
             await asyncio.wait(pending, timeout=timeout_s)
+        if self.local_sends is not None:
+            await self.local_sends.drain(timeout_s - (time.monotonic() - t0))
 
     async def close(self) -> None:
         for t in list(self.inflight):

@@ -113,11 +113,12 @@ _CONF_KEYS = {"listenPort": ("port", int), "brokerName": ("broker_name", str),
               "serverMaxConnectionsPerClient": ("server_max_connections_per_client", int),
               "httpAllowedHosts": ("http_allowed_hosts", str),
               "brokerId": ("broker_id", int), "slaveReadEnable": ("slave_read_enable", _bool),
-              "brokerIP2": ("broker_ip2", str)}
+              "brokerIP2": ("broker_ip2", str),
+              "serverFastSends": ("fast_sends", _bool)}
 
 
 # keys of our own (not RocketMQ's) that broker.conf may hold
-_OWN_KEYS = ("serverWorkerProcesses", "kvConfigPath", "grpcServerPort",
+_OWN_KEYS = ("serverWorkerProcesses", "serverFastSends", "kvConfigPath", "grpcServerPort",
              "minInvisibleTimeMillsForRecv")
 
 

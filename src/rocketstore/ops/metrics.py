@@ -65,6 +65,11 @@ class BrokerCollector(Collector):
                                     "processes (serverWorkerProcesses).", value=workers["live"])
             yield CounterMetricFamily("rocketstore_worker_restarts", "Worker processes that "
                                       "exited and were started again.", value=workers["restarts"])
+        fast = st.fast_sends()
+        if fast is not None:
+            yield CounterMetricFamily("rocketstore_fast_sends", "Plain sends put by the fast "
+                                      "path (serverFastSends), not the send processor.",
+                                      value=fast)
         if st.broker_stats is not None:
             yield from self._traffic(st.broker_stats)
         if st.producers is not None:

@@ -31,6 +31,7 @@ class OpsState:
     namesrv_addr: str = ""
     servers: Callable[[], list] = field(default=lambda: [])  # RemotingServer objects
     workers: Callable[[], "dict | None"] = field(default=lambda: None)  # WorkerPool.describe
+    fast_sends: Callable[[], "int | None"] = field(default=lambda: None)  # FastPuts.taken
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     tps: Any = None  # ops.stats.TpsSampler over ``broker_stats``
     read_only: bool = False  # a store directory, not a broker
@@ -49,7 +50,10 @@ class OpsState:
                                  if cfg.namesrv_port is not None else ""),
                    servers=lambda: list(broker.servers),
                    workers=lambda: (broker.workers.describe()
-                                    if getattr(broker, "workers", None) is not None else None))
+                                    if getattr(broker, "workers", None) is not None else None),
+                   fast_sends=lambda: (broker.fast_puts.taken
+                                       if getattr(broker, "fast_puts", None) is not None
+                                       else None))
 
     def refresh_addresses(self, broker: Any) -> None:
         """After ``Broker.start``: ports given as 0 are known now."""

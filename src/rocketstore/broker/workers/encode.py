@@ -94,3 +94,14 @@ def plain_send(cmd: RemotingCommand, peer: str, seq: int, conn: int,
     props_off = enc.store_ts_pos + 8 + host + 16 + len(body) + 1 + tlen + 2
     return Put(seq, conn, qid, enc.sys_flag, enc.store_ts_pos, len(body), dq, props_off, topic,
                data)
+
+
+def send_response(cmd: RemotingCommand, code: int, queue_id: int, queue_offset: int, msg_id: str,
+                  remark: str) -> RemotingCommand:
+    """The answer to a plain send the fast path put: the send processor's header on success
+    (msgId, queueId, queueOffset), else the code and why."""
+    if msg_id:
+        return cmd.response(code, {"msgId": msg_id, "queueId": queue_id,
+                                   "queueOffset": queue_offset, "MSG_REGION": "DefaultRegion",
+                                   "TRACE_ON": "true"})
+    return cmd.response(code, remark=remark or None)

@@ -178,33 +178,38 @@ class FastPuts:
         self.ctx = ctx
         self.observe = observe
         self.in_flight = 0
+        self.taken = 0  # sends the fast path put (rocketstore_fast_sends_total)
         self.idle = asyncio.Event()
         self.idle.set()
 
-    def on_put(self, link: Link, p: L.Put) -> None:
-        ch = link.channels.get(p.conn)
-        if ch is None or ch.closed:  # the connection closed (or was refused): nothing stored,
-            link.send(L.result_msg(p.seq, L.FALLBACK))  # the worker forgets the send
-            return
+    def check(self, ch: Any, p: L.Put) -> EncodedMessage | None:
+        """The record to append for ``p``, counted in flight; None when the send must be
+        handled whole (a refused topic, a queue id out of range, undecodable properties)."""
         ch.clock.touched()
         ctx = self.ctx
         tc = send_topic(ctx.topics, ctx.config, p.topic, p.default_queue_nums or None)
         if isinstance(tc, Refused) or p.queue_id >= tc.write_queue_nums:
-            link.send(L.result_msg(p.seq, L.FALLBACK))
-            return
+            return None
         try:
             props = string_to_properties(p.record[p.props_off:].decode())
         except UnicodeDecodeError:
+            return None
+        self.in_flight += 1
+        self.taken += 1
+        self.idle.clear()
+        return EncodedMessage(p.record, p.store_ts_pos, p.topic, p.queue_id, p.sys_flag, props)
+
+    def on_put(self, link: Link, p: L.Put) -> None:
+        ch = link.channels.get(p.conn)
+        rec = None if ch is None or ch.closed else self.check(ch, p)
+        if rec is None:  # (a closed connection: nothing stored, the worker forgets the send)
             link.send(L.result_msg(p.seq, L.FALLBACK))
             return
-        rec = EncodedMessage(p.record, p.store_ts_pos, p.topic, p.queue_id, p.sys_flag, props)
-        self.in_flight += 1
-        self.idle.clear()
         link.puts.append((rec, partial(self._done, link, p, time.perf_counter())))
 
-    def append(self, link: Link) -> None:
-        """Append the PUTs ``on_put`` gathered on ``link`` (one append; a RESULT each)."""
-        gathered, link.puts = link.puts, []
+    def append(self, holder: Any) -> None:
+        """Append the records gathered on ``holder.puts`` (one append; an answer each)."""
+        gathered, holder.puts = holder.puts, []
         dones = [done for _, done in gathered]
         try:
             self.ctx.puts.put_encoded_then([rec for rec, _ in gathered], dones)
@@ -213,28 +218,31 @@ class FastPuts:
             for done in dones:
                 done(None, exc)
 
-    def _done(self, link: Link, p: L.Put, t0: float, r: Any, exc: BaseException | None) -> None:
+    def outcome(self, p: L.Put, t0: float, r: Any, exc: BaseException | None
+                ) -> tuple[int, str, str]:
+        """A put answered: (response code, msgId or "", remark); counted in the stats."""
         self.in_flight -= 1
         if not self.in_flight:
             self.idle.set()
         if exc is not None:
-            link.send(L.result_msg(p.seq, 1, remark=f"{type(exc).__name__}: {exc}"))
-            return
-        self._answer(link, p, r, t0)
-
-    def _answer(self, link: Link, p: L.Put, r: Any, t0: float) -> None:
+            return 1, "", f"{type(exc).__name__}: {exc}"
         code = put_code(r.status)
         ok = status_ok(code)
         self.ctx.stats.record_put(p.topic, 1, p.body_len, ok)
         if self.observe is not None:
             self.observe(time.perf_counter() - t0)
         if ok:
-            link.send(L.result_msg(p.seq, code, p.queue_id, r.queue_offset, r.msg_id))
-        elif r.status.name.startswith("WHEEL_TIMER"):
-            link.send(L.result_msg(p.seq, code, remark=r.error or r.status.name))
+            return code, r.msg_id, ""
+        if r.status.name.startswith("WHEEL_TIMER"):
+            return code, "", r.error or r.status.name
+        return code, "", f"put message failed: {r.status.name} {r.error or ''}"
+
+    def _done(self, link: Link, p: L.Put, t0: float, r: Any, exc: BaseException | None) -> None:
+        code, msg_id, remark = self.outcome(p, t0, r, exc)
+        if msg_id:
+            link.send(L.result_msg(p.seq, code, p.queue_id, r.queue_offset, msg_id))
         else:
-            link.send(L.result_msg(p.seq, code, remark=f"put message failed: {r.status.name} "
-                                                       f"{r.error or ''}"))
+            link.send(L.result_msg(p.seq, code, remark=remark))
 
 
 class WorkerPool:

@@ -39,7 +39,7 @@ from ...remoting.command import RemotingCommand
 from ...remoting.connection import RemotingConnection, cut_frame
 from ...remoting.header import decode_header
 from . import link as L
-from .encode import SEND_CODES, Settings, plain_send
+from .encode import SEND_CODES, Settings, plain_send, send_response
 from .outbox import Outbox
 
 log = logging.getLogger("rocketstore.worker")
@@ -241,12 +241,7 @@ class Worker(Outbox):
             return
         if cmd.is_oneway:
             return
-        if r.msg_id:
-            resp = cmd.response(r.code, {"msgId": r.msg_id, "queueId": r.queue_id,
-                                         "queueOffset": r.queue_offset,
-                                         "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"})
-        else:
-            resp = cmd.response(r.code, remark=r.remark or None)
+        resp = send_response(cmd, r.code, r.queue_id, r.queue_offset, r.msg_id, r.remark)
         conn.write(b"".join(_CODEC.send_parts(resp)))
 
     # -- lifecycle ------------------------------------------------------------------------------

@@ -1,0 +1,73 @@
+"""The workers' fast path for the broker's own connections (``serve --workers 1``).
+
+Theory of operation: a one-process broker reads its clients itself. For each read,
+``broker.server._Channel`` offers every send request to ``LocalSends.take``: a plain send
+(``encode.plain_send``: no batch, delay, timer or transaction, ACL off, not a slave) passes the
+same topic checks as a worker's PUT (``FastPuts.check``) and is gathered on the channel; at the
+end of the read (or before a request that takes the ordinary way, so a connection's sends keep
+their order) the gathered records go into the CommitLog in one append
+(``FastPuts.append`` → ``Puts.put_encoded_then``), each answered with the send processor's
+header (``encode.send_response``). No task, ``Message`` or future per send. Anything the fast
+path does not take goes to the send processor as before, so every refusal keeps one
+implementation.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from functools import partial
+from typing import Any
+
+from ...remoting.codes import RequestCode
+from ...remoting.command import RemotingCommand
+from .encode import SEND_CODES, Settings, plain_send, send_response
+from .pool import FastPuts
+
+
+class LocalSends:
+    # the requests that store messages in the queue they name: ``take`` is offered these (it
+    # takes plain sends), and one that takes the ordinary way holds the connection's later
+    # sends behind it (a batch, say)
+    codes = frozenset(SEND_CODES) | {RequestCode.SEND_BATCH_MESSAGE}
+
+    def __init__(self, fast: FastPuts, settings: Settings) -> None:
+        self.fast = fast
+        self.settings = settings
+        self._seqs = itertools.count(1)
+
+    def take(self, ch: Any, cmd: RemotingCommand) -> bool:
+        """True when ``cmd`` is a plain send now gathered on ``ch`` (answered by ``append``);
+        False: handle it the ordinary way."""
+        try:
+            p = plain_send(cmd, ch.peer, next(self._seqs), 0, self.settings)
+        except Exception:  # whatever it is, the send processor answers it
+            return False
+        if p is None:
+            return False
+        rec = self.fast.check(ch, p)
+        if rec is None:
+            return False
+        ch.fast_puts += 1
+        ch.puts.append((rec, partial(self._done, ch, cmd, p, time.perf_counter())))
+        return True
+
+    def append(self, ch: Any) -> None:
+        self.fast.append(ch)
+
+    def _done(self, ch: Any, cmd: RemotingCommand, p: Any, t0: float, r: Any,
+              exc: BaseException | None) -> None:
+        code, msg_id, remark = self.fast.outcome(p, t0, r, exc)
+        ch.fast_put_answered()
+        if not cmd.is_oneway:
+            ch.write(send_response(cmd, code, p.queue_id, r.queue_offset if msg_id else 0, msg_id,
+                                   remark))
+
+    async def drain(self, timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``) for the gathered sends to be answered."""
+        import asyncio
+
+        if self.fast.in_flight and timeout_s > 0:
+            try:
+                await asyncio.wait_for(self.fast.idle.wait(), timeout_s)
+            except asyncio.TimeoutError:
+                pass
