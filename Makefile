@@ -21,7 +21,7 @@ demo: $(STAMP)
 # compiled _speedups), ~1-2 minutes.
 PURE_TESTS := tests/remoting tests/format tests/durability/test_sync_deferred.py \
 	tests/store/test_put_nowait.py tests/store/test_put_encoded_many.py tests/store/test_dispatch_feed.py tests/store/test_store_scenarios.py \
-	tests/broker/test_lifecycle.py tests/broker/test_send_checks.py tests/broker/test_client_broker.py \
+	tests/broker/test_lifecycle.py tests/broker/test_send_checks.py tests/broker/test_client_broker.py tests/broker/test_local_sends.py \
 	tests/broker/test_worker_link.py tests/broker/test_workers.py::test_sends_and_pulls_through_two_workers \
 	tests/broker/test_workers.py::test_worker_records_equal_one_process_records
 
@@ -45,8 +45,12 @@ test: $(STAMP)
 	wait $$b; rb=$$?; wait $$pure; p=$$?; \
 	echo "== main suite, second process (all but $(MAIN_A)):"; cat .main-b.log; \
 	echo "== pure-Python pass (ROCKETSTORE_PURE_PYTHON=1) of $(PURE_TESTS):"; cat .pure-pass.log; \
-	echo "== make test: main A exit $$a, main B exit $$rb, pure pass exit $$p (temp dirs: $$tmp)"; \
-	test $$a -eq 0 && test $$rb -eq 0 && test $$p -eq 0
+	if test $$a -eq 0 && test $$rb -eq 0 && test $$p -eq 0; then \
+		rm -rf $$tmp; echo "== make test: all passed (temp dirs removed)"; \
+	else \
+		echo "== make test: main A exit $$a, main B exit $$rb, pure pass exit $$p (temp dirs kept: $$tmp)"; \
+		exit 1; \
+	fi
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[spark,dev,ops,bench]'
