@@ -26,10 +26,6 @@ def loop_name() -> str:
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:
     """``asyncio.run(coro)`` on the loop ``loop_name()`` names."""
-    import sys
-    sw = os.environ.get("ROCKETSTORE_SWITCH_INTERVAL_MS")
-    if sw:
-        sys.setswitchinterval(float(sw) / 1000)
     if loop_name() == "uvloop":
         import uvloop
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

@@ -64,10 +64,4 @@ class LocalSends:
 
     async def drain(self, timeout_s: float) -> None:
         """Wait (at most ``timeout_s``) for the gathered sends to be answered."""
-        import asyncio
-
-        if self.fast.in_flight and timeout_s > 0:
-            try:
-                await asyncio.wait_for(self.fast.idle.wait(), timeout_s)
-            except asyncio.TimeoutError:
-                pass
+        await self.fast.drain(timeout_s)

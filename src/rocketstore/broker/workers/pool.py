@@ -199,6 +199,14 @@ class FastPuts:
         self.idle.clear()
         return EncodedMessage(p.record, p.store_ts_pos, p.topic, p.queue_id, p.sys_flag, props)
 
+    async def drain(self, timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``) until every put taken is answered."""
+        if self.in_flight and timeout_s > 0:
+            try:
+                await asyncio.wait_for(self.idle.wait(), timeout_s)
+            except asyncio.TimeoutError:
+                pass
+
     def on_put(self, link: Link, p: L.Put) -> None:
         ch = link.channels.get(p.conn)
         rec = None if ch is None or ch.closed else self.check(ch, p)
@@ -325,11 +333,7 @@ class WorkerPool:
                 link.send(L.message(L.STOP))
 
     async def drain(self, timeout_s: float) -> None:
-        if self.fast.in_flight and timeout_s > 0:
-            try:
-                await asyncio.wait_for(self.fast.idle.wait(), timeout_s)
-            except asyncio.TimeoutError:
-                pass
+        await self.fast.drain(timeout_s)
 
     async def close(self) -> None:
         self._stopping = True
