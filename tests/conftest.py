@@ -1,9 +1,10 @@
+import importlib
 import os
 import shutil
 
 import pytest
 
-from rocketstore import StoreConfig
+from rocketstore import StoreConfig, _native
 
 # A store written by Apache RocketMQ 4.9.7's own code (copied from the shared fixtures, with
 # its manifest of what RocketMQ wrote and answered). Tests copy it before opening it.
@@ -97,3 +98,16 @@ def tmpfs_factory(tmp_path):
     yield mount
     for mnt in mounted:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+
+def compiled_or_skip(module: str, what: str):
+    """The compiled twin ``module`` for a module of equivalence tests; else the whole module is
+    skipped with the reason shown (pure Python forced, or no C compiler at install)."""
+    if _native.PURE_PYTHON:
+        pytest.skip(f"ROCKETSTORE_PURE_PYTHON is set: the compiled {what} ({module}) is not loaded",
+                    allow_module_level=True)
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:  # a build without a C compiler
+        pytest.skip(f"the compiled {what} ({module}) is not built: {exc}", allow_module_level=True)

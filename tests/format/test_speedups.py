@@ -23,14 +23,9 @@ from rocketstore import _native
 from rocketstore.format import message as M
 from rocketstore.format.message import EncodedMessage, Message
 from rocketstore.format.record import MAX_PROPERTIES_LENGTH
+from tests.conftest import compiled_or_skip
 
-if _native.PURE_PYTHON:
-    pytest.skip("ROCKETSTORE_PURE_PYTHON is set: the compiled encoder is not loaded",
-                allow_module_level=True)
-try:
-    from rocketstore.format import _speedups as fast
-except ImportError as exc:  # a build without a C compiler
-    pytest.skip(f"the compiled encoder is not built ({exc})", allow_module_level=True)
+fast = compiled_or_skip("rocketstore.format._speedups", "encoder")
 
 
 def test_module_uses_the_compiled_functions():

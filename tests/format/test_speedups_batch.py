@@ -24,14 +24,9 @@ from rocketstore import _native
 from rocketstore.format import batch as fb
 from rocketstore.format.message import (SCHEDULE_TOPIC, Message, encode_blank, encode_message,
                                         patch_record)
+from tests.conftest import compiled_or_skip
 
-if _native.PURE_PYTHON:
-    pytest.skip("ROCKETSTORE_PURE_PYTHON is set: the compiled decoder is not loaded",
-                allow_module_level=True)
-try:
-    from rocketstore.format import _speedups_batch as fast
-except ImportError as exc:  # a build without a C compiler
-    pytest.skip(f"the compiled decoder is not built ({exc})", allow_module_level=True)
+fast = compiled_or_skip("rocketstore.format._speedups_batch", "decoder")
 
 TWINS = {"scan_boundaries": "scan_boundaries_py", "_decode_topics": "_decode_topics_py",
          "_gather_strings": "_gather_strings_py", "_tags_codes": "_tags_codes_py",

@@ -22,14 +22,9 @@ from rocketstore.errors import RemoteProtocolError
 from rocketstore.remoting import connection, header
 from rocketstore.remoting.codes import SERIALIZE_JSON, SERIALIZE_ROCKETMQ, LanguageCode
 from rocketstore.remoting.command import RemotingCommand
+from tests.conftest import compiled_or_skip
 
-if _native.PURE_PYTHON:
-    pytest.skip("ROCKETSTORE_PURE_PYTHON is set: the compiled codec is not loaded",
-                allow_module_level=True)
-try:
-    from rocketstore.remoting import _speedups as fast
-except ImportError as exc:  # a build without a C compiler
-    pytest.skip(f"the compiled codec is not built ({exc})", allow_module_level=True)
+fast = compiled_or_skip("rocketstore.remoting._speedups", "codec")
 
 
 def test_modules_use_the_compiled_functions():

@@ -20,14 +20,9 @@ from rocketstore import _native
 from rocketstore.format import message as M
 from rocketstore.format.message import Message
 from rocketstore.store import commitlog
+from tests.conftest import compiled_or_skip
 
-if _native.PURE_PYTHON:
-    pytest.skip("ROCKETSTORE_PURE_PYTHON is set: the compiled append step is not loaded",
-                allow_module_level=True)
-try:
-    from rocketstore.store import _speedups as fast
-except ImportError as exc:  # a build without a C compiler
-    pytest.skip(f"the compiled append step is not built ({exc})", allow_module_level=True)
+fast = compiled_or_skip("rocketstore.store._speedups", "append step")
 
 
 def test_commitlog_uses_the_compiled_function():

@@ -81,6 +81,16 @@ def scan_boundaries(buf, start, end, limit=None):
         pos += size
 
 
+cdef bint _spans_inside(const long long[::1] st, const long long[::1] ln, Py_ssize_t size):
+    """Every span ``st[i]`` .. ``st[i] + ln[i]`` lies inside a buffer of ``size`` bytes (else the
+    caller hands the input to the pure function, which raises or copes as it does)."""
+    cdef Py_ssize_t i
+    for i in range(st.shape[0]):
+        if st[i] < 0 or ln[i] < 0 or st[i] + ln[i] > size:
+            return False
+    return True
+
+
 def _gather_strings(arr, starts, lengths):
     """See ``batch._gather_strings``: each string decoded as UTF-8 with replacement characters
     (what the pure function's one-call decode gives, and its per-record fallback)."""
@@ -97,11 +107,8 @@ def _gather_strings(arr, starts, lengths):
     except (TypeError, ValueError, BufferError):
         return _pure._gather_strings_py(arr, starts, lengths)
     cdef Py_ssize_t size = a.shape[0], i
-    if ln.shape[0] != n or size == 0:
+    if ln.shape[0] != n or size == 0 or not _spans_inside(st, ln, size):
         return _pure._gather_strings_py(arr, starts, lengths)
-    for i in range(n):
-        if st[i] < 0 or ln[i] < 0 or st[i] + ln[i] > size:
-            return _pure._gather_strings_py(arr, starts, lengths)
     cdef const unsigned char* p = &a[0] if size else NULL
     out = [None] * n
     for i in range(n):
@@ -122,11 +129,8 @@ def _decode_topics(buf, topic_pos, topic_len):
     except (TypeError, ValueError, BufferError):
         return _pure._decode_topics_py(buf, topic_pos, topic_len)
     cdef Py_ssize_t size = a.shape[0], i
-    if tl.shape[0] != n:
+    if tl.shape[0] != n or not _spans_inside(tp, tl, size):
         return _pure._decode_topics_py(buf, topic_pos, topic_len)
-    for i in range(n):
-        if tp[i] < 0 or tl[i] < 0 or tp[i] + tl[i] > size:
-            return _pure._decode_topics_py(buf, topic_pos, topic_len)
     cdef const unsigned char* p = &a[0] if size else NULL
     cdef const unsigned char* last = NULL
     cdef long long last_len = -1
