@@ -96,6 +96,19 @@ def push(namesrv, topic, group, n, orderly=False, credentials=None):
     print(json.dumps(got))
 
 
+def _send_when_routed(p, m, patience=30.0):
+    """send_sync, again while the client has no route yet (its name-server lookup can time out
+    on a loaded machine); any other failure is raised at once."""
+    deadline = time.time() + patience
+    while True:
+        try:
+            return p.send_sync(m)
+        except Exception as exc:  # the client's own exception types carry only the text
+            if "route" not in str(exc).lower() or time.time() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def hold(namesrv, topic, group, n):
     """A producer and a push consumer that stay online until stdin closes; one JSON line per
     event on stdout: {"event": "msg", ...} per consumed message, {"event": "ready"} once the
@@ -124,7 +137,7 @@ def hold(namesrv, topic, group, n):
             m = Message(topic)
             m.set_tags("TagA")
             m.set_body(f"hold-{i}")
-            p.send_sync(m)
+            _send_when_routed(p, m)
         deadline = time.time() + 60
         while time.time() < deadline:
             with lock:

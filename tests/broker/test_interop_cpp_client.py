@@ -16,7 +16,7 @@ import pytest
 
 from rocketstore import MessageStore, StoreConfig
 from rocketstore.broker.state.files import load_json_lenient
-from rocketstore.client import PullConsumer
+from rocketstore.client import AdminClient, PullConsumer
 
 from .conftest import start_server
 
@@ -146,6 +146,8 @@ def test_cpp_clients_in_admin_views_and_reset(tmp_path):
 
     py = _interop_python()
     srv = start_server(str(tmp_path / "store"))
+    with AdminClient(broker=srv.broker) as a:  # as an operator would: no auto-create race
+        a.create_topic("HoldTopic", 4, 4)
     n = 8
     proc = subprocess.Popen([py, str(DRIVER), "hold", srv.namesrv, "HoldTopic", "CG_hold", str(n)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

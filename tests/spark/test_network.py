@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from rocketstore.client import Producer, PullConsumer
+from rocketstore.client import AdminClient, Producer, PullConsumer
 from rocketstore.client._sync import LoopThread
 from tests.cluster.conftest import start_cluster_broker, start_namesrv, wait_for
 
@@ -57,6 +57,10 @@ def cluster(tmp_path_factory):
     try:
         for name in ("broker-a", "broker-b"):
             brokers.append(start_cluster_broker(str(root), ns.addr, name))
+        with AdminClient(namesrv=ns.addr) as a:  # on both brokers up front, as an operator
+            assert wait_for(lambda: len(a.brokers()) == 2)  # would: no auto-create race
+            assert len(a.create_topic(TOPIC, 4, 4)) == 2
+        assert wait_for(lambda: _route_has(ns.addr, TOPIC, {"broker-a", "broker-b"}))
         with Producer("net-pg", ns.addr) as p:
             for i in range(120):
                 p.send(TOPIC, b"order-%d" % i, tags="even" if i % 2 == 0 else "odd",
