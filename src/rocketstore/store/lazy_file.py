@@ -84,6 +84,7 @@ class LazyMappedFile(MappedFile):
         self.store_timestamp = 0
         self.private = False
         self._io_lock = threading.Lock()
+        self._warm = (0, 0)
         self._readonly = readonly
         self._map = None
         self._last_use = _tick()
