@@ -9,7 +9,10 @@ Question: side by side, on fresh stores, ``rocketstore serve`` and RocketMQ 4.9.
   open files (``/proc/PID/fd``, worker processes included) after it;
 * restart (SIGTERM, start again) to the first accepted send, with 5,000 topics, and the open
   files after it;
-* send TPS of RocketMQ's benchmark Producer with 0 / 200 / 1,000 idle connections open.
+* send TPS of RocketMQ's benchmark Producer with 0 / 200 / 1,000 idle connections open;
+* ``--stored-gib N``: send TPS on a fresh store against the same brokers on one store that
+  already holds N GiB (written once by the embedded store, byte-compatible, then opened by both
+  brokers in turn; the page cache is dropped before each broker starts when the kernel lets us).
 
 ``--embedded`` measures the store in process instead (the numbers of round 3's first pass).
 
@@ -18,6 +21,7 @@ Usage:
       [--topics 1000,5000,20000] [--queues 1000] [--idle 0,200,1000] [--seconds 12]
       [--workdir /tmp] [--json out.json]
   python benchmarks/bench_scale.py --embedded [--queues 1000]
+  ROCKETMQ_HOME=/work/rmq-java python benchmarks/bench_scale.py --stored-gib 20 [--reps 3]
 Without ROCKETMQ_HOME the Java broker is skipped with a note. Everything binds 127.0.0.1 and is
 stopped by PID.
 """
@@ -92,8 +96,8 @@ def topics_json(workdir: str) -> dict:
 class Ours:
     name = "rocketstore"
 
-    def __init__(self, workdir: str) -> None:
-        self.dir = os.path.join(workdir, "ours")
+    def __init__(self, workdir: str, store: str | None = None) -> None:
+        self.dir = store or os.path.join(workdir, "ours")
         self.port, self.ns_port = free_port(), free_port()
         self.proc: subprocess.Popen | None = None
 
@@ -121,9 +125,10 @@ class Ours:
 class Java:
     name = "java-4.9.7"
 
-    def __init__(self, workdir: str, home: str) -> None:
+    def __init__(self, workdir: str, home: str, store: str | None = None) -> None:
         self.dir = os.path.join(workdir, "java")
         os.makedirs(self.dir, exist_ok=True)
+        self.store_dir = store or os.path.join(self.dir, "store")
         self.home = home
         self.port, self.ns_port = free_port(), free_port()
         self.env = {**os.environ, "HOME": self.dir, "NAMESRV_HEAP": "512m", "BROKER_HEAP": "2g"}
@@ -147,7 +152,8 @@ class Java:
             "brokerClusterName=DefaultCluster", "brokerName=broker-a", "brokerId=0",
             "brokerRole=ASYNC_MASTER", "flushDiskType=ASYNC_FLUSH", f"listenPort={self.port}",
             f"namesrvAddr={self.namesrv}", "brokerIP1=127.0.0.1",
-            f"storePathRootDir={self.dir}/store", f"storePathCommitLog={self.dir}/store/commitlog",
+            f"storePathRootDir={self.store_dir}",
+            f"storePathCommitLog={self.store_dir}/commitlog",
             "autoCreateTopicEnable=true", "defaultTopicQueueNums=8", ""]))
         self.broker = subprocess.Popen([f"{self.home}/broker", "-c", conf], env=self.env,
                                        stdout=self.log, stderr=subprocess.STDOUT)
@@ -163,7 +169,7 @@ class Java:
         stop(self.broker)
         stop(self.ns)
 
-    store = property(lambda self: os.path.join(self.dir, "store"))
+    store = property(lambda self: self.store_dir)
 
 
 def open_files(pids: list[int]) -> int:
@@ -304,6 +310,94 @@ def brokers_main(args) -> dict:
     return result
 
 
+# ---- send TPS with data already stored -----------------------------------------------------------
+def fill_store(path: str, gib: float, body_kib: int = 32) -> dict:
+    """Write ``gib`` GiB into a store at ``path`` with the embedded store (1 GiB CommitLog
+    segments, RocketMQ's default; topic ``Stored``, 8 queues, batches of 32 messages)."""
+    cfg = StoreConfig(store_path_root_dir=path, mapped_file_size_commitlog=1 << 30)
+    body = os.urandom(body_kib * 1024)
+    target = int(gib * (1 << 30))
+    t0 = time.perf_counter()
+    n = 0
+    with MessageStore(cfg) as store:
+        while store.get_max_phy_offset() < target:
+            q = (n // 32) % 8
+            r = store.put_messages([Message("Stored", body, queue_id=q) for _ in range(32)])
+            if r.status.name != "PUT_OK":
+                raise RuntimeError(f"filling the store: {r.status.name} {r.error}")
+            n += 32
+        store.wait_dispatched(600)
+        stored = store.get_max_phy_offset()
+    return {"stored_bytes": stored, "messages": n, "fill_s": round(time.perf_counter() - t0, 1)}
+
+
+def drop_page_cache() -> bool:
+    """Write back and drop the page cache (root only): the old segments start cold."""
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as fh:
+            fh.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def stored_tps(b, args, java_home: str, workdir: str) -> dict:
+    dropped = drop_page_cache()
+    t0 = time.perf_counter()
+    b.start()
+    try:
+        up = round(time.perf_counter() - t0, 1)
+        r = run_senders("java", b.namesrv, "StoredTps", args.threads, args.seconds, java_home,
+                        workdir)
+        return {"msgs_per_s": r.get("msgs_per_s"), "avg_ms": r.get("avg_ms"),
+                "failed": r.get("failed"), "start_s": up, "page_cache_dropped": dropped,
+                "load_avg": os.getloadavg()[0]}
+    finally:
+        b.stop()
+
+
+def stored_main(args) -> dict:
+    """Send TPS on a fresh store and on one holding ``--stored-gib`` GiB, for both brokers, the
+    runs interleaved (fresh and stored, ours and Java, ``--reps`` times)."""
+    java_home = os.environ.get("ROCKETMQ_HOME")
+    if not (java_home and os.path.exists(f"{java_home}/broker")):
+        raise SystemExit("--stored-gib compares with the Java broker: set ROCKETMQ_HOME")
+    root = tempfile.mkdtemp(prefix="stored-", dir=args.workdir)
+    try:
+        big = os.path.join(root, "big")
+        result: dict = {"load_avg": os.getloadavg(), "threads": args.threads,
+                        "seconds": args.seconds, "fill": fill_store(big, args.stored_gib),
+                        "runs": []}
+        print(json.dumps(result["fill"]), file=sys.stderr)
+        for rep in range(args.reps):
+            for name in ("ours", "java") if rep % 2 == 0 else ("java", "ours"):
+                for where in ("fresh", "stored"):
+                    wd = tempfile.mkdtemp(prefix=f"{name}-{where}-", dir=root)
+                    store = big if where == "stored" else None
+                    b = Java(wd, java_home, store) if name == "java" else Ours(wd, store)
+                    run = {"broker": b.name, "store": where, "rep": rep,
+                           **stored_tps(b, args, java_home, wd)}
+                    if where == "fresh":
+                        shutil.rmtree(wd, ignore_errors=True)
+                    result["runs"].append(run)
+                    print(json.dumps(run), file=sys.stderr)
+        summary: dict = {}
+        for name in ("rocketstore", "java-4.9.7"):
+            for where in ("fresh", "stored"):
+                vals = sorted(r["msgs_per_s"] or 0 for r in result["runs"]
+                              if r["broker"] == name and r["store"] == where)
+                summary[f"{name} {where}"] = {"runs": vals, "median": vals[len(vals) // 2]}
+            f, st = summary[f"{name} fresh"]["median"], summary[f"{name} stored"]["median"]
+            summary[f"{name} stored / fresh"] = round(st / f, 2) if f else None
+        summary["ours / java, stored"] = round(
+            summary["rocketstore stored"]["median"] / summary["java-4.9.7 stored"]["median"], 2)
+        result["summary"] = summary
+        return result
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--brokers", default="ours,java")
@@ -315,8 +409,13 @@ def main() -> None:
     ap.add_argument("--embedded", action="store_true")
     ap.add_argument("--workdir", default=tempfile.gettempdir())
     ap.add_argument("--json", default=None)
+    ap.add_argument("--stored-gib", type=float, default=None,
+                    help="send TPS fresh against N GiB already stored (both brokers)")
+    ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
-    if args.embedded:
+    if args.stored_gib:
+        result = stored_main(args)
+    elif args.embedded:
         result = {"load_avg": os.getloadavg(), **queues(args.queues, args.workdir),
                   **topics_json(args.workdir)}
     else:
