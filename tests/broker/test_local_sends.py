@@ -1,5 +1,5 @@
 """The plain sends' fast path on a one-process broker (``serve --workers 1``,
-``broker/workers/local.py``): frames written back to back on one raw socket — plain sends, batch
+``broker/workers/local.py``) and through worker processes (``--workers 2``): frames written back to back on one raw socket — plain sends, batch
 sends (which take the send processor) and a oneway send — come back answered by opaque, stored
 in the order they were written, and counted in ``rocketstore_fast_sends_total``; with
 ``serverFastSends=false`` every send takes the processor and the counter is absent."""
@@ -74,10 +74,10 @@ def _pipeline(addr: str, first: int, n: int, batches: bool
     return answers, order
 
 
-def _run(tmp_path, name: str, *extra: str) -> dict:
+def _run(tmp_path, name: str, *extra: str, workers: int = 1) -> dict:
     mport = free_port()
-    srv = start_server(str(tmp_path / name), "--workers", "1", "--metrics-port", str(mport),
-                       *extra)
+    srv = start_server(str(tmp_path / name), "--workers", str(workers), "--metrics-port",
+                       str(mport), *extra)
     try:
         with Producer("PG", srv.namesrv) as p:  # the topic and its route exist
             assert p.send(TOPIC, b"first", queue_id=0).status == "SEND_OK"
@@ -106,6 +106,19 @@ def test_pipelined_sends_are_answered_and_stored_in_the_order_written(tmp_path):
         # each answer names its own queue offset (the first send took offset 0)
         assert r["stored"][int(a.ext_fields["queueOffset"]) - 1] == f"m{op - 1000:04d}".encode()
     assert r["fast"] == (1, 31)  # the first send, then every one of the 30 plain ones (oneway too)
+
+
+def test_worker_processes_keep_a_connections_order_too(tmp_path):
+    """The same pipelines through two worker processes: a batch goes to the writer whole, and
+    the plain sends behind it wait for it (the worker holds the batch until the connection's
+    PUTs in flight are answered; the writer answers later PUTs FALLBACK while the batch is with
+    the send processor, and the worker sends those again whole, in order)."""
+    r = _run(tmp_path, "workers", workers=2)
+    assert r["stored"] == r["order"]
+    for op, a in r["answers"].items():
+        assert a.code == 0, (op, a.remark)
+        assert r["stored"][int(a.ext_fields["queueOffset"]) - 1] == f"m{op - 1000:04d}".encode()
+    assert r["fast"] == (1, 31)  # no batch in the first pipeline: all 30 took the fast path
 
 
 def test_server_fast_sends_false_takes_the_send_processor(tmp_path):

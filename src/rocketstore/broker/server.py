@@ -27,7 +27,7 @@ from typing import Any, Awaitable, Callable
 
 from ..errors import ProtocolError
 from ..netlimits import ConnectionClock, ConnectionLimiter, Limits, peer_of
-from ..remoting.codes import ResponseCode
+from ..remoting.codes import SEND_REQUEST_CODES, ResponseCode
 from ..remoting.command import RemotingCommand
 from ..remoting.connection import CLOSED, NEED_DATA, RemotingConnection
 
@@ -52,6 +52,7 @@ class _Channel(asyncio.Protocol):
         self.puts: list[Any] = []  # plain sends gathered this read (``workers.local``)
         self.fast_puts = 0  # gathered sends not answered yet
         self.send_tasks = 0  # sends of this connection the send processor is handling
+        self.reforwards = 0  # a worker's PUTs answered FALLBACK, not yet back as REFRAME
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -124,7 +125,7 @@ class _Channel(asyncio.Protocol):
                 if fut is not None and not fut.done():
                     fut.set_result(cmd)
                 continue
-            is_send = local is not None and cmd.code in local.codes
+            is_send = cmd.code in SEND_REQUEST_CODES
             if gathering and is_send:
                 if local.take(self, cmd):
                     self._hold()

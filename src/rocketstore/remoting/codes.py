@@ -95,6 +95,12 @@ class RequestCode(IntEnum):
     ADD_WRITE_PERM_OF_BROKER = 327
 
 
+# the requests that store messages in the queue they name: a connection's sends of these keep
+# their order whichever way each goes (the fast paths or the send processor)
+SEND_REQUEST_CODES = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2,
+                                RequestCode.SEND_BATCH_MESSAGE})
+
+
 class ResponseCode(IntEnum):
     SUCCESS = 0
     SYSTEM_ERROR = 1

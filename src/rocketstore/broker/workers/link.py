@@ -11,6 +11,7 @@ Batching is free: everything one side has to say in a loop turn goes out in one 
 | FRAME  | both   | conn u32, a whole remoting frame as the client sent it / will get it |
 | PUT    | worker | see ``PUT_HEAD``: a plain send encoded as its CommitLog record       |
 | RESULT | writer | see ``RESULT_HEAD``: the put's answer, or FALLBACK (send the frame)  |
+| REFRAME| worker | as FRAME: the frame of a put the writer answered FALLBACK            |
 | STOP   | writer | (empty) stop accepting: the broker is shutting down                  |
 | PAUSE  | writer | conn u32: stop reading that client (its requests in flight hit the   |
 | RESUME | writer | conn u32: read it again                     broker's MAX_INFLIGHT)    |
@@ -25,7 +26,7 @@ from typing import NamedTuple
 
 from ...errors import ProtocolError
 
-OPEN, CLOSE, FRAME, PUT, RESULT, STOP, PAUSE, RESUME = 1, 2, 3, 4, 5, 6, 7, 8
+OPEN, CLOSE, FRAME, PUT, RESULT, STOP, PAUSE, RESUME, REFRAME = 1, 2, 3, 4, 5, 6, 7, 8, 9
 FALLBACK = -1  # RESULT code: the writer cannot take this put on the fast path
 
 HEAD = struct.Struct(">IB")
@@ -81,9 +82,10 @@ def close_msg(conn: int, protocol_error: bool = False) -> bytes:
     return message(CLOSE, CLOSE_BODY.pack(conn, 1 if protocol_error else 0))
 
 
-def frame_head(conn: int, frame_len: int) -> bytes:
-    """The link header of a FRAME message whose frame (``frame_len`` bytes) follows."""
-    return HEAD.pack(CONN.size + frame_len, FRAME) + CONN.pack(conn)
+def frame_head(conn: int, frame_len: int, kind: int = FRAME) -> bytes:
+    """The link header of a FRAME (or REFRAME) message whose frame (``frame_len`` bytes)
+    follows."""
+    return HEAD.pack(CONN.size + frame_len, kind) + CONN.pack(conn)
 
 
 def put_msg(p: Put) -> list[bytes]:

@@ -18,17 +18,16 @@ import time
 from functools import partial
 from typing import Any
 
-from ...remoting.codes import RequestCode
+from ...remoting.codes import SEND_REQUEST_CODES
 from ...remoting.command import RemotingCommand
-from .encode import SEND_CODES, Settings, plain_send, send_response
+from .encode import Settings, plain_send, send_response
 from .pool import FastPuts
 
 
 class LocalSends:
-    # the requests that store messages in the queue they name: ``take`` is offered these (it
-    # takes plain sends), and one that takes the ordinary way holds the connection's later
-    # sends behind it (a batch, say)
-    codes = frozenset(SEND_CODES) | {RequestCode.SEND_BATCH_MESSAGE}
+    # ``take`` is offered these (it takes plain sends); one that takes the ordinary way holds
+    # the connection's later sends behind it (a batch, say)
+    codes = SEND_REQUEST_CODES
 
     def __init__(self, fast: FastPuts, settings: Settings) -> None:
         self.fast = fast

@@ -20,7 +20,12 @@ can inherit it again. Each link is an asyncio protocol here (``Link``):
   gathered are appended before any other kind of message of the read is handled, so a
   connection's sends keep their order. Anything the fast path does not
   take (a refused topic, a queue id out of range) is answered FALLBACK, and the worker sends the
-  frame to be handled whole, so every error answer has one implementation.
+  frame again to be handled whole (REFRAME), so every error answer has one implementation.
+* Order on a connection: while a send of a connection is with the send processor (a batch, a
+  delayed or transactional send, a FALLBACK) or on its way back as REFRAME, that connection's
+  later PUTs are answered FALLBACK too and follow it; the worker holds a send it must forward
+  whole until that connection's PUTs in flight are answered. So a client that pipelines mixed
+  sends on one connection gets them stored in the order it sent them, as with one process.
 
 A worker that exits is restarted (at most once a second): its connections are closed on the
 broker side like any closed connection; puts it had sent and the writer appended stay appended
@@ -137,8 +142,10 @@ class Link(Outbox, asyncio.Protocol):
                 continue
             if self.puts:  # the sends before this message go in first
                 fast.append(self)
-            if kind == L.FRAME:
+            if kind == L.FRAME or kind == L.REFRAME:
                 ch = self.channels.get(L.parse_conn(payload))
+                if ch is not None and kind == L.REFRAME and ch.reforwards:
+                    ch.reforwards -= 1
                 if ch is not None and not ch.closed:
                     ch.data_received(payload[L.CONN.size:])
             elif kind == L.OPEN:
@@ -209,8 +216,14 @@ class FastPuts:
 
     def on_put(self, link: Link, p: L.Put) -> None:
         ch = link.channels.get(p.conn)
-        rec = None if ch is None or ch.closed else self.check(ch, p)
-        if rec is None:  # (a closed connection: nothing stored, the worker forgets the send)
+        if ch is None or ch.closed:  # nothing stored, the worker forgets the send
+            link.send(L.result_msg(p.seq, L.FALLBACK))
+            return
+        # behind a send of this connection that the send processor has, or one the worker is
+        # sending again whole: this one goes that way too, so the connection keeps its order
+        rec = None if ch.send_tasks or ch.reforwards else self.check(ch, p)
+        if rec is None:
+            ch.reforwards += 1  # the worker sends the frame again (REFRAME)
             link.send(L.result_msg(p.seq, L.FALLBACK))
             return
         link.puts.append((rec, partial(self._done, link, p, time.perf_counter())))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import itertools
 import json
 import logging
@@ -34,12 +35,12 @@ from typing import Any
 
 from ...errors import ProtocolError
 from ...netlimits import peer_of
-from ...remoting.codes import FRAME_MAX_LENGTH
+from ...remoting.codes import FRAME_MAX_LENGTH, SEND_REQUEST_CODES
 from ...remoting.command import RemotingCommand
 from ...remoting.connection import RemotingConnection, cut_frame
 from ...remoting.header import decode_header
 from . import link as L
-from .encode import SEND_CODES, Settings, plain_send, send_response
+from .encode import Settings, plain_send, send_response
 from .outbox import Outbox
 
 log = logging.getLogger("rocketstore.worker")
@@ -60,6 +61,8 @@ class ClientConn(asyncio.Protocol):
         self.partial_since: float | None = None
         self.out: list[bytes] = []
         self.puts = 0  # PUTs of this connection the writer has not answered
+        # sends held until this connection's PUTs in flight are answered: (cmd, frame, put)
+        self.waiting: collections.deque[tuple[RemotingCommand, bytes, Any]] = collections.deque()
         self.held = False  # reading paused: too many puts in flight (MAX_PUTS)
         self.writer_paused = False  # reading paused by the writer (its MAX_INFLIGHT)
 
@@ -84,28 +87,28 @@ class ClientConn(asyncio.Protocol):
                 end, stype, header, body = cut
                 raw_start = pos
                 pos = end
-                if stype == 1 and len(header) >= 2 and \
-                        int.from_bytes(header[:2], "big", signed=True) not in SEND_CODES:
+                if stype == 1 and len(header) >= 2 and int.from_bytes(
+                        header[:2], "big", signed=True) not in SEND_REQUEST_CODES:
                     w.forward(self.id, buf, raw_start, end)  # not a send: no need to decode
                     continue
                 cmd = decode_header(header, stype, body)
-                put = None
-                if cmd.code in SEND_CODES and not cmd.is_response:
-                    try:
-                        put = plain_send(cmd, self.peer, next(w.seqs), self.id, w.settings)
-                    except Exception:  # whatever it is, the writer's send processor answers
-                        log.debug("send from %s handled whole by the writer", self.peer,
-                                  exc_info=True)
-                        put = None
-                if put is None:
+                if cmd.code not in SEND_REQUEST_CODES or cmd.is_response:
                     w.forward(self.id, buf, raw_start, end)
+                    continue
+                put = None
+                try:
+                    put = plain_send(cmd, self.peer, next(w.seqs), self.id, w.settings)
+                except Exception:  # whatever it is, the writer's send processor answers
+                    log.debug("send from %s handled whole by the writer", self.peer,
+                              exc_info=True)
+                frame = bytes(buf[raw_start:end])
+                if self.waiting or (put is None and self.puts):
+                    self.waiting.append((cmd, frame, put))  # after the PUTs ahead of it
                 else:
-                    w.pending[put.seq] = (self, cmd, bytes(buf[raw_start:end]))
-                    w.send_parts(L.put_msg(put))
-                    self.puts += 1
-                    if self.puts >= MAX_PUTS and not self.held:
-                        self.held = True
-                        self._reading()
+                    self._send(cmd, frame, put)
+                if self.puts + len(self.waiting) >= MAX_PUTS and not self.held:
+                    self.held = True
+                    self._reading()
         except ProtocolError as exc:
             log.info("broker: closing %s: %s", self.peer, exc)
             self.abort(protocol_error=True)
@@ -116,6 +119,26 @@ class ClientConn(asyncio.Protocol):
             self.partial_since = None
         elif pos or self.partial_since is None:  # a new frame begun
             self.partial_since = time.monotonic()
+
+    def _send(self, cmd: RemotingCommand, frame: bytes, put: Any) -> None:
+        """A send to the writer: as a PUT (the fast path) or, ``put`` None, its frame whole."""
+        w = self.w
+        if put is None:
+            w.send_parts([L.frame_head(self.id, len(frame)), frame])
+            return
+        w.pending[put.seq] = (self, cmd, frame)
+        w.send_parts(L.put_msg(put))
+        self.puts += 1
+
+    def _send_waiting(self) -> None:
+        """Send what waited, in order, up to the next frame that must wait again."""
+        waiting = self.waiting
+        while waiting and not self.closed:
+            cmd, frame, put = waiting[0]
+            if put is None and self.puts:
+                return
+            waiting.popleft()
+            self._send(cmd, frame, put)
 
     def _reading(self) -> None:
         """Pause or resume reading this client as the two reasons say."""
@@ -128,7 +151,9 @@ class ClientConn(asyncio.Protocol):
 
     def put_answered(self) -> None:
         self.puts -= 1
-        if self.held and self.puts <= MAX_PUTS // 2:
+        if self.waiting and not self.puts:
+            self._send_waiting()
+        if self.held and self.puts + len(self.waiting) <= MAX_PUTS // 2:
             self.held = False
             self._reading()
 
@@ -235,10 +260,11 @@ class Worker(Outbox):
         conn, cmd, raw = entry
         if conn.closed:
             return
-        conn.put_answered()
-        if r.code == L.FALLBACK:
-            self.send_parts([L.frame_head(conn.id, len(raw)), raw])
+        if r.code == L.FALLBACK:  # again, whole; before anything that waited behind it
+            self.send_parts([L.frame_head(conn.id, len(raw), L.REFRAME), raw])
+            conn.put_answered()
             return
+        conn.put_answered()
         if cmd.is_oneway:
             return
         resp = send_response(cmd, r.code, r.queue_id, r.queue_offset, r.msg_id, r.remark)
