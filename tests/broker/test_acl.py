@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 import yaml
@@ -65,10 +66,15 @@ def write_acl_home(root, text: str = ACL_YML) -> tuple[str, str]:
     return store, conf
 
 
-@pytest.fixture(scope="module")
-def acl_server(tmp_path_factory):
+@pytest.fixture(scope="module", params=["2", "1"], ids=["workers", "one-process"])
+def acl_server(request, tmp_path_factory):
+    """An ACL broker with worker processes (every frame checked at the writer) and in one
+    process (plain sends checked, then taken by the fast path): every test runs on both."""
     store, conf = write_acl_home(tmp_path_factory.mktemp("acl"))
-    srv = start_server(store, "--config", conf)
+    mport = free_port()
+    srv = start_server(store, "--config", conf, "--workers", request.param, "--metrics-port",
+                       str(mport))
+    srv.workers, srv.metrics_port = int(request.param), mport
     yield srv
     assert srv.stop() == 0, srv.log()
 
@@ -104,6 +110,31 @@ def test_allowed_send_and_pull(acl_server):
         while not got and time.monotonic() < deadline:
             got = c.pull("topicB", 0, 0, 32).messages
     assert [m.body for m in got] == [b"hello acl"]
+
+
+def _fast_sends(srv) -> float:
+    """``rocketstore_fast_sends_total`` of ``srv`` (0 before the first)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{srv.metrics_port}/metrics",
+                                timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("rocketstore_fast_sends_total "):
+                return float(line.split()[1])
+    return 0.0
+
+
+def test_one_process_fast_path_takes_only_what_the_check_allows(acl_server):
+    """With ACL on, a one-process broker's fast path takes a signed, permitted send; a refused
+    one (no permission, bad signature, unsigned) is answered by the send processor, as above."""
+    before = _fast_sends(acl_server)
+    with Producer("PG", acl_server.namesrv, credentials=USER) as p:
+        assert p.send("topicB", b"fast with acl", queue_id=0).status == "SEND_OK"
+        with pytest.raises(BrokerError):
+            p.send("topicA", b"x", queue_id=0)
+    with Producer("PG", acl_server.namesrv) as p:
+        with pytest.raises(BrokerError):
+            p.send("topicB", b"x", queue_id=0)
+    taken = _fast_sends(acl_server) - before
+    assert taken == (1 if acl_server.workers == 1 else 0)  # workers forward every frame
 
 
 def test_denied_by_permission(acl_server):

@@ -218,14 +218,15 @@ class Broker:
             await self.workers.start_workers(self._worker_settings())
             self.fast_puts = self.workers.fast if self.workers.settings.fast_sends else None
         else:
-            settings = self._worker_settings()
+            settings = self._worker_settings(acl_checked_here=True)
             if settings.fast_sends:  # the workers' fast path on our own connections
                 from .workers.local import LocalSends
                 from .workers.pool import FastPuts
 
                 observe = self.put_observers[0] if self.put_observers else None
                 self.fast_puts = FastPuts(self.contexts["send"], observe)
-                broker_srv.local_sends = LocalSends(self.fast_puts, settings)
+                broker_srv.local_sends = LocalSends(
+                    self.fast_puts, settings, None if self.acl is None else self.acl.check)
         self.servers.append(broker_srv)
         await self._start_fast_port(handlers)
         if self.config.namesrv_port is not None:
@@ -277,15 +278,17 @@ class Broker:
         port = self.workers.bind(self.config.host, self.config.port)
         broker_srv.start_without_socket(port)
 
-    def _worker_settings(self) -> Any:
+    def _worker_settings(self, acl_checked_here: bool = False) -> Any:
+        """What the fast paths need; with ACL on only the one-process path takes sends (it
+        checks each as the send processor would: ``acl_checked_here``), workers forward all."""
         from .workers.encode import Settings
 
         return Settings(cluster_name=self.config.cluster_name,
                         store_host=self.store_config.store_host,
                         generate_uniq_key=self.store_config.generate_uniq_key,
                         max_message_size=self.store_config.max_message_size,
-                        fast_sends=self.config.fast_sends and self.acl is None
-                        and not self.is_slave)
+                        fast_sends=self.config.fast_sends and not self.is_slave
+                        and (self.acl is None or acl_checked_here))
 
     async def _start_fast_port(self, handlers: dict[int, Any]) -> None:
         """RocketMQ's VIP channel on listenPort - 2 (a Java slave's SlaveSynchronize reads the

@@ -39,7 +39,7 @@ class Settings:
     store_host: str
     generate_uniq_key: bool
     max_message_size: int
-    fast_sends: bool  # False with ACL on or on a slave: every frame goes to the writer
+    fast_sends: bool  # False on a slave, and for workers with ACL on: every frame to the writer
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

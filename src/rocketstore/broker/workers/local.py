@@ -2,7 +2,8 @@
 
 Theory of operation: a one-process broker reads its clients itself. For each read,
 ``broker.server._Channel`` offers every send request to ``LocalSends.take``: a plain send
-(``encode.plain_send``: no batch, delay, timer or transaction, ACL off, not a slave) passes the
+(``encode.plain_send``: no batch, delay, timer or transaction, not a slave; with ACL on, after
+the same check every request passes) passes the
 same topic checks as a worker's PUT (``FastPuts.check``) and is gathered on the channel; at the
 end of the read (or before a request that takes the ordinary way, so a connection's sends keep
 their order) the gathered records go into the CommitLog in one append
@@ -16,7 +17,7 @@ from __future__ import annotations
 import itertools
 import time
 from functools import partial
-from typing import Any
+from typing import Any, Callable
 
 from ...remoting.codes import SEND_REQUEST_CODES
 from ...remoting.command import RemotingCommand
@@ -29,14 +30,21 @@ class LocalSends:
     # the connection's later sends behind it (a batch, say)
     codes = SEND_REQUEST_CODES
 
-    def __init__(self, fast: FastPuts, settings: Settings) -> None:
+    def __init__(self, fast: FastPuts, settings: Settings,
+                 acl_check: Callable[[RemotingCommand, str], None] | None = None) -> None:
         self.fast = fast
         self.settings = settings
+        self.acl_check = acl_check  # with aclEnable: the check every request passes first
         self._seqs = itertools.count(1)
 
     def take(self, ch: Any, cmd: RemotingCommand) -> bool:
         """True when ``cmd`` is a plain send now gathered on ``ch`` (answered by ``append``);
         False: handle it the ordinary way."""
+        if self.acl_check is not None:
+            try:  # the same check as the send processor's guard; a refusal is answered there
+                self.acl_check(cmd, ch.peer)
+            except Exception:
+                return False
         try:
             p = plain_send(cmd, ch.peer, next(self._seqs), 0, self.settings)
         except Exception:  # whatever it is, the send processor answers it
