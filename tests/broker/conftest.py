@@ -17,6 +17,16 @@ SMALL_STORE = ["-o", "mapped_file_size_commitlog=1048576",
                "-o", "max_hash_slot_num=1000", "-o", "max_index_num=4000"]
 
 
+def metric(port: int, name: str) -> float | None:
+    """The value of the unlabelled sample ``name`` on ``/metrics`` at ``port``; None when absent."""
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return None
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

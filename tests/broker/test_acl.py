@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 import yaml
@@ -23,7 +22,7 @@ from rocketstore.errors import BrokerError
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.signing import sign_request
 
-from .conftest import SMALL_STORE, free_port, start_server
+from .conftest import SMALL_STORE, free_port, metric, start_server
 
 ACL_YML = """\
 globalWhiteRemoteAddresses:
@@ -114,12 +113,7 @@ def test_allowed_send_and_pull(acl_server):
 
 def _fast_sends(srv) -> float:
     """``rocketstore_fast_sends_total`` of ``srv`` (0 before the first)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{srv.metrics_port}/metrics",
-                                timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith("rocketstore_fast_sends_total "):
-                return float(line.split()[1])
-    return 0.0
+    return metric(srv.metrics_port, "rocketstore_fast_sends_total") or 0.0
 
 
 def test_one_process_fast_path_takes_only_what_the_check_allows(acl_server):

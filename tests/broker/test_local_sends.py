@@ -1,13 +1,13 @@
 """The plain sends' fast path on a one-process broker (``serve --workers 1``,
-``broker/workers/local.py``) and through worker processes (``--workers 2``): frames written back to back on one raw socket — plain sends, batch
-sends (which take the send processor) and a oneway send — come back answered by opaque, stored
-in the order they were written, and counted in ``rocketstore_fast_sends_total``; with
-``serverFastSends=false`` every send takes the processor and the counter is absent."""
+``broker/workers/local.py``) and through worker processes (``--workers 2``): frames written back
+to back on one raw socket — plain sends, batch sends (which take the send processor) and a
+oneway send — come back answered by opaque, stored in the order they were written, and counted
+in ``rocketstore_fast_sends_total``; with ``serverFastSends=false`` every send takes the
+processor and the counter is absent."""
 from __future__ import annotations
 
 import socket
 import time
-import urllib.request
 
 from rocketstore.client import Producer, PullConsumer
 from rocketstore.format.message import properties_to_string
@@ -17,17 +17,9 @@ from rocketstore.remoting.connection import NEED_DATA, RemotingConnection
 from rocketstore.remoting.header import SEND_V1_TO_V2
 from rocketstore.remoting.message_batch import BatchEntry, encode_batch
 
-from .conftest import free_port, start_server, wait_max_offset
+from .conftest import free_port, metric, start_server, wait_max_offset
 
 TOPIC = "LocalOrder"
-
-
-def _metric(port: int, name: str) -> float | None:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-    return None
 
 
 def _send_cmd(i: int, batch: bool, oneway: bool = False) -> RemotingCommand:
@@ -81,9 +73,9 @@ def _run(tmp_path, name: str, *extra: str, workers: int = 1) -> dict:
     try:
         with Producer("PG", srv.namesrv) as p:  # the topic and its route exist
             assert p.send(TOPIC, b"first", queue_id=0).status == "SEND_OK"
-        fast0 = _metric(mport, "rocketstore_fast_sends_total")
+        fast0 = metric(mport, "rocketstore_fast_sends_total")
         plain, plain_order = _pipeline(srv.broker, 0, 30, batches=False)
-        fast1 = _metric(mport, "rocketstore_fast_sends_total")
+        fast1 = metric(mport, "rocketstore_fast_sends_total")
         mixed, mixed_order = _pipeline(srv.broker, 30, 60, batches=True)
         with PullConsumer("CG", srv.namesrv) as c:
             assert wait_max_offset(c, TOPIC, 0, 91) == 91

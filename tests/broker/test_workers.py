@@ -23,7 +23,7 @@ import pytest
 from rocketstore.client import Producer, PullConsumer
 from rocketstore.format.message import BLANK, decode_message
 
-from .conftest import free_port, start_server, wait_max_offset
+from .conftest import free_port, metric, start_server, wait_max_offset
 
 
 def _serve(tmp_path, *args: str) -> subprocess.CompletedProcess:
@@ -268,22 +268,13 @@ class Load:
             return len(self.acked)
 
 
-def _metric(port: int, name: str) -> float:
-    import urllib.request
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-    raise AssertionError(f"{name} not in /metrics")
-
-
 def test_sigkill_of_a_worker_loses_only_its_connections(tmp_path):
     store = str(tmp_path / "store")
     mport = free_port()
     srv = start_server(store, "--workers", "3", "--metrics-port", str(mport))
     try:
-        assert _metric(mport, "rocketstore_worker_processes") == 2
-        assert _metric(mport, "rocketstore_worker_restarts_total") == 0
+        assert metric(mport, "rocketstore_worker_processes") == 2
+        assert metric(mport, "rocketstore_worker_restarts_total") == 0
         before = wait_for(lambda: len(workers_of(srv.proc.pid)) == 2 and workers_of(srv.proc.pid))
         with Load(srv.namesrv, "KillW") as load:
             assert wait_for(lambda: load.count() > 200, timeout=30)
@@ -296,8 +287,8 @@ def test_sigkill_of_a_worker_loses_only_its_connections(tmp_path):
         acked = set(load.acked)
         assert srv.proc.poll() is None
         assert "restarting it" in srv.log()
-        assert _metric(mport, "rocketstore_worker_restarts_total") == 1
-        assert _metric(mport, "rocketstore_worker_processes") == 2
+        assert metric(mport, "rocketstore_worker_restarts_total") == 1
+        assert metric(mport, "rocketstore_worker_processes") == 2
     finally:
         assert srv.stop() == 0, srv.log()
     stored = [m.body for m in store_records(store)]

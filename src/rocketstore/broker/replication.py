@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..remoting.codes import RequestCode, ResponseCode
+from ..remoting.codes import SEND_REQUEST_CODES, RequestCode, ResponseCode
 from ..remoting.command import RemotingCommand
 
 MASTER_ID = 0
@@ -37,7 +37,6 @@ SLAVE_MODIFY_REMARK = ("Can't modify topic or subscription group from slave brok
 
 _MODIFY_CODES = (RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.DELETE_TOPIC_IN_BROKER,
                  RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, RequestCode.DELETE_SUBSCRIPTIONGROUP)
-_SEND_CODES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
 
 
 def check_role(role: str, broker_id: int) -> int:
@@ -57,7 +56,7 @@ def slave_handlers(handlers: dict[int, Any]) -> dict[int, Any]:
         async def handler(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
             return cmd.response(code, remark=remark)
         return handler
-    for c in _SEND_CODES:
+    for c in SEND_REQUEST_CODES:
         out[c] = refuse(ResponseCode.SERVICE_NOT_AVAILABLE, SLAVE_SEND_REMARK)
     out[RequestCode.CONSUMER_SEND_MSG_BACK] = refuse(ResponseCode.SYSTEM_ERROR, "SERVICE_NOT_AVAILABLE")
     out[RequestCode.END_TRANSACTION] = refuse(ResponseCode.SLAVE_NOT_AVAILABLE, None)

@@ -309,21 +309,20 @@ class MappedFile:
         with self._io_lock:
             fd = self._fd
             if fd >= 0:
-                view = memoryview(data)
+                view, at = memoryview(data), pos
                 while view:
                     try:
-                        n = os.pwrite(fd, view, pos)
+                        n = os.pwrite(fd, view, at)
                     except OSError as exc:
                         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                             raise DiskFullError(
                                 f"{self.path}: no space for {len(view)} bytes") from exc
                         raise StoreError(f"{self.path}: cannot write: {exc.strerror}") from exc
-                    view, pos = view[n:], pos + n
+                    view, at = view[n:], at + n
                 page_end = -(-end // OS_PAGE_SIZE) * OS_PAGE_SIZE
-                start = pos - len(data)
                 self._warm = ((warm_start, max(warm_end, page_end))
-                              if warm_start <= start <= warm_end
-                              else (start // OS_PAGE_SIZE * OS_PAGE_SIZE, page_end))
+                              if warm_start <= pos <= warm_end
+                              else (pos // OS_PAGE_SIZE * OS_PAGE_SIZE, page_end))
                 return
         self.mm[pos:end] = data  # a private view (or a destroyed file)
 

@@ -19,16 +19,14 @@ import time
 from functools import partial
 from typing import Any, Callable
 
-from ...remoting.codes import SEND_REQUEST_CODES
 from ...remoting.command import RemotingCommand
 from .encode import Settings, plain_send, send_response
 from .pool import FastPuts
 
 
 class LocalSends:
-    # ``take`` is offered these (it takes plain sends); one that takes the ordinary way holds
-    # the connection's later sends behind it (a batch, say)
-    codes = SEND_REQUEST_CODES
+    """Offered every request of ``remoting.codes.SEND_REQUEST_CODES`` (``take`` takes plain
+    sends); one that takes the ordinary way holds the connection's later sends behind it."""
 
     def __init__(self, fast: FastPuts, settings: Settings,
                  acl_check: Callable[[RemotingCommand, str], None] | None = None) -> None:
