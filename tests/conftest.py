@@ -5,6 +5,11 @@ import shutil
 import pytest
 
 from rocketstore import StoreConfig, _native
+from tests import referee
+
+# RocketMQ's releases resolved by set-up (scripts/referee/resolve.py): ROCKETMQ_HOME (4.9.7),
+# ROCKETMQ5_HOME (5.3.3), ROCKETMQ5_NEWEST_HOME (the newest 5.x), unless already set.
+referee.export_env()
 
 # A store written by Apache RocketMQ 4.9.7's own code (copied from the shared fixtures, with
 # its manifest of what RocketMQ wrote and answered). Tests copy it before opening it.

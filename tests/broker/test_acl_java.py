@@ -18,14 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from tests import referee
+
 from .conftest import start_server
 from .test_acl import ACL_YML
 
 HOME = os.environ.get("ROCKETMQ_HOME", "")
-pytestmark = pytest.mark.skipif(
-    not (HOME and os.access(os.path.join(HOME, "mqadmin"), os.X_OK)),
-    reason="needs RocketMQ's Java build: set ROCKETMQ_HOME to a directory with mqadmin, "
-           "namesrv, broker and javac-rmq (see ../shared/tools/rocketmq-java/README.md)")
+pytestmark = referee.skip_unless(referee.V4)
 
 TOOLS_YML = "accessKey: rocketmq2\nsecretKey: 12345678\n"
 

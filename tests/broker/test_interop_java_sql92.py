@@ -26,11 +26,8 @@ EXPECTED = sorted(
 
 
 def _home() -> str:
-    home = os.environ.get("ROCKETMQ_HOME")
-    if not home or not os.path.exists(os.path.join(home, "javac-rmq")):
-        pytest.skip("RocketMQ 4.9.7 Java build not found: set ROCKETMQ_HOME to the output of "
-                    "shared/tools/rocketmq-java/build.sh to run the Java client tests")
-    return home
+    from tests import referee
+    return referee.home(referee.V4)
 
 
 @pytest.fixture(scope="module")

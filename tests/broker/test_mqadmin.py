@@ -23,13 +23,12 @@ from rocketstore.client import ClientInstance, Producer, PushConsumer
 from rocketstore.client._sync import LoopThread
 
 from . import admin_wire as w
+from tests import referee
+
 from .conftest import free_port, start_server
 
 HOME = os.environ.get("ROCKETMQ_HOME", "")
-pytestmark = pytest.mark.skipif(
-    not (HOME and os.access(os.path.join(HOME, "mqadmin"), os.X_OK)),
-    reason="needs RocketMQ's Java build: set ROCKETMQ_HOME to a directory with mqadmin, "
-           "namesrv and broker (see ../shared/tools/rocketmq-java/README.md)")
+pytestmark = referee.skip_unless(referee.V4)
 
 TOPIC = "OpsTopic"
 NOISE = re.compile(r"^(OpenJDK|SLF4J|log4j|WARNING)")

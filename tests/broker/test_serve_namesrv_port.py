@@ -114,11 +114,8 @@ def test_banner_lists_only_ports_that_listen(tmp_path):
 
 # -- RocketMQ's Java client -------------------------------------------------------------------
 def _java_home() -> str:
-    home = os.environ.get("ROCKETMQ_HOME")
-    if not home or not os.path.exists(os.path.join(home, "javac-rmq")):
-        pytest.skip("RocketMQ 4.9.7 Java build not found: set ROCKETMQ_HOME to the output of "
-                    "shared/tools/rocketmq-java/build.sh to run the Java client tests")
-    return home
+    from tests import referee
+    return referee.home(referee.V4)
 
 
 def test_java_client_through_namesrv_port_with_namesrvaddr_in_conf(tmp_path):

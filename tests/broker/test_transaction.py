@@ -239,10 +239,8 @@ def test_broker_sigkill_between_half_and_commit(tmp_path):
 @pytest.mark.timeout(400)
 def test_java_transaction_mq_producer(tmp_path):
     """RocketMQ 4.9.7's own TransactionMQProducer: commit, rollback, unknown → check → commit."""
-    home = os.environ.get("ROCKETMQ_HOME")
-    if not home or not os.path.exists(os.path.join(home, "javac-rmq")):
-        pytest.skip("RocketMQ 4.9.7 Java build not found: set ROCKETMQ_HOME to the output of "
-                    "shared/tools/rocketmq-java/build.sh to run the Java client test")
+    from tests import referee
+    home = referee.home(referee.V4)
     txn_server = start_server(str(tmp_path / "store"), "--config", txn_conf(tmp_path))
     try:
         _java_transactions(home, txn_server, tmp_path)

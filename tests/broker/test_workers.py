@@ -382,11 +382,8 @@ def test_sync_flush_through_workers(tmp_path):
 
 # -- with RocketMQ's Java producer --------------------------------------------------------------
 def _java_home() -> str:
-    home = os.environ.get("ROCKETMQ_HOME")
-    if not home or not os.path.exists(os.path.join(home, "javac-rmq")):
-        pytest.skip("RocketMQ 4.9.7 Java build not found: set ROCKETMQ_HOME to the output of "
-                    "shared/tools/rocketmq-java/build.sh to run the Java producer kill tests")
-    return home
+    from tests import referee
+    return referee.home(referee.V4)
 
 
 def _java_producer(tmp_path, namesrv: str, topic: str, seconds: int):

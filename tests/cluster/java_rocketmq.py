@@ -1,5 +1,5 @@
-"""RocketMQ 4.9.7's own name server and broker (the Java build under ``ROCKETMQ_HOME``), started
-by tests on 127.0.0.1 with free ports and stopped by PID."""
+"""RocketMQ's own name server and broker (the releases resolved by set-up, see tests/referee.py),
+started by tests on 127.0.0.1 with free ports and stopped by PID."""
 from __future__ import annotations
 
 import os
@@ -9,17 +9,13 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-import pytest
-
+from tests import referee
 from tests.broker.conftest import free_port
 
 
-def rocketmq_home() -> str:
-    home = os.environ.get("ROCKETMQ_HOME")
-    if not home or not os.path.exists(os.path.join(home, "namesrv")):
-        pytest.skip("RocketMQ 4.9.7 Java build not found: set ROCKETMQ_HOME to the output of "
-                    "shared/tools/rocketmq-java/build.sh to run the Java interop tests")
-    return home
+def rocketmq_home(version: str = referee.V4) -> str:
+    """The launchers of RocketMQ ``version`` resolved at set-up (skips with set-up's reason)."""
+    return referee.home(version)
 
 
 def _free_port_block(n: int) -> int:

@@ -26,6 +26,8 @@ from rocketstore.remoting.codes import RequestCode, ResponseCode
 from rocketstore.remoting.command import RemotingCommand
 from rocketstore.remoting.connection import RemotingConnection
 
+from tests import referee
+
 from .conftest import DRIVER, client_python, run_script, start_grpc_server, write_conf
 
 pytestmark = pytest.mark.interop
@@ -213,10 +215,7 @@ def test_a_consumer_whose_heartbeats_stop_expires(tmp_path):
         assert srv.stop() == 0, srv.log()
 
 
-@pytest.mark.skipif(not (MQADMIN_HOME and os.access(os.path.join(MQADMIN_HOME, "mqadmin"),
-                                                    os.X_OK)),
-                    reason="needs RocketMQ's Java build: set ROCKETMQ_HOME to a directory with "
-                           "mqadmin (see ../shared/tools/rocketmq-java/README.md)")
+@referee.skip_unless(referee.V4)
 def test_mqadmin_sees_a_grpc_consumer(tmp_path):
     """RocketMQ 4.9.7's own mqadmin reads the registry entry of a gRPC consumer that received
     (through a SQL92 filter) and acked."""
