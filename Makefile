@@ -61,7 +61,7 @@ test: $(STAMP) referee
 
 bench: $(STAMP) referee
 	$(PY) -m pip install --quiet -e '.[spark,dev,ops,bench]'
-	$(PY) benchmarks/run_all.py
+	eval "$$($(PYTHON) scripts/referee/resolve.py --env)"; $(PY) benchmarks/run_all.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -40,9 +40,12 @@ from netutil import free_port, wait_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BODY = b"x" * 1024
-JAVA_TPS = re.compile(r"Send TPS: (\d+) Max RT\(ms\): (\d+) Average RT\(ms\):\s*([\d.]+) "
-                      r"Send Failed: (\d+) Response Failed: (\d+)")
-JAVA_CONSUME = re.compile(r"TPS: (\d+) FAIL")
+# RocketMQ's benchmark Producer: 4.9.7 prints "Send TPS: n Max RT(ms): ...", 5.x (the referee's
+# producer-bench) separates the fields with " | "
+JAVA_TPS = re.compile(r"Send TPS: (\d+)[ |]*Max RT\(ms\): (\d+)[ |]*Average RT\(ms\):\s*([\d.]+)[ |]*"
+                      r"Send Failed: (\d+)[ |]*Response Failed: (\d+)")
+# the benchmark Consumer: 4.9.7 "TPS: n FAIL TPS: ...", 5.x "Consume TPS: n | AVG(B2C) ..."
+JAVA_CONSUME = re.compile(r"TPS: (\d+)(?: FAIL| \| AVG)")
 
 
 
