@@ -51,6 +51,32 @@ def rmq(tmp_path):
         ns.stop()
 
 
+def _create_on_every_broker(ns: str, brokers: list, topic: str) -> None:
+    """The topic on each broker (an admin request to each, as an operator's updateTopic -c), then
+    wait until the name server routes it to all: sends that auto-create it could all land on the
+    broker that created it first, and the source must read from both."""
+    from rocketstore.client import ClientInstance
+    from rocketstore.remoting.codes import RequestCode
+    ci = ClientInstance(ns)
+    try:
+        for b in brokers:
+            LoopThread.shared().run(ci.invoke(b.broker, RequestCode.UPDATE_AND_CREATE_TOPIC,
+                                              {"topic": topic, "readQueueNums": 4,
+                                               "writeQueueNums": 4, "perm": 6,
+                                               "topicFilterType": "SINGLE_TAG"}))
+    finally:
+        ci.close()
+
+    def routed():
+        with PullConsumer("probe", ns) as c:
+            try:
+                r = LoopThread.shared().run(c.instance.route(topic, refresh=True))
+            except Exception:
+                return False
+            return len({q.broker_name for q in r.read_queues}) == len(brokers)
+    assert wait_for(routed)
+
+
 def _send(ns: str, topic: str, bodies: list[bytes]) -> None:
     from rocketstore.client import Producer
     with Producer("cluster-test", ns) as p:
@@ -83,6 +109,8 @@ def _pull_all(ns: str, topic: str) -> list:
 
 def test_standalone_cluster(standalone, rmq, tmp_path):
     ns, brokers = rmq
+    for topic in ("ClusterNet", "ClusterStream"):
+        _create_on_every_broker(ns.addr, brokers, topic)
     _send(ns.addr, "ClusterNet", [b"net-%d" % i for i in range(40)])
     _send(ns.addr, "ClusterStream", [b"st-%d" % i for i in range(10)])
     with MessageStore(small_config(tmp_path / "store")) as store:
