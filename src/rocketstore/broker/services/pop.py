@@ -26,6 +26,7 @@ the next scan can see it). Records live on ``rmq_sys_REVIVE_LOG_<cluster>`` and 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -39,7 +40,7 @@ from ...filter.bloom import BloomFilter
 from ..eventloop import cancel_and_wait
 from ..state.filters import ConsumerFilterData, ExpressionMessageFilter
 from ..state.topics import ensure_topic
-from .pop_state import REVIVE_GROUP, RETRY_PREFIX, Checkpoint, PopState, revive_topic
+from .pop_state import CK_TAG, REVIVE_GROUP, RETRY_PREFIX, Checkpoint, PopState, revive_topic
 
 log = logging.getLogger(__name__)
 DLQ_PREFIX = "%DLQ%"
@@ -53,6 +54,17 @@ _STORED = ("PUT_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVA
 
 # one popped message: (its handle, the message, the FIFO attempt or None, its checkpoint)
 Popped = tuple[Any, MessageExt, "int | None", Checkpoint]
+
+
+def _note_popped(popped: dict, body: bytes) -> None:
+    try:
+        d = json.loads(body)
+        if d.get("f") or not d.get("o"):
+            return  # an orderly batch keeps the offset at its start until it is done
+        key = (str(d["g"]), str(d["t"]), int(d["q"]))
+        popped[key] = max(popped.get(key, -1), max(int(o) for o, _c in d["o"]) + 1)
+    except (ValueError, KeyError, TypeError):
+        return
 
 
 class PopService:
@@ -97,6 +109,8 @@ class PopService:
         offset = max(self.offsets.query(REVIVE_GROUP, self.revive_topic, 0),
                      store.get_min_offset_in_queue(self.revive_topic, 0))
 
+        popped: dict[tuple[str, str, int], int] = {}  # where each unordered pop left off
+
         def records():
             nonlocal offset
             while True:
@@ -104,9 +118,16 @@ class PopService:
                 if g.status.name != "FOUND" or not g.messages:
                     return
                 for m in g.messages:
+                    if m.tags == CK_TAG:
+                        _note_popped(popped, m.body)
                     yield m.queue_offset, m.tags or "", m.body
                 offset = g.next_begin_offset
         n = self.pop.replay(records())
+        # a crash may lose the group offsets a pop moved (they are persisted every few
+        # seconds) but never its checkpoint: what a checkpoint holds is not popped again
+        for (group, topic, qid), end in popped.items():
+            if self.offsets.query(group, topic, qid) < end:
+                self.offsets.commit(group, topic, qid, end)
         if n:
             log.info("pop: %d open checkpoints recovered from %s", n, self.revive_topic)
         return n
