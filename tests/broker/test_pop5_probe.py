@@ -18,7 +18,8 @@ from .conftest import free_port, start_server
 pytestmark = pytest.mark.interop
 
 FEATURES = ["pop_ack", "batch_ack", "change_invisible", "revive_once", "orderly_pop",
-            "forged_handle", "notification"]
+            "forged_handle", "notification", "recall_timer"]
+SETTINGS = {"recallMessageEnable": "true"}
 
 
 def _home() -> str:
@@ -66,13 +67,16 @@ def test_pop_probe_ours_passes_what_java_passes(probe, tmp_path):
     ns = start_java_namesrv(home, str(tmp_path / "ns"))
     broker = None
     try:
-        broker = start_java_broker(home, str(tmp_path / "jbroker"), ns.addr, "broker-j")
+        broker = start_java_broker(home, str(tmp_path / "jbroker"), ns.addr, "broker-j",
+                                   extra=SETTINGS)
         java, java_codes = run_probe(probe, ns.addr, tmp_path, "j")
     finally:
         if broker is not None:
             broker.stop()
         ns.stop()
-    srv = start_server(str(tmp_path / "store"))
+    conf = tmp_path / "broker.conf"
+    conf.write_text("".join(f"{k}={v}\n" for k, v in SETTINGS.items()))
+    srv = start_server(str(tmp_path / "store"), "--config", str(conf))
     try:
         ours, our_codes = run_probe(probe, srv.namesrv, tmp_path, "o")
     finally:

@@ -14,7 +14,7 @@ from ..remoting.codes import RequestCode as C
 from .acl import service as acl
 from .admin import consumers as admin_consumers, groups, runtime, topics
 from .namesrv import admin as namesrv_admin, processors as namesrv
-from .processors import client, locks, pop, pull, reply, send, sql92, transaction
+from .processors import client, locks, pop, pull, recall, reply, send, sql92, transaction
 
 Handler = Callable[[Any, Any], Awaitable[Any]]  # (conn, cmd) -> response | None
 
@@ -27,6 +27,7 @@ BROKER: dict[int, tuple[str, Callable[..., Awaitable[Any]]]] = {
     C.SEND_REPLY_MESSAGE: ("send", reply.send_reply),
     C.SEND_REPLY_MESSAGE_V2: ("send", reply.send_reply),
     C.END_TRANSACTION: ("send", transaction.end_transaction),
+    C.RECALL_MESSAGE: ("send", recall.recall),
     # consumers (PullContext)
     C.PULL_MESSAGE: ("pull", pull.pull),
     C.CHECK_CLIENT_CONFIG: ("pull", sql92.check_config),

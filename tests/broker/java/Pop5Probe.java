@@ -25,6 +25,7 @@ import org.apache.rocketmq.remoting.protocol.header.ExtraInfoUtil;
 import org.apache.rocketmq.remoting.protocol.header.NotificationRequestHeader;
 import org.apache.rocketmq.remoting.protocol.header.NotificationResponseHeader;
 import org.apache.rocketmq.remoting.protocol.header.PopMessageRequestHeader;
+import org.apache.rocketmq.remoting.protocol.header.RecallMessageRequestHeader;
 import org.apache.rocketmq.remoting.protocol.route.BrokerData;
 
 /**
@@ -58,6 +59,7 @@ public class Pop5Probe {
         features.put("orderly_pop", Pop5Probe::orderly);
         features.put("forged_handle", Pop5Probe::forged);
         features.put("notification", Pop5Probe::notification);
+        features.put("recall_timer", Pop5Probe::recallTimer);
         // the two halves of a crash test: pop without ack; (broker killed, restarted) revive
         features.put("crash_pop", Pop5Probe::crashPop);
         features.put("crash_revive", Pop5Probe::crashRevive);
@@ -372,5 +374,40 @@ public class Pop5Probe {
         }
         Thread.sleep(3000);
         return expectNone(t, g, false, 4000);
+    }
+
+    static int recallCode(String t, String handle) throws Exception {
+        RecallMessageRequestHeader h = new RecallMessageRequestHeader();
+        h.setProducerGroup("PopProbeP" + suffix);
+        h.setTopic(t);
+        h.setRecallHandle(handle);
+        h.setBrokerName(brokerName);
+        RemotingCommand req = RemotingCommand.createRequestCommand(RequestCode.RECALL_MESSAGE, h);
+        return api.getRemotingClient().invokeSync(addr, req, 5000).getCode();
+    }
+
+    /** A timer message recalled before it is due is never delivered; its neighbour is. */
+    static String recallTimer() throws Exception {
+        String t = topic("recall", 1), other = topic("recall2", 1), g = "PopG_recall_" + suffix;
+        long at = System.currentTimeMillis() + 5000;
+        Message a = new Message(t, "TagA", (t + "-a").getBytes(StandardCharsets.UTF_8));
+        a.setDeliverTimeMs(at);
+        Message b = new Message(t, "TagA", (t + "-b").getBytes(StandardCharsets.UTF_8));
+        b.setDeliverTimeMs(at);
+        SendResult ra = producer.send(a, new MessageQueue(t, brokerName, 0), 5000);
+        SendResult rb = producer.send(b, new MessageQueue(t, brokerName, 0), 5000);
+        if (ra.getRecallHandle() == null || rb.getRecallHandle() == null) return "no recall handle";
+        System.out.println("CODE recall_bad_handle " + recallCode(t, "bm90IGEgaGFuZGxl"));
+        System.out.println("CODE recall_other_topic " + recallCode(other, ra.getRecallHandle()));
+        String id = producer.recallMessage(t, ra.getRecallHandle());
+        if (!ra.getMsgId().equals(id)) return "recalled id " + id + " want " + ra.getMsgId();
+        List<MessageExt> got = popN(t, g, 1, 60000, 20000, false);
+        if (got.size() != 1 || !body(got.get(0)).equals(t + "-b")) return "delivered " + bodies(got);
+        int c = ack(t, g, got.get(0));
+        if (c != 0) return "ack code " + c;
+        String none = expectNone(t, g, false, 3000);
+        if (none != null) return "recalled message delivered: " + none;
+        System.out.println("CODE recall_delivered " + recallCode(t, rb.getRecallHandle()));
+        return null;
     }
 }
