@@ -39,14 +39,34 @@ public class Pop5Probe {
     static DefaultMQProducer producer;
 
     public static void main(String[] args) throws Exception {
+        try {
+            run(args);
+        } catch (Throwable t) {
+            t.printStackTrace();
+            System.exit(3);
+        }
+    }
+
+    static void run(String[] args) throws Exception {
         String namesrv = args[0];
         suffix = args.length > 1 ? args[1] : Long.toString(System.currentTimeMillis() % 100000);
         producer = new DefaultMQProducer("PopProbeP" + suffix);
         producer.setNamesrvAddr(namesrv);
         producer.start();
         api = producer.getDefaultMQProducerImpl().getMqClientFactory().getMQClientAPIImpl();
-        ClusterInfo ci = api.getBrokerClusterInfo(5000);
-        BrokerData bd = ci.getBrokerAddrTable().values().iterator().next();
+        BrokerData bd = null;
+        for (int i = 0; i < 60 && bd == null; i++) { // the broker registers a moment after it listens
+            ClusterInfo ci = api.getBrokerClusterInfo(5000);
+            if (ci.getBrokerAddrTable() != null && !ci.getBrokerAddrTable().isEmpty()) {
+                bd = ci.getBrokerAddrTable().values().iterator().next();
+            } else {
+                Thread.sleep(500);
+            }
+        }
+        if (bd == null) {
+            System.out.println("NOBROKER");
+            System.exit(2);
+        }
         brokerName = bd.getBrokerName();
         addr = bd.getBrokerAddrs().get(0L);
         System.out.println("BROKER " + brokerName);
