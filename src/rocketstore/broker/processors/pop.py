@@ -396,8 +396,8 @@ async def polling_info(ctx: PopContext, conn: Any, cmd: RemotingCommand) -> Remo
         refused = _check_queue(ctx, cmd, topic, 0, -1)
     if refused is not None:
         return refused
-    if ctx.subgroups is not None and ctx.subgroups.get(group) is None:
-        return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                            remark=f"subscription group [{group}] does not exist")
+    refused = _group_refusal(ctx, cmd, group)  # auto-created, as RocketMQ finds it
+    if refused is not None:
+        return refused
     return cmd.response(ResponseCode.SUCCESS,
                         {"pollingNum": ctx.polling.get((topic, group, queue_id), 0)})
