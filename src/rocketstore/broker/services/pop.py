@@ -21,7 +21,10 @@ original topic, or — once delivered ``retryMaxTimes + 1`` times — a copy on 
 then one ack record marks it done, so a message is revived once per invisible time (RocketMQ's
 #7724 / #8479 revive twice; here a due message leaves the live set under the state's lock before
 the next scan can see it). Records live on ``rmq_sys_REVIVE_LOG_<cluster>`` and are replayed at
-``open()``, so checkpoints survive a SIGKILL.
+``open()``, so checkpoints survive a SIGKILL. Two crash windows are closed at ``open()``: a
+group offset the pop moved but the crash did not persist is moved past the replayed
+checkpoints (nothing popped is popped again as new), and a revive copied but not yet marked —
+its copy carries ``POP_REVIVE_KEY``, the checkpoint entry — is marked instead of copied again.
 """
 from __future__ import annotations
 
@@ -48,12 +51,19 @@ PROPERTY_POP_CK = "POP_CK"
 PROPERTY_FIRST_POP_TIME = "1ST_POP_TIME"
 PROPERTY_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 PROPERTY_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+# ours: which checkpoint entry a revive copy was made for ("group topic queue start poptime
+# offset"); a restart finds copies whose ack record a crash cut off and does not copy again
+PROPERTY_POP_REVIVE_KEY = "POP_REVIVE_KEY"
 _NO_BLOOM = BloomFilter(20, 32)  # without a filter registry: no record is skipped by bitmap
 _MOVED = ("OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY", "NO_MATCHED_MESSAGE")
 _STORED = ("PUT_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
 
 # one popped message: (its handle, the message, the FIFO attempt or None, its checkpoint)
 Popped = tuple[Any, MessageExt, "int | None", Checkpoint]
+
+
+def _revive_key(ck: Checkpoint, offset: int) -> str:
+    return f"{ck.group} {ck.topic} {ck.queue_id} {ck.start_offset} {ck.pop_time} {offset}"
 
 
 def _note_popped(popped: dict, body: bytes) -> None:
@@ -123,6 +133,9 @@ class PopService:
                     yield m.queue_offset, m.tags or "", m.body
                 offset = g.next_begin_offset
         n = self.pop.replay(records())
+        settled = self._settle_revived()
+        if settled:
+            log.info("pop: %d revives a crash left unmarked were already copied", settled)
         # a crash may lose the group offsets a pop moved (they are persisted every few
         # seconds) but never its checkpoint: what a checkpoint holds is not popped again
         for (group, topic, qid), end in popped.items():
@@ -130,6 +143,33 @@ class PopService:
                 self.offsets.commit(group, topic, qid, end)
         if n:
             log.info("pop: %d open checkpoints recovered from %s", n, self.revive_topic)
+        return n
+
+    def _settle_revived(self) -> int:
+        """Mark done what was revived but not marked before a crash (blocking, at open): every
+        due entry whose copy is on the group's retry or dead-letter queue already."""
+        now = int(time.time() * 1000)
+        due: dict[str, list[tuple[Checkpoint, int]]] = {}
+        for ck, offset, _clog in self.pop.due(now):
+            due.setdefault(ck.group, []).append((ck, offset))
+        n = 0
+        for group, entries in due.items():
+            wanted = {_revive_key(ck, o): (ck, o) for ck, o in entries}
+            since = min(ck.pop_time for ck, _o in entries)
+            for target in (RETRY_PREFIX + group, DLQ_PREFIX + group):
+                if self.topics.get(target) is None:
+                    continue
+                at = max(self.store.get_offset_in_queue_by_time(target, 0, since) - 1, 0)
+                while wanted:
+                    g = self.store.get_message(REVIVE_GROUP, target, 0, at, 256)
+                    if g.status.name != "FOUND" or not g.messages:
+                        break
+                    for m in g.messages:
+                        hit = wanted.pop(m.properties.get(PROPERTY_POP_REVIVE_KEY, ""), None)
+                        if hit is not None:
+                            self.pop.ack(hit[0], hit[1])
+                            n += 1
+                    at = g.next_begin_offset
         return n
 
     # -- group settings --------------------------------------------------------------------------
@@ -278,10 +318,13 @@ class PopService:
         return False
 
     # -- revive ------------------------------------------------------------------------------------
-    def put_copy(self, old: MessageExt, group: str, *, dlq: bool, max_times: int) -> None:
+    def put_copy(self, old: MessageExt, group: str, *, dlq: bool, max_times: int,
+                 revive_key: str | None = None) -> None:
         """Store ``old`` again on the group's retry or dead-letter topic (blocking)."""
         props = {k: v for k, v in old.properties.items()
-                 if k not in (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_POP_CK)}
+                 if k not in (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_POP_CK, PROPERTY_POP_REVIVE_KEY)}
+        if revive_key is not None:
+            props[PROPERTY_POP_REVIVE_KEY] = revive_key
         origin_topic = props.get(PROPERTY_RETRY_TOPIC) or old.topic
         props[PROPERTY_RETRY_TOPIC] = origin_topic
         uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or old.msg_id
@@ -310,7 +353,8 @@ class PopService:
             old = self.store.look_message_by_offset(clog)
             if old is not None:
                 dlq = old.reconsume_times >= max_times  # delivered max_times + 1 times
-                self.put_copy(old, ck.group, dlq=dlq, max_times=max_times)
+                self.put_copy(old, ck.group, dlq=dlq, max_times=max_times,
+                              revive_key=_revive_key(ck, offset))
             else:
                 log.warning("pop revive: %s queue %s offset %s is no longer in the commitlog",
                             ck.topic, ck.queue_id, offset)
