@@ -18,6 +18,9 @@ that table once, at start.
     AdminContext   admin.topics, .groups, .runtime, .consumers      every table, read and written
                                                                     on an operator's request
     AclContext     acl.service                                      the permission manager
+    PopContext     processors.pop                                   topics, offsets, subgroups,
+                                                                    hold, the pop service (one
+                                                                    POP state, the gRPC door's too)
 
 Every context carries ``run`` (a blocking call on the store executor) and the configs it reads.
 The name server's processors take ``namesrv.context.NamesrvContext`` (the name server is its own
@@ -25,7 +28,7 @@ subsystem: ``rocketstore namesrv`` runs it without a broker).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 if TYPE_CHECKING:
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
     from ..store.message_store import MessageStore
     from .config import BrokerConfig
     from .services.longpoll import PullHoldService
+    from .services.pop import PopService
     from .services.puts import Puts
     from .services.transaction import TransactionalMessageService
     from .state.consumers import ConsumerManager
@@ -129,3 +133,18 @@ class AclContext:
     @property
     def store_host(self) -> str:
         return self.store_config.store_host
+
+
+@dataclass
+class PopContext:
+    store: MessageStore
+    config: BrokerConfig
+    topics: TopicConfigManager
+    offsets: ConsumerOffsetManager
+    subgroups: SubscriptionGroupManager
+    filters: ConsumerFilterRegistry
+    hold: PullHoldService
+    service: PopService
+    run: Run
+    # pops held now, per (topic, group, queue id): what POLLING_INFO answers
+    polling: dict = field(default_factory=dict)

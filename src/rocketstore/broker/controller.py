@@ -30,10 +30,11 @@ from ..remoting.command import RemotingCommand
 from . import requests
 from .admin import runtime
 from .config import BrokerConfig
-from .contexts import (AclContext, AdminContext, ClientContext, ClientEvents, PullContext,
-                       SendContext)
+from .contexts import (AclContext, AdminContext, ClientContext, ClientEvents, PopContext,
+                       PullContext, SendContext)
 from .processors import reply
 from .services.longpoll import PullHoldService
+from .services.pop import PopService
 from .services.puts import Puts
 from .services.schedule import ScheduleMessageService
 from .services.writer import PutWriter
@@ -91,6 +92,7 @@ class Broker:
         self.route_table: Any = None  # namesrv.routes.RouteTable of the in-process name server
         self.slave_sync: Any = None  # services.slave_sync.SlaveSynchronize on a SLAVE
         self.fast_port: int | None = None  # the VIP remoting port (listenPort - 2) when it listens
+        self.pop_service: PopService | None = None  # RocketMQ 5 pop: both doors' one state
         self._tasks: list[asyncio.Task] = []
 
     # -- what the wiring hands on ---------------------------------------------------------------
@@ -169,7 +171,7 @@ class Broker:
         assert self.store is not None and self.puts is not None and self.hold is not None
         events = ClientEvents(ids_changed=self.notify_consumer_ids_changed,
                               group_changed=self.consumer_group_changed)
-        return {
+        contexts: dict[str, Any] = {
             "send": SendContext(self.store, self.store_config, self.config, self.topics,
                                 self.puts, self.stats, self.producers, self.transactions,
                                 self.run),
@@ -185,6 +187,15 @@ class Broker:
                                   runtime.ConfigVersion()),
             "acl": AclContext(self.store_config, self.config, self.run),
         }
+        if not self.is_slave:  # pops move offsets and write the revive log: masters only
+            self.pop_service = PopService(
+                store=self.store, topics=self.topics, offsets=self.offsets, config=self.config,
+                put_message=self.puts.put_blocking, run=self.run, subgroups=self.subgroups,
+                filters=self.filters)
+            contexts["pop"] = PopContext(self.store, self.config, self.topics, self.offsets,
+                                         self.subgroups, self.filters, self.hold,
+                                         self.pop_service, self.run)
+        return contexts
 
     async def _start_servers(self) -> None:
         from .acl import service as acl_service
@@ -195,6 +206,8 @@ class Broker:
         self._start_transactions()
         reply.create_reply_topic(self.topics, self.config)
         self.contexts = self.build_contexts()
+        if self.pop_service is not None:  # the checkpoints in flight before a stop or a crash
+            await self.run(self.pop_service.open)
         if self.config.acl_enable:  # every request checked first (RocketMQ's ACL RPC hook)
             self.acl = self.contexts["acl"].acl = acl_service.start_acl(self.config,
                                                                         self.store_config)
@@ -260,6 +273,8 @@ class Broker:
                 self.run, self.config.schedule_poll_interval_ms / 1000.0)
             self.schedule.start()
             self.transaction_check.start()
+        if self.pop_service is not None:
+            self.pop_service.start()
         for ext in self.extensions:
             await ext.start()
         self._tasks.append(self.loop.create_task(self._housekeeping(), name="housekeeping"))
@@ -399,6 +414,8 @@ class Broker:
             self.hold.wake_all()
         for ext in self.extensions:
             await ext.stop()
+        if self.pop_service is not None:
+            await self.pop_service.stop()
         deadline = time.monotonic() + self.config.shutdown_grace_s
         for srv in self.servers:
             await srv.drain(max(0.0, deadline - time.monotonic()))

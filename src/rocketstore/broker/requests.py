@@ -14,7 +14,7 @@ from ..remoting.codes import RequestCode as C
 from .acl import service as acl
 from .admin import consumers as admin_consumers, groups, runtime, topics
 from .namesrv import admin as namesrv_admin, processors as namesrv
-from .processors import client, locks, pull, reply, send, sql92, transaction
+from .processors import client, locks, pop, pull, recall, reply, send, sql92, transaction
 
 Handler = Callable[[Any, Any], Awaitable[Any]]  # (conn, cmd) -> response | None
 
@@ -27,9 +27,17 @@ BROKER: dict[int, tuple[str, Callable[..., Awaitable[Any]]]] = {
     C.SEND_REPLY_MESSAGE: ("send", reply.send_reply),
     C.SEND_REPLY_MESSAGE_V2: ("send", reply.send_reply),
     C.END_TRANSACTION: ("send", transaction.end_transaction),
+    C.RECALL_MESSAGE: ("send", recall.recall),
     # consumers (PullContext)
     C.PULL_MESSAGE: ("pull", pull.pull),
     C.CHECK_CLIENT_CONFIG: ("pull", sql92.check_config),
+    # RocketMQ 5 pop consumers (PopContext; one pop state with the gRPC door)
+    C.POP_MESSAGE: ("pop", pop.pop),
+    C.ACK_MESSAGE: ("pop", pop.ack),
+    C.BATCH_ACK_MESSAGE: ("pop", pop.batch_ack),
+    C.CHANGE_MESSAGE_INVISIBLETIME: ("pop", pop.change_invisible),
+    C.NOTIFICATION: ("pop", pop.notification),
+    C.POLLING_INFO: ("pop", pop.polling_info),
     # clients: heartbeat, offsets, queries, queue locks (ClientContext)
     C.HEART_BEAT: ("client", client.heartbeat),
     C.UNREGISTER_CLIENT: ("client", client.unregister),
@@ -99,7 +107,8 @@ NAMESRV: dict[int, Callable[..., Awaitable[Any]]] = {  # all take a NamesrvConte
 def broker_handlers(contexts: dict[str, Any]) -> dict[int, Handler]:
     """The broker's ``code -> handler(conn, cmd)``: each processor bound to its context
     (``contexts``: kind -> context, as ``controller`` builds them)."""
-    return {code: partial(fn, contexts[kind]) for code, (kind, fn) in BROKER.items()}
+    return {code: partial(fn, contexts[kind]) for code, (kind, fn) in BROKER.items()
+            if kind in contexts}
 
 
 def namesrv_handlers(ctx: Any) -> dict[int, Handler]:

@@ -21,7 +21,8 @@ def pieces_from(contexts: dict[str, Any], delay_levels_ms: Any, route_perm: Any)
                         producers=send.producers, subgroups=client.subgroups,
                         consumers=client.consumers, filters=client.filters,
                         consumer_ids_changed=client.events.changed, route_perm=route_perm,
-                        acl=contexts["acl"].acl)
+                        acl=contexts["acl"].acl,
+                        pop_service=getattr(contexts.get("pop"), "service", None))
 
 
 class GrpcService:

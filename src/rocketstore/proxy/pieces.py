@@ -43,6 +43,7 @@ class BrokerPieces:
     # set at the name server beside the broker): what QueryRoute / QueryAssignment hand out
     route_perm: Callable[[Any], int] = lambda tc: tc.perm
     acl: Any = None  # broker.acl.service.PlainPermissionManager when aclEnable (proxy/acl.py)
+    pop_service: Any = None  # broker.services.pop.PopService: the broker's one pop state
 
     def group_config(self, group: str) -> Any:
         """The group's subscription config, auto-created as RocketMQ does; raises

@@ -93,6 +93,15 @@ class RequestCode(IntEnum):
     SEND_REPLY_MESSAGE_V2 = 325
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
     ADD_WRITE_PERM_OF_BROKER = 327
+    # RocketMQ 5: pop consumption (the broker's POP state, shared with the gRPC door)
+    RECALL_MESSAGE = 370
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    PEEK_MESSAGE = 200052
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
+    NOTIFICATION = 200054
+    POLLING_INFO = 200055
+    BATCH_ACK_MESSAGE = 200151
 
 
 # the requests that store messages in the queue they name: a connection's sends of these keep
@@ -128,6 +137,12 @@ class ResponseCode(IntEnum):
     CONSUME_MSG_TIMEOUT = 207
     UPDATE_AND_CREATE_ACL_CONFIG_FAILED = 209
     DELETE_ACL_CONFIG_FAILED = 210
+    # RocketMQ 5 reuses 208-210 for pop answers
+    INVALID_PARAMETER = 29
+    NO_MESSAGE = 208
+    POLLING_FULL = 209
+    POLLING_TIMEOUT = 210
+    ILLEGAL_OPERATION = 604
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211
 
 

@@ -32,6 +32,7 @@ from ...remoting.message_batch import decode_batch
 from ..state.topics import DLQ_PREFIX, RETRY_PREFIX, TopicConfig, TopicConfigManager, ensure_topic
 from ..state.topic_validator import is_not_allowed_send_topic, send_forbidden_remark
 from ..services.transaction import is_transactional
+from .recall import recall_handle
 
 if TYPE_CHECKING:
     from ..contexts import SendContext
@@ -129,6 +130,8 @@ async def send(ctx: SendContext, conn: Any, cmd: RemotingCommand) -> RemotingCom
             return await _send_batch(ctx, cmd, base)
         props[PROPERTY_CLUSTER] = ctx.config.cluster_name  # as RocketMQ: request-reply needs it
         msg = Message(body=cmd.body, properties=props, **base)
+        recall = None if is_transactional(msg) else \
+            recall_handle(ctx, base["topic"], props, int(time.time() * 1000))
         if is_transactional(msg):  # stored as a half message (transaction.py)
             if ctx.config.reject_transaction_message:
                 return cmd.response(ResponseCode.NO_PERMISSION,
@@ -145,7 +148,8 @@ async def send(ctx: SendContext, conn: Any, cmd: RemotingCommand) -> RemotingCom
         return cmd.response(code, remark=f"put message failed: {r.status.name} {r.error or ''}")
     return cmd.response(code, {"msgId": r.msg_id, "queueId": base["queue_id"],
                                "queueOffset": r.queue_offset,
-                               "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"})
+                               "MSG_REGION": "DefaultRegion", "TRACE_ON": "true",
+                               "recallHandle": recall})
 
 
 async def send_back(ctx: SendContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:

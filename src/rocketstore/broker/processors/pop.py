@@ -1,0 +1,403 @@
+"""RocketMQ 5's pop consumption over remoting: POP_MESSAGE (200050), ACK_MESSAGE (200051),
+BATCH_ACK_MESSAGE (200151), CHANGE_MESSAGE_INVISIBLETIME (200053), NOTIFICATION (200054) and
+POLLING_INFO (200055), with 5.3.3's headers, answers and codes, over the broker's one
+``PopService`` (the gRPC door's state too).
+
+Theory of operation. POP_MESSAGE pops from the group's retry queue and the topic's queues
+(``queueId`` -1: all of them) under one pop time; when nothing is there it long-polls on the
+broker's ``PullHoldService`` for up to ``pollTime`` and then answers POLLING_TIMEOUT. A found
+answer carries RocketMQ's response header — ``popTime``, ``invisibleTime``, ``reviveQid`` (0, or
+999 for an orderly pop), ``restNum``, ``startOffsetInfo`` / ``msgOffsetInfo`` (``"<retry> <queue>
+<value>"`` joined by ``;``, retry "0" for the topic, "1" for its retry queue), ``orderCountInfo``
+for orderly pops (``"<retry> qo<queue>%<offset> <times consumed before>"``) — from which the
+client builds each message's receipt handle (``extraInfo``, see ``services.pop_state``). The body
+is the stored records one after another; a record read from the retry queue is re-encoded with
+the request's topic and its ``POP_CK`` property already set, as RocketMQ's broker does.
+
+ACK_MESSAGE acks the message at ``offset`` of the checkpoint ``extraInfo`` names: acking what is
+not in flight (acked, revived, never popped, another group's) answers SUCCESS and changes nothing,
+as RocketMQ's broker (it writes an ack that matches no checkpoint), so nothing is acked twice.
+Out of range: MESSAGE_ILLEGAL (queue id), NO_MESSAGE (offset outside the queue). BATCH_ACK_MESSAGE
+takes RocketMQ's ``BatchAckMessageRequestBody`` (``acks``: ``c`` group, ``t`` topic, ``r`` retry,
+``so`` start offset, ``q`` queue, ``rq`` revive queue, ``pt`` pop time, ``it`` invisible time,
+``b`` the acked offsets as a base64 ``java.util.BitSet``). CHANGE_MESSAGE_INVISIBLETIME makes a
+new checkpoint for the message, invisible from now, and acks it in the old one; it answers the
+new ``popTime``, ``invisibleTime`` and ``reviveQid``.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from ...filter import SelectorSyntaxError
+from ...format.message import record_bytes
+from ...remoting.codes import PERM_READ, ResponseCode
+from ...remoting.command import RemotingCommand
+from ..services.pop import PROPERTY_POP_CK
+from ..services.pop_state import (ORDER_REVIVE_QUEUE, RETRY_PREFIX, TOPIC_TYPE_NORMAL,
+                                  TOPIC_TYPE_RETRY, ReceiptHandle)
+from ..state.filters import ConsumerFilterData, compile_expression
+
+if TYPE_CHECKING:
+    from ..contexts import PopContext
+
+MAX_POP_NUMS = 32
+MAX_POLL_MS = 60_000  # a pop held longer than this is cut short (the client's own timeout rules)
+TIMEOUT_TOO_MUCH_MS = 500  # PopMessageRequestHeader.isTimeoutTooMuch
+
+
+def _stored_topic(topic: str, group: str, rh: ReceiptHandle) -> str:
+    """Where the acked message sits: RocketMQ 5's clients name a pop retry topic
+    ``%RETRY%<group>_<topic>`` (``KeyBuilder.buildPopRetryTopicV1``); ours is the group's
+    ``%RETRY%<group>``."""
+    if topic.startswith(RETRY_PREFIX) or rh.topic_type != TOPIC_TYPE_NORMAL:
+        return RETRY_PREFIX + group
+    return topic
+
+
+def _retry_mark(topic: str) -> str:
+    return TOPIC_TYPE_RETRY if topic.startswith(RETRY_PREFIX) else TOPIC_TYPE_NORMAL
+
+
+def _check_queue(ctx: PopContext, cmd: RemotingCommand, topic: str, queue_id: int,
+                 bad_queue_code: int) -> RemotingCommand | None:
+    tc = ctx.topics.get(topic)
+    if tc is None:
+        return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
+                            remark=f"topic[{topic}] not exist, apply first please!")
+    if queue_id >= tc.read_queue_nums or (queue_id < 0 and bad_queue_code != -1):
+        return cmd.response(bad_queue_code if bad_queue_code != -1 else
+                            ResponseCode.INVALID_PARAMETER,
+                            remark=f"queueId[{queue_id}] is illegal, topic:[{topic}] "
+                                   f"topicConfig.readQueueNums:[{tc.read_queue_nums}]")
+    return None
+
+
+def _group_refusal(ctx: PopContext, cmd: RemotingCommand, group: str) -> RemotingCommand | None:
+    cfg = ctx.subgroups.ensure(group) if ctx.subgroups is not None else None
+    if ctx.subgroups is not None and cfg is None:
+        return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                            remark=f"subscription group [{group}] does not exist")
+    if cfg is not None and not cfg.consume_enable:
+        return cmd.response(ResponseCode.NO_PERMISSION,
+                            remark=f"subscription group no permission, {group}")
+    return None
+
+
+def _filter(group: str, topic: str, exp_type: str | None, exp: str | None) -> Any:
+    """The pop's filter: None (all), a tag expression, or a compiled SQL92 filter."""
+    exp = (exp or "").strip()
+    if not exp or exp == "*":
+        return None
+    if (exp_type or "TAG").upper() == "SQL92":
+        return ConsumerFilterData(group, topic, exp, "SQL92", compile_expression("SQL92", exp),
+                                  born_time=int(time.time() * 1000))
+    return exp
+
+
+def _is_fifo(ctx: PopContext, group: str, order: bool) -> bool:
+    if order:
+        return True
+    cfg = ctx.subgroups.get(group) if ctx.subgroups is not None else None
+    return bool(getattr(cfg, "consume_message_orderly", False))
+
+
+# -- POP_MESSAGE --------------------------------------------------------------------------------
+async def pop(ctx: PopContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    group = cmd.require_str("consumerGroup")
+    topic = cmd.require_str("topic")
+    queue_id = cmd.require_int("queueId")
+    max_nums = cmd.require_int("maxMsgNums")
+    invisible = cmd.require_int("invisibleTime")
+    poll_ms = cmd.get_int("pollTime", 0) or 0
+    born = cmd.get_int("bornTime", 0) or 0
+    order = cmd.get_bool("order")
+    now = int(time.time() * 1000)
+    if born > 0 and now - born - poll_ms > TIMEOUT_TOO_MUCH_MS:
+        return cmd.response(ResponseCode.POLLING_TIMEOUT,
+                            remark=f"the broker[{ctx.config.host}] pop message is timeout too much")
+    if max_nums > MAX_POP_NUMS:
+        return cmd.response(ResponseCode.INVALID_PARAMETER,
+                            remark=f"the broker[{ctx.config.host}] pop message's num is greater "
+                                   f"than 32")
+    tc = ctx.topics.get(topic)
+    if tc is None:
+        return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
+                            remark=f"topic[{topic}] not exist, apply first please!")
+    if not tc.perm & PERM_READ:
+        return cmd.response(ResponseCode.NO_PERMISSION,
+                            remark=f"the topic[{topic}] peeking message is forbidden")
+    refused = _check_queue(ctx, cmd, topic, queue_id, -1) if queue_id >= 0 else None
+    if refused is not None:
+        return refused
+    refused = _group_refusal(ctx, cmd, group)
+    if refused is not None:
+        return refused
+    try:
+        expr = _filter(group, topic, cmd.get_str("expType"), cmd.get_str("exp"))
+    except (SelectorSyntaxError, ValueError):
+        return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                            remark="parse the consumer's subscription failed")
+    fifo = _is_fifo(ctx, group, order)
+    svc = ctx.service
+    queues = svc.queues(group, topic, fifo, queue_id)
+    deadline = time.monotonic() + min(max(poll_ms, 0), MAX_POLL_MS) / 1000.0
+    key = (topic, group, queue_id)
+    pop_time = now
+    while True:
+        found, positions = await ctx.run(svc.pop_once, group, queues, expr, invisible,
+                                         max(max_nums, 1), fifo, pop_time)
+        if found:
+            break
+        left = deadline - time.monotonic()
+        if left <= 0 or ctx.hold.closed:
+            return cmd.response(ResponseCode.POLLING_TIMEOUT, {
+                "popTime": pop_time, "invisibleTime": invisible,
+                "reviveQid": ORDER_REVIVE_QUEUE if fifo else 0, "restNum": 0,
+                "startOffsetInfo": "", "msgOffsetInfo": ""}, remark="NO_MESSAGE_IN_QUEUE")
+        ctx.polling[key] = ctx.polling.get(key, 0) + 1
+        try:
+            if not positions:  # every queue is locked by an in-flight orderly batch
+                await asyncio.sleep(min(left, 0.2))
+            else:
+                waits = [asyncio.ensure_future(ctx.hold.wait(t, q, o, left))
+                         for t, q, o in positions]
+                try:
+                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for w in waits:
+                        w.cancel()
+        finally:
+            ctx.polling[key] -= 1
+            if not ctx.polling[key]:
+                del ctx.polling[key]
+        pop_time = int(time.time() * 1000)
+    return await ctx.run(_found_response, ctx, cmd, topic, queues, group, found, pop_time,
+                         invisible, fifo)
+
+
+def _found_response(ctx: PopContext, cmd: RemotingCommand, topic: str, queues: list,
+                    group: str, found: list, pop_time: int, invisible: int,
+                    fifo: bool) -> RemotingCommand:
+    """The FOUND answer: header infos and the records (blocking: reads queue offsets)."""
+    starts: dict[tuple[str, int], int] = {}
+    offsets: dict[tuple[str, int], list[int]] = {}
+    counts: list[str] = []
+    body = bytearray()
+    broker = ctx.config.broker_name
+    rqid = ORDER_REVIVE_QUEUE if fifo else 0
+    for rh, m, attempt, ck in found:
+        k = (_retry_mark(ck.topic), ck.queue_id)
+        starts.setdefault(k, ck.start_offset)
+        offsets.setdefault(k, []).append(m.queue_offset)
+        if fifo:
+            counts.append(f"{k[0]} qo{ck.queue_id}%{m.queue_offset} {max((attempt or 1) - 1, 0)}")
+        if ck.topic.startswith(RETRY_PREFIX):  # RocketMQ re-encodes retry records for the client
+            props = dict(m.properties)
+            props.setdefault(PROPERTY_POP_CK, " ".join(str(v) for v in (
+                ck.start_offset, pop_time, invisible, rqid, TOPIC_TYPE_RETRY, broker,
+                ck.queue_id, m.queue_offset)))
+            m = dataclasses.replace(m, topic=topic, properties=props)
+        body += record_bytes(m)
+    rest = 0
+    store = ctx.store
+    for t, q in queues:
+        if ctx.topics.get(t) is None:
+            continue
+        at = ctx.offsets.query(group, t, q)
+        if at < 0:
+            at = store.get_min_offset_in_queue(t, q)
+        rest += max(store.get_max_offset_in_queue(t, q) - at, 0)
+    fields: dict[str, object] = {
+        "popTime": pop_time, "invisibleTime": invisible, "reviveQid": rqid, "restNum": rest,
+        "startOffsetInfo": ";".join(f"{r} {q} {so}" for (r, q), so in starts.items()),
+        "msgOffsetInfo": ";".join(f"{r} {q} {','.join(map(str, offs))}"
+                                  for (r, q), offs in offsets.items())}
+    if fifo:
+        fields["orderCountInfo"] = ";".join(counts)
+    return cmd.response(ResponseCode.SUCCESS, fields, remark="FOUND", body=bytes(body))
+
+
+# -- ACK_MESSAGE, BATCH_ACK_MESSAGE -------------------------------------------------------------
+def _offset_refusal(ctx: PopContext, cmd: RemotingCommand, topic: str, queue_id: int,
+                    offset: int, inclusive_max: bool) -> RemotingCommand | None:
+    lo = ctx.store.get_min_offset_in_queue(topic, queue_id)
+    hi = ctx.store.get_max_offset_in_queue(topic, queue_id)
+    if offset < lo or offset > hi or (not inclusive_max and offset == hi):
+        return cmd.response(ResponseCode.NO_MESSAGE,
+                            remark=f"offset is illegal, key:{topic}@{queue_id}, commit:{offset}, "
+                                   f"store:{lo}~{hi}")
+    return None
+
+
+def _ack_one(ctx: PopContext, group: str, topic: str, rh: ReceiptHandle, offset: int) -> bool:
+    """Ack ``offset`` of the checkpoint ``rh`` names, if it is in flight (blocking)."""
+    pop = ctx.service.pop
+    probe = dataclasses.replace(rh, offset=offset)
+    ck = pop.find(group, topic, probe)
+    if ck is None:
+        return False
+    pop.ack(ck, offset)
+    return True
+
+
+async def ack(ctx: PopContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    group = cmd.require_str("consumerGroup")
+    topic = cmd.require_str("topic")
+    queue_id = cmd.require_int("queueId")
+    offset = cmd.require_int("offset")
+    extra = cmd.require_str("extraInfo")
+    try:
+        rh = ReceiptHandle.decode(extra)
+    except ValueError as exc:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
+    stored = _stored_topic(topic, group, rh)
+    refused = _check_queue(ctx, cmd, stored, queue_id, ResponseCode.MESSAGE_ILLEGAL)
+    if refused is not None:
+        return refused
+    refused = await ctx.run(_offset_refusal, ctx, cmd, stored, queue_id, offset, True)
+    if refused is not None:
+        return refused
+    rh = dataclasses.replace(rh, queue_id=queue_id)
+    await ctx.run(_ack_one, ctx, group, topic, rh, offset)
+    return cmd.response(ResponseCode.SUCCESS)
+
+
+def _bitset(b64: str | None) -> list[int]:
+    """The set bits of a ``java.util.BitSet`` written as fastjson writes a byte[]."""
+    if not b64:
+        return []
+    data = base64.b64decode(b64)
+    return [i * 8 + j for i, byte in enumerate(data) for j in range(8) if byte >> j & 1]
+
+
+def _batch_ack(ctx: PopContext, acks: list) -> None:
+    store = ctx.store
+    for a in acks:
+        group, topic = str(a.get("c") or a.get("consumerGroup")), str(a.get("t") or a.get("topic"))
+        retry = str(a.get("r") or a.get("retry") or "0")
+        qid = int(a.get("q", a.get("queueId", 0)))
+        start = int(a.get("so", a.get("startOffset", 0)))
+        rh = ReceiptHandle(start, int(a.get("pt", a.get("popTime", 0))),
+                           int(a.get("it", a.get("invisibleTime", 0))),
+                           int(a.get("rq", a.get("reviveQueueId", 0))), retry, "", qid, start, -1)
+        real = rh.real_topic(topic, group)
+        lo, hi = store.get_min_offset_in_queue(real, qid), store.get_max_offset_in_queue(real, qid)
+        if lo < 0 or hi < 0:
+            continue
+        offsets = [start + i for i in _bitset(a.get("b") or a.get("bitSet"))]
+        pop = ctx.service.pop
+        by_ck: dict[int, tuple[Any, list[int]]] = {}
+        for o in offsets:
+            if not lo <= o <= hi:
+                continue
+            ck = pop.find(group, topic, dataclasses.replace(rh, offset=o))
+            if ck is not None and o not in by_ck.setdefault(id(ck), (ck, []))[1]:
+                by_ck[id(ck)][1].append(o)
+        for ck, offs in by_ck.values():
+            if offs:
+                pop.ack(ck, offs)
+
+
+async def batch_ack(ctx: PopContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    acks = None
+    if cmd.body:
+        try:
+            acks = json.loads(cmd.body).get("acks")
+        except (ValueError, AttributeError):
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark="bad BatchAckMessageRequestBody")
+    if not acks or not isinstance(acks, list):
+        return cmd.response(ResponseCode.NO_MESSAGE)
+    try:
+        await ctx.run(_batch_ack, ctx, [a for a in acks if isinstance(a, dict)])
+    except (ValueError, TypeError) as exc:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"bad batch ack: {exc}")
+    return cmd.response(ResponseCode.SUCCESS)
+
+
+# -- CHANGE_MESSAGE_INVISIBLETIME --------------------------------------------------------------
+def _change(ctx: PopContext, group: str, topic: str, rh: ReceiptHandle, offset: int,
+            invisible: int) -> tuple[int, int]:
+    pop = ctx.service.pop
+    ck = pop.find(group, topic, dataclasses.replace(rh, offset=offset))
+    if ck is None:  # not in flight: nothing to move (RocketMQ would revive it once more)
+        return int(time.time() * 1000), invisible
+    new = pop.change_invisible(ck, offset, invisible)
+    return new.pop_time, new.invisible_ms if ck.fifo else invisible
+
+
+async def change_invisible(ctx: PopContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    group = cmd.require_str("consumerGroup")
+    topic = cmd.require_str("topic")
+    queue_id = cmd.require_int("queueId")
+    offset = cmd.require_int("offset")
+    invisible = cmd.require_int("invisibleTime")
+    extra = cmd.require_str("extraInfo")
+    try:
+        rh = ReceiptHandle.decode(extra)
+    except ValueError as exc:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
+    stored = _stored_topic(topic, group, rh)
+    refused = _check_queue(ctx, cmd, stored, queue_id, ResponseCode.MESSAGE_ILLEGAL)
+    if refused is not None:
+        return refused
+    refused = await ctx.run(_offset_refusal, ctx, cmd, stored, queue_id, offset, False)
+    if refused is not None:
+        return refused
+    rh = dataclasses.replace(rh, queue_id=queue_id)
+    pop_time, shown = await ctx.run(_change, ctx, group, topic, rh, offset, invisible)
+    return cmd.response(ResponseCode.SUCCESS, {"popTime": pop_time, "invisibleTime": shown,
+                                               "reviveQid": rh.revive_queue_id})
+
+
+# -- NOTIFICATION, POLLING_INFO -----------------------------------------------------------------
+async def notification(ctx: PopContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    group = cmd.require_str("consumerGroup")
+    topic = cmd.require_str("topic")
+    queue_id = cmd.require_int("queueId")
+    poll_ms = cmd.get_int("pollTime", 0) or 0
+    refused = _check_queue(ctx, cmd, topic, queue_id, -1) if queue_id >= 0 else None
+    if refused is None and ctx.topics.get(topic) is None:
+        refused = _check_queue(ctx, cmd, topic, 0, -1)
+    if refused is not None:
+        return refused
+    refused = _group_refusal(ctx, cmd, group)
+    if refused is not None:
+        return refused
+    fifo = _is_fifo(ctx, group, cmd.get_bool("order"))
+    svc = ctx.service
+    queues = svc.queues(group, topic, fifo, queue_id)
+    deadline = time.monotonic() + min(max(poll_ms, 0), MAX_POLL_MS) / 1000.0
+    key = (topic, group, queue_id)
+    while True:
+        has = await ctx.run(svc.has_message, group, queues, fifo)
+        left = deadline - time.monotonic()
+        if has or left <= 0 or ctx.hold.closed:
+            return cmd.response(ResponseCode.SUCCESS, {"hasMsg": has, "pollingFull": False})
+        ctx.polling[key] = ctx.polling.get(key, 0) + 1
+        try:
+            await asyncio.sleep(min(left, 0.1))
+        finally:
+            ctx.polling[key] -= 1
+            if not ctx.polling[key]:
+                del ctx.polling[key]
+
+
+async def polling_info(ctx: PopContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    group = cmd.require_str("consumerGroup")
+    topic = cmd.require_str("topic")
+    queue_id = cmd.require_int("queueId")
+    refused = _check_queue(ctx, cmd, topic, queue_id, -1) if queue_id >= 0 else None
+    if refused is None and ctx.topics.get(topic) is None:
+        refused = _check_queue(ctx, cmd, topic, 0, -1)
+    if refused is not None:
+        return refused
+    refused = _group_refusal(ctx, cmd, group)  # auto-created, as RocketMQ finds it
+    if refused is not None:
+        return refused
+    return cmd.response(ResponseCode.SUCCESS,
+                        {"pollingNum": ctx.polling.get((topic, group, queue_id), 0)})

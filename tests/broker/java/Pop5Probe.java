@@ -1,0 +1,433 @@
+import java.nio.charset.StandardCharsets;
+import java.util.*;
+import java.util.concurrent.*;
+
+import org.apache.rocketmq.client.consumer.AckCallback;
+import org.apache.rocketmq.client.consumer.AckResult;
+import org.apache.rocketmq.client.consumer.AckStatus;
+import org.apache.rocketmq.client.consumer.PopCallback;
+import org.apache.rocketmq.client.consumer.PopResult;
+import org.apache.rocketmq.client.consumer.PopStatus;
+import org.apache.rocketmq.client.impl.MQClientAPIImpl;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.common.TopicConfig;
+import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageConst;
+import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.remoting.protocol.RemotingCommand;
+import org.apache.rocketmq.remoting.protocol.RequestCode;
+import org.apache.rocketmq.remoting.protocol.body.ClusterInfo;
+import org.apache.rocketmq.remoting.protocol.header.AckMessageRequestHeader;
+import org.apache.rocketmq.remoting.protocol.header.ChangeInvisibleTimeRequestHeader;
+import org.apache.rocketmq.remoting.protocol.header.ExtraInfoUtil;
+import org.apache.rocketmq.remoting.protocol.header.NotificationRequestHeader;
+import org.apache.rocketmq.remoting.protocol.header.NotificationResponseHeader;
+import org.apache.rocketmq.remoting.protocol.header.PopMessageRequestHeader;
+import org.apache.rocketmq.remoting.protocol.header.RecallMessageRequestHeader;
+import org.apache.rocketmq.remoting.protocol.route.BrokerData;
+
+/**
+ * RocketMQ 5.3.3's remoting client against one broker (given by its name server): each POP
+ * feature prints "PASS name" or "FAIL name why"; "CODE what n" lines report answer codes.
+ * Run against the Java 5.3.3 broker and against rocketstore; the test compares the lines.
+ */
+public class Pop5Probe {
+    static MQClientAPIImpl api;
+    static String addr, brokerName, suffix;
+    static DefaultMQProducer producer;
+
+    public static void main(String[] args) throws Exception {
+        try {
+            run(args);
+        } catch (Throwable t) {
+            t.printStackTrace();
+            System.exit(3);
+        }
+    }
+
+    static void run(String[] args) throws Exception {
+        String namesrv = args[0];
+        suffix = args.length > 1 ? args[1] : Long.toString(System.currentTimeMillis() % 100000);
+        producer = new DefaultMQProducer("PopProbeP" + suffix);
+        producer.setNamesrvAddr(namesrv);
+        producer.start();
+        api = producer.getDefaultMQProducerImpl().getMqClientFactory().getMQClientAPIImpl();
+        BrokerData bd = null;
+        for (int i = 0; i < 60 && bd == null; i++) { // the broker registers a moment after it listens
+            ClusterInfo ci = api.getBrokerClusterInfo(5000);
+            if (ci.getBrokerAddrTable() != null && !ci.getBrokerAddrTable().isEmpty()) {
+                bd = ci.getBrokerAddrTable().values().iterator().next();
+            } else {
+                Thread.sleep(500);
+            }
+        }
+        if (bd == null) {
+            System.out.println("NOBROKER");
+            System.exit(2);
+        }
+        brokerName = bd.getBrokerName();
+        addr = bd.getBrokerAddrs().get(0L);
+        System.out.println("BROKER " + brokerName);
+        String[] only = args.length > 2 ? args[2].split(",") : null;
+        Map<String, Callable<String>> features = new LinkedHashMap<>();
+        features.put("pop_ack", Pop5Probe::popAck);
+        features.put("batch_ack", Pop5Probe::batchAck);
+        features.put("change_invisible", Pop5Probe::changeInvisible);
+        features.put("revive_once", Pop5Probe::reviveOnce);
+        features.put("orderly_pop", Pop5Probe::orderly);
+        features.put("forged_handle", Pop5Probe::forged);
+        features.put("notification", Pop5Probe::notification);
+        features.put("recall_timer", Pop5Probe::recallTimer);
+        // the two halves of a crash test: pop without ack; (broker killed, restarted) revive
+        features.put("crash_pop", Pop5Probe::crashPop);
+        features.put("crash_revive", Pop5Probe::crashRevive);
+        for (Map.Entry<String, Callable<String>> f : features.entrySet()) {
+            if (only == null && f.getKey().startsWith("crash_")) continue;
+            if (only != null && !Arrays.asList(only).contains(f.getKey())) continue;
+            String why;
+            try {
+                why = f.getValue().call();
+            } catch (Throwable t) {
+                why = t.toString().replace('\n', ' ');
+            }
+            System.out.println(why == null ? "PASS " + f.getKey() : "FAIL " + f.getKey() + " " + why);
+            System.out.flush();
+        }
+        producer.shutdown();
+        System.out.println("DONE");
+        System.exit(0);
+    }
+
+    // -- helpers ---------------------------------------------------------------------------------
+    static String topic(String f, int queues) throws Exception {
+        String t = "PopT_" + f + "_" + suffix;
+        TopicConfig tc = new TopicConfig(t, queues, queues, 6);
+        api.createTopic(addr, "TBW102", tc, 5000);
+        Thread.sleep(200);
+        return t;
+    }
+
+    static List<String> send(String t, int n, boolean oneQueue) throws Exception {
+        List<String> bodies = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            String b = t + "-m" + i;
+            Message m = new Message(t, "TagA", b.getBytes(StandardCharsets.UTF_8));
+            SendResult r;
+            if (oneQueue) {
+                r = producer.send(m, new MessageQueue(t, brokerName, 0), 5000);
+            } else {
+                r = producer.send(m, 5000);
+            }
+            if (r == null) throw new IllegalStateException("send failed");
+            bodies.add(b);
+        }
+        return bodies;
+    }
+
+    static PopResult pop(String t, String g, int max, long invisibleMs, long pollMs, boolean order)
+        throws Exception {
+        PopMessageRequestHeader h = new PopMessageRequestHeader();
+        h.setConsumerGroup(g);
+        h.setTopic(t);
+        h.setQueueId(-1);
+        h.setMaxMsgNums(max);
+        h.setInvisibleTime(invisibleMs);
+        h.setPollTime(pollMs);
+        h.setBornTime(System.currentTimeMillis());
+        h.setInitMode(1); // ConsumeInitMode.MIN
+        h.setExpType("TAG");
+        h.setExp("*");
+        h.setOrder(order);
+        CompletableFuture<PopResult> f = new CompletableFuture<>();
+        api.popMessageAsync(brokerName, addr, h, pollMs + 5000, new PopCallback() {
+            public void onSuccess(PopResult r) { f.complete(r); }
+            public void onException(Throwable e) { f.completeExceptionally(e); }
+        });
+        return f.get(pollMs + 10000, TimeUnit.MILLISECONDS);
+    }
+
+    static List<MessageExt> found(PopResult r) {
+        return r.getPopStatus() == PopStatus.FOUND && r.getMsgFoundList() != null
+            ? r.getMsgFoundList() : Collections.<MessageExt>emptyList();
+    }
+
+    /** Pop until n messages came or timeoutMs passed. */
+    static List<MessageExt> popN(String t, String g, int n, long invisibleMs, long timeoutMs,
+        boolean order) throws Exception {
+        List<MessageExt> out = new ArrayList<>();
+        long end = System.currentTimeMillis() + timeoutMs;
+        while (out.size() < n && System.currentTimeMillis() < end) {
+            long left = Math.max(1000, Math.min(3000, end - System.currentTimeMillis()));
+            out.addAll(found(pop(t, g, 32, invisibleMs, left, order)));
+        }
+        return out;
+    }
+
+    static String body(MessageExt m) {
+        return new String(m.getBody(), StandardCharsets.UTF_8);
+    }
+
+    static String ck(MessageExt m) {
+        return m.getProperty(MessageConst.PROPERTY_POP_CK);
+    }
+
+    static int ackCode(String t, String g, MessageExt m, String extraInfo, long offset) throws Exception {
+        String[] e = ExtraInfoUtil.split(extraInfo);
+        AckMessageRequestHeader h = new AckMessageRequestHeader();
+        h.setConsumerGroup(g);
+        h.setTopic(ExtraInfoUtil.getRealTopic(e, t, g));
+        h.setQueueId(ExtraInfoUtil.getQueueId(e));
+        h.setExtraInfo(extraInfo);
+        h.setOffset(offset);
+        RemotingCommand req = RemotingCommand.createRequestCommand(RequestCode.ACK_MESSAGE, h);
+        return api.getRemotingClient().invokeSync(addr, req, 5000).getCode();
+    }
+
+    static int ack(String t, String g, MessageExt m) throws Exception {
+        return ackCode(t, g, m, ck(m), ExtraInfoUtil.getQueueOffset(ExtraInfoUtil.split(ck(m))));
+    }
+
+    static String expectNone(String t, String g, boolean order, long pollMs) throws Exception {
+        List<MessageExt> l = found(pop(t, g, 32, 60000, pollMs, order));
+        if (!l.isEmpty()) {
+            List<String> b = new ArrayList<>();
+            for (MessageExt m : l) b.add(body(m));
+            return "unexpected " + b;
+        }
+        return null;
+    }
+
+    static Set<String> bodies(List<MessageExt> l) {
+        Set<String> s = new TreeSet<>();
+        for (MessageExt m : l) s.add(body(m));
+        return s;
+    }
+
+    // -- features --------------------------------------------------------------------------------
+    static String popAck() throws Exception {
+        String t = topic("ack", 2), g = "PopG_ack_" + suffix;
+        List<String> sent = send(t, 4, false);
+        List<MessageExt> got = popN(t, g, 4, 3000, 10000, false);
+        if (!bodies(got).equals(new TreeSet<>(sent))) return "popped " + bodies(got);
+        for (MessageExt m : got) {
+            if (ck(m) == null) return "no POP_CK on " + body(m);
+            int c = ack(t, g, m);
+            if (c != 0) return "ack code " + c;
+        }
+        Thread.sleep(6000);
+        return expectNone(t, g, false, 4000);
+    }
+
+    static String batchAck() throws Exception {
+        String t = topic("batch", 2), g = "PopG_batch_" + suffix;
+        List<String> sent = send(t, 4, false);
+        List<MessageExt> got = popN(t, g, 4, 3000, 10000, false);
+        if (!bodies(got).equals(new TreeSet<>(sent))) return "popped " + bodies(got);
+        List<String> infos = new ArrayList<>();
+        for (MessageExt m : got) infos.add(ck(m));
+        CompletableFuture<AckResult> f = new CompletableFuture<>();
+        api.batchAckMessageAsync(addr, 5000, new AckCallback() {
+            public void onSuccess(AckResult r) { f.complete(r); }
+            public void onException(Throwable e) { f.completeExceptionally(e); }
+        }, t, g, infos);
+        AckResult r = f.get(10, TimeUnit.SECONDS);
+        if (r.getStatus() != AckStatus.OK) return "batch ack " + r.getStatus();
+        Thread.sleep(6000);
+        return expectNone(t, g, false, 4000);
+    }
+
+    static String changeInvisible() throws Exception {
+        String t = topic("chg", 1), g = "PopG_chg_" + suffix;
+        send(t, 1, true);
+        List<MessageExt> got = popN(t, g, 1, 3000, 10000, false);
+        if (got.size() != 1) return "popped " + got.size();
+        MessageExt m = got.get(0);
+        String[] e = ExtraInfoUtil.split(ck(m));
+        ChangeInvisibleTimeRequestHeader h = new ChangeInvisibleTimeRequestHeader();
+        h.setConsumerGroup(g);
+        h.setTopic(ExtraInfoUtil.getRealTopic(e, t, g));
+        h.setQueueId(ExtraInfoUtil.getQueueId(e));
+        h.setExtraInfo(ck(m));
+        h.setOffset(ExtraInfoUtil.getQueueOffset(e));
+        h.setInvisibleTime(30000L);
+        CompletableFuture<AckResult> f = new CompletableFuture<>();
+        api.changeInvisibleTimeAsync(brokerName, addr, h, 5000, new AckCallback() {
+            public void onSuccess(AckResult r) { f.complete(r); }
+            public void onException(Throwable x) { f.completeExceptionally(x); }
+        });
+        AckResult r = f.get(10, TimeUnit.SECONDS);
+        if (r.getStatus() != AckStatus.OK) return "change " + r.getStatus();
+        Thread.sleep(6000); // past the first invisible time: must stay invisible
+        String none = expectNone(t, g, false, 4000);
+        if (none != null) return "revived after change: " + none;
+        String info = r.getExtraInfo();
+        int c = ackCode(t, g, m, info, ExtraInfoUtil.getQueueOffset(ExtraInfoUtil.split(info)));
+        if (c != 0) return "ack with the new handle: code " + c;
+        return null;
+    }
+
+    static String reviveOnce() throws Exception {
+        String t = topic("rev", 1), g = "PopG_rev_" + suffix;
+        List<String> sent = send(t, 2, true);
+        List<MessageExt> got = popN(t, g, 2, 2000, 10000, false);
+        if (got.size() != 2) return "popped " + got.size();
+        // not acked: each comes back once, as a retry (reconsumeTimes 1)
+        List<MessageExt> again = popN(t, g, 2, 60000, 45000, false);
+        if (!bodies(again).equals(new TreeSet<>(sent)) || again.size() != 2)
+            return "revived " + bodies(again) + " n=" + again.size();
+        for (MessageExt m : again) {
+            if (m.getReconsumeTimes() != 1) return "reconsumeTimes " + m.getReconsumeTimes();
+            if (!t.equals(m.getTopic())) return "topic " + m.getTopic();
+            int c = ack(t, g, m);
+            if (c != 0) return "ack of a revived message: code " + c;
+        }
+        Thread.sleep(4000);
+        return expectNone(t, g, false, 4000);
+    }
+
+    static String orderly() throws Exception {
+        String t = topic("ord", 1), g = "PopG_ord_" + suffix;
+        List<String> sent = send(t, 3, true);
+        List<MessageExt> got = popN(t, g, 3, 3000, 10000, true);
+        List<String> order = new ArrayList<>();
+        for (MessageExt m : got) order.add(body(m));
+        if (!order.equals(sent)) return "first pop " + order;
+        if (ExtraInfoUtil.getReviveQid(ExtraInfoUtil.split(ck(got.get(0)))) != 999)
+            return "reviveQid " + ck(got.get(0));
+        String locked = expectNone(t, g, true, 1000);
+        if (locked != null) return "queue not locked: " + locked;
+        Thread.sleep(3500);
+        List<MessageExt> again = popN(t, g, 3, 3000, 15000, true);
+        List<String> order2 = new ArrayList<>();
+        for (MessageExt m : again) order2.add(body(m));
+        if (!order2.equals(sent)) return "second pop " + order2;
+        for (MessageExt m : again) {
+            if (m.getReconsumeTimes() != 1) return "reconsumeTimes " + m.getReconsumeTimes();
+        }
+        for (MessageExt m : again) {
+            int c = ack(t, g, m);
+            if (c != 0) return "ack code " + c;
+        }
+        send(t, 1, true);
+        List<MessageExt> next = popN(t, g, 1, 3000, 10000, true);
+        if (next.size() != 1 || !body(next.get(0)).equals(t + "-m0")) {
+            return "after ack " + bodies(next);
+        }
+        return null;
+    }
+
+    static String forged() throws Exception {
+        String t = topic("forge", 1), g = "PopG_forge_" + suffix;
+        send(t, 1, true);
+        List<MessageExt> got = popN(t, g, 1, 3000, 10000, false);
+        if (got.size() != 1) return "popped " + got.size();
+        MessageExt m = got.get(0);
+        String[] e = ExtraInfoUtil.split(ck(m));
+        long off = ExtraInfoUtil.getQueueOffset(e);
+        // a handle with another pop time, the real handle for another group, an offset out of
+        // the queue: none of them may ack the message
+        String[] f = e.clone();
+        f[1] = Long.toString(Long.parseLong(f[1]) - 12345);
+        System.out.println("CODE forged_poptime " + ackCode(t, g, m, String.join(" ", f), off));
+        System.out.println("CODE other_group " + ackCode(t, "PopG_other_" + suffix, m, ck(m), off));
+        System.out.println("CODE offset_out_of_queue " + ackCode(t, g, m, ck(m), off + 1000));
+        String[] q = e.clone();
+        q[6] = "7";
+        System.out.println("CODE queue_out_of_topic " + codeForQueue(t, g, String.join(" ", q), off, 7));
+        List<MessageExt> again = popN(t, g, 1, 60000, 45000, false);
+        if (again.size() != 1) return "message not revived after forged acks: " + again.size();
+        int c = ack(t, g, again.get(0));
+        if (c != 0) return "ack code " + c;
+        return null;
+    }
+
+    static int codeForQueue(String t, String g, String extra, long off, int qid) throws Exception {
+        AckMessageRequestHeader h = new AckMessageRequestHeader();
+        h.setConsumerGroup(g);
+        h.setTopic(t);
+        h.setQueueId(qid);
+        h.setExtraInfo(extra);
+        h.setOffset(off);
+        RemotingCommand req = RemotingCommand.createRequestCommand(RequestCode.ACK_MESSAGE, h);
+        return api.getRemotingClient().invokeSync(addr, req, 5000).getCode();
+    }
+
+    static String notification() throws Exception {
+        String t = topic("notify", 1), g = "PopG_notify_" + suffix;
+        NotificationRequestHeader h = new NotificationRequestHeader();
+        h.setConsumerGroup(g);
+        h.setTopic(t);
+        h.setQueueId(-1);
+        h.setPollTime(1500);
+        h.setBornTime(System.currentTimeMillis());
+        RemotingCommand req = RemotingCommand.createRequestCommand(RequestCode.NOTIFICATION, h);
+        RemotingCommand r = api.getRemotingClient().invokeSync(addr, req, 6000);
+        NotificationResponseHeader rh = (NotificationResponseHeader) r.decodeCommandCustomHeader(NotificationResponseHeader.class);
+        if (r.getCode() != 0 || rh.isHasMsg()) return "empty: code " + r.getCode() + " hasMsg " + rh.isHasMsg();
+        send(t, 1, true);
+        h.setBornTime(System.currentTimeMillis());
+        req = RemotingCommand.createRequestCommand(RequestCode.NOTIFICATION, h);
+        r = api.getRemotingClient().invokeSync(addr, req, 6000);
+        rh = (NotificationResponseHeader) r.decodeCommandCustomHeader(NotificationResponseHeader.class);
+        if (r.getCode() != 0 || !rh.isHasMsg()) return "with a message: code " + r.getCode() + " hasMsg " + rh.isHasMsg();
+        return null;
+    }
+
+    static String crashPop() throws Exception {
+        String t = topic("crash", 1), g = "PopG_crash_" + suffix;
+        List<String> sent = send(t, 2, true);
+        List<MessageExt> got = popN(t, g, 2, 5000, 10000, false);
+        if (!bodies(got).equals(new TreeSet<>(sent))) return "popped " + bodies(got);
+        return null;
+    }
+
+    static String crashRevive() throws Exception {
+        String t = "PopT_crash_" + suffix, g = "PopG_crash_" + suffix;
+        List<MessageExt> again = popN(t, g, 2, 60000, 45000, false);
+        if (again.size() != 2 || bodies(again).size() != 2) return "revived " + bodies(again) + " n=" + again.size();
+        for (MessageExt m : again) {
+            if (m.getReconsumeTimes() != 1) return "reconsumeTimes " + m.getReconsumeTimes();
+            int c = ack(t, g, m);
+            if (c != 0) return "ack code " + c;
+        }
+        Thread.sleep(3000);
+        return expectNone(t, g, false, 4000);
+    }
+
+    static int recallCode(String t, String handle) throws Exception {
+        RecallMessageRequestHeader h = new RecallMessageRequestHeader();
+        h.setProducerGroup("PopProbeP" + suffix);
+        h.setTopic(t);
+        h.setRecallHandle(handle);
+        h.setBrokerName(brokerName);
+        RemotingCommand req = RemotingCommand.createRequestCommand(RequestCode.RECALL_MESSAGE, h);
+        return api.getRemotingClient().invokeSync(addr, req, 5000).getCode();
+    }
+
+    /** A timer message recalled before it is due is never delivered; its neighbour is. */
+    static String recallTimer() throws Exception {
+        String t = topic("recall", 1), other = topic("recall2", 1), g = "PopG_recall_" + suffix;
+        long at = System.currentTimeMillis() + 5000;
+        Message a = new Message(t, "TagA", (t + "-a").getBytes(StandardCharsets.UTF_8));
+        a.setDeliverTimeMs(at);
+        Message b = new Message(t, "TagA", (t + "-b").getBytes(StandardCharsets.UTF_8));
+        b.setDeliverTimeMs(at);
+        SendResult ra = producer.send(a, new MessageQueue(t, brokerName, 0), 5000);
+        SendResult rb = producer.send(b, new MessageQueue(t, brokerName, 0), 5000);
+        if (ra.getRecallHandle() == null || rb.getRecallHandle() == null) return "no recall handle";
+        System.out.println("CODE recall_bad_handle " + recallCode(t, "bm90IGEgaGFuZGxl"));
+        System.out.println("CODE recall_other_topic " + recallCode(other, ra.getRecallHandle()));
+        String id = producer.recallMessage(t, ra.getRecallHandle());
+        if (!ra.getMsgId().equals(id)) return "recalled id " + id + " want " + ra.getMsgId();
+        List<MessageExt> got = popN(t, g, 1, 60000, 20000, false);
+        if (got.size() != 1 || !body(got.get(0)).equals(t + "-b")) return "delivered " + bodies(got);
+        int c = ack(t, g, got.get(0));
+        if (c != 0) return "ack code " + c;
+        String none = expectNone(t, g, false, 3000);
+        if (none != null) return "recalled message delivered: " + none;
+        System.out.println("CODE recall_delivered " + recallCode(t, rb.getRecallHandle()));
+        return null;
+    }
+}
