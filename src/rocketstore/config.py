@@ -288,6 +288,10 @@ class TierConfig:
         return cls(**values)
 
 
+# the tiered store's broker.conf keys (``serve`` knows them)
+TIER_CONF_KEYS = (*TierConfig._KEYS, "tieredBackendServiceProvider", "messageStorePlugIn")
+
+
 # Which component reads which field. The fields keep RocketMQ's names (``broker.conf`` keys in
 # camelCase, constructor keywords in snake_case); a component's view only groups them, so the
 # flush settings are ``cfg.flush`` and a reader sees at once what belongs to which service.
