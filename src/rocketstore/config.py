@@ -191,6 +191,10 @@ class StoreConfig:
     def ha(self) -> "ComponentConfig":
         return ComponentConfig(self, "ha")
 
+    @property
+    def tiered(self) -> "ComponentConfig":
+        return ComponentConfig(self, "tiered")
+
     # -- RocketMQ property files ----------------------------------------------------------------
     @classmethod
     def from_properties(cls, path: str, **overrides: Any) -> "StoreConfig":
@@ -320,6 +324,7 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
     "ha": ("broker_role", "ha_listen_port", "ha_master_address", "ha_send_heartbeat_interval",
            "ha_housekeeping_interval", "ha_transfer_batch_size", "ha_slave_fallbehind_max",
            "slave_timeout", "ha_full_catch_up", "ha_bind_host"),
+    "tiered": ("tier",),  # the tiered store's own keys live in TierConfig
 }
 _CAMEL_EXCEPTIONS = {v: k for k, v in {  # RocketMQ spells these "CommitLog" / "CRC"
     "mapped_file_size_commit_log": "mapped_file_size_commitlog",
