@@ -89,6 +89,7 @@ class TierService:
         self.last_error: str | None = None
         self.cut_on_recover: dict[str, tuple[int, int]] = {}
         self._stop = False
+        self._location_written = False
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -234,6 +235,11 @@ class TierService:
                                    int(time.time() * 1000))
         os.makedirs(os.path.dirname(self.metadata_path), exist_ok=True)
         atomic_write(self.metadata_path, doc.encode("utf-8"), point=None)
+        if not self._location_written:  # where the tier is, for `rocketstore tier` (no secrets)
+            from .check import LOCATION_FILE, location_doc
+            atomic_write(os.path.join(os.path.dirname(self.metadata_path), LOCATION_FILE),
+                         json.dumps(location_doc(self.tcfg), indent=2).encode(), point=None)
+            self._location_written = True
 
     def caught_up(self) -> bool:
         for cq in self.cq_table:
