@@ -150,3 +150,21 @@ tieredStoreCommitLogMaxSize=4096
         assert s.tier.wait_caught_up(10)
         check_queue_matches(str(tmp_path / "tier"), CLUSTER, BROKER, s, "TierT", 0, expect_count=20)
     assert StoreConfig.from_properties(str(conf)).replace(extra={}).tier_config() is None
+
+
+def test_get_message_falls_through_after_cleanup_removes_segments(tmp_path):
+    """The store's own cleanup (expired segments) on a live store: offset 0 from the tier."""
+    with MessageStore(store_cfg(tmp_path, file_reserved_time=0)) as s:
+        put(s, 200, queues=1)
+        expected = [rec for _, rec, _ in local_records(s, "TierT", 0)]
+        assert s.tier.wait_caught_up(10)
+        assert s.clean_expired_files(force=True) > 0
+        assert s.cq_table.find("TierT", 0).min_offset_in_queue() > 0  # local head gone
+        got, at = [], 0
+        while True:
+            r = s.get_message("g", "TierT", 0, at, 32, decode=False)
+            if r.status != GetStatus.FOUND:
+                break
+            got += [bytes(b) for b in r.buffers]
+            at = r.next_begin_offset
+        assert [mask_phys(g) for g in got] == [mask_phys(e) for e in expected]
