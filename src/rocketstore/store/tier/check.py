@@ -14,22 +14,12 @@ import os
 import struct
 
 from . import layout
+from .layout import LOCATION_FILE
 from .flat import FlatQueue
 from .service import discover_queues
 
 _UNIT = struct.Struct(">qiq")
 _MAGICS = (-626843481, -626843477)  # 0xDAA320A7 (v1), 0xDAA320AB (v2)
-LOCATION_FILE = "tieredStoreLocation.json"
-
-
-def location_doc(tcfg) -> dict:
-    return {"backend": tcfg.backend, "tieredStoreFilePath": tcfg.file_path,
-            "brokerClusterName": tcfg.broker_cluster_name, "brokerName": tcfg.broker_name,
-            "objectStoreEndpoint": tcfg.object_store_endpoint,
-            "objectStoreBucket": tcfg.object_store_bucket,
-            "objectStoreRegion": tcfg.object_store_region}
-
-
 def tier_config_of_store(store_dir: str):
     """The ``TierConfig`` a store last fed (keys from the environment for S3), or None."""
     from ...config import TierConfig

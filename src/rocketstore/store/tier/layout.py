@@ -97,3 +97,14 @@ def metadata_json(broker: str, topics: dict[str, int], queues: list[tuple[str, i
                                      "updateTimestamp": now_ms} for t, tid in topics.items()}
     doc["topicSerialNumber"] = max(topics.values(), default=0)
     return json.dumps(doc, sort_keys=True, indent="\t")
+
+
+LOCATION_FILE = "tieredStoreLocation.json"  # beside the metadata: where the tier is
+
+
+def location_doc(tcfg) -> dict:
+    return {"backend": tcfg.backend, "tieredStoreFilePath": tcfg.file_path,
+            "brokerClusterName": tcfg.broker_cluster_name, "brokerName": tcfg.broker_name,
+            "objectStoreEndpoint": tcfg.object_store_endpoint,
+            "objectStoreBucket": tcfg.object_store_bucket,
+            "objectStoreRegion": tcfg.object_store_region}

@@ -236,9 +236,8 @@ class TierService:
         os.makedirs(os.path.dirname(self.metadata_path), exist_ok=True)
         atomic_write(self.metadata_path, doc.encode("utf-8"), point=None)
         if not self._location_written:  # where the tier is, for `rocketstore tier` (no secrets)
-            from .check import LOCATION_FILE, location_doc
-            atomic_write(os.path.join(os.path.dirname(self.metadata_path), LOCATION_FILE),
-                         json.dumps(location_doc(self.tcfg), indent=2).encode(), point=None)
+            atomic_write(os.path.join(os.path.dirname(self.metadata_path), layout.LOCATION_FILE),
+                         json.dumps(layout.location_doc(self.tcfg), indent=2).encode(), point=None)
             self._location_written = True
 
     def caught_up(self) -> bool:
