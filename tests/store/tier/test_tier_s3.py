@@ -64,3 +64,24 @@ def test_s3_tier_objects_have_the_posix_layout_and_serve_reads(tmp_path, s3):
                 got += [bytes(b) for b in r.buffers]
                 at = r.next_begin_offset
             assert [mask_phys(g) for g in got] == [mask_phys(e) for e in expected[q]]
+
+
+def test_s3_credentials_from_the_environment(tmp_path, s3, monkeypatch):
+    """No options: AWS_ENDPOINT_URL / AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (what Spark's
+    tier source falls back to)."""
+    from rocketstore.spark.tier_source import list_tier_segments, open_tier_backend
+    with MessageStore(cfg_for(tmp_path, s3)) as s:
+        for i in range(20):
+            assert s.put_message(Message("S3Env", b"e%d" % i, queue_id=0)).ok
+        assert s.wait_dispatched(10) and s.tier.wait_caught_up(20)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3.secret_key)
+    segs = list_tier_segments(open_tier_backend({"path": "s3://tier/pre/fix"}))
+    on_disk = glob.glob(os.path.join(s3.root, "tier", "pre", "fix", "*", BROKER, "S3Env", "0",
+                                     "COMMIT_LOG", "*"))
+    assert [(s.topic, s.queue_id, s.size) for s in segs if s.topic == "S3Env"] == \
+        [("S3Env", 0, os.path.getsize(p)) for p in sorted(on_disk)]
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    with pytest.raises(OSError):
+        list_tier_segments(open_tier_backend({"path": "s3://tier/pre/fix"}))
