@@ -26,7 +26,7 @@ def tiered(tmp_path_factory):
                         tags=f"t{i % 4}", keys=[f"k{i}", "all"], queue_id=(i // 3) % 3,
                         properties={"p": str(i)})
             assert s.put_message(m).ok
-        assert s.wait_dispatched(10) and s.tier.wait_caught_up(10)
+        assert s.wait_dispatched(10) and s.tier.wait_caught_up(30)
     return str(tmp / "store"), str(tmp / "tier")
 
 
@@ -81,7 +81,7 @@ def test_s3_tier_rows_are_the_file_source_rows(spark, tmp_path):
             for i in range(60):
                 assert s.put_message(Message("S3Spark", b"v%03d" % i, tags="x", keys=f"k{i}",
                                              queue_id=i % 2)).ok
-            assert s.wait_dispatched(10) and s.tier.wait_caught_up(20)
+            assert s.wait_dispatched(10) and s.tier.wait_caught_up(30)
         df = (spark.read.format("rocketmq").option("objectStoreEndpoint", srv.endpoint)
               .option("objectStoreAccessKey", srv.access_key)
               .option("objectStoreSecretKey", srv.secret_key).load("s3://bkt/tiers/one"))

@@ -12,7 +12,7 @@ t = TierConfig(file_path=tier, broker_cluster_name="CrashC", broker_name="crash-
 cfg = StoreConfig(store_path_root_dir=root, mapped_file_size_commitlog=1 << 20,
                   mapped_file_size_consume_queue=2000, tier=t, timer_wheel_enable=False)
 s = MessageStore(cfg)
-print("open", flush=True)
+print("open", len(s.tier.cut_on_recover), flush=True)
 i = start
 while True:
     batch = [Message("CrashT", b"m-%07d-" % (i + k) + b"y" * ((i + k) % 200), tags="t",

@@ -23,7 +23,7 @@ def cli(*args):
 def test_status_and_verify(tmp_path):
     with MessageStore(store_cfg(tmp_path)) as s:
         put(s, 40)
-        assert s.tier.wait_caught_up(10)
+        assert s.tier.wait_caught_up(30)
     store = str(tmp_path / "store")
     r = cli("status", "--store", store, "--json")
     assert r.returncode == 0, r.stderr

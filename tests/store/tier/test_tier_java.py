@@ -24,7 +24,7 @@ def test_rocketmq_533_reads_our_posix_tier(tmp_path):
                     os.path.join(HERE, "TierRead.java")], check=True, timeout=120)
     with MessageStore(store_cfg(tmp_path)) as s:
         put(s, 60, queues=2)
-        assert s.tier.wait_caught_up(10)
+        assert s.tier.wait_caught_up(30)
         local = {q: local_records(s, "TierT", q) for q in (0, 1)}
     tier = str(tmp_path / "tier")
     for q in (0, 1):

@@ -44,7 +44,7 @@ def test_s3_tier_objects_have_the_posix_layout_and_serve_reads(tmp_path, s3):
         for i in range(120):
             assert s.put_message(Message("S3T", b"s3-%04d" % i + b"q" * (i % 30), tags="a",
                                          queue_id=i % 2)).ok
-        assert s.wait_dispatched(10) and s.tier.wait_caught_up(20)
+        assert s.wait_dispatched(10) and s.tier.wait_caught_up(30)
         expected = {q: [rec for _, rec, _ in local_records(s, "S3T", q)] for q in (0, 1)}
         # the objects, read as the server's files: <bucket>/<prefix>/<posix layout>
         for q in (0, 1):
@@ -73,7 +73,7 @@ def test_s3_credentials_from_the_environment(tmp_path, s3, monkeypatch):
     with MessageStore(cfg_for(tmp_path, s3)) as s:
         for i in range(20):
             assert s.put_message(Message("S3Env", b"e%d" % i, queue_id=0)).ok
-        assert s.wait_dispatched(10) and s.tier.wait_caught_up(20)
+        assert s.wait_dispatched(10) and s.tier.wait_caught_up(30)
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3.access_key)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3.secret_key)

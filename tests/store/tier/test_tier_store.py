@@ -39,7 +39,7 @@ def put(store, n, start=0, queues=2, topic="TierT"):
 def test_tier_files_are_the_queue_records_with_flat_offsets(tmp_path):
     with MessageStore(store_cfg(tmp_path)) as s:
         put(s, 120)
-        assert s.tier.wait_caught_up(10)
+        assert s.tier.wait_caught_up(30)
         for qid in (0, 1):
             check_queue_matches(str(tmp_path / "tier"), CLUSTER, BROKER, s, "TierT", qid,
                                 expect_count=60)
@@ -71,7 +71,7 @@ def test_queue_that_starts_later_names_its_first_cq_file_for_its_offset(tmp_path
         put(s, 30, queues=1)
     with MessageStore(cfg) as s:  # the tier switched on later: it copies what is local
         put(s, 10, start=30, queues=1)
-        assert s.tier.wait_caught_up(10)
+        assert s.tier.wait_caught_up(30)
         check_queue_matches(str(tmp_path / "tier"), CLUSTER, BROKER, s, "TierT", 0, expect_count=40)
 
 
@@ -80,7 +80,7 @@ def test_get_message_falls_through_to_the_tier_after_local_segments_go(tmp_path)
     with MessageStore(cfg) as s:
         put(s, 200)
         expected = {q: [(qo, rec) for qo, rec, _ in local_records(s, "TierT", q)] for q in (0, 1)}
-        assert s.tier.wait_caught_up(10)
+        assert s.tier.wait_caught_up(30)
     segs = sorted(glob.glob(str(tmp_path / "store" / "commitlog" / "*")))
     assert len(segs) > 3
     for p in segs[:-1]:  # removed by hand while stopped
@@ -113,7 +113,7 @@ def test_torn_tail_is_cut_and_overwritten_on_open(tmp_path):
     cfg = store_cfg(tmp_path)
     with MessageStore(cfg) as s:
         put(s, 50, queues=1)
-        assert s.tier.wait_caught_up(10)
+        assert s.tier.wait_caught_up(30)
     qd = queue_dir(str(tmp_path / "tier"), CLUSTER, BROKER, "TierT", 0)
     last_cl = sorted(glob.glob(os.path.join(qd, "COMMIT_LOG", "*")), key=lambda p: int(p[-20:]))[-1]
     last_cq = sorted(glob.glob(os.path.join(qd, "CONSUME_QUEUE", "*")), key=lambda p: int(p[-20:]))[-1]
@@ -125,7 +125,7 @@ def test_torn_tail_is_cut_and_overwritten_on_open(tmp_path):
     with MessageStore(cfg) as s:
         assert s.tier.cut_on_recover[f"{BROKER}/TierT/0"] == (48, 27)
         put(s, 30, start=50, queues=1)
-        assert s.tier.wait_caught_up(10)
+        assert s.tier.wait_caught_up(30)
         check_queue_matches(str(tmp_path / "tier"), CLUSTER, BROKER, s, "TierT", 0, expect_count=80)
 
 
@@ -147,7 +147,7 @@ tieredStoreCommitLogMaxSize=4096
         "posix", str(tmp_path / "tier"), BROKER, 10)
     with MessageStore(cfg.replace(timer_wheel_enable=False)) as s:
         put(s, 20, queues=1)
-        assert s.tier.wait_caught_up(10)
+        assert s.tier.wait_caught_up(30)
         check_queue_matches(str(tmp_path / "tier"), CLUSTER, BROKER, s, "TierT", 0, expect_count=20)
     assert StoreConfig.from_properties(str(conf)).replace(extra={}).tier_config() is None
 
@@ -157,7 +157,7 @@ def test_get_message_falls_through_after_cleanup_removes_segments(tmp_path):
     with MessageStore(store_cfg(tmp_path, file_reserved_time=0)) as s:
         put(s, 200, queues=1)
         expected = [rec for _, rec, _ in local_records(s, "TierT", 0)]
-        assert s.tier.wait_caught_up(10)
+        assert s.tier.wait_caught_up(30)
         assert s.clean_expired_files(force=True) > 0
         assert s.cq_table.find("TierT", 0).min_offset_in_queue() > 0  # local head gone
         got, at = [], 0
