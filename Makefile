@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench clean referee
+.PHONY: setup demo test bench clean referee s3server
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,12 @@ setup: $(STAMP)
 # Maven Central cannot be reached the reason is recorded and those tests skip with it.
 referee:
 	@$(PYTHON) scripts/referee/resolve.py
+
+# The S3-compatible server of the S3 tier tests (versitygw, built with go install into
+# ~/.cache/rocketstore/s3server, outside the repo): minutes once, then seconds. When it cannot be
+# built the reason is recorded and those tests skip with it.
+s3server:
+	@$(PYTHON) scripts/s3server/install.py
 
 demo: $(STAMP)
 	$(VENV)/bin/rocketstore demo
@@ -42,7 +48,7 @@ PURE_TESTS := tests/remoting tests/format tests/durability/test_sync_deferred.py
 # the three failing fails the target.
 MAIN_A := tests/spark tests/cluster tests/test_readme.py tests/proxy
 
-test: $(STAMP) referee
+test: $(STAMP) referee s3server
 	@tmp=$$(mktemp -d $${TMPDIR:-/tmp}/rocketstore-test.XXXXXX); \
 	ROCKETSTORE_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider \
 		--basetemp=$$tmp/pure $(PURE_TESTS) > .pure-pass.log 2>&1 & pure=$$!; \

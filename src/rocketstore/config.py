@@ -85,6 +85,9 @@ class StoreConfig:
     # its oldest file) instead of RocketMQ's "start of the last file"; off = RocketMQ's behaviour
     ha_full_catch_up: bool = False
     ha_bind_host: str = "0.0.0.0"
+    # the tiered store (store/tier/): None = off unless broker.conf's messageStorePlugIn names
+    # RocketMQ's TieredMessageStore (then ``TierConfig.from_conf(extra)``); see ``tier_config``
+    tier: "TierConfig | None" = None
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -139,6 +142,15 @@ class StoreConfig:
     def sync_flush(self) -> bool:
         return self.flush_disk_type == SYNC_FLUSH
 
+    def tier_config(self) -> "TierConfig | None":
+        """The tier this store feeds: ``tier`` if set, else broker.conf's tier keys when
+        ``messageStorePlugIn`` names ``TieredMessageStore``, else None."""
+        if self.tier is not None:
+            return self.tier
+        if self.extra.get("messageStorePlugIn", "").strip() == TIERED_MESSAGE_STORE:
+            return TierConfig.from_conf(self.extra)
+        return None
+
     def replace(self, **changes: Any) -> "StoreConfig":
         return dataclasses.replace(self, **changes)
 
@@ -179,6 +191,10 @@ class StoreConfig:
     def ha(self) -> "ComponentConfig":
         return ComponentConfig(self, "ha")
 
+    @property
+    def tiered(self) -> "ComponentConfig":
+        return ComponentConfig(self, "tiered")
+
     # -- RocketMQ property files ----------------------------------------------------------------
     @classmethod
     def from_properties(cls, path: str, **overrides: Any) -> "StoreConfig":
@@ -202,6 +218,82 @@ class StoreConfig:
         cfg = cls(**values)
         cfg.extra.update(extra)
         return cfg
+
+
+TIERED_MESSAGE_STORE = "org.apache.rocketmq.tieredstore.TieredMessageStore"
+POSIX_PROVIDER = "org.apache.rocketmq.tieredstore.provider.PosixFileSegment"
+
+
+@dataclass
+class TierConfig:
+    """RocketMQ 5's tiered-store keys (``org.apache.rocketmq.tieredstore.MessageStoreConfig``),
+    same names in snake_case and same defaults except the provider (posix, not memory).
+    ``backend``: ``"posix"`` or ``"s3"`` (``tieredBackendServiceProvider``); ``file_path``: the
+    posix base directory or the key prefix inside the bucket. ``secret`` fields stay out of
+    ``repr``."""
+
+    file_path: str = ""
+    backend: str = "posix"
+    broker_cluster_name: str = "DefaultCluster"
+    broker_name: str = "broker-a"
+    storage_level: str = "NOT_IN_DISK"  # DISABLE | NOT_IN_DISK | NOT_IN_MEM | FORCE
+    file_reserved_time: int = 72  # hours
+    commitlog_max_size: int = 1 << 30  # tieredStoreCommitLogMaxSize
+    consume_queue_max_size: int = 100 << 20  # tieredStoreConsumeQueueMaxSize
+    group_commit_timeout: int = 30_000  # ms: a queue's pending messages go up at least this often
+    group_commit_count: int = 4096
+    group_commit_size: int = 4 << 20
+    object_store_endpoint: str = ""
+    object_store_bucket: str = ""
+    object_store_access_key: str = field(default="", repr=False)
+    object_store_secret_key: str = field(default="", repr=False)
+    object_store_region: str = ""
+
+    _KEYS = {  # broker.conf key -> field
+        "tieredStoreFilePath": "file_path", "brokerClusterName": "broker_cluster_name",
+        "brokerName": "broker_name", "tieredStorageLevel": "storage_level",
+        "tieredStoreFileReservedTime": "file_reserved_time",
+        "tieredStoreCommitLogMaxSize": "commitlog_max_size",
+        "tieredStoreConsumeQueueMaxSize": "consume_queue_max_size",
+        "tieredStoreGroupCommitTimeout": "group_commit_timeout",
+        "tieredStoreGroupCommitCount": "group_commit_count",
+        "tieredStoreGroupCommitSize": "group_commit_size",
+        "objectStoreEndpoint": "object_store_endpoint", "objectStoreBucket": "object_store_bucket",
+        "objectStoreAccessKey": "object_store_access_key",
+        "objectStoreSecretKey": "object_store_secret_key", "objectStoreRegion": "object_store_region",
+    }
+
+    def __post_init__(self) -> None:
+        if self.backend not in ("posix", "s3"):
+            raise ValueError(f"tieredBackendServiceProvider must be {POSIX_PROVIDER} or s3, "
+                             f"not {self.backend!r}")
+        if self.backend == "posix" and not self.file_path:
+            raise ValueError("tieredStoreFilePath (the posix tier's base directory) is required")
+        if self.backend == "s3" and not self.object_store_bucket:
+            raise ValueError("objectStoreBucket is required for the s3 tier")
+        if self.commitlog_max_size <= 0 or self.consume_queue_max_size < 20:
+            raise ValueError("tier file sizes must be positive")
+
+    @classmethod
+    def from_conf(cls, conf: dict[str, str]) -> "TierConfig":
+        values: dict[str, Any] = {}
+        types = {f.name: f.type for f in dataclasses.fields(cls)}
+        for key, name in cls._KEYS.items():
+            if key in conf:
+                values[name] = int(conf[key]) if types[name] in (int, "int") else conf[key].strip()
+        provider = conf.get("tieredBackendServiceProvider", POSIX_PROVIDER).strip()
+        if provider in (POSIX_PROVIDER, "posix"):
+            values["backend"] = "posix"
+        elif provider.lower() in ("s3", "org.apache.rocketmq.tieredstore.provider.s3.s3filesegment"):
+            values["backend"] = "s3"
+        else:
+            raise ValueError(f"tieredBackendServiceProvider {provider!r}: rocketstore serves "
+                             f"{POSIX_PROVIDER} and s3")
+        return cls(**values)
+
+
+# the tiered store's broker.conf keys (``serve`` knows them)
+TIER_CONF_KEYS = (*TierConfig._KEYS, "tieredBackendServiceProvider", "messageStorePlugIn")
 
 
 # Which component reads which field. The fields keep RocketMQ's names (``broker.conf`` keys in
@@ -232,6 +324,7 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
     "ha": ("broker_role", "ha_listen_port", "ha_master_address", "ha_send_heartbeat_interval",
            "ha_housekeeping_interval", "ha_transfer_batch_size", "ha_slave_fallbehind_max",
            "slave_timeout", "ha_full_catch_up", "ha_bind_host"),
+    "tiered": ("tier",),  # the tiered store's own keys live in TierConfig
 }
 _CAMEL_EXCEPTIONS = {v: k for k, v in {  # RocketMQ spells these "CommitLog" / "CRC"
     "mapped_file_size_commit_log": "mapped_file_size_commitlog",

@@ -126,7 +126,8 @@ _OWN_KEYS = ("serverWorkerProcesses", "serverFastSends", "kvConfigPath", "grpcSe
 def _warn_unknown_keys(conf: str, extra: dict) -> None:
     """One warning per broker.conf key nobody reads, with the nearest known key."""
     from ..broker.conf_keys import unknown_keys
-    for key, near in unknown_keys(extra, (*_CONF_KEYS, *_OWN_KEYS)):
+    from ..config import TIER_CONF_KEYS
+    for key, near in unknown_keys(extra, (*_CONF_KEYS, *_OWN_KEYS, *TIER_CONF_KEYS)):
         hint = f" (did you mean {near!r}?)" if near else ""
         click.echo(f"warning: {conf}: unknown key {key!r} ignored{hint}", err=True)
 

@@ -244,6 +244,11 @@ class CommitLogDataSource(DataSource):
         if self._network():
             from .network_source import NetworkReader
             return NetworkReader(self.options, schema)
+        from .tier_source import is_tier_path
+        if is_tier_path(self.options.get("path")):  # a tier's base directory or s3://bucket/prefix
+            from .tier_source import PlainTierReader, TierReader
+            plain = str(self.options.get("pushdown", "true")).lower() == "false"
+            return (PlainTierReader if plain else TierReader)(self.options, schema)
         if str(self.options.get("pushdown", "true")).lower() == "false":
             return PlainCommitLogReader(self.options, schema)
         return CommitLogReader(self.options, schema)

@@ -30,6 +30,11 @@ from .results import GetMessageResult, GetStatus, PutMessageResult
 from .store_dir import adopt_saved_sizes, detect_sizes, is_store_dir
 
 
+# local answers a tier (store.tier) may do better on: the record left the local CommitLog
+_TIER_FALLS = (GetStatus.OFFSET_TOO_SMALL, GetStatus.MESSAGE_WAS_REMOVING,
+               GetStatus.OFFSET_FOUND_NULL, GetStatus.NO_MESSAGE_IN_QUEUE)
+
+
 class MessageStore:
     def __init__(self, cfg: StoreConfig) -> None:
         cfg = adopt_saved_sizes(cfg)
@@ -150,9 +155,16 @@ class MessageStore:
         if not isinstance(queue_id, int) or queue_id < 0 or not isinstance(offset, int) or offset < 0:
             return GetMessageResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
         ext = self.cq_ext.find(topic, queue_id) if self.cq_ext is not None else None
-        return read_path.get_message(self.cfg, self.commitlog, self.cq_table.find(topic, queue_id),
-                                     offset, max_msgs, subscription, decode, ext=ext,
-                                     message_filter=message_filter)
+        cq = self.cq_table.find(topic, queue_id)
+        result = read_path.get_message(self.cfg, self.commitlog, cq, offset, max_msgs,
+                                       subscription, decode, ext=ext, message_filter=message_filter)
+        if self.tier is not None and message_filter is None and result.status in _TIER_FALLS:
+            # the local CommitLog no longer holds it: the tier may (store.tier.service)
+            tiered = self.tier.get_message(topic, queue_id, offset, max_msgs, subscription, decode,
+                                           cq.max_offset_in_queue() if cq is not None else 0)
+            if tiered is not None:
+                return tiered
+        return result
 
     def set_filter_bitmap_source(self, source) -> None:
         """Compute a SQL92 bitmap per message from now on (``enableCalcFilterBitMap``); the
@@ -184,8 +196,11 @@ class MessageStore:
         return cq.max_offset_in_queue() if cq else 0
 
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """The first offset a pull can read: the tier's when it reaches further back."""
         cq = self.cq_table.find(topic, queue_id)
-        return cq.min_offset_in_queue() if cq else 0
+        local = cq.min_offset_in_queue() if cq else 0
+        held = self.tier.bounds(topic, queue_id) if self.tier is not None else None
+        return min(local, held[0]) if held is not None else local
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
         cq = self.cq_table.find(topic, queue_id)

@@ -59,6 +59,12 @@ def open_store(store: Any) -> None:
         store.index_service = _index_service_class()(cfg, store.checkpoint)
         store.index_service.load(store.last_exit_ok)
         dispatchers.append(store.index_service)
+    store.tier = None
+    tcfg = cfg.tier_config()
+    if tcfg is not None and not store.read_only:  # fed after the queues it reads from
+        from .tier.service import TierDispatcher, TierService
+        store.tier = TierService(tcfg, store.root, store.cq_table, store.commitlog)
+        dispatchers.append(TierDispatcher(store.tier))
     store.reput = ReputService(cfg, store.commitlog, dispatchers, store._confirmed_offset)
     store.recovery_report = recover(
         store.commitlog, store.cq_table, store.checkpoint, store.last_exit_ok,
@@ -68,6 +74,8 @@ def open_store(store: Any) -> None:
         store.cq_ext.recover(store.cq_table)
     store.reput.run_until(store.commitlog.max_offset())
     rebuild_queue_table(store.commitlog, store.cq_table)
+    if store.tier is not None:
+        store.tier.load()  # cuts torn tails: the tier's own files say how far it got
     store.flush_service = FlushService(cfg, store.commitlog, store._on_physic_flushed, store._flush_logics,
                                        store.checkpoint)
     store.put_path = PutPath(cfg, store.commitlog, store.reput, store.flush_service)
@@ -81,6 +89,8 @@ def open_store(store: Any) -> None:
     atomic_write(store.abort_path, str(os.getpid()).encode())  # durable before the first put
     store.flush_service.start()
     store.reput.start()
+    if store.tier is not None:
+        store.tier.start()
     if cfg.timer.timer_wheel_enable and not cfg.is_slave:  # a slave delivers nothing: its master does
         _start_timer(store)
     ha = cfg.ha
@@ -126,7 +136,7 @@ def _start_timer(store: Any) -> None:
 
 def stop_started_services(store: Any) -> None:
     """After a failed open: stop whatever threads were already started."""
-    for name in ("ha", "clean_service", "reput", "flush_service"):
+    for name in ("ha", "clean_service", "tier", "reput", "flush_service"):
         svc = getattr(store, name, None)
         if svc is not None:
             try:
@@ -155,6 +165,8 @@ def close_store(store: Any, release_lock) -> None:
         store.clean_service.stop()
     store.reput.wait_dispatched(timeout=10.0)
     store.reput.stop()
+    if store.tier is not None:
+        store.tier.stop()
     try:
         try:
             store.flush_service.stop()  # CommitLog, then ConsumeQueues + index, checkpoint

@@ -1,0 +1,101 @@
+"""Read-only looks at a tier: where it is (``location.json`` the service writes beside the
+metadata, credentials left out), a summary per queue, and a check of every queue's files.
+
+``verify_tier`` checks, per queue: CONSUME_QUEUE segments contiguous and whole units only;
+each unit's record wholly in the COMMIT_LOG, with a message magic code, TOTALSIZE = the unit's
+size and PHYSICALOFFSET = the unit's flat offset; units back to back from the first; no bytes
+in the COMMIT_LOG past the last unit. It never writes (a torn tail is reported, ``recover``
+cuts it on the next open).
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+from . import layout
+from .layout import LOCATION_FILE
+from .flat import FlatQueue
+from .service import discover_queues
+
+_UNIT = struct.Struct(">qiq")
+_MAGICS = (-626843481, -626843477)  # 0xDAA320A7 (v1), 0xDAA320AB (v2)
+def tier_config_of_store(store_dir: str):
+    """The ``TierConfig`` a store last fed (keys from the environment for S3), or None."""
+    from ...config import TierConfig
+    try:
+        with open(os.path.join(store_dir, "config", LOCATION_FILE), encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return TierConfig(
+        backend=doc["backend"], file_path=doc["tieredStoreFilePath"],
+        broker_cluster_name=doc["brokerClusterName"], broker_name=doc["brokerName"],
+        object_store_endpoint=doc.get("objectStoreEndpoint", ""),
+        object_store_bucket=doc.get("objectStoreBucket", ""),
+        object_store_region=doc.get("objectStoreRegion", ""),
+        object_store_access_key=os.environ.get("AWS_ACCESS_KEY_ID", ""),
+        object_store_secret_key=os.environ.get("AWS_SECRET_ACCESS_KEY", ""))
+
+
+def verify_queue(fq: FlatQueue) -> list[str]:
+    problems: list[str] = []
+    fq.commitlog.load()
+    fq.cq.load()
+    for ff in (fq.commitlog, fq.cq):
+        for a, b in zip(ff.segs, ff.segs[1:]):
+            if a.end != b.base:
+                problems.append(f"{fq.path} {ff.file_type}: segment {b.base} follows one ending at {a.end}")
+    if not fq.cq.segs:
+        return problems
+    if fq.cq.min_offset % layout.CQ_UNIT or fq.cq.end % layout.CQ_UNIT:
+        problems.append(f"{fq.path} CONSUME_QUEUE: a torn unit (ends at byte {fq.cq.end})")
+    start = fq.cq.min_offset
+    cq = fq.cq.read(start, fq.cq.end - start)
+    cl_base = fq.commitlog.min_offset if fq.commitlog.segs else 0
+    cl = fq.commitlog.read(cl_base, max(0, fq.commitlog.end - cl_base))
+    expect = None
+    for i in range(0, len(cq) - layout.CQ_UNIT + 1, layout.CQ_UNIT):
+        qo = (start + i) // layout.CQ_UNIT
+        phy, size, _ = _UNIT.unpack_from(cq, i)
+        if expect is not None and phy != expect:
+            problems.append(f"{fq.path} queue offset {qo}: flat offset {phy}, expected {expect}")
+        rec = cl[phy - cl_base:phy - cl_base + size]
+        if size <= 0 or len(rec) != size:
+            problems.append(f"{fq.path} queue offset {qo}: record [{phy}, {phy + size}) is not "
+                            "wholly in the COMMIT_LOG")
+            break
+        total, magic = struct.unpack_from(">ii", rec, 0)
+        if total != size or magic not in _MAGICS or \
+                int.from_bytes(rec[28:36], "big", signed=True) != phy:
+            problems.append(f"{fq.path} queue offset {qo}: record at {phy} has TOTALSIZE {total}, "
+                            f"magic {magic & 0xFFFFFFFF:#x}, PHYSICALOFFSET "
+                            f"{int.from_bytes(rec[28:36], 'big', signed=True)}")
+        expect = phy + size
+    if expect is not None and fq.commitlog.end > expect:
+        problems.append(f"{fq.path} COMMIT_LOG: {fq.commitlog.end - expect} byte(s) past the "
+                        "last unit's record (a torn upload)")
+    return problems
+
+
+def tier_report(tcfg, backend=None, *, verify: bool = False) -> dict:
+    from .backend import open_backend
+    backend = backend or open_backend(tcfg)
+    queues = []
+    problems: list[str] = []
+    for topic, qid in discover_queues(backend, tcfg.broker_cluster_name, tcfg.broker_name):
+        fq = FlatQueue(backend, tcfg.broker_cluster_name, tcfg.broker_name, topic, qid,
+                       tcfg.commitlog_max_size, tcfg.consume_queue_max_size)
+        if verify:
+            found = verify_queue(fq)
+        else:
+            fq.commitlog.load()
+            fq.cq.load()
+            found = []
+        problems += found
+        queues.append({"topic": topic, "queueId": qid, "minOffset": fq.min_offset,
+                       "maxOffset": fq.max_offset, "commitLogSegments": len(fq.commitlog.segs),
+                       "commitLogBytes": max(0, fq.commitlog.end), "ok": not found})
+    return {"backend": tcfg.backend, "base": tcfg.file_path, "cluster": tcfg.broker_cluster_name,
+            "broker": tcfg.broker_name, "queues": queues, "problems": problems,
+            "ok": not problems}

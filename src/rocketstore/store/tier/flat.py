@@ -1,0 +1,244 @@
+"""One queue's flat files in the tier: a COMMIT_LOG and a CONSUME_QUEUE, each a run of
+segments (RocketMQ's ``FlatMessageFile``).
+
+The flat COMMIT_LOG starts at offset 0 and holds the queue's CommitLog records back to back,
+each with PHYSICALOFFSET (bytes 28..36) set to where it lies in the flat file (what 5.3.3's
+``CommitLogInputStream`` writes); no record spans two segments. The flat CONSUME_QUEUE holds
+20-byte units ``(flat offset, size, tagsCode)``; its first segment is named for
+``first queue offset * 20``. A segment is full past ``max size`` (a new one begins at the next
+offset).
+
+**Crash safety.** ``append`` writes the records, then their units, each durable before the
+next. ``recover`` (every open) trusts the files only: it keeps whole units whose records are
+whole in the COMMIT_LOG and cuts both files to that, so a process killed mid-upload leaves no
+gap and no duplicate — the next upload starts at the recovered queue offset and overwrites
+the torn tail.
+"""
+from __future__ import annotations
+
+import struct
+import threading
+from dataclasses import dataclass
+
+from . import layout
+from .backend import Backend
+
+_UNIT = struct.Struct(">qiq")
+PHYS_POS = 28  # PHYSICALOFFSET in a CommitLog record
+
+
+def rewrite_physical_offset(record: bytes, offset: int) -> bytes:
+    return record[:PHYS_POS] + offset.to_bytes(8, "big", signed=True) + record[PHYS_POS + 8:]
+
+
+@dataclass
+class Seg:
+    base: int
+    size: int
+
+    @property
+    def end(self) -> int:
+        return self.base + self.size
+
+
+class FlatFile:
+    """The segments of one type of one queue."""
+
+    def __init__(self, backend: Backend, cluster: str, queue: str, file_type: str,
+                 max_size: int) -> None:
+        self.backend = backend
+        self.cluster = cluster
+        self.queue = queue
+        self.file_type = file_type
+        self.max_size = max_size
+        self.segs: list[Seg] = []
+
+    def key(self, base: int) -> str:
+        return layout.segment_key(self.cluster, self.queue, self.file_type, base)
+
+    def load(self) -> None:
+        prefix = f"{layout.cluster_dir(self.cluster)}/{self.queue}/{self.file_type}"
+        segs = []
+        for key, size in self.backend.list(prefix):
+            name = key.rsplit("/", 1)[-1]
+            base = layout.parse_file_name(name)
+            if base is not None and key.count("/") == prefix.count("/") + 1:
+                segs.append(Seg(base, size))
+        self.segs = sorted(segs, key=lambda s: s.base)
+
+    @property
+    def min_offset(self) -> int:
+        return self.segs[0].base if self.segs else -1
+
+    @property
+    def end(self) -> int:
+        return self.segs[-1].end if self.segs else -1
+
+    def cut(self, end: int) -> None:
+        """Drop every byte at or after ``end`` (segments wholly after it go)."""
+        while self.segs and self.segs[-1].base >= end and len(self.segs) > 1:
+            self.backend.delete(self.key(self.segs.pop().base))
+        if self.segs and self.segs[-1].end > end:
+            last = self.segs[-1]
+            new = max(0, end - last.base)
+            self.backend.truncate(self.key(last.base), new)
+            last.size = new
+
+    def init(self, base: int) -> None:
+        if not self.segs:
+            self.segs.append(Seg(base, 0))
+
+    def append(self, data: bytes, unit: int = 1) -> int:
+        """Write ``data`` at the end, rolling first when the current segment is full (never
+        splitting a piece of ``unit`` bytes... callers pass whole records or whole units).
+        Returns the offset ``data`` starts at."""
+        last = self.segs[-1]
+        if last.size and last.size + len(data) > self.max_size:
+            last = Seg(last.end, 0)
+            self.segs.append(last)
+        at = last.end
+        self.backend.append(self.key(last.base), last.size, data)
+        last.size += len(data)
+        return at
+
+    def read(self, offset: int, length: int) -> bytes:
+        out = []
+        for seg in self.segs:
+            if seg.end <= offset or length <= 0:
+                continue
+            if seg.base > offset:
+                break
+            take = min(length, seg.end - offset)
+            chunk = self.backend.read(self.key(seg.base), offset - seg.base, take)
+            out.append(chunk)
+            offset += len(chunk)
+            length -= len(chunk)
+            if len(chunk) < take:
+                break
+        return b"".join(out)
+
+
+class FlatQueue:
+    """A queue's flat COMMIT_LOG and CONSUME_QUEUE."""
+
+    def __init__(self, backend: Backend, cluster: str, broker: str, topic: str, queue_id: int,
+                 commitlog_max: int, cq_max: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.path = layout.queue_path(broker, topic, queue_id)
+        self.commitlog = FlatFile(backend, cluster, self.path, layout.COMMIT_LOG, commitlog_max)
+        self.cq = FlatFile(backend, cluster, self.path, layout.CONSUME_QUEUE,
+                           max(layout.CQ_UNIT, cq_max // layout.CQ_UNIT * layout.CQ_UNIT))
+        self.lock = threading.Lock()
+        self.first_ts = 0
+        self.last_ts = 0
+
+    # -- offsets ------------------------------------------------------------------------------
+    @property
+    def min_offset(self) -> int:
+        """The first queue offset held, -1 when the queue has nothing yet."""
+        return self.cq.min_offset // layout.CQ_UNIT if self.cq.segs else -1
+
+    @property
+    def max_offset(self) -> int:
+        """One past the last queue offset held (RocketMQ's max offset), -1 when empty."""
+        return self.cq.end // layout.CQ_UNIT if self.cq.segs else -1
+
+    def recover(self) -> tuple[int, int]:
+        """Load the segments and cut torn tails (see module doc). Returns the bytes cut from
+        (COMMIT_LOG, CONSUME_QUEUE)."""
+        self.commitlog.load()
+        self.cq.load()
+        if not self.cq.segs:
+            cut_cl = max(0, self.commitlog.end)
+            if self.commitlog.segs:
+                self.commitlog.cut(0)
+            return cut_cl, 0
+        cq_end = self.cq.end - self.cq.end % layout.CQ_UNIT
+        cl_end = max(0, self.commitlog.end)
+        good = cq_end
+        while good > self.cq.min_offset:  # the last unit whose record is whole
+            phy, size, _ = _UNIT.unpack(self.cq.read(good - layout.CQ_UNIT, layout.CQ_UNIT))
+            if size > 0 and phy + size <= cl_end:
+                cl_keep = phy + size
+                break
+            good -= layout.CQ_UNIT
+        else:
+            cl_keep = 0
+        cut = (max(0, self.commitlog.end) - cl_keep, self.cq.end - good)
+        if cut[1]:
+            self.cq.cut(good)
+        if cut[0] and self.commitlog.segs:
+            self.commitlog.cut(cl_keep)
+        return cut
+
+    def init(self, queue_offset: int) -> None:
+        self.commitlog.init(0)
+        self.cq.init(queue_offset * layout.CQ_UNIT)
+
+    # -- write --------------------------------------------------------------------------------
+    def append(self, queue_offset: int, records: list[bytes], tags: list[int]) -> None:
+        """Append the records of queue offsets ``queue_offset ..`` (must be ``max_offset``)."""
+        if not records:
+            return
+        with self.lock:
+            if self.max_offset != queue_offset:
+                raise ValueError(f"{self.path}: tier holds up to {self.max_offset}, "
+                                 f"not {queue_offset}")
+            units = []
+            chunk: list[bytes] = []
+            chunk_at = None
+            pos = self.commitlog.end
+            cl = self.commitlog
+            for rec, tag in zip(records, tags):
+                last = cl.segs[-1]
+                seg_used = last.size + sum(len(c) for c in chunk)
+                if seg_used and seg_used + len(rec) > cl.max_size:  # roll: flush this chunk first
+                    if chunk:
+                        cl.append(b"".join(chunk))
+                        chunk = []
+                    cl.segs.append(Seg(cl.end, 0))
+                    pos = cl.end
+                rec = rewrite_physical_offset(rec, pos)
+                chunk.append(rec)
+                units.append(_UNIT.pack(pos, len(rec), tag))
+                pos += len(rec)
+            if chunk:
+                cl.append(b"".join(chunk))
+            data = b"".join(units)
+            per = self.cq.max_size
+            while data:  # CQ segments hold whole units
+                last = self.cq.segs[-1]
+                room = per - last.size if last.size < per else 0
+                if room == 0:
+                    self.cq.segs.append(Seg(last.end, 0))
+                    room = per
+                self.cq.append(data[:room])
+                data = data[room:]
+
+    # -- read ---------------------------------------------------------------------------------
+    def units(self, queue_offset: int, count: int) -> list[tuple[int, int, int]]:
+        lo, hi = self.min_offset, self.max_offset
+        if queue_offset < lo or queue_offset >= hi:
+            return []
+        n = min(count, hi - queue_offset)
+        raw = self.cq.read(queue_offset * layout.CQ_UNIT, n * layout.CQ_UNIT)
+        return [_UNIT.unpack_from(raw, i) for i in range(0, len(raw) - layout.CQ_UNIT + 1,
+                                                         layout.CQ_UNIT)]
+
+    def records(self, units: list[tuple[int, int, int]]) -> list[bytes]:
+        """The records the units point at, read in runs of adjacent ones."""
+        out: list[bytes] = []
+        i = 0
+        while i < len(units):
+            j = i + 1
+            while j < len(units) and units[j][0] == units[j - 1][0] + units[j - 1][1]:
+                j += 1
+            start = units[i][0]
+            blob = self.commitlog.read(start, units[j - 1][0] + units[j - 1][1] - start)
+            for phy, size, _ in units[i:j]:
+                rec = blob[phy - start:phy - start + size]
+                if len(rec) == size:
+                    out.append(rec)
+            i = j
+        return out

@@ -1,0 +1,298 @@
+"""``TierService``: copies each queue's new messages into the tier, off the put path.
+
+Theory of operation. ``TierDispatcher`` sits in the reput chain after the ConsumeQueue and
+index: it only notes which queues grew (a dict update) and wakes the service, so a put never
+waits for the tier. The service thread uploads a queue when its pending messages reach
+``group_commit_count`` or ``group_commit_size`` bytes, or ``group_commit_timeout`` ms after its
+last upload (RocketMQ's group commit): it reads the local ConsumeQueue from the tier's max
+queue offset, takes the records from the local CommitLog and appends them to the queue's flat
+files (``flat.FlatQueue.append``). The tier's own files say how far it got (``recover`` on
+open), so nothing is uploaded twice or skipped after a crash; the metadata JSON is rewritten
+after each round for operators and RocketMQ.
+
+``get_message`` serves reads the local store can no longer answer (its CommitLog segments were
+removed): ``MessageStore.get_message`` falls through to it.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+
+from ...format.message import decode_message
+from ..checkpoint import atomic_write
+from ..read_path import Subscription
+from ..results import GetMessageResult, GetStatus
+from . import layout
+from .backend import Backend, open_backend
+from .flat import FlatQueue
+
+log = logging.getLogger(__name__)
+
+SYSTEM_PREFIXES = ("rmq_sys_", "RMQ_SYS_", "SCHEDULE_TOPIC_XXXX", "%RETRY%", "%DLQ%")
+READ_BATCH = 1024  # local units read at a time
+
+
+def tiered_topic(topic: str) -> bool:
+    """RocketMQ's ``MessageStoreTopicFilter``: system topics stay local."""
+    return not topic.startswith(SYSTEM_PREFIXES) and topic not in ("TBW102", "OFFSET_MOVED_EVENT")
+
+
+class TierDispatcher:
+    """The reput chain's link to the tier: notes the queues that grew."""
+
+    def __init__(self, service: "TierService") -> None:
+        self.service = service
+
+    def dispatch(self, recs) -> None:
+        if len(recs) == 0:
+            return
+        grown = self.service.grown
+        for topic, qid in zip(recs.topic, recs.queue_id.tolist()):
+            if tiered_topic(topic):
+                grown[(topic, qid)] = grown.get((topic, qid), 0) + 1
+        self.service.wake.set()
+
+
+def discover_queues(backend: Backend, cluster: str, broker: str) -> list[tuple[str, int]]:
+    """The (topic, queue id) pairs with files in the tier under ``cluster``/``broker``."""
+    out = set()
+    prefix = f"{layout.cluster_dir(cluster)}/{broker}"
+    for key, _ in backend.list(prefix):
+        parts = key.split("/")
+        if len(parts) == 6 and parts[4] in (layout.COMMIT_LOG, layout.CONSUME_QUEUE):
+            try:
+                out.add((parts[2], int(parts[3])))
+            except ValueError:
+                continue
+    return sorted(out)
+
+
+class TierService:
+    def __init__(self, tcfg, store_root: str, cq_table, commitlog,
+                 backend: Backend | None = None) -> None:
+        self.tcfg = tcfg
+        self.backend = backend or open_backend(tcfg)
+        self.cluster = tcfg.broker_cluster_name
+        self.broker = tcfg.broker_name
+        self.metadata_path = os.path.join(store_root, "config", layout.METADATA_FILE)
+        self.cq_table = cq_table
+        self.commitlog = commitlog
+        self.queues: dict[tuple[str, int], FlatQueue] = {}
+        self.topic_ids: dict[str, int] = {}
+        self.grown: dict[tuple[str, int], int] = {}
+        self.last_upload: dict[tuple[str, int], float] = {}
+        self.wake = threading.Event()
+        self.lock = threading.Lock()  # one upload round at a time
+        self.last_error: str | None = None
+        self.cut_on_recover: dict[str, tuple[int, int]] = {}
+        self._stop = False
+        self._location_written = False
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def load(self) -> None:
+        """Open every queue the tier holds, cutting torn tails (see ``flat``)."""
+        try:
+            with open(self.metadata_path, encoding="utf-8") as fh:
+                for topic, t in json.load(fh).get("topicMetadataTable", {}).items():
+                    self.topic_ids[topic] = int(t.get("topicId", 0))
+        except (OSError, ValueError):
+            pass
+        for topic, qid in discover_queues(self.backend, self.cluster, self.broker):
+            fq = self._flat(topic, qid)
+            cut = fq.recover()
+            if any(cut):
+                log.warning("tier %s: cut a torn tail of %d COMMIT_LOG and %d CONSUME_QUEUE bytes",
+                            fq.path, *cut)
+                self.cut_on_recover[fq.path] = cut
+        for cq in self.cq_table:  # whatever the local queues hold beyond the tier is pending
+            if tiered_topic(cq.topic):
+                self.grown[(cq.topic, cq.queue_id)] = 1
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="TierService", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop = True
+        self.wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self._thread = None
+
+    def _flat(self, topic: str, qid: int) -> FlatQueue:
+        fq = self.queues.get((topic, qid))
+        if fq is None:
+            fq = FlatQueue(self.backend, self.cluster, self.broker, topic, qid,
+                           self.tcfg.commitlog_max_size, self.tcfg.consume_queue_max_size)
+            self.queues[(topic, qid)] = fq
+            if topic not in self.topic_ids:
+                self.topic_ids[topic] = max(self.topic_ids.values(), default=0) + 1
+        return fq
+
+    def _run(self) -> None:
+        tick = min(1.0, max(0.01, self.tcfg.group_commit_timeout / 1000.0))
+        backoff = 0.05
+        while not self._stop:
+            self.wake.wait(tick)
+            self.wake.clear()
+            try:
+                self.upload_round(force=False)
+                self.last_error = None
+                backoff = 0.05
+            except Exception as e:  # noqa: BLE001 - the tier never stops the broker; retry
+                self.last_error = f"{type(e).__name__}: {e}"
+                log.exception("tier upload failed; retrying")
+                time.sleep(backoff)
+                backoff = min(2.0, backoff * 2)
+
+    # -- upload -------------------------------------------------------------------------------
+    def _due(self, key, count: int, now: float) -> bool:
+        t = self.tcfg
+        if count >= t.group_commit_count:
+            return True
+        if now - self.last_upload.setdefault(key, now) >= t.group_commit_timeout / 1000.0:
+            return True
+        cq = self.cq_table.find(*key)
+        fq = self.queues.get(key)
+        if cq is None:
+            return False
+        behind = cq.max_offset_in_queue() - (fq.max_offset if fq is not None and fq.max_offset >= 0
+                                             else cq.min_offset_in_queue())
+        return behind * 256 >= t.group_commit_size  # (a cheap size estimate; exact on upload)
+
+    def upload_round(self, force: bool = True) -> int:
+        """Upload the queues that are due (all pending ones with ``force``); returns how many
+        messages went up."""
+        with self.lock:
+            now = time.monotonic()
+            total = 0
+            for key, count in list(self.grown.items()):
+                if not force and not self._due(key, count, now):
+                    continue
+                self.grown.pop(key, None)
+                try:
+                    total += self.upload_queue(*key)
+                except Exception:
+                    self.grown[key] = self.grown.get(key, 0) + count
+                    raise
+                self.last_upload[key] = now
+            if total:
+                self.write_metadata()
+            return total
+
+    def upload_queue(self, topic: str, qid: int) -> int:
+        cq = self.cq_table.find(topic, qid)
+        if cq is None:
+            return 0
+        fq = self._flat(topic, qid)
+        lmin, lmax = cq.min_offset_in_queue(), cq.max_offset_in_queue()
+        if fq.max_offset < 0:
+            fq.init(lmin)
+        at = fq.max_offset
+        if at < lmin:
+            log.error("tier %s holds up to queue offset %d but the local queue starts at %d: "
+                      "messages left the broker before reaching the tier", fq.path, at, lmin)
+            return 0
+        sent = 0
+        while at < lmax:
+            units = cq.read_units(at, min(READ_BATCH, lmax - at))
+            if units is None or len(units) == 0:
+                break
+            records, tags = [], []
+            for off, size, tag in zip(units["offset"].tolist(), units["size"].tolist(),
+                                      units["tags_code"].tolist()):
+                raw = self.commitlog.read_record(off)
+                if raw is None or len(raw) != size:
+                    break
+                records.append(bytes(raw))
+                tags.append(tag)
+            if not records:
+                log.error("tier %s: the record of queue offset %d is not in the local CommitLog",
+                          fq.path, at)
+                break
+            fq.append(at, records, tags)
+            at += len(records)
+            sent += len(records)
+            if len(records) < len(units):
+                break
+        return sent
+
+    def write_metadata(self) -> None:
+        segs = []
+        queues = []
+        for fq in self.queues.values():
+            if fq.max_offset >= 0:
+                queues.append((fq.topic, fq.queue_id, fq.min_offset, fq.max_offset))
+            for ff in (fq.commitlog, fq.cq):
+                for i, s in enumerate(ff.segs):
+                    segs.append(layout.SegmentInfo(fq.path, ff.file_type, s.base, s.size,
+                                                   sealed=i < len(ff.segs) - 1))
+        doc = layout.metadata_json(self.broker, self.topic_ids, queues, segs,
+                                   int(time.time() * 1000))
+        os.makedirs(os.path.dirname(self.metadata_path), exist_ok=True)
+        atomic_write(self.metadata_path, doc.encode("utf-8"), point=None)
+        if not self._location_written:  # where the tier is, for `rocketstore tier` (no secrets)
+            atomic_write(os.path.join(os.path.dirname(self.metadata_path), layout.LOCATION_FILE),
+                         json.dumps(layout.location_doc(self.tcfg), indent=2).encode(), point=None)
+            self._location_written = True
+
+    def caught_up(self) -> bool:
+        for cq in self.cq_table:
+            if not tiered_topic(cq.topic) or cq.max_offset_in_queue() == 0:
+                continue
+            fq = self.queues.get((cq.topic, cq.queue_id))
+            if fq is None or fq.max_offset < cq.max_offset_in_queue():
+                return False
+        return True
+
+    def wait_caught_up(self, timeout: float = 10.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.upload_round(force=True)
+            if self.caught_up():
+                return True
+            time.sleep(0.02)
+        return self.caught_up()
+
+    # -- read ---------------------------------------------------------------------------------
+    def bounds(self, topic: str, qid: int) -> tuple[int, int] | None:
+        fq = self.queues.get((topic, qid))
+        if fq is None or fq.max_offset < 0:
+            return None
+        return fq.min_offset, fq.max_offset
+
+    def get_message(self, topic: str, qid: int, offset: int, max_msgs: int,
+                    subscription: str | None, decode: bool, local_max: int) -> GetMessageResult | None:
+        """The messages from queue ``offset`` out of the tier; None when it holds none there."""
+        fq = self.queues.get((topic, qid))
+        if fq is None or not (fq.min_offset <= offset < fq.max_offset):
+            return None
+        lo, hi = fq.min_offset, max(fq.max_offset, local_max)
+        sub = Subscription.parse(subscription)
+        codes = sub.codes if sub.tags is not None else None
+        units = fq.units(offset, max(max_msgs, 32) if codes is not None else max_msgs)
+        keep = [u for u in units if codes is None or u[2] in codes]
+        result = GetMessageResult(GetStatus.NO_MATCHED_MESSAGE, offset + len(units), lo, hi)
+        for raw in fq.records(keep[:max_msgs]):
+            msg = decode_message(raw, 0) if (decode or sub.tags is not None) else None
+            if sub.tags is not None and msg.tags not in sub.tags:  # type: ignore[union-attr]
+                continue
+            result.buffers.append(raw)
+            if decode:
+                result.messages.append(msg)
+            result.status = GetStatus.FOUND
+        if len(keep) > max_msgs:  # the next pull starts after the last unit returned
+            last = keep[max_msgs - 1]
+            result.next_begin_offset = offset + units.index(last) + 1
+        return result
+
+    def status(self) -> dict:
+        return {"backend": self.tcfg.backend, "cluster": self.cluster, "broker": self.broker,
+                "error": self.last_error,
+                "queues": [{"topic": t, "queueId": q, "minOffset": fq.min_offset,
+                            "maxOffset": fq.max_offset, "commitLogBytes": max(0, fq.commitlog.end)}
+                           for (t, q), fq in sorted(self.queues.items())]}
