@@ -22,7 +22,8 @@ referee:
 
 # The S3-compatible server of the S3 tier tests (versitygw, built with go install into
 # ~/.cache/rocketstore/s3server, outside the repo): minutes once, then seconds. When it cannot be
-# built the reason is recorded and those tests skip with it.
+# built the reason is recorded and those tests skip with it. `make test` builds it in the
+# background (niced) while the suite runs; the S3 tests wait for it (tests/s3server.py).
 s3server:
 	@$(PYTHON) scripts/s3server/install.py
 
@@ -48,14 +49,16 @@ PURE_TESTS := tests/remoting tests/format tests/durability/test_sync_deferred.py
 # the three failing fails the target.
 MAIN_A := tests/spark tests/cluster tests/test_readme.py tests/proxy
 
-test: $(STAMP) referee s3server
+test: $(STAMP) referee
 	@tmp=$$(mktemp -d $${TMPDIR:-/tmp}/rocketstore-test.XXXXXX); \
+	nice -n 10 $(PYTHON) scripts/s3server/install.py > .s3server.log 2>&1 & s3=$$!; \
 	ROCKETSTORE_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider \
 		--basetemp=$$tmp/pure $(PURE_TESTS) > .pure-pass.log 2>&1 & pure=$$!; \
 	$(PY) -m pytest -q -p no:cacheprovider --basetemp=$$tmp/main-b \
 		$(addprefix --ignore=,$(MAIN_A)) tests > .main-b.log 2>&1 & b=$$!; \
 	$(PY) -m pytest -q --basetemp=$$tmp/main-a $(MAIN_A); a=$$?; \
-	wait $$b; rb=$$?; wait $$pure; p=$$?; \
+	wait $$b; rb=$$?; wait $$pure; p=$$?; wait $$s3; \
+	echo "== S3 server set-up (scripts/s3server/install.py):"; cat .s3server.log; \
 	echo "== main suite, second process (all but $(MAIN_A)):"; cat .main-b.log; \
 	echo "== pure-Python pass (ROCKETSTORE_PURE_PYTHON=1) of $(PURE_TESTS):"; cat .pure-pass.log; \
 	if test $$a -eq 0 && test $$rb -eq 0 && test $$p -eq 0; then \

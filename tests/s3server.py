@@ -17,14 +17,39 @@ from pathlib import Path
 import pytest
 
 
-def _state() -> dict:
-    env = os.environ.get("ROCKETSTORE_S3SERVER_CACHE")
-    cache = Path(env) if env else Path.home() / ".cache" / "rocketstore" / "s3server"
+#: how long a test waits for the build that ``make test`` runs beside the suite
+BUILD_WAIT_S = 1500
+
+
+def _read_state(cache: Path) -> dict:
     try:
         return json.loads((cache / "s3server.json").read_text())
     except (OSError, ValueError):
         return {"error": f"set-up has not installed the S3 server ({cache}/s3server.json is "
                          "missing): run `make test` or `python scripts/s3server/install.py`"}
+
+
+def _alive(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+        return True
+    except (OSError, TypeError, ValueError):
+        return False
+
+
+def _state() -> dict:
+    """set-up's record; while the build started by ``make test`` is still running (``pending``),
+    wait for it."""
+    env = os.environ.get("ROCKETSTORE_S3SERVER_CACHE")
+    cache = Path(env) if env else Path.home() / ".cache" / "rocketstore" / "s3server"
+    deadline = time.monotonic() + BUILD_WAIT_S
+    st = _read_state(cache)
+    while st.get("pending") and _alive(st.get("pid")) and time.monotonic() < deadline:
+        time.sleep(2)
+        st = _read_state(cache)
+    if st.get("pending"):
+        return {"error": f"the S3 server's build (pid {st.get('pid')}) did not finish"}
+    return st
 
 
 @dataclass
