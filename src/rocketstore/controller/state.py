@@ -132,7 +132,9 @@ class ReplicasInfo:
         if g is None:
             return res.fail(R.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED, "Broker hasn't been registered")
         old = g.master
-        new: int | None = broker_id if g.master_epoch == 0 else None  # the group's first master
+        # the group's first master is whoever asks — if it is a member (RocketMQ would also
+        # crown an id it never handed out)
+        new = broker_id if g.master_epoch == 0 and broker_id in g.brokers else None
         if new is None:
             new = elect_policy.elect(g.sync_state_set, set(g.brokers) if unclean else None, rank,
                                      old, broker_id if designate else None)
