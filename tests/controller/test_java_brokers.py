@@ -117,3 +117,15 @@ def test_java_brokers_fail_over_under_our_controller(cluster, controllers, tmp_p
     r = call(b2.addr, Q.GET_BROKER_EPOCH_CACHE, {})
     epochs = body_of(r)["epochList"]
     assert [e["epoch"] for e in epochs] == [1, 2], epochs
+
+    # the old master comes back (same store and id, a new port): it is told it is a slave,
+    # catches up and rejoins the SyncStateSet; the controller records its new address
+    b1 = jr.controller_mode_broker(home, str(tmp_path / "b1"), ns.addr, ctl.addr, BN)
+    procs.append(b1)
+    wait_for(lambda: len(sync_state(ctl.addr).get("inSyncReplicas", [])) == 2, 60,
+             "the old master to rejoin the SyncStateSet as a slave", 0.5)
+    st = sync_state(ctl.addr)
+    assert st["masterBrokerId"] == 2 and st["masterEpoch"] == 2
+    assert {r["brokerId"]: r["brokerAddress"] for r in st["inSyncReplicas"]} == {1: b1.addr, 2: b2.addr}
+    wait_for(lambda: namesrv_ids(ns.addr) == {0: b2.addr, 1: b1.addr}, 30,
+             "the name server to show the old master as slave 1", 0.5)
