@@ -112,9 +112,9 @@ def test_decisions_survive_sigkill_and_a_dead_master_is_replaced(tmp_path, contr
                          {"brokerName": BN, "masterBrokerId": 1, "masterEpoch": 1},
                          {"syncStateSet": [1, 2], "syncStateSetEpoch": 3})
         assert r.code == R.CONTROLLER_INVALID_MASTER
+        ctl.kill()  # while the new master is still connected (its close would elect again)
         b2.c.close()
     asyncio.run(failover())
-    ctl.kill()
     ctl = controllers(conf, str(tmp_path / "ctl.log"))
     head, body = replica_info(ctl.addr)
     assert (head["masterBrokerId"], head["masterEpoch"]) == ("2", "2")

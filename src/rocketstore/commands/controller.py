@@ -20,24 +20,18 @@ import click
 
 
 async def _run(cfg, as_json: bool) -> None:
-    from ..broker.server import RemotingServer
-    from ..controller.processors import handlers
-    from ..controller.service import ControllerService
+    from ..controller import server
 
-    svc = ControllerService(cfg)
     try:
-        svc.open()
-    except (OSError, ValueError, KeyError) as exc:
+        running = await server.start(cfg)
+    except (ValueError, KeyError) as exc:
         raise click.ClickException(
             f"cannot load the controller's state from {cfg.controllerStorePath}: {exc}") from exc
-    srv = RemotingServer(svc, handlers(svc), "controller")
-    try:
-        await srv.start(cfg.listenHost, cfg.listenPort)
     except OSError as exc:
         raise click.ClickException(
-            f"cannot listen on {cfg.listenHost}:{cfg.listenPort}: {exc.strerror or exc}") from exc
-    addr = f"{cfg.listenHost}:{srv.port}"
-    svc.start(addr)
+            f"controller on {cfg.listenHost}:{cfg.listenPort} ({cfg.controllerStorePath}): "
+            f"{exc.strerror or exc}") from exc
+    svc, addr = running.service, running.address
     groups = len(svc.state.groups)
     click.echo(json.dumps({"event": "ready", "controller": addr, "groups": groups,
                            "store": cfg.controllerStorePath}) if as_json
@@ -51,9 +45,7 @@ async def _run(cfg, as_json: bool) -> None:
     try:
         await stop.wait()
     finally:
-        srv.stop_accepting()
-        await srv.close()
-        await svc.stop()
+        await running.close()
     click.echo(json.dumps({"event": "stopped"}) if as_json else "stopped cleanly")
 
 
