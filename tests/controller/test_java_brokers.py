@@ -110,6 +110,10 @@ def test_java_brokers_fail_over_under_our_controller(cluster, controllers, tmp_p
     print(f"elected {t_elected - t_kill:.2f} s after the kill; first send accepted after "
           f"{first - t_kill:.2f} s")
     assert len(acked) == 250
+    # the new master heard of its promotion from us (NOTIFY_BROKER_ROLE_CHANGED), not by polling
+    assert any("Receive notifyBrokerRoleChanged request" in open(os.path.join(d, f), errors="replace").read()
+               for d, _, fs in os.walk(str(tmp_path / "b2")) for f in fs if f.endswith(".log")), \
+        "the new master's log shows no notifyBrokerRoleChanged"
     found = wait_for(lambda: (lambda f: f if set(acked) <= set(f) else None)(read_all(ns.addr, TOPIC)),
                      30, "every acknowledged message on the new master", 0.5)
     assert all(found[k] == v for k, v in acked.items())
