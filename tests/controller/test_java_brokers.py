@@ -133,3 +133,44 @@ def test_java_brokers_fail_over_under_our_controller(cluster, controllers, tmp_p
     assert {r["brokerId"]: r["brokerAddress"] for r in st["inSyncReplicas"]} == {1: b1.addr, 2: b2.addr}
     wait_for(lambda: namesrv_ids(ns.addr) == {0: b2.addr, 1: b1.addr}, 30,
              "the name server to show the old master as slave 1", 0.5)
+
+
+def test_our_controller_sigkilled_under_running_java_brokers(cluster, controllers, tmp_path):
+    """SIGKILL our controller while two 5.3.3 brokers run, restart it on the same port: it comes
+    back with the group (ids, master, epochs, SyncStateSet), does not depose the living master
+    while the brokers re-heartbeat, and still fails over when the master then dies."""
+    home, ns, procs = cluster
+    conf = write_conf(str(tmp_path / "controller.conf"), str(tmp_path / "cstore"),
+                      scanNotActiveBrokerInterval=1000, scanInactiveMasterInterval=2000)
+    ctl = controllers(conf, str(tmp_path / "ctl.log"))
+    b1 = jr.controller_mode_broker(home, str(tmp_path / "b1"), ns.addr, ctl.addr, BN)
+    procs.append(b1)
+    wait_for(lambda: sync_state(ctl.addr).get("masterBrokerId") == 1, 60, "the first master", 0.5)
+    b2 = jr.controller_mode_broker(home, str(tmp_path / "b2"), ns.addr, ctl.addr, BN)
+    procs.append(b2)
+    wait_for(lambda: len(sync_state(ctl.addr).get("inSyncReplicas", [])) == 2, 60, "the SyncStateSet", 0.5)
+    before = sync_state(ctl.addr)
+    ctl.kill()
+    time.sleep(2)
+    ctl = controllers(conf, str(tmp_path / "ctl.log"))
+    assert ctl.ready["groups"] == 1
+    after = sync_state(ctl.addr)
+    for k in ("masterBrokerId", "masterAddress", "masterEpoch", "syncStateSetEpoch"):
+        assert after[k] == before[k], k
+    strip = lambda rs: [(r["brokerId"], r["brokerAddress"]) for r in rs]  # noqa: E731
+    assert strip(after["inSyncReplicas"]) == strip(before["inSyncReplicas"])
+    # the brokers find the restarted controller and heartbeat again; nobody is deposed
+    wait_for(lambda: all(r["alive"] for r in sync_state(ctl.addr)["inSyncReplicas"]), 30,
+             "the brokers' heartbeats to the restarted controller", 0.5)
+    time.sleep(4)  # two inactive-master scans
+    st = sync_state(ctl.addr)
+    assert st["masterBrokerId"] == 1 and st["masterEpoch"] == before["masterEpoch"]
+    acked: dict[str, bytes] = {}
+    send_some(ns.addr, 30, 0, acked)
+    os.killpg(b1.proc.pid, signal.SIGKILL)
+    b1.proc.wait(10)
+    wait_for(lambda: sync_state(ctl.addr).get("masterBrokerId") == 2, 30, "the failover", 0.1)
+    send_some(ns.addr, 30, 30, acked)
+    found = wait_for(lambda: (lambda f: f if set(acked) <= set(f) else None)(read_all(ns.addr, TOPIC)),
+                     30, "every acknowledged message", 0.5)
+    assert all(found[k] == v for k, v in acked.items())
