@@ -62,8 +62,8 @@ def send_some(ns: str, n: int, start: int, acked: dict, deadline_s: float = 60) 
 
 
 @pytest.fixture
-def cluster(tmp_path):
-    home = referee.home(referee.V5)
+def cluster(tmp_path, request):
+    home = referee.home(getattr(request, "param", referee.V5))
     procs = []
     ns = jr.start_java_namesrv(home, str(tmp_path / "ns"))
     procs.append(ns)
@@ -75,6 +75,7 @@ def cluster(tmp_path):
             os.killpg(p.proc.pid, signal.SIGKILL)
 
 
+@pytest.mark.parametrize("cluster", [referee.V5, referee.V5_NEWEST], indirect=True)
 def test_java_brokers_fail_over_under_our_controller(cluster, controllers, tmp_path):
     home, ns, procs = cluster
     ctl = controllers(write_conf(str(tmp_path / "controller.conf"), str(tmp_path / "cstore"),
