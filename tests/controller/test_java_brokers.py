@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -61,6 +62,34 @@ def send_some(ns: str, n: int, start: int, acked: dict, deadline_s: float = 60) 
     return first
 
 
+class Sender(threading.Thread):
+    """Sends without pause until stopped, through every error (no master, a stale route);
+    ``acked`` holds what was acknowledged with SEND_OK, ``accepted_at`` when."""
+
+    def __init__(self, ns: str) -> None:
+        super().__init__(daemon=True)
+        self.ns = ns
+        self.acked: dict[str, bytes] = {}
+        self.accepted_at: list[float] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        i = 0
+        while not self.stop.is_set():
+            try:
+                with Producer("ctl-pg-live", self.ns) as p:
+                    while not self.stop.is_set():
+                        body = f"live{i}".encode() * 4
+                        i += 1
+                        r = p.send(TOPIC, body)
+                        if r.status != "SEND_OK":
+                            raise ConnectionError(r.status)
+                        self.acked[r.msg_id] = body
+                        self.accepted_at.append(time.monotonic())
+            except Exception:  # noqa: BLE001 - retried
+                time.sleep(0.05)
+
+
 @pytest.fixture
 def cluster(tmp_path, request):
     home = referee.home(getattr(request, "param", referee.V5))
@@ -97,10 +126,13 @@ def test_java_brokers_fail_over_under_our_controller(cluster, controllers, tmp_p
     acked: dict[str, bytes] = {}
     send_some(ns.addr, 150, 0, acked)
     assert len(acked) == 150
+    live = Sender(ns.addr)  # sends go on while the master dies
+    live.start()
+    wait_for(lambda: len(live.acked) >= 50, 30, "the live sender", 0.1)
 
     os.killpg(b1.proc.pid, signal.SIGKILL)  # the master dies
-    b1.proc.wait(10)
     t_kill = time.monotonic()
+    b1.proc.wait(10)
     wait_for(lambda: sync_state(ctl.addr).get("masterBrokerId") == 2, 30, "our controller to elect", 0.1)
     t_elected = time.monotonic()
     st = sync_state(ctl.addr)
@@ -108,9 +140,13 @@ def test_java_brokers_fail_over_under_our_controller(cluster, controllers, tmp_p
     assert [r["brokerId"] for r in st["inSyncReplicas"]] == [2]
     first = send_some(ns.addr, 100, 150, acked, deadline_s=60)
     wait_for(lambda: namesrv_ids(ns.addr).get(0) == b2.addr, 30, "the new master as brokerId 0", 0.5)
+    wait_for(lambda: any(t > first for t in live.accepted_at), 30, "the live sender to resume", 0.1)
+    live.stop.set()
+    live.join(30)
     print(f"elected {t_elected - t_kill:.2f} s after the kill; first send accepted after "
-          f"{first - t_kill:.2f} s")
+          f"{first - t_kill:.2f} s; {len(live.acked)} acknowledged by the live sender")
     assert len(acked) == 250
+    acked.update(live.acked)
     # the new master heard of its promotion from us (NOTIFY_BROKER_ROLE_CHANGED), not by polling
     assert any("Receive notifyBrokerRoleChanged request" in open(os.path.join(d, f), errors="replace").read()
                for d, _, fs in os.walk(str(tmp_path / "b2")) for f in fs if f.endswith(".log")), \
