@@ -84,3 +84,33 @@ def test_compaction_and_a_crash_before_the_log_is_emptied(tmp_path):
     with open(os.path.join(tmp_path, EVENTS), "wb") as fh:
         fh.write(log_bytes)
     assert Journal(str(tmp_path)).open().to_json() == state.to_json()
+
+
+def test_a_failed_fsync_is_undone_and_not_applied(tmp_path, monkeypatch):
+    """fault injection: fsync fails once; the decision is refused, its bytes are cut, and the
+    next decision is appended where replay will find it."""
+    import rocketstore.controller.journal as jmod
+    j = Journal(str(tmp_path))
+    j.open()
+    batches = _events(2)
+    j.append(batches[0])
+    real = jmod.os.fsync
+    calls = {"n": 0}
+
+    def flaky(fd):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OSError(5, "Input/output error")
+        return real(fd)
+    monkeypatch.setattr(jmod.os, "fsync", flaky)
+    try:
+        j.append(batches[1])
+        raise AssertionError("the failed append was not refused")
+    except OSError:
+        pass
+    monkeypatch.setattr(jmod.os, "fsync", real)
+    for b in batches[2:]:
+        j.append(b)
+    j.close()
+    expected = _apply_all([batches[0]] + batches[2:])
+    assert Journal(str(tmp_path)).open().to_json() == expected.to_json()

@@ -50,6 +50,7 @@ class Journal:
         self.seq = 0
         self._fh: Any = None
         self.replayed = 0  # records replayed by ``open`` (for status and tests)
+        self.broken: str | None = None  # why appends are refused (a failed write not undone)
 
     def open(self) -> ReplicasInfo:
         """Load the state the files hold and get ready to append."""
@@ -107,11 +108,24 @@ class Journal:
         """Write one record and fsync it; raises OSError when it could not be made durable."""
         if not events:
             return
+        if self.broken:
+            raise OSError(f"the controller journal refuses writes: {self.broken}")
         payload = json.dumps({"seq": self.seq + 1, "events": events},
                              separators=(",", ":")).encode()
-        self._fh.write(_HEAD.pack(len(payload), zlib.crc32(payload)) + payload)
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        pos = self._fh.tell()
+        try:
+            self._fh.write(_HEAD.pack(len(payload), zlib.crc32(payload)) + payload)
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+        except OSError as exc:
+            # undo the partial record, or a later record would sit behind bytes replay stops at
+            try:
+                self._fh.truncate(pos)
+                self._fh.seek(pos)
+                os.fsync(self._fh.fileno())
+            except OSError as undo:
+                self.broken = f"a failed write ({exc}) could not be undone ({undo})"
+            raise
         self.seq += 1
 
     def size(self) -> int:

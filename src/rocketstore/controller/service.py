@@ -129,7 +129,12 @@ class ControllerService:
 
     async def _trigger_elect(self, broker_name: str) -> None:
         for _ in range(max(1, self.config.electMasterMaxRetryCount)):
-            res = self.elect(broker_name, None, False)
+            try:
+                res = self.elect(broker_name, None, False)
+            except OSError as exc:  # the journal could not make the decision durable
+                log.error("controller: electing in %s failed: %s", broker_name, exc)
+                await asyncio.sleep(0.5)
+                continue
             if res.code in (R.SUCCESS, R.CONTROLLER_MASTER_STILL_EXIST):
                 return
             if res.code in (R.CONTROLLER_MASTER_NOT_AVAILABLE, R.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED):
