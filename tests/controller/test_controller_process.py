@@ -74,10 +74,10 @@ def test_decisions_survive_sigkill_and_a_dead_master_is_replaced(tmp_path, contr
                          {"brokerName": BN, "masterBrokerId": 1, "masterEpoch": 1},
                          {"syncStateSet": [1, 2], "syncStateSetEpoch": 1})
         assert r.code == R.SUCCESS and r.ext_fields["newSyncStateSetEpoch"] == "2", r.remark
-        b1.c.close()
+        ctl.kill()  # SIGKILL right after the answers (before the brokers' connections close,
+        b1.c.close()  # which would be a master's death)
         b2.c.close()
     asyncio.run(first())
-    ctl.kill()  # SIGKILL right after the answers
 
     ctl = controllers(conf, str(tmp_path / "ctl.log"))
     assert ctl.ready["groups"] == 1
