@@ -150,3 +150,47 @@ def test_bad_requests_get_rocketmqs_codes(tmp_path, controllers):
     r = call(a, Q.CONTROLLER_GET_METADATA_INFO, {})
     assert r.ext_fields["controllerLeaderAddress"] == a and r.ext_fields["isLeader"] == "true"
     assert ctl.stop() == 0
+
+
+def test_the_most_caught_up_member_wins_then_priority(tmp_path, controllers):
+    """Three members in the SyncStateSet; the master's connection closes: the member whose
+    heartbeat reports the highest max offset is elected; at equal offsets the lower
+    brokerElectionPriority wins."""
+    ctl = controllers(write_conf(str(tmp_path / "c.conf"), str(tmp_path / "store")))
+
+    async def scenario(offsets: dict[int, int], priorities: dict[int, int]) -> str:
+        links = {i: FakeBrokerLink(ctl.addr, f"127.0.0.1:{2000 + i}") for i in (1, 2, 3)}
+        for i, link in links.items():
+            await link.join()
+        bn_fields = {"clusterName": CL, "brokerName": BN}
+        r = await links[1].ask(Q.CONTROLLER_ELECT_MASTER, {**bn_fields, "brokerId": links[1].id})
+        epoch = int(r.ext_fields["masterEpoch"])
+        ss_epoch = int(r.ext_fields["syncStateSetEpoch"])
+        r = await links[1].ask(Q.CONTROLLER_ALTER_SYNC_STATE_SET,
+                               {"brokerName": BN, "masterBrokerId": links[1].id, "masterEpoch": epoch},
+                               {"syncStateSet": [links[i].id for i in (1, 2, 3)],
+                                "syncStateSetEpoch": ss_epoch})
+        assert r.code == R.SUCCESS, r.remark
+        for i in (2, 3):
+            links[i].c.invoke_oneway(RemotingCommand.request(Q.BROKER_HEARTBEAT, {
+                **bn_fields, "brokerAddr": links[i].addr, "brokerId": links[i].id, "epoch": epoch,
+                "maxOffset": offsets[i], "heartbeatTimeoutMills": 60000,
+                "electionPriority": priorities[i]}, oneway=True, language="JAVA"))
+        await asyncio.sleep(0.2)
+        links[1].c.close()
+        for _ in range(100):
+            r = await links[2].ask(Q.CONTROLLER_GET_REPLICA_INFO, {"brokerName": BN})
+            if r.ext_fields.get("masterBrokerId") not in (None, str(links[1].id)):
+                break
+            await asyncio.sleep(0.05)
+        winner = r.ext_fields["masterAddress"]
+        r = await links[2].ask(Q.CLEAN_BROKER_DATA, {**bn_fields, "isCleanLivingBroker": True})
+        assert r.code == R.SUCCESS, r.remark
+        for link in links.values():
+            link.c.close()
+        await asyncio.sleep(0.2)
+        return winner
+
+    assert asyncio.run(scenario({2: 100, 3: 500}, {2: 1, 3: 9})) == "127.0.0.1:2003"
+    assert asyncio.run(scenario({2: 500, 3: 500}, {2: 1, 3: 9})) == "127.0.0.1:2002"
+    assert asyncio.run(scenario({2: 500, 3: 500}, {2: 9, 3: 1})) == "127.0.0.1:2003"
