@@ -194,3 +194,45 @@ def test_the_most_caught_up_member_wins_then_priority(tmp_path, controllers):
     assert asyncio.run(scenario({2: 100, 3: 500}, {2: 1, 3: 9})) == "127.0.0.1:2003"
     assert asyncio.run(scenario({2: 500, 3: 500}, {2: 1, 3: 9})) == "127.0.0.1:2002"
     assert asyncio.run(scenario({2: 500, 3: 500}, {2: 9, 3: 1})) == "127.0.0.1:2003"
+
+
+def test_a_restarted_controller_gives_the_master_one_heartbeat_timeout(tmp_path, controllers):
+    """After a restart nobody is known alive. A slave heartbeating first must not get the living
+    master deposed; a master that stays silent for a heartbeat timeout (10 s) is replaced."""
+    conf = write_conf(str(tmp_path / "c.conf"), str(tmp_path / "store"),
+                      scanNotActiveBrokerInterval=300, scanInactiveMasterInterval=300)
+    ctl = controllers(conf)
+
+    async def setup():
+        b1, b2 = FakeBrokerLink(ctl.addr, "127.0.0.1:3001"), FakeBrokerLink(ctl.addr, "127.0.0.1:3002")
+        await b1.join()
+        await b1.ask(Q.CONTROLLER_ELECT_MASTER, {"clusterName": CL, "brokerName": BN, "brokerId": 1})
+        await b2.join()
+        r = await b1.ask(Q.CONTROLLER_ALTER_SYNC_STATE_SET,
+                         {"brokerName": BN, "masterBrokerId": 1, "masterEpoch": 1},
+                         {"syncStateSet": [1, 2], "syncStateSetEpoch": 1})
+        assert r.code == R.SUCCESS
+        ctl.kill()
+        b1.c.close()
+        b2.c.close()
+    asyncio.run(setup())
+    ctl = controllers(conf)
+    t0 = time.monotonic()
+
+    async def after_restart():
+        b2 = FakeBrokerLink(ctl.addr, "127.0.0.1:3002")
+        await b2.c.connect()
+        b2.id = 2
+        await b2.beat(0)
+        await asyncio.sleep(3)
+        r = await b2.ask(Q.CONTROLLER_GET_REPLICA_INFO, {"brokerName": BN})
+        assert r.ext_fields["masterBrokerId"] == "1", "a silent-for-3-s master was deposed"
+        while time.monotonic() - t0 < 20:
+            r = await b2.ask(Q.CONTROLLER_GET_REPLICA_INFO, {"brokerName": BN})
+            if r.ext_fields.get("masterBrokerId") == "2":
+                break
+            await asyncio.sleep(0.2)
+        assert r.ext_fields["masterBrokerId"] == "2" and r.ext_fields["masterEpoch"] == "2"
+        assert 9 < time.monotonic() - t0 < 14
+        b2.c.close()
+    asyncio.run(after_restart())

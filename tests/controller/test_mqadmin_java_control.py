@@ -49,8 +49,9 @@ def scenario(home: str, ns: str, ctl: str, tmp: str, procs: list) -> dict[str, s
     out["getControllerMetaData"] = "\n".join(line.split(":")[0].split()[0] for line in
                                              _named(meta, names).splitlines() if line.strip())
     out["getSyncStateSet"] = _named(mqadmin(home, "getSyncStateSet", "-a", ctl, "-b", BN), names)
-    out["getBrokerEpoch"] = re.sub(r"StartOffset\s+\d+|EndOffset\s+\d+", "Offset N",
-                                   _named(mqadmin(home, "getBrokerEpoch", "-n", ns, "-b", BN), names))
+    epochs = _named(mqadmin(home, "getBrokerEpoch", "-n", ns, "-b", BN), names)
+    # one block per broker, in the name server's (hash) order: compare them sorted
+    out["getBrokerEpoch"] = "\n\n".join(sorted(b.strip() for b in re.split(r"\n\s*\n", epochs) if b.strip()))
     out["electMaster"] = _named(mqadmin(home, "electMaster", "-a", ctl, "-c", "DefaultCluster",
                                         "-bn", BN, "-b", "2"), names)
     out["getSyncStateSet after"] = _named(mqadmin(home, "getSyncStateSet", "-a", ctl, "-b", BN), names)

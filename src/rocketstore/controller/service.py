@@ -23,7 +23,7 @@ from ..remoting.fastjson import dumps
 from .codes import ControllerRequest as Q
 from .codes import ControllerResponse as R
 from .config import ControllerConfig
-from .heartbeat import BrokerLive, Heartbeats
+from .heartbeat import DEFAULT_TIMEOUT_MS, BrokerLive, Heartbeats
 from .journal import Journal
 from .state import ReplicasInfo, Result
 
@@ -52,6 +52,16 @@ class ControllerService:
 
     def start(self, address: str) -> None:
         self.address = address
+        # Liveness is not durable: after a restart every master gets one heartbeat timeout
+        # (RocketMQ brokers' default controllerHeartBeatTimeoutMills) to heartbeat again before
+        # it counts as dead, so a restarted controller does not depose a living master because
+        # a slave's heartbeat happened to arrive first. A master that really died while we were
+        # down is replaced when this grace expires.
+        now = now_ms()
+        for name, g in self.state.groups.items():
+            if g.master is not None:
+                self.heartbeats.beat(now, g.cluster, name, g.master, g.addr(g.master) or "",
+                                     None, DEFAULT_TIMEOUT_MS)
         self.pool = ConnectionPool()
         self._spawn(self._scan_heartbeats())
         self._spawn(self._scan_inactive_masters())
