@@ -28,7 +28,7 @@ CAPTIONS = {
     "proxy": "RocketMQ 5.x gRPC", "client": "4.x remoting clients",
     "store": "CommitLog, queues, index", "remoting": "sans-IO codec", "filter": "SQL92",
     "format": "byte layouts", "config": "StoreConfig", "errors": "error tree",
-    "broker": "Broker, BrokerConfig", "broker.controller": "wires; handles nothing", "broker.requests": "code -> processor",
+    "broker": "Broker, BrokerConfig", "broker.wiring": "wires; handles nothing", "broker.requests": "code -> processor",
     "broker.contexts": "what each kind gets", "broker.processors": "client requests",
     "broker.admin": "mqadmin, console", "broker.namesrv": "name server",
     "broker.acl": "plain ACL", "broker.services": "puts, delay, txn, long poll",

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from rocketstore import StoreConfig
 from rocketstore.broker.config import BrokerConfig
-from rocketstore.broker.controller import Broker
+from rocketstore.broker.wiring import Broker
 from rocketstore.client._sync import LoopThread
 from rocketstore.client.transport import RemotingClient
 from rocketstore.remoting import RemotingCommand, RequestCode

@@ -8,7 +8,7 @@ import os
 
 from rocketstore import MessageStore, StoreConfig
 from rocketstore.broker.config import BrokerConfig
-from rocketstore.broker.controller import Broker
+from rocketstore.broker.wiring import Broker
 from rocketstore.broker.state.offsets import ConsumerOffsetManager
 
 from ..conftest import fill_disk

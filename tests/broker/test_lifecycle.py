@@ -128,7 +128,7 @@ def test_closing_a_connection_releases_its_held_pulls(tmp_path):
 
     from rocketstore import StoreConfig
     from rocketstore.broker.config import BrokerConfig
-    from rocketstore.broker.controller import Broker
+    from rocketstore.broker.wiring import Broker
 
     async def scenario():
         cfg = StoreConfig(store_path_root_dir=str(tmp_path / "store"),

@@ -15,7 +15,7 @@ from rocketstore.broker import requests
 from rocketstore.broker.acl import service as acl
 from rocketstore.broker.admin import consumers as admin_consumers, groups, runtime, topics
 from rocketstore.broker.config import BrokerConfig
-from rocketstore.broker.controller import Broker
+from rocketstore.broker.wiring import Broker
 from rocketstore.broker.namesrv import admin as namesrv_admin, context as namesrv_context
 from rocketstore.broker.namesrv import processors as namesrv
 from rocketstore.broker.processors import client, locks, pull, reply, send, sql92, transaction

@@ -5,7 +5,7 @@ import os
 
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.broker.config import BrokerConfig
-from rocketstore.broker.controller import Broker
+from rocketstore.broker.wiring import Broker
 from rocketstore.broker.services.schedule import ScheduleMessageService
 from rocketstore.format.message import SCHEDULE_TOPIC
 

@@ -107,3 +107,32 @@ def start_java_broker(home: str, workdir: str, namesrv: str, name: str,
                                                 "JAVA_OPT_EXT": f"-Duser.home={workdir}"})
     _wait_port(port, proc, log)
     return JavaProc(proc, f"127.0.0.1:{port}", log)
+
+
+def start_java_controller(home: str, workdir: str, extra: dict | None = None) -> JavaProc:
+    """RocketMQ 5's ControllerStartup, one DLedger peer (``n0``) on a free port."""
+    os.makedirs(workdir, exist_ok=True)
+    port = free_port()
+    conf = os.path.join(workdir, "controller.conf")
+    with open(conf, "w") as fh:
+        fh.write("\n".join([
+            "controllerDLegerGroup=group1", f"controllerDLegerPeers=n0-127.0.0.1:{port}",
+            "controllerDLegerSelfId=n0", f"controllerStorePath={workdir}/store",
+            *(f"{k}={v}" for k, v in (extra or {}).items()), ""]))
+    log = os.path.join(workdir, "controller.log")
+    proc = _spawn(home, "controller", conf, log, {"CONTROLLER_HEAP": "128m",
+                                                    "JAVA_OPT_EXT": f"-Duser.home={workdir}"})
+    _wait_port(port, proc, log)
+    return JavaProc(proc, f"127.0.0.1:{port}", log)
+
+
+def controller_mode_broker(home: str, workdir: str, namesrv: str, controller: str, name: str,
+                           cluster: str = "DefaultCluster", extra: dict | None = None) -> JavaProc:
+    """A RocketMQ 5 broker in controller mode: the controller gives it its id and role."""
+    conf = {"brokerId": "-1", "brokerRole": "SLAVE", "enableControllerMode": "true",
+            "controllerAddr": controller, "allAckInSyncStateSet": "true",
+            "brokerHeartbeatInterval": "1000", "controllerHeartBeatTimeoutMills": "6000",
+            "syncBrokerMetadataPeriod": "1000", "checkSyncStateSetPeriod": "1000",
+            "syncControllerMetadataPeriod": "3000", "sendMessageThreadPoolNums": "2"}
+    conf.update(extra or {})
+    return start_java_broker(home, workdir, namesrv, name, cluster, conf)

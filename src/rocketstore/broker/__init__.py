@@ -20,7 +20,7 @@ them; RocketMQ 5.x clients through ``rocketstore.proxy`` (``serve --grpc-port``)
 
 Layout (one subpackage per subsystem; arrows run down this list, never up):
 
-``controller.Broker`` wires the pieces and ``server`` is the asyncio I/O;
+``wiring.Broker`` wires the pieces and ``server`` is the asyncio I/O;
 ``processors/`` the client requests (``send``, ``pull``, ``client``, ``locks``, ``sql92``,
 ``reply``, ``transaction``); ``admin/`` what ``mqadmin`` and the console ask (``views``
 computes what the admin requests, the console and ``rocketstore topics|status|consumers``
@@ -41,6 +41,6 @@ __all__ = ["Broker", "BrokerConfig"]
 def __getattr__(name: str) -> Any:
     """``Broker`` on first use: a worker process imports ``broker.workers`` without it."""
     if name == "Broker":
-        from .controller import Broker
+        from .wiring import Broker
         return Broker
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

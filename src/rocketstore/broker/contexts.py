@@ -1,10 +1,10 @@
-"""What each kind of processor is given: narrow, typed contexts, built once by the controller.
+"""What each kind of processor is given: narrow, typed contexts, built once by the wiring.
 
 A processor is a module-level ``async def name(ctx, conn, cmd) -> RemotingCommand | None``
 (``conn``: the connection the request came on, for its peer address and for the clients that
 answer back; ``cmd``: the request). It sees only its context: the state tables and services its
 kind of request uses, never the ``Broker``. ``requests`` maps each request code to one
-processor and names the context it takes; the controller builds the contexts (``build``) and
+processor and names the context it takes; the wiring builds the contexts (``build``) and
 that table once, at start.
 
     context        processors                                      what it holds

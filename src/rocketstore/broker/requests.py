@@ -106,7 +106,7 @@ NAMESRV: dict[int, Callable[..., Awaitable[Any]]] = {  # all take a NamesrvConte
 
 def broker_handlers(contexts: dict[str, Any]) -> dict[int, Handler]:
     """The broker's ``code -> handler(conn, cmd)``: each processor bound to its context
-    (``contexts``: kind -> context, as ``controller`` builds them)."""
+    (``contexts``: kind -> context, as ``wiring`` builds them)."""
     return {code: partial(fn, contexts[kind]) for code, (kind, fn) in BROKER.items()
             if kind in contexts}
 

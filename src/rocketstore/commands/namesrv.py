@@ -30,7 +30,8 @@ class _NoBroker:
 
 
 async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
-               order_message_enable: bool, acl_file: str | None = None) -> None:
+               order_message_enable: bool, acl_file: str | None = None,
+               controller_cfg=None) -> None:
     from ..broker import requests
     from ..broker.namesrv import context
     from ..broker.namesrv.kvconfig import KVConfigManager
@@ -64,8 +65,22 @@ async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
     except OSError as exc:
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
     addr = f"{host}:{srv.port}"
-    click.echo(json.dumps({"event": "ready", "namesrv": addr}) if as_json
-               else f"rocketstore name server on {addr} (Ctrl-C to stop)")
+    ctl = None
+    if controller_cfg is not None:  # enableControllerInNamesrv: RocketMQ 5's controller beside it
+        from ..controller import server as controller_server
+        try:
+            ctl = await controller_server.start(controller_cfg)
+        except (OSError, ValueError, KeyError) as exc:
+            srv.stop_accepting()
+            await srv.close()
+            raise click.ClickException(f"the controller (enableControllerInNamesrv): {exc}") from exc
+    ready = {"event": "ready", "namesrv": addr}
+    if ctl is not None:
+        ready["controller"] = ctl.address
+    click.echo(json.dumps(ready) if as_json
+               else f"rocketstore name server on {addr}"
+                    + (f", controller on {ctl.address}" if ctl is not None else "")
+                    + " (Ctrl-C to stop)")
     sys.stdout.flush()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -76,6 +91,8 @@ async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
     finally:
         srv.stop_accepting()
         await srv.close()
+        if ctl is not None:
+            await ctl.close()
         if acl is not None:
             acl.watcher.stop()
     click.echo(json.dumps({"event": "stopped"}) if as_json else "stopped cleanly")
@@ -95,13 +112,70 @@ async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
               help="A plain_acl.yml: the write codes (KV config, write perms, broker "
                    "registration, topic deletion, config) then need an admin account's "
                    "signature or a globalWhiteRemoteAddresses address.")
+@click.option("--config", "config_path", default=None, metavar="FILE",
+              help="namesrv.conf (RocketMQ's keys): listenPort, kvConfigPath, orderMessageEnable; "
+                   "enableControllerInNamesrv=true runs RocketMQ 5's controller too, with the "
+                   "controller keys (its port: controllerDLegerPeers' entry for "
+                   "controllerDLegerSelfId, else 19876). Options given win over the file.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable status lines.")
-def command(host: str, port: int, log_level: str, kv_config_path: str | None,
-            order_message_enable: bool, acl_file: str | None, as_json: bool) -> None:
+@click.pass_context
+def command(click_ctx: click.Context, host: str, port: int, log_level: str,
+            kv_config_path: str | None, order_message_enable: bool, acl_file: str | None,
+            config_path: str | None, as_json: bool) -> None:
     """Run a name server that brokers register with (no broker, no store)."""
     from ..broker.namesrv.kvconfig import default_kv_config_path
 
     from ..logsafe import configure
     configure(getattr(logging, log_level.upper(), logging.WARNING))  # client values escaped
+    controller_cfg = None
+    if config_path is not None:
+        port, kv_config_path, order_message_enable, controller_cfg = _from_config(
+            click_ctx, config_path, port, kv_config_path, order_message_enable)
     asyncio.run(_run(host, port, as_json, kv_config_path or default_kv_config_path(),
-                     order_message_enable, acl_file))
+                     order_message_enable, acl_file, controller_cfg))
+
+
+def _from_config(click_ctx: click.Context, path: str, port: int, kv_config_path: str | None,
+                 order_message_enable: bool):
+    from ..config import parse_properties
+
+    def given(name: str) -> bool:
+        src = click_ctx.get_parameter_source(name)
+        return src is not None and src.name == "COMMANDLINE"
+    try:
+        with open(path, encoding="utf-8") as fh:
+            props = parse_properties(fh.read())
+    except OSError as exc:
+        raise click.ClickException(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise click.ClickException(f"{path}: {exc}") from exc
+
+    def flag(key: str) -> bool:
+        v = props.get(key, "false").strip().lower()
+        if v not in ("true", "false"):
+            raise click.ClickException(f"{path}: {key}: {props[key]!r} is not true or false")
+        return v == "true"
+    if "listenPort" in props and not given("port"):
+        try:
+            port = int(props["listenPort"])
+        except ValueError:
+            raise click.ClickException(f"{path}: listenPort: {props['listenPort']!r} is not a number") from None
+    if "kvConfigPath" in props and not given("kv_config_path"):
+        kv_config_path = props["kvConfigPath"]
+    if not given("order_message_enable"):
+        order_message_enable = flag("orderMessageEnable")
+    controller_cfg = None
+    if flag("enableControllerInNamesrv"):
+        from ..controller.config import ControllerConfig
+        from ..controller.server import self_peer_port
+        ctl_props = {k: v for k, v in props.items()
+                     if k not in ("listenPort", "kvConfigPath", "orderMessageEnable",
+                                  "enableControllerInNamesrv")}
+        try:
+            controller_cfg = ControllerConfig.from_properties(ctl_props)
+            peer_port = self_peer_port(controller_cfg)
+        except ValueError as exc:
+            raise click.ClickException(f"{path}: {exc}") from exc
+        if peer_port is not None:
+            controller_cfg.listenPort = peer_port
+    return port, kv_config_path, order_message_enable, controller_cfg

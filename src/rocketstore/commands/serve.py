@@ -133,7 +133,7 @@ def _warn_unknown_keys(conf: str, extra: dict) -> None:
 
 
 async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = None) -> None:
-    from ..broker.controller import Broker
+    from ..broker.wiring import Broker
 
     broker = Broker(store_cfg, broker_cfg)
     if broker_cfg.grpc_port is not None:  # RocketMQ 5.x clients: started with the broker
