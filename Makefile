@@ -39,32 +39,38 @@ PURE_TESTS := tests/remoting tests/format tests/durability/test_sync_deferred.py
 	tests/broker/test_worker_link.py tests/broker/test_workers.py::test_sends_and_pulls_through_two_workers \
 	tests/broker/test_workers.py::test_worker_records_equal_one_process_records
 
-# The main suite runs as two pytest processes side by side, because most tests wait on servers,
-# sockets, timers and Spark rather than use a core: MAIN_A (every test that uses the one
+# The main suite runs as three pytest processes side by side, because most tests wait on servers,
+# sockets, timers, JVMs and Spark rather than use a core: MAIN_A (every test that uses the one
 # SparkSession of a run, tests/spark, kept in one process; the longest Spark-backed subprocess
-# tests; the gRPC client tests, which balance the halves) and MAIN_B (everything else: the whole
-# tree minus MAIN_A, so a new test file lands there by itself). The pure-Python pass runs beside
-# them. Each process has its own temp dir (one fresh parent per run); only MAIN_A writes
-# .pytest_cache. MAIN_A reports live, then MAIN_B's and the pure pass's reports follow; any of
-# the three failing fails the target.
+# tests; the gRPC client tests), MAIN_C (the longest suites against RocketMQ's own Java releases,
+# the referee: run after the pure-Python pass, in the same slot) and MAIN_B (everything else: the
+# whole tree minus MAIN_A and MAIN_C, so a new test file lands there by itself). Each process has
+# its own temp dir (one fresh parent per run); only MAIN_A writes .pytest_cache. MAIN_A reports
+# live, then the others' reports follow; `-rs` lists every skip with its reason; any part failing
+# fails the target.
 MAIN_A := tests/spark tests/cluster tests/test_readme.py tests/proxy
+MAIN_C := tests/controller tests/broker/test_mqadmin.py tests/broker/test_acl_java.py \
+	tests/broker/test_pop5_probe.py tests/ha/test_ha_java.py
 
 test: $(STAMP) referee
 	@tmp=$$(mktemp -d $${TMPDIR:-/tmp}/rocketstore-test.XXXXXX); \
 	nice -n 10 $(PYTHON) scripts/s3server/install.py > .s3server.log 2>&1 & s3=$$!; \
-	ROCKETSTORE_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider \
-		--basetemp=$$tmp/pure $(PURE_TESTS) > .pure-pass.log 2>&1 & pure=$$!; \
-	$(PY) -m pytest -q -p no:cacheprovider --basetemp=$$tmp/main-b \
-		$(addprefix --ignore=,$(MAIN_A)) tests > .main-b.log 2>&1 & b=$$!; \
-	$(PY) -m pytest -q --basetemp=$$tmp/main-a $(MAIN_A); a=$$?; \
-	wait $$b; rb=$$?; wait $$pure; p=$$?; wait $$s3; \
+	( ROCKETSTORE_PURE_PYTHON=1 $(PY) -m pytest -q -rs -p no:cacheprovider \
+		--basetemp=$$tmp/pure $(PURE_TESTS) > .pure-pass.log 2>&1; echo $$? > $$tmp/pure.rc; \
+	  $(PY) -m pytest -q -rs -p no:cacheprovider --basetemp=$$tmp/main-c \
+		$(MAIN_C) > .main-c.log 2>&1; echo $$? > $$tmp/main-c.rc ) & pc=$$!; \
+	$(PY) -m pytest -q -rs -p no:cacheprovider --basetemp=$$tmp/main-b \
+		$(addprefix --ignore=,$(MAIN_A) $(MAIN_C)) tests > .main-b.log 2>&1 & b=$$!; \
+	$(PY) -m pytest -q -rs --basetemp=$$tmp/main-a $(MAIN_A); a=$$?; \
+	wait $$b; rb=$$?; wait $$pc; p=$$(cat $$tmp/pure.rc); c=$$(cat $$tmp/main-c.rc); wait $$s3; \
 	echo "== S3 server set-up (scripts/s3server/install.py):"; cat .s3server.log; \
-	echo "== main suite, second process (all but $(MAIN_A)):"; cat .main-b.log; \
+	echo "== main suite, second process (all but $(MAIN_A) $(MAIN_C)):"; cat .main-b.log; \
+	echo "== main suite, the referee's longest suites ($(MAIN_C)):"; cat .main-c.log; \
 	echo "== pure-Python pass (ROCKETSTORE_PURE_PYTHON=1) of $(PURE_TESTS):"; cat .pure-pass.log; \
-	if test $$a -eq 0 && test $$rb -eq 0 && test $$p -eq 0; then \
+	if test $$a -eq 0 && test $$rb -eq 0 && test $$c -eq 0 && test $$p -eq 0; then \
 		rm -rf $$tmp; echo "== make test: all passed (temp dirs removed)"; \
 	else \
-		echo "== make test: main A exit $$a, main B exit $$rb, pure pass exit $$p (temp dirs kept: $$tmp)"; \
+		echo "== make test: main A exit $$a, main B exit $$rb, main C exit $$c, pure pass exit $$p (temp dirs kept: $$tmp)"; \
 		exit 1; \
 	fi
 
