@@ -16,6 +16,7 @@ import sys
 import click
 
 from . import commands as _commands_pkg
+from .commands._common import broker_message
 from .errors import RocketStoreError
 
 
@@ -40,7 +41,7 @@ class _Group(click.Group):
             click.echo(f"error: {readable(exc.format_message())}", err=True)
             sys.exit(USER_ERROR)
         except (RocketStoreError, FileNotFoundError, PermissionError, ValueError) as exc:
-            click.echo(f"error: {readable(str(exc))}", err=True)
+            click.echo(f"error: {readable(broker_message(exc))}", err=True)
             sys.exit(USER_ERROR)
 
 

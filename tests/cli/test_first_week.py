@@ -1,0 +1,80 @@
+"""What a user ran into in the first week, each as real processes on real directories and
+sockets: a typo that created a topic, a port that crashed the broker after touching its store,
+errors in Python's words, a closed pipe, a slow refusal and an ``updatetopic`` that returned too
+early."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from rocketstore.client import Producer
+from rocketstore.client._sync import LoopThread
+from rocketstore.client.transport import RemotingClient
+from rocketstore.remoting.codes import RequestCode, ResponseCode
+from rocketstore.remoting.command import RemotingCommand
+
+from tests import referee
+from tests.broker.conftest import start_server
+from tests.cluster.java_rocketmq import start_java_namesrv
+
+NO_ROUTE = "No topic route info in name server for the topic: "
+
+
+def run(*args: str, stdin: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rocketstore.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, input=stdin)
+
+
+def raw(addr: str, code: int, fields: dict | None = None) -> RemotingCommand:
+    async def go():
+        c = RemotingClient(addr)
+        await c.connect()
+        try:
+            return await c.invoke(RemotingCommand.request(code, fields, b""), 10)
+        finally:
+            c.close()
+    return LoopThread.shared().run(go())
+
+
+def topic_table(store: str) -> set[str]:
+    """The topics a broker's topics.json (and its journal) holds, read after it stopped."""
+    from rocketstore.broker.state.topics import TopicConfigManager
+    return {t.topic_name for t in TopicConfigManager(os.path.join(store, "config")).topics()}
+
+
+# -- 1. looking up a topic never creates it ------------------------------------------------------
+def test_a_lookup_of_a_missing_topic_is_refused_and_creates_nothing(tmp_path):
+    store = str(tmp_path / "store")
+    srv = start_server(store)
+    try:
+        with Producer("PG", srv.namesrv) as p:  # a send still creates its topic (TBW102)
+            p.send("Orders", b"one")
+        c = run("consume", "--namesrv", srv.namesrv, "--topic", "Ordres")
+        assert c.returncode == 1 and c.stdout == "", c.stdout + c.stderr
+        assert c.stderr == ("error: topic Ordres does not exist (the name server has no route "
+                            "for it; create it with `rocketstore updatetopic` or by sending to "
+                            "it)\n"), c.stderr
+        g = run("get", "--namesrv", srv.namesrv, "--topic", "Ordres", "--queue", "0",
+                "--offset", "0")
+        assert g.returncode == 1 and "topic Ordres does not exist" in g.stderr, g.stderr
+        r = raw(srv.namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Ordres"})
+        assert (r.code, r.remark) == (ResponseCode.TOPIC_NOT_EXIST, NO_ROUTE + "Ordres")
+        t = run("topics", "--namesrv", srv.namesrv, "--json")
+        names = {row["topic"] for row in json.loads(t.stdout)["topics"]}
+        assert "Orders" in names and "Ordres" not in names, t.stdout
+    finally:
+        assert srv.stop() == 0, srv.log()
+    tables = topic_table(store)
+    assert "Orders" in tables and "Ordres" not in tables
+
+
+@referee.skip_unless(referee.V4)
+def test_rocketmq_answers_a_missing_topics_route_the_same_way(tmp_path):
+    ns = start_java_namesrv(referee.home(referee.V4), str(tmp_path / "java"))
+    try:
+        r = raw(ns.addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Ordres"})
+    finally:
+        ns.stop()
+    assert r.code == ResponseCode.TOPIC_NOT_EXIST and r.remark.startswith(NO_ROUTE + "Ordres")
