@@ -78,3 +78,57 @@ def test_rocketmq_answers_a_missing_topics_route_the_same_way(tmp_path):
     finally:
         ns.stop()
     assert r.code == ResponseCode.TOPIC_NOT_EXIST and r.remark.startswith(NO_ROUTE + "Ordres")
+
+
+# -- 4. ports and sizes are checked before the store is touched ----------------------------------
+def test_serve_refuses_a_bad_port_or_size_before_touching_the_store(tmp_path):
+    conf = tmp_path / "broker.conf"
+    cases = [(["--port", "99999"], "99999: a broker port is 3 to 65534"),
+             (["--port", "-5"], "-5: a broker port is 3 to 65534"),
+             (["--port", "65535"], "65535: a broker port is 3 to 65534 (its HA port is "
+                                   "listenPort + 1"),
+             (["--port", "0", "--namesrv-port", "70000"], "--namesrv-port: 70000: a port is 0 "
+                                                          "to 65535"),
+             (["--port", "0", "--grpc-port", "65536"], "grpcServerPort: 65536"),
+             (["--config", str(conf)], "listenPort: 70000")]
+    for args, expect in cases:
+        conf.write_text("listenPort=70000\n")
+        store = tmp_path / "store"
+        p = run("serve", "--store", str(store), "--namesrv-port", "0", *args, timeout=60)
+        assert p.returncode == 2, (args, p.stdout, p.stderr)
+        assert "Traceback" not in p.stderr and expect in p.stderr, (args, p.stderr)
+        assert not store.exists(), args  # nothing created, nothing marked unclean
+    for line, key in (("mappedFileSizeCommitLog=99999999999", "mappedFileSizeCommitLog"),
+                      ("haTransferBatchSize=0", "haTransferBatchSize"),
+                      ("haMasterAddress=127.0.0.1:99999", "haMasterAddress"),
+                      ("serverMaxConnections=-1", "serverMaxConnections")):
+        conf.write_text(line + "\n")
+        store = tmp_path / "store"
+        p = run("serve", "--store", str(store), "--port", "0", "--namesrv-port", "0",
+                "--config", str(conf), timeout=60)
+        assert p.returncode == 2 and key in p.stderr and "Traceback" not in p.stderr, p.stderr
+        assert not store.exists(), line
+
+
+# -- 7. errors in the user's words ---------------------------------------------------------------
+def test_errors_name_what_the_user_wrote(tmp_path):
+    store = str(tmp_path / "s")
+    assert run("put", "--store", store, "--topic", "T", "hello").returncode == 0
+    for cmd in (["consume", "--topic", "T"], ["topics"], ["get", "--topic", "T", "--queue", "0",
+                                                          "--offset", "0"]):
+        p = run(*cmd, "--namesrv", "nonsense")
+        assert p.returncode == 1, p.stderr
+        assert p.stderr == ("error: name server address 'nonsense': want HOST:PORT with a port "
+                            "1 to 65535, e.g. 127.0.0.1:9876\n"), (cmd, p.stderr)
+    p = run("put", "--store", store, "--topic", "T", "--property", "TIMER_DELIVER_MS=tomorrow", "x")
+    assert p.returncode == 1 and "invalid literal" not in p.stdout + p.stderr, p.stdout
+    assert "TIMER_DELIVER_MS='tomorrow' is not a whole number of milliseconds" in p.stdout
+    conf = tmp_path / "broker.conf"
+    conf.write_text("flushDiskType=SYNC\n")
+    p = run("serve", "--store", str(tmp_path / "new"), "--config", str(conf), "--port", "0",
+            "--namesrv-port", "0")
+    assert p.returncode == 1 and not (tmp_path / "new").exists(), p.stderr
+    assert p.stderr == "error: flushDiskType=SYNC (flush_disk_type): use ASYNC_FLUSH or SYNC_FLUSH\n"
+    p = run("get", "--store", store, "--topic", "T", "--queue", "0", "--offset", "-5")
+    assert p.returncode == 2 and "NO_MATCHED_LOGIC_QUEUE" not in p.stdout + p.stderr, p.stdout
+    assert "error: Invalid value for '--offset': -5 is not in the range x>=0." in p.stderr
