@@ -132,3 +132,26 @@ def test_errors_name_what_the_user_wrote(tmp_path):
     p = run("get", "--store", store, "--topic", "T", "--queue", "0", "--offset", "-5")
     assert p.returncode == 2 and "NO_MATCHED_LOGIC_QUEUE" not in p.stdout + p.stderr, p.stdout
     assert "error: Invalid value for '--offset': -5 is not in the range x>=0." in p.stderr
+
+
+# -- 8. a closed pipe ends quietly ----------------------------------------------------------------
+def test_a_reader_that_goes_away_ends_consume_and_get_quietly(tmp_path):
+    store = str(tmp_path / "store")
+    bodies = [f"m{i:04d}-" + "x" * 60 for i in range(3000)]  # far more than a pipe holds
+    p = run("put", "--store", store, "--topic", "Piped", "--queue", "0",
+            "-o", "mapped_file_size_commitlog=1048576", "-o", "mapped_file_size_consume_queue=20000",
+            "-o", "max_hash_slot_num=1000", "-o", "max_index_num=4000", *bodies)
+    assert p.returncode == 0, p.stderr
+    srv = start_server(store)  # the store was written offline: its topic is served
+    try:
+        for cmd in (["consume", "--namesrv", srv.namesrv, "--topic", "Piped"],
+                    ["consume", "--namesrv", srv.namesrv, "--topic", "Piped", "--json"]):
+            proc = subprocess.Popen([sys.executable, "-m", "rocketstore.cli", *cmd],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            first = proc.stdout.readline()
+            proc.stdout.close()  # what `| head -1` does
+            err = proc.stderr.read().decode()
+            assert proc.wait(60) == 141 and err == "", (cmd, err)
+            assert b"m0000-" in first
+    finally:
+        assert srv.stop() == 0, srv.log()

@@ -288,3 +288,18 @@ def ensure_topic(topics: TopicConfigManager, config: Any, topic: str,
             n = min(n, default.write_queue_nums)
         tc = topics.create(topic, min(n, 1024) if n > 0 else queue_nums_for(config, topic))
     return tc
+
+
+def learn_topic(topics: TopicConfigManager, config: Any, topic: str, queue_id: int) -> bool:
+    """A topic the store holds messages of (on disk at start, or replicated to a slave) without
+    a config: create it with the broker's defaults (at least ``queue_id + 1`` queues), so a
+    restart or a promotion never hides messages. System topics are left to their services.
+    True when it was created."""
+    from .topic_validator import is_system_topic
+    if topics.get(topic) is not None or is_system_topic(topic):
+        return False
+    try:
+        topics.create(topic, max(queue_nums_for(config, topic), queue_id + 1))
+    except ValueError:  # a name the topic rules refuse: nothing to serve it under
+        return False
+    return True
