@@ -155,3 +155,24 @@ def test_a_reader_that_goes_away_ends_consume_and_get_quietly(tmp_path):
             assert b"m0000-" in first
     finally:
         assert srv.stop() == 0, srv.log()
+
+
+# -- 5. updatetopic answers once the name server knows the topic ---------------------------------
+def test_updatetopic_returns_once_the_name_server_has_the_route(tmp_path):
+    from rocketstore.client.admin import AdminClient
+    from tests.ha.procs import start_namesrv
+
+    ns = start_namesrv(str(tmp_path / "ns"))
+    srv = start_server(str(tmp_path / "store"), "--namesrv", ns.addr)
+    try:
+        with AdminClient(namesrv=ns.addr) as admin:
+            for i in range(3):
+                admin.create_topic(f"Made{i}", 2, 2)
+                r = raw(ns.addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": f"Made{i}"})
+                assert r.code == ResponseCode.SUCCESS, r.remark  # at once, not ~1 s later
+                assert json.loads(r.body)["queueDatas"][0]["writeQueueNums"] == 2
+        c = run("consume", "--namesrv", ns.addr, "--topic", "Made0")
+        assert c.returncode == 0 and c.stderr == "", c.stderr
+    finally:
+        assert srv.stop() == 0, srv.log()
+        ns.stop()

@@ -180,7 +180,8 @@ class Broker:
         """One context per kind of processor (see ``contexts``), built once at start."""
         assert self.store is not None and self.puts is not None and self.hold is not None
         events = ClientEvents(ids_changed=self.notify_consumer_ids_changed,
-                              group_changed=self.consumer_group_changed)
+                              group_changed=self.consumer_group_changed,
+                              topics_changed=self.register_now)
         return {
             "send": SendContext(self.store, self.store_config, self.config, self.topics,
                                 self.puts, self.stats, self.producers, self.transactions,
@@ -357,6 +358,13 @@ class Broker:
         addWritePerm set at the name server beside this broker)."""
         perms = self.route_perms
         return perms.perm(self.topics, tc.topic_name, tc.perm) if perms is not None else tc.perm
+
+    async def register_now(self) -> None:
+        """Register the topic table at the outside name servers now (RocketMQ's
+        ``registerIncrementBrokerData`` after an admin created a topic); the embedded name
+        server reads it directly."""
+        if self.registration is not None:
+            await self.registration.register_all()
 
     async def _register_at_name_servers(self) -> None:
         from .namesrv.registration import (NameServerRegistration, other_name_servers,
