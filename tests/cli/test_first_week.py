@@ -176,3 +176,23 @@ def test_updatetopic_returns_once_the_name_server_has_the_route(tmp_path):
     finally:
         assert srv.stop() == 0, srv.log()
         ns.stop()
+
+
+# -- 9. the banner says what runs -------------------------------------------------------------------
+def test_the_banner_names_the_writer_and_its_workers(tmp_path):
+    import signal
+
+    from tests.broker.conftest import free_port
+    for workers, expect in (("2", " (writer + 1 worker process), "), ("3", " (writer + 2 worker "
+                            "processes), "), ("1", " (one process), ")):
+        proc = subprocess.Popen([sys.executable, "-m", "rocketstore.cli", "serve", "--store",
+                                 str(tmp_path / f"s{workers}"), "--port", str(free_port()),
+                                 "--namesrv-port", "0", "--workers", workers,
+                                 "-o", "mapped_file_size_commitlog=1048576"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            banner = proc.stdout.readline()
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+        assert banner.startswith("rocketstore broker on 127.0.0.1:") and expect in banner, banner

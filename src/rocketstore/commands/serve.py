@@ -237,7 +237,9 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
                    else "")
         reg = ready.get("registers_with")
         reg_note = f", registered with name server {';'.join(reg)}" if reg else ""
-        workers = f" ({len(ready['workers'])} worker processes)" if "workers" in ready else ""
+        n = len(ready.get("workers") or ())  # the writer runs the store; n protocol workers
+        workers = (f" (writer + {n} worker process{'es' if n != 1 else ''})" if n
+                   else " (one process)")
         click.echo(f"rocketstore broker on {ready['broker']}{workers}{ns_note}{grpc_note}{reg_note}, "
                    f"store {ready['store']} (Ctrl-C to stop)")
         for name in ("metrics", "console"):
