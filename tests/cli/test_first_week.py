@@ -196,3 +196,30 @@ def test_the_banner_names_the_writer_and_its_workers(tmp_path):
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
         assert banner.startswith("rocketstore broker on 127.0.0.1:") and expect in banner, banner
+
+
+# -- 11. request-reply: the request is committed before shutdown returns --------------------------
+def test_a_push_consumer_commits_what_it_consumed_before_shutdown(tmp_path):
+    from rocketstore.client import PullConsumer, PushConsumer
+    srv = start_server(str(tmp_path / "store"))
+    ns = srv.namesrv
+    try:
+        with Producer("PG0", ns) as p:
+            p.send("Service", b"warm-up", queue_id=0)  # the topic exists before the service
+        for round_ in range(3):  # the README's example, as written there
+            responder = Producer("Responder", ns).start()
+            service = PushConsumer("Svc", ns, {"Service": "*"},
+                                   lambda request_msg: responder.reply(request_msg, b"pong")
+                                   or True).start()
+            reply = Producer("PG", ns).start().request("Service", b"ping %d" % round_,
+                                                       timeout_s=15)
+            assert reply.body == b"pong"
+            service.shutdown()
+            responder.shutdown()
+            with PullConsumer("Svc", ns) as c:  # nothing left for the group
+                left = {q.queue_id: c.max_offset("Service", q.queue_id)
+                        - (c.committed_offset("Service", q.queue_id) or 0)
+                        for q in c.queues("Service")}
+            assert sum(left.values()) == 0, (round_, left)
+    finally:
+        assert srv.stop() == 0, srv.log()
