@@ -223,3 +223,21 @@ def test_a_push_consumer_commits_what_it_consumed_before_shutdown(tmp_path):
             assert sum(left.values()) == 0, (round_, left)
     finally:
         assert srv.stop() == 0, srv.log()
+
+
+# -- 10. rebuild refuses a live store before starting Spark ---------------------------------------
+def test_rebuild_of_a_live_store_is_refused_before_spark_starts(tmp_path):
+    import time
+    store = str(tmp_path / "store")
+    srv = start_server(store)
+    try:
+        with Producer("PG", srv.namesrv) as prod:
+            prod.send("Live", b"x")
+        t0 = time.monotonic()
+        p = run("rebuild", "--store", store)  # the Spark engine, the default
+        took = time.monotonic() - t0
+    finally:
+        assert srv.stop() == 0, srv.log()
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.startswith("error: ") and "open in another process" in p.stderr, p.stderr
+    assert took < 5.0, f"{took:.1f} s: Spark was started first"
