@@ -241,3 +241,38 @@ def test_rebuild_of_a_live_store_is_refused_before_spark_starts(tmp_path):
     assert p.returncode == 1, p.stderr
     assert p.stderr.startswith("error: ") and "open in another process" in p.stderr, p.stderr
     assert took < 5.0, f"{took:.1f} s: Spark was started first"
+
+
+# -- 10. a normal Spark run prints no warnings of ours -------------------------------------------
+SPARK_SCRIPT = r'''
+import sys, time
+from pyspark.sql import SparkSession
+from rocketstore.spark import register
+spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+register(spark)
+store = sys.argv[1]
+assert spark.read.format("rocketmq").load(store).count() == 3
+q = (spark.readStream.format("rocketmq").option("startingOffsets", "earliest").load(store)
+     .writeStream.format("memory").queryName("copy").start())
+q.processAllAvailable()
+assert spark.sql("select count(*) from copy").first()[0] == 3
+q.stop()
+spark.stop()
+print("done")
+'''
+
+
+def test_a_normal_spark_run_is_quiet(tmp_path):
+    import pytest
+    pytest.importorskip("pyspark")
+    store = str(tmp_path / "s")
+    assert run("put", "--store", store, "--topic", "T", "a", "b", "c").returncode == 0
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SPARK_CONF_DIR", "ROCKETSTORE_SPARK_LOG")}  # Spark's own log settings
+    env["PYSPARK_PYTHON"] = sys.executable  # as in an activated virtualenv
+    p = subprocess.run([sys.executable, "-c", SPARK_SCRIPT, store], capture_output=True,
+                       text=True, timeout=400, env=env)
+    assert p.returncode == 0 and p.stdout.strip() == "done", p.stdout + p.stderr
+    for noise in ("replaced a statically registered data source", "Failed to cancel job group"):
+        assert noise not in p.stderr, p.stderr
