@@ -258,12 +258,17 @@ q = (spark.readStream.format("rocketmq").option("startingOffsets", "earliest").l
 q.processAllAvailable()
 assert spark.sql("select count(*) from copy").first()[0] == 3
 q.stop()
+if len(sys.argv) > 2:  # a sink batch in which one idempotencyKey comes with two bodies
+    rows = spark.createDataFrame([("same", "one"), ("same", "two"), ("other", "three")],
+                                 "idempotencyKey string, body string").coalesce(1)
+    rows.write.format("rocketmq").option("namesrv", sys.argv[2]).option("topic", "Sunk") \
+        .mode("append").save()
 spark.stop()
 print("done")
 '''
 
 
-def test_a_normal_spark_run_is_quiet(tmp_path):
+def test_a_normal_spark_run_is_quiet_and_a_shared_sink_key_is_warned_about(tmp_path):
     import pytest
     pytest.importorskip("pyspark")
     store = str(tmp_path / "s")
@@ -271,8 +276,14 @@ def test_a_normal_spark_run_is_quiet(tmp_path):
     env = {k: v for k, v in os.environ.items()
            if k not in ("SPARK_CONF_DIR", "ROCKETSTORE_SPARK_LOG")}  # Spark's own log settings
     env["PYSPARK_PYTHON"] = sys.executable  # as in an activated virtualenv
-    p = subprocess.run([sys.executable, "-c", SPARK_SCRIPT, store], capture_output=True,
-                       text=True, timeout=400, env=env)
+    srv = start_server(str(tmp_path / "broker"))
+    try:
+        p = subprocess.run([sys.executable, "-c", SPARK_SCRIPT, store, srv.namesrv],
+                           capture_output=True, text=True, timeout=400, env=env)
+    finally:
+        assert srv.stop() == 0, srv.log()
     assert p.returncode == 0 and p.stdout.strip() == "done", p.stdout + p.stderr
     for noise in ("replaced a statically registered data source", "Failed to cancel job group"):
         assert noise not in p.stderr, p.stderr
+    assert ("rocketmq sink: 1 row(s) share an idempotencyKey with a row of the same batch whose "
+            "body differs (e.g. 'same' in topic Sunk)") in p.stderr, p.stderr
