@@ -281,7 +281,7 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
 @click.option("--flush-disk-type", type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]))
 @click.option("--message-delay-level", help='Delay levels, e.g. "1s 5s 10s 30s 1m".')
 @click.option("--auto-create-topic/--no-auto-create-topic", default=None,
-              help="Create unknown topics on route lookup and send. [default: on]")
+              help="Create an unknown topic on its first send (never on a lookup). [default: on]")
 @click.option("--default-topic-queue-nums", type=int, default=None,
               help="Queues of an auto-created topic. [default: 4]")
 @click.option("--max-reconsume-times", default=16, show_default=True, type=int)
