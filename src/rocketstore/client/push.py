@@ -183,7 +183,13 @@ class AsyncPushConsumer:
     async def rebalance(self) -> None:
         mine: set[MessageQueue] = set()
         for topic in self.subscription:
-            queues = sorted(await self.pc.queues(topic))
+            try:
+                queues = sorted(await self.pc.queues(topic))
+            except BrokerError as exc:  # as RocketMQ's rebalance: a topic not created yet is
+                if exc.code != ResponseCode.TOPIC_NOT_EXIST:  # skipped, asked again next time
+                    raise
+                log.debug("rebalance %s: topic %s does not exist (yet)", self.group, topic)
+                continue
             if not queues:
                 continue
             addr = await self.pc.instance.broker_addr(queues[0])
@@ -195,6 +201,12 @@ class AsyncPushConsumer:
             if self.client_id not in ids:
                 ids = sorted(ids + [self.client_id])
             mine.update(allocate_average(queues, ids, self.client_id))
+        appeared = {q.topic for q in mine} - {q.topic for q in self._tasks}
+        if appeared and self._loops:  # a topic created after start: as RocketMQ's
+            # messageQueueChanged, a new subscription version and a heartbeat now, so its
+            # brokers know the subscription (and its SQL92 filter) before the first pull
+            self._sub_version = int(time.time() * 1000)
+            await self._heartbeat()
         if self.orderly:  # consume only the queues whose broker lock we hold (or renewed)
             mine = await self._lock(mine)
         for mq in list(self._tasks):
