@@ -161,7 +161,7 @@ def test_sign_in_in_the_browser(console, chromium, tmp_path):
             const b = await fetch('/api/messages?mode=key&topic=topicA&key=k1');
             return [a.status, await a.text(), b.status, await b.text()]; }""")
         assert got[0] == 200 and "secret body of topicB" in got[1]
-        assert got[2] == 400 and "secret body" not in got[3]
+        assert got[2] == 403 and "secret body" not in got[3]
         page.goto(console.url + f"/message/{console.ids['topicA']}")
         assert "secret body" not in page.content()
         with page.expect_navigation():
