@@ -3,7 +3,8 @@
 Each sub-command lives in its own module under ``rocketstore.commands`` and exposes a click
 command named ``command`` (or a list ``commands``); this module discovers them, so features add
 commands without editing a shared file. Errors print ``error: <message>`` on stderr and exit 1
-(a user error) or 2 (a usage error).
+(a user error) or 2 (a usage error); ``verify`` keeps fsck's meaning (1 damaged, 2 cannot
+check). A closed stdout (``| head -1``) ends a command quietly with 141, as ``cat``.
 """
 from __future__ import annotations
 
@@ -11,11 +12,15 @@ import importlib
 import os
 import pkgutil
 import re
+import select
+import signal
 import sys
+from typing import NoReturn
 
 import click
 
 from . import commands as _commands_pkg
+from .commands._common import broker_message
 from .errors import RocketStoreError
 
 
@@ -30,6 +35,10 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:
+            if stdout_closed():
+                closed_pipe()
+            raise
         except click.UsageError as exc:
             if exc.ctx is not None:
                 click.echo(exc.ctx.get_usage(), err=True)
@@ -37,11 +46,34 @@ class _Group(click.Group):
             click.echo(f"error: {exc.format_message()}", err=True)
             sys.exit(USAGE_ERROR)
         except click.ClickException as exc:
+            if isinstance(exc.__cause__, BrokenPipeError) and stdout_closed():
+                closed_pipe()
             click.echo(f"error: {readable(exc.format_message())}", err=True)
             sys.exit(USER_ERROR)
         except (RocketStoreError, FileNotFoundError, PermissionError, ValueError) as exc:
-            click.echo(f"error: {readable(str(exc))}", err=True)
+            click.echo(f"error: {readable(broker_message(exc))}", err=True)
             sys.exit(USER_ERROR)
+
+
+def stdout_closed() -> bool:
+    """Whether whoever read our stdout has gone (``| head -1`` exited): the pipe's write end
+    then polls as an error."""
+    try:
+        p = select.poll()
+        p.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in p.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def closed_pipe() -> NoReturn:
+    """End quietly, as ``cat`` does when its reader goes away: no message, status 128 + SIGPIPE
+    (141); what is still buffered for stdout goes nowhere."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    sys.exit(128 + signal.SIGPIPE)
 
 
 _ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException: "

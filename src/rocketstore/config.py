@@ -92,11 +92,13 @@ class StoreConfig:
 
     def __post_init__(self) -> None:
         if self.flush_disk_type not in (ASYNC_FLUSH, SYNC_FLUSH):
-            raise ValueError(f"flush_disk_type must be ASYNC_FLUSH or SYNC_FLUSH, not {self.flush_disk_type!r}")
+            raise ValueError(f"flushDiskType={self.flush_disk_type} (flush_disk_type): use "
+                             f"ASYNC_FLUSH or SYNC_FLUSH")
         for name in ("mapped_file_size_commitlog", "mapped_file_size_consume_queue",
                      "max_hash_slot_num", "max_index_num", "max_message_size"):
             if int(getattr(self, name)) <= 0:
-                raise ValueError(f"{name} must be positive")
+                raise ValueError(f"{conf_key(name)}={getattr(self, name)} ({name}): must be "
+                                 "positive")
         self.store_path_root_dir = os.fspath(self.store_path_root_dir)
         self.timer_precision_ms = round_timer_precision(int(self.timer_precision_ms))
         if int(self.mapped_file_size_timer_log) < 52 + 16:  # one timerlog unit and a blank

@@ -141,6 +141,9 @@ def test_denied_by_permission(acl_server):
         with pytest.raises(BrokerError) as e:
             p.send("topicZ", b"x", queue_id=0)  # not listed: defaultTopicPerm DENY
         assert "No default permission for topic:topicZ" in remark_of(e)
+    from rocketstore.client.admin import AdminClient
+    with AdminClient(namesrv=acl_server.namesrv, credentials=ADMIN) as admin:
+        admin.create_topic("topicC", 4, 4)  # the topic exists (a lookup creates none)
     with PullConsumer("groupA", acl_server.namesrv, credentials=USER) as c:
         with pytest.raises(BrokerError) as e:
             c.pull("topicC", 0, 0, 32)  # topicC=SUB, but groupA=DENY

@@ -45,6 +45,11 @@ def test_alions_produce_and_consume(tmp_path):
     srv = start_server(str(tmp_path / "store"))
     n = 20
     try:
+        # ali-ons does not fall back to TBW102's route: the topic exists first, as it must
+        # with RocketMQ's name server (a lookup creates no topic)
+        from rocketstore.client.admin import AdminClient
+        with AdminClient(namesrv=srv.namesrv) as admin:
+            admin.create_topic("AliTopic", 4, 4)
         env = {**os.environ, "HOME": str(tmp_path)}
         # the driver produces, then consumes with a fresh group
         r = subprocess.run(["node", str(DRIVER), str(mods), srv.namesrv, "AliTopic", "CG_ali",

@@ -17,6 +17,8 @@ import pytest
 from rocketstore import MessageStore, StoreConfig
 from rocketstore.broker.state.files import load_json_lenient
 from rocketstore.client import AdminClient, PullConsumer
+from rocketstore.errors import BrokerError
+from rocketstore.remoting.codes import ResponseCode
 
 from .conftest import start_server
 
@@ -237,6 +239,8 @@ def test_cpp_client_with_session_credentials(tmp_path):
         admin = SessionCredentials("rocketmq2", "12345678")
         with PullConsumer("CG_check", srv.namesrv, credentials=admin) as c:
             assert sum(c.max_offset("topicB", q) for q in range(4)) == 1
-            assert sum(c.max_offset("topicA", q) for q in range(4)) == 0
+            with pytest.raises(BrokerError) as e:  # the refused send did not even create it
+                c.queues("topicA")
+            assert e.value.code == ResponseCode.TOPIC_NOT_EXIST
     finally:
         assert srv.stop() == 0, srv.log()

@@ -70,13 +70,13 @@ def test_broker_conf_sets_broker_and_store_settings(tmp_path):
                     "defaultTopicQueueNums=2\nmappedFileSizeCommitLog=1048576\n")
     srv = start_server(str(tmp_path / "store"), "--config", str(conf))
     try:
+        with Producer("PG", srv.namesrv) as p:  # created on its first send, through TBW102
+            r = p.send("ConfTopic", b"x")
         route = json.loads(raw(srv.namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC,
                                {"topic": "ConfTopic"}).body)
         assert route["brokerDatas"] == [{"brokerAddrs": {"0": srv.broker},
                                          "brokerName": "broker-x", "cluster": "ClusterX"}]
         assert route["queueDatas"][0]["writeQueueNums"] == 2
-        with Producer("PG", srv.namesrv) as p:
-            r = p.send("ConfTopic", b"x")
         assert r.offset_msg_id.startswith("7F000001")  # store host 127.0.0.1:<port>
         port = int(srv.broker.rsplit(":", 1)[1])
         assert int(r.offset_msg_id[8:16], 16) == port

@@ -318,8 +318,11 @@ def test_namesrv_routes_kv_and_settings(tmp_path):
             async def call(fn: Any, code: int, fields: dict | None = None) -> RemotingCommand:
                 return await fn(ctx, conn, RemotingCommand.request(code, fields or {}))
             route = await call(namesrv.get_route, RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                               {"topic": "NewTopic"})  # alone: created on lookup
-            assert route.code == ResponseCode.SUCCESS and b.topics.get("NewTopic") is not None
+                               {"topic": "NewTopic"})  # a lookup never creates (RocketMQ)
+            assert route.code == ResponseCode.TOPIC_NOT_EXIST and b.topics.get("NewTopic") is None
+            b.topics.create("NewTopic")
+            route = await call(namesrv.get_route, RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                               {"topic": "NewTopic"})
             assert json.loads(route.body)["queueDatas"][0]["writeQueueNums"] == 4
             await call(namesrv.put_kv, RequestCode.PUT_KV_CONFIG,
                        {"namespace": "NS", "key": "k", "value": "v"})

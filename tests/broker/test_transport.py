@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from rocketstore.client import PullConsumer
+from rocketstore.client import Producer, PullConsumer
 from rocketstore.client._sync import LoopThread
 from rocketstore.client.transport import RemotingClient
 from rocketstore.remoting import RemotingCommand, RequestCode, ResponseCode
@@ -63,6 +63,9 @@ def test_oversize_body_is_message_illegal_and_nothing_is_stored(server):
 
 def test_stale_route_is_used_while_no_name_server_answers(server):
     from rocketstore.client import ClientInstance
+
+    with Producer("PG", server.namesrv) as p:  # a lookup alone creates no topic
+        p.send("TopicStale", b"x")
 
     async def go():
         inst = ClientInstance(server.namesrv, route_ttl_s=0.0)

@@ -323,3 +323,32 @@ def test_master_suggests_the_slave_to_lagging_readers(cluster, slave_read):
                     "subscription": "*", "subVersion": 0, "expressionType": "TAG"})
     assert r.code == ResponseCode.SUCCESS
     assert r.ext_fields["suggestWhichBrokerId"] == ("1" if slave_read else "0")
+
+
+def test_a_topic_created_just_before_the_master_dies_is_served_by_the_slave(cluster):
+    """SlaveSynchronize copies the topic table every 10 s; the slave learns a topic from the
+    replicated CommitLog itself, so a topic made moments before the master died is served."""
+    import json
+    ns, track, tmp = cluster
+    master = track(start_broker(str(tmp / "m"), ns.addr, "SYNC_MASTER"))
+    with Producer("ha-pg", ns.addr) as p:
+        p.send(TOPIC, _body(0))  # the pair's first topic, copied by the slave's first sync
+    slave = track(start_broker(str(tmp / "s"), ns.addr, "SLAVE"))
+    wait_slave_topic(ns.addr, slave.addr, TOPIC)
+    with Producer("ha-pg", ns.addr) as p:
+        wait_for(lambda: p.send(TOPIC, b"probe").status == "SEND_OK", 20, "the slave to replicate")
+        sent = {}
+        for i in range(8):  # a topic the slave's last sync did not see; SEND_OK: replicated
+            r = p.send("BornLate", _body(i), queue_id=i % 4)
+            assert r.status == "SEND_OK", r.status
+            sent[r.msg_id] = _body(i)
+    master.kill()
+    configs = lambda: json.loads(admin_call(ns.addr, slave.addr,  # noqa: E731
+                                            RequestCode.GET_ALL_TOPIC_CONFIG).body)
+    wait_for(lambda: "BornLate" in configs()["topicConfigTable"], 10, "the slave to learn the topic")
+    assert configs()["topicConfigTable"]["BornLate"]["readQueueNums"] == 4
+    # failover as operators do it: the slave restarts as the master on its own store
+    slave.stop()
+    track(start_broker(str(tmp / "s"), ns.addr, "ASYNC_MASTER",
+                       port=int(slave.addr.split(":")[1])))
+    assert read_all(ns.addr, "BornLate") == sent

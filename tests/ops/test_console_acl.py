@@ -96,7 +96,7 @@ def test_basic_auth_sees_by_permission(console):
     for topic in ("topicA", "topicP"):  # DENY, and PUB without SUB: no bodies
         status, _, body = _get(console.url + f"/api/messages?mode=key&topic={topic}&key=k1",
                                VIEWER)
-        assert status == 400 and b"no SUB permission" in body and b"secret body" not in body
+        assert status == 403 and b"no SUB permission" in body and b"secret body" not in body
         mid = console.ids[topic]
         status, _, body = _get(console.url + f"/api/messages?mode=id&msg_id={mid}", VIEWER)
         assert status == 200 and json.loads(body) == []
@@ -161,7 +161,7 @@ def test_sign_in_in_the_browser(console, chromium, tmp_path):
             const b = await fetch('/api/messages?mode=key&topic=topicA&key=k1');
             return [a.status, await a.text(), b.status, await b.text()]; }""")
         assert got[0] == 200 and "secret body of topicB" in got[1]
-        assert got[2] == 400 and "secret body" not in got[3]
+        assert got[2] == 403 and "secret body" not in got[3]
         page.goto(console.url + f"/message/{console.ids['topicA']}")
         assert "secret body" not in page.content()
         with page.expect_navigation():
@@ -200,3 +200,69 @@ def test_acl_off_console_stays_open(tmp_path):
         assert _get(f"http://127.0.0.1:{cport}/api/topics", host="attacker.example")[0] == 400
     finally:
         assert srv.stop() == 0, srv.log()
+
+
+def _basic_from(url: str, path: str, auth: tuple[str, str] | None, source: str,
+                body: bytes | None = None) -> tuple[int, dict, bytes]:
+    """One request from the client address ``source`` (127.0.0.x): a Basic-authenticated GET,
+    or a POST of ``body`` (the sign-in form)."""
+    import http.client
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=10, source_address=(source, 0))
+    headers = {}
+    if auth:
+        headers["Authorization"] = "Basic " + base64.b64encode(
+            f"{auth[0]}:{auth[1]}".encode()).decode()
+    if body is not None:
+        headers["Content-Type"] = "application/x-www-form-urlencoded"
+    try:
+        conn.request("GET" if body is None else "POST", path, body=body, headers=headers)
+        r = conn.getresponse()
+        return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read()
+    finally:
+        conn.close()
+
+
+def test_guessing_secrets_is_slowed_per_address_and_per_account(tmp_path):
+    import time
+
+    FREE_FAILURES = 3  # the console's documented free tries  # noqa: N806
+    store, conf = write_acl_home(tmp_path, YML)
+    cport = free_port()
+    srv = start_server(store, "--config", conf, "--console", str(cport))
+    url = f"http://127.0.0.1:{cport}"
+    try:
+        # one account guessed from one address: free tries, then a wait that doubles
+        for _ in range(FREE_FAILURES):
+            assert _basic_from(url, "/api/topics", ("viewer01", "guess"), "127.0.0.1")[0] == 401
+        status, headers, _ = _basic_from(url, "/api/topics", VIEWER, "127.0.0.1")
+        assert status == 429 and headers["retry-after"] == "1"  # the right secret waits too
+        # the account is throttled from any address
+        status, _, _ = _basic_from(url, "/api/topics", VIEWER, "127.0.0.2")
+        assert status == 429
+        time.sleep(1.1)
+        assert _basic_from(url, "/api/topics", ("viewer01", "guess"), "127.0.0.3")[0] == 401
+        status, headers, _ = _basic_from(url, "/api/topics", VIEWER, "127.0.0.3")
+        assert status == 429 and headers["retry-after"] == "2"  # 1 s, then 2 s, ...
+        time.sleep(2.1)
+        assert _basic_from(url, "/api/topics", VIEWER, "127.0.0.3")[0] == 200  # clears it
+        assert _basic_from(url, "/api/topics", VIEWER, "127.0.0.2")[0] == 200
+        # one address guessing many accounts: throttled by address, other addresses are not
+        for i in range(FREE_FAILURES):
+            assert _basic_from(url, "/api/topics", (f"nobody{i}", "x"), "127.0.0.4")[0] == 401
+        assert _basic_from(url, "/api/topics", ("nobody9", "x"), "127.0.0.4")[0] == 429
+        assert _basic_from(url, "/api/topics", VIEWER, "127.0.0.4")[0] == 429
+        assert _basic_from(url, "/api/topics", VIEWER, "127.0.0.5")[0] == 200
+        # the sign-in form is throttled the same way
+        codes = []
+        for _ in range(FREE_FAILURES + 1):
+            status, _, page = _basic_from(url, "/login", None, "127.0.0.6",
+                                          b"access_key=formuser&secret_key=x")
+            codes.append(status)
+        assert codes == [401] * FREE_FAILURES + [429], codes
+        assert b"Too many failed sign-ins: try again in 1 s." in page
+    finally:
+        assert srv.stop() == 0, srv.log()
+    log = srv.log()
+    assert "console sign-in: account 'viewer01' locked out for 1 s after 3 failed" in log, log
+    assert "console sign-in: client address '127.0.0.4' locked out for 1 s" in log, log

@@ -15,7 +15,7 @@ class BrokerConfig:
     namesrv_port: int = 9876  # name server; 0 = pick a free port, None = no name server
     broker_name: str = "broker-a"
     cluster_name: str = "DefaultCluster"
-    auto_create_topic_enable: bool = True  # create unknown topics on route lookup and send
+    auto_create_topic_enable: bool = True  # create an unknown topic on its first send
     default_topic_queue_nums: int = 4  # queues of an auto-created topic
     long_polling_enable: bool = True
     short_polling_time_ms: int = 1000  # hold of a suspended pull when long polling is off

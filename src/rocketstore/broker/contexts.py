@@ -56,6 +56,8 @@ class ClientEvents:
     """What the broker does when a consumer group gains or loses clients."""
     ids_changed: Callable[[str], None]  # tell the group's clients to rebalance (code 40)
     group_changed: Callable[[str], None]  # a group lost clients: its SQL92 filters may go
+    # an admin changed the topic table: register at the name servers now (answered when they did)
+    topics_changed: Callable[[], Awaitable[Any]] | None = None
 
     def changed(self, group: str) -> None:
         """A group gained or lost a client: both of the above."""

@@ -45,7 +45,7 @@ from .state.offsets import ConsumerOffsetManager, DelayOffsetStore
 from .state.producers import ProducerManager
 from .state.stats import BrokerStats
 from .state.subgroups import SubscriptionGroupManager
-from .state.topics import TopicConfigManager
+from .state.topics import TopicConfigManager, learn_topic
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +148,10 @@ class Broker:
         self.hold = PullHoldService(self.loop)
         self.store = await self.run(_open_store, MessageStore, self.store_config)
         self.store.add_arrival_listener(self.hold.arrival)
+        for topic, qids in self.store.topics().items():  # written offline, or replicated
+            if learn_topic(self.topics, self.config, topic, max(qids)):
+                log.info("topic %s has messages in the store but no config: created", topic)
+        self.store.add_arrival_listener(self._learn_replicated_topic)
         if self.config.enable_calc_filter_bit_map:
             self.store.set_filter_bitmap_source(self.filters.bitmaps)
         if getattr(self.store, "ha", None) is not None and \
@@ -166,11 +170,20 @@ class Broker:
             await self.stop()  # close the store cleanly: no abort file, lock released
             raise
 
+    def _learn_replicated_topic(self, topic: str, queue_id: int, max_offset: int) -> None:
+        """A slave learns a topic from the replicated CommitLog itself, not only from the
+        master's topic config copied every 10 s: a promoted slave then serves every message
+        it holds (the reput thread calls this)."""
+        if self.is_slave and self.topics.get(topic) is None and \
+                learn_topic(self.topics, self.config, topic, queue_id):
+            log.info("slave learnt topic %s from the replicated CommitLog", topic)
+
     def build_contexts(self) -> dict[str, Any]:
         """One context per kind of processor (see ``contexts``), built once at start."""
         assert self.store is not None and self.puts is not None and self.hold is not None
         events = ClientEvents(ids_changed=self.notify_consumer_ids_changed,
-                              group_changed=self.consumer_group_changed)
+                              group_changed=self.consumer_group_changed,
+                              topics_changed=self.register_now)
         contexts: dict[str, Any] = {
             "send": SendContext(self.store, self.store_config, self.config, self.topics,
                                 self.puts, self.stats, self.producers, self.transactions,
@@ -360,6 +373,13 @@ class Broker:
         addWritePerm set at the name server beside this broker)."""
         perms = self.route_perms
         return perms.perm(self.topics, tc.topic_name, tc.perm) if perms is not None else tc.perm
+
+    async def register_now(self) -> None:
+        """Register the topic table at the outside name servers now (RocketMQ's
+        ``registerIncrementBrokerData`` after an admin created a topic); the embedded name
+        server reads it directly."""
+        if self.registration is not None:
+            await self.registration.register_all()
 
     async def _register_at_name_servers(self) -> None:
         from .namesrv.registration import (NameServerRegistration, other_name_servers,

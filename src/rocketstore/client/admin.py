@@ -28,7 +28,7 @@ from ..remoting.command import RemotingCommand
 from ..remoting.jsonbody import load_json_text
 from ._sync import LoopThread
 from .consumer import decode_messages
-from .transport import ConnectionPool
+from .transport import ConnectionPool, parse_addrs
 
 
 def _mq_rows(table: dict, value_name: str | None = None) -> list[dict]:
@@ -50,8 +50,9 @@ class AsyncAdminClient:
                  timeout_s: float = 10.0, credentials: Any = None) -> None:
         if not namesrv and not broker:
             raise ValueError("give a name server or a broker address")
-        self.namesrv_addrs = [a.strip() for a in (namesrv or "").replace(";", ",").split(",")
-                              if a.strip()]
+        self.namesrv_addrs = parse_addrs(namesrv) if namesrv else []
+        if broker:
+            parse_addrs(broker, "broker")
         self.broker = broker
         self.timeout_s = timeout_s
         self.pool = ConnectionPool(rpc_hook=None if credentials is None else credentials.sign)

@@ -20,7 +20,7 @@ from ..errors import BrokerError
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.command import RemotingCommand
 from ..remoting.jsonbody import load_json_text
-from .transport import ConnectionPool
+from .transport import ConnectionPool, parse_addrs
 
 
 @dataclass(frozen=True, order=True)
@@ -65,9 +65,7 @@ def _parse_route(topic: str, body: bytes) -> TopicRoute:
 class ClientInstance:
     def __init__(self, namesrv: str, *, route_ttl_s: float = 30.0, timeout_s: float = 5.0,
                  instance_name: str = "DEFAULT", credentials: Any = None) -> None:
-        self.namesrv_addrs = [a.strip() for a in namesrv.replace(";", ",").split(",") if a.strip()]
-        if not self.namesrv_addrs:
-            raise ValueError("no name server address given")
+        self.namesrv_addrs = parse_addrs(namesrv)
         self.route_ttl_s = route_ttl_s
         self.timeout_s = timeout_s
         self.client_id = f"{_local_ip()}@{os.getpid()}#{instance_name}#{id(self):x}"

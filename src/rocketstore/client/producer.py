@@ -190,7 +190,8 @@ class AsyncProducer:
         if getattr(self, "_replies", None) is None:
             self._replies = ReplyWaiter(self.instance)
         # the broker finds our connection by client id among its producers: heartbeat first
-        await self.instance.heartbeat([topic], [self.group], [])
+        # (a topic not created yet is sent through TBW102's brokers: those hear from us too)
+        await self.instance.heartbeat([topic, DEFAULT_TOPIC], [self.group], [])
         props = dict(properties or {})
         props.update(request_properties(self.instance.client_id, int(timeout_s * 1000)))
         corr = props["CORRELATION_ID"]

@@ -55,6 +55,8 @@ class AsyncPushConsumer:
         self.commit_interval_s = commit_interval_s
         self.orderly = orderly
         self.orderly_retry_s = orderly_retry_s
+        self.shutdown_wait_s = 10.0  # how long shutdown waits for the listeners in flight
+        self._consuming = 0  # messages handed to the listener and not yet done
         self.executor = ThreadPoolExecutor(consume_threads, thread_name_prefix=f"consume-{group}")
         self.offsets: dict[MessageQueue, int] = {}
         self._committed: dict[MessageQueue, int] = {}
@@ -181,7 +183,13 @@ class AsyncPushConsumer:
     async def rebalance(self) -> None:
         mine: set[MessageQueue] = set()
         for topic in self.subscription:
-            queues = sorted(await self.pc.queues(topic))
+            try:
+                queues = sorted(await self.pc.queues(topic))
+            except BrokerError as exc:  # as RocketMQ's rebalance: a topic not created yet is
+                if exc.code != ResponseCode.TOPIC_NOT_EXIST:  # skipped, asked again next time
+                    raise
+                log.debug("rebalance %s: topic %s does not exist (yet)", self.group, topic)
+                continue
             if not queues:
                 continue
             addr = await self.pc.instance.broker_addr(queues[0])
@@ -193,6 +201,12 @@ class AsyncPushConsumer:
             if self.client_id not in ids:
                 ids = sorted(ids + [self.client_id])
             mine.update(allocate_average(queues, ids, self.client_id))
+        appeared = {q.topic for q in mine} - {q.topic for q in self._tasks}
+        if appeared and self._loops:  # a topic created after start: as RocketMQ's
+            # messageQueueChanged, a new subscription version and a heartbeat now, so its
+            # brokers know the subscription (and its SQL92 filter) before the first pull
+            self._sub_version = int(time.time() * 1000)
+            await self._heartbeat()
         if self.orderly:  # consume only the queues whose broker lock we hold (or renewed)
             mine = await self._lock(mine)
         for mq in list(self._tasks):
@@ -271,9 +285,13 @@ class AsyncPushConsumer:
                 for m in r.messages:
                     if self._stop.is_set():
                         return
-                    await self._consume_one(m)
-                    self.offsets[mq] = m.queue_offset + 1
-                    pq.consumed(m.queue_offset)
+                    self._consuming += 1  # shutdown waits for it, then commits its offset
+                    try:
+                        await self._consume_one(m)
+                        self.offsets[mq] = m.queue_offset + 1
+                        pq.consumed(m.queue_offset)
+                    finally:
+                        self._consuming -= 1
                 if r.status == "OFFSET_ILLEGAL" or not r.messages:
                     self.offsets[mq] = r.next_begin_offset
             except asyncio.CancelledError:
@@ -329,7 +347,13 @@ class AsyncPushConsumer:
             await self._commit_one(mq)
 
     async def shutdown(self) -> None:
+        """Stop pulling, let the messages being consumed finish (up to ``shutdown_wait_s``),
+        commit the offsets past them, then leave the group — as RocketMQ's shutdown persists
+        the offsets after its consume threads ended, so nothing consumed is delivered again."""
         self._stop.set()
+        deadline = time.monotonic() + self.shutdown_wait_s
+        while self._consuming and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
         for t in self._loops + list(self._tasks.values()):
             t.cancel()
         await asyncio.gather(*self._loops, *self._tasks.values(), return_exceptions=True)

@@ -18,6 +18,20 @@ from ..remoting.command import RemotingCommand
 from ..remoting.connection import CLOSED, NEED_DATA, RemotingConnection
 
 
+def parse_addrs(spec: str, what: str = "name server") -> list[str]:
+    """``"h1:9876;h2:9876"`` (commas also accepted) → the addresses; ``ValueError`` saying
+    which one is not HOST:PORT with a port 1 to 65535."""
+    addrs = [a.strip() for a in (spec or "").replace(";", ",").split(",") if a.strip()]
+    if not addrs:
+        raise ValueError(f"no {what} address given")
+    for a in addrs:
+        host, sep, port = a.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{what} address {a!r}: want HOST:PORT with a port 1 to 65535, "
+                             "e.g. 127.0.0.1:9876")
+    return addrs
+
+
 class _ClientProtocol(asyncio.Protocol):
     def __init__(self, owner: "RemotingClient") -> None:
         self.owner = owner

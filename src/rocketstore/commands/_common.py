@@ -4,12 +4,29 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, Iterator
 
 import click
+
+TOPIC_NOT_EXIST = 17  # ResponseCode.TOPIC_NOT_EXIST
+_NO_ROUTE = re.compile(r"for the topic: ?(\S+)")
+
+
+def broker_message(exc: Exception) -> str:
+    """An exception as one line; a broker's TOPIC_NOT_EXIST says which topic does not exist
+    (RocketMQ's "No topic route info in name server for the topic: T")."""
+    from ..errors import BrokerError
+    if isinstance(exc, BrokerError) and exc.code == TOPIC_NOT_EXIST:
+        m = _NO_ROUTE.search(exc.remark or "")
+        name = f"topic {m.group(1)}" if m else "the topic"
+        return (f"{name} does not exist (the name server has no route for it; "
+                "create it with `rocketstore updatetopic` or by sending to it)")
+    return str(exc)
+
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 store_option = click.option("--store", "store_dir", required=True,

@@ -20,11 +20,13 @@ def _row(m) -> dict:
 @click.option("--namesrv", default="127.0.0.1:9876", show_default=True)
 @click.option("--topic", required=True)
 @click.option("--group", default="rocketstore-cli", show_default=True, help="Consumer group.")
-@click.option("--queue", "queue_id", type=int, default=None, help="Only this queue.")
-@click.option("--offset", type=int, default=None,
+@click.option("--queue", "queue_id", type=click.IntRange(min=0), default=None,
+              help="Only this queue.")
+@click.option("--offset", type=click.IntRange(min=0), default=None,
               help="Start offset (default: the group's committed offset, else 0).")
 @click.option("--subscription", default="*", show_default=True, help='Tags, e.g. "A || B".')
-@click.option("--max", "max_count", type=int, default=None, help="Stop after N messages.")
+@click.option("--max", "max_count", type=click.IntRange(min=0), default=None,
+              help="Stop after N messages.")
 @click.option("--follow", is_flag=True, help="Keep long-polling for new messages (Ctrl-C ends).")
 @click.option("--commit", is_flag=True, help="Commit the group's offsets as messages are read.")
 @json_option

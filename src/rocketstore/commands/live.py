@@ -29,7 +29,7 @@ from typing import Any, Iterator
 import click
 
 from ..errors import BrokerError
-from ._common import emit_json, json_option
+from ._common import broker_message, emit_json, json_option
 
 STATUS_KEYS = ("brokerVersionDesc", "runtime", "commitLogMinOffset", "commitLogMaxOffset",
                "dispatchBehindBytes", "remainHowManyDataToFlush", "earliestMessageTimeStamp",
@@ -67,7 +67,7 @@ def admin_client(namesrv: str | None, broker: str | None) -> Iterator[Any]:
     except (ConnectionError, TimeoutError, OSError) as exc:
         raise click.ClickException(f"cannot reach {namesrv or broker}: {exc}") from exc
     except BrokerError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(broker_message(exc)) from exc
     finally:
         client.close()
 

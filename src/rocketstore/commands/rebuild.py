@@ -29,6 +29,10 @@ def command(store_dir, engine, master, config, check_crc, as_json):
         raise click.ClickException(f"{store_dir}: not a store (no commitlog directory)")
     cfg = (StoreConfig.from_properties(config, store_path_root_dir=store_dir) if config
            else StoreConfig(store_path_root_dir=store_dir, **detect_sizes(store_dir)))
+    from ..store.lock import StoreLock
+    # refuse a live store at once, not after Spark started (seconds); rebuild takes it again
+    StoreLock(store_dir, posix=True, why="the store is open in another process; stop it "
+              "before rebuilding").acquire().release()
     from ..spark.rebuild_job import rebuild
     from ..spark.segments import list_segments, tail_index
     segs = list_segments(cfg.commitlog_dir)

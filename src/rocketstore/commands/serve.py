@@ -132,6 +132,48 @@ def _warn_unknown_keys(conf: str, extra: dict) -> None:
         click.echo(f"warning: {conf}: unknown key {key!r} ignored{hint}", err=True)
 
 
+JAVA_INT_MAX = 2**31 - 1
+# StoreConfig fields that size a file (RocketMQ holds them in Java ints): 1 .. JAVA_INT_MAX
+_FILE_SIZES = ("mapped_file_size_commitlog", "mapped_file_size_consume_queue",
+               "mapped_file_size_consume_queue_ext", "mapped_file_size_timer_log",
+               "max_hash_slot_num", "max_index_num", "max_message_size", "ha_transfer_batch_size")
+
+
+def _check_limits(store_cfg, broker_cfg) -> None:
+    """Every port (with the HA port listenPort + 1 and the fast port listenPort - 2) and every
+    number that sizes a file or a socket read, checked before the store is opened, each refusal
+    naming the option and the broker.conf key."""
+    from ..config import conf_key
+
+    def bad(where: str, msg: str) -> None:
+        raise click.BadParameter(msg, param_hint=where)
+
+    port = broker_cfg.port
+    if not isinstance(port, int) or not (port == 0 or 3 <= port <= 65534):
+        bad("--port / listenPort", f"{port}: a broker port is 3 to 65534 (its HA port is "
+            "listenPort + 1 and its fast port listenPort - 2, each 1 to 65535), or 0 for any "
+            "free port")
+    for where, value in (("--namesrv-port", broker_cfg.namesrv_port),
+                         ("--grpc-port / grpcServerPort", broker_cfg.grpc_port)):
+        if value is not None and not 0 <= value <= 65535:
+            bad(where, f"{value}: a port is 0 to 65535 (0 = any free port)")
+    master = store_cfg.ha_master_address
+    if master:
+        host, sep, p = master.rpartition(":")
+        if not sep or not host or not p.isdigit() or not 1 <= int(p) <= 65535:
+            bad("--config (haMasterAddress)", f"{master!r}: want HOST:PORT, a port 1 to 65535")
+    for name in _FILE_SIZES:
+        value = getattr(store_cfg, name)
+        if not 1 <= int(value) <= JAVA_INT_MAX:
+            bad(f"--config ({conf_key(name)}) / -o {name}",
+                f"{value}: must be 1 to {JAVA_INT_MAX} (a Java int, as RocketMQ reads it)")
+    for key, (name, conv) in _CONF_KEYS.items():
+        value = getattr(broker_cfg, name, None)
+        if conv is int and isinstance(value, int) and name not in ("port", "grpc_port") \
+                and not 0 <= value <= JAVA_INT_MAX:
+            bad(f"--config ({key})", f"{value}: must be 0 to {JAVA_INT_MAX}")
+
+
 async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = None) -> None:
     from ..broker.wiring import Broker
 
@@ -197,7 +239,9 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
                    else "")
         reg = ready.get("registers_with")
         reg_note = f", registered with name server {';'.join(reg)}" if reg else ""
-        workers = f" ({len(ready['workers'])} worker processes)" if "workers" in ready else ""
+        n = len(ready.get("workers") or ())  # the writer runs the store; n protocol workers
+        workers = (f" (writer + {n} worker process{'es' if n != 1 else ''})" if n
+                   else " (one process)")
         click.echo(f"rocketstore broker on {ready['broker']}{workers}{ns_note}{grpc_note}{reg_note}, "
                    f"store {ready['store']} (Ctrl-C to stop)")
         for name in ("metrics", "console"):
@@ -239,7 +283,7 @@ async def _serve(store_cfg, broker_cfg, as_json: bool, ops_ports: dict | None = 
 @click.option("--flush-disk-type", type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]))
 @click.option("--message-delay-level", help='Delay levels, e.g. "1s 5s 10s 30s 1m".')
 @click.option("--auto-create-topic/--no-auto-create-topic", default=None,
-              help="Create unknown topics on route lookup and send. [default: on]")
+              help="Create an unknown topic on its first send (never on a lookup). [default: on]")
 @click.option("--default-topic-queue-nums", type=int, default=None,
               help="Queues of an auto-created topic. [default: 4]")
 @click.option("--max-reconsume-times", default=16, show_default=True, type=int)
@@ -302,6 +346,7 @@ def command(store_dir, host, port, namesrv_port, namesrv_addr, broker_name, conf
         broker_cfg.broker_id = check_role(store_cfg.broker_role, broker_cfg.broker_id)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--config (brokerId)") from exc
+    _check_limits(store_cfg, broker_cfg)  # before anything touches the store
     # as RocketMQ 4.9.7's BrokerStartup: the HA socket is always listenPort + 1
     store_cfg.ha_listen_port = broker_cfg.port + 1 if broker_cfg.port else 0
     store_cfg.ha_bind_host = host

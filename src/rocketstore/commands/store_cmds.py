@@ -87,9 +87,10 @@ def put(store_dir, topic, tags, keys, queue_id, props, config, options, as_json,
 @click.option("--namesrv", default=None, metavar="HOST:PORT", help="Read through a name server.")
 @click.option("--broker", default=None, metavar="HOST:PORT", help="Read through one broker.")
 @click.option("--topic", required=True)
-@click.option("--queue", "queue_id", required=True, type=int)
-@click.option("--offset", required=True, type=int)
-@click.option("--max", "max_msgs", default=32, show_default=True, type=int)
+@click.option("--queue", "queue_id", required=True, type=click.IntRange(min=0))
+@click.option("--offset", required=True, type=click.IntRange(min=0),
+              help="A queue offset: 0 is the queue's first message.")
+@click.option("--max", "max_msgs", default=32, show_default=True, type=click.IntRange(min=1))
 @click.option("--subscription", default=None, help='Tag expression, e.g. "TagA || TagB".')
 @click.option("--sql", default=None, help="""SQL92 selector over message properties, e.g. "a > 5" (--store only).""")
 @config_option

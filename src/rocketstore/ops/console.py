@@ -97,6 +97,11 @@ def _plain(obj: Any) -> Any:
 KEY_QUERY_CAP = 64  # StoreConfig.max_msgs_num_batch's default: one index query's most
 
 
+def _client(request: Request) -> str | None:
+    """The client address a sign-in is counted against."""
+    return request.client.host if request.client is not None else None
+
+
 class Console:
     """The console's pages and API over one source (``ops.sources``)."""
 
@@ -145,7 +150,13 @@ class Console:
         from .console_auth import REALM
 
         def guarded(request: Request) -> Response:
-            account = self.auth.who(request.cookies, request.headers.get("authorization"))
+            from .console_auth import Throttled
+            try:
+                account = self.auth.who(request.cookies, request.headers.get("authorization"),
+                                        _client(request))
+            except Throttled as exc:
+                return PlainTextResponse(f"{exc}\n", 429, headers={
+                    "Retry-After": str(max(1, round(exc.retry_after_s)))})
             if account is None:
                 path = request.url.path
                 if path.startswith("/api/") or path.endswith("/body") or \
@@ -175,7 +186,17 @@ class Console:
         if request.method == "POST":
             form = parse_qs((await request.body()).decode("utf-8", "replace"))
             ak = (form.get("access_key") or [""])[0]
-            token = self.auth.login(ak, (form.get("secret_key") or [""])[0])
+            from .console_auth import Throttled
+            try:
+                token = self.auth.login(ak, (form.get("secret_key") or [""])[0],
+                                        _client(request))
+            except Throttled as exc:
+                wait = str(max(1, round(exc.retry_after_s)))
+                resp = self._page(request, "login.html", 429, active="login",
+                                  error=f"Too many failed sign-ins: try again in {wait} s.",
+                                  next=nxt)
+                resp.headers["Retry-After"] = wait
+                return resp
             if token is not None:
                 resp = RedirectResponse(nxt, 303)
                 resp.set_cookie(SESSION_COOKIE, token, max_age=int(self.auth.ttl_s), path="/",
@@ -277,9 +298,11 @@ class Console:
         try:
             mode, form, found = self.search(request.query_params, self._src(request))
         except ValueError as exc:
+            from .console_auth import Refused
             mode = request.query_params.get("mode") or "key"
             form = dict(request.query_params)
-            return self._page(request, "messages.html", 400, mode=mode, form=form, results=None,
+            return self._page(request, "messages.html", 403 if isinstance(exc, Refused) else 400,
+                              mode=mode, form=form, results=None,
                               error=str(exc), topics=topics)
         searched = any(form.get(k) for k in ("topic", "key", "msg_id", "offset"))
         limit = max(1, min(int(form["max"]) if form["max"].isdigit() else 64, MAX_RESULTS))
@@ -319,8 +342,11 @@ class Console:
         return JSONResponse(_plain(self._src(request).groups()))
 
     def api_messages(self, request: Request) -> Response:
+        from .console_auth import Refused
         try:
             _, _, found = self.search(request.query_params, self._src(request))
+        except Refused as exc:  # no SUB on the topic: forbidden, not a malformed request
+            return JSONResponse({"error": str(exc)}, status_code=403)
         except ValueError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         return JSONResponse(_plain(found))

@@ -11,13 +11,21 @@ What an account sees (``AclSource``) follows its permissions as the broker appli
 with any permission (PUB or SUB) is listed with its queues and offsets; a consumer group with any
 permission on it is listed; message search, message pages and bodies need SUB on the message's
 topic; an admin account without resource entries sees everything. Whatever it may not see does
-not exist for it (404), so names do not leak either.
+not exist for it (404), so names do not leak either; a search it may not run is refused (403).
+
+Guessing is slowed (``SignInThrottle``): failed sign-ins (form or Basic) are counted per client
+address and per access key; after ``FREE_FAILURES`` each further try must wait twice as long as
+the one before (1 s, 2 s, 4 s ... up to ``MAX_DELAY_S``), and a try inside that wait is answered
+429 with ``Retry-After`` without the secret being checked (nor counted). Each lock-out is
+logged as a warning naming the address or account and its wait; a success clears both counts,
+and a count is forgotten ``FORGET_S`` after its last failure.
 """
 from __future__ import annotations
 
 import base64
 import hashlib
 import hmac
+import logging
 import secrets
 import threading
 import time
@@ -25,6 +33,7 @@ from typing import Any
 
 from ..broker.acl.plain import ANY, RETRY_PREFIX, SUB, Account, check_permission
 
+log = logging.getLogger(__name__)
 SESSION_COOKIE = "rocketstore_session"
 SESSION_TTL_S = 8 * 3600
 REALM = 'Basic realm="rocketstore console", charset="UTF-8"'
@@ -46,6 +55,68 @@ def may(account: Account, resource: str, needed: int) -> bool:
     return check_permission(needed, default)
 
 
+FREE_FAILURES = 3  # failed sign-ins allowed before the waits start
+MAX_DELAY_S = 300.0  # the longest wait between tries
+FORGET_S = 900.0  # a count is dropped this long after its last failure
+MAX_TRACKED = 10_000  # counts kept at most (the oldest dropped first)
+
+
+class Throttled(Exception):
+    """A sign-in tried inside its wait; ``retry_after_s`` says how long is left."""
+
+    def __init__(self, retry_after_s: float, who: str) -> None:
+        super().__init__(f"too many failed sign-ins from {who}: try again in "
+                         f"{max(1, round(retry_after_s))} s")
+        self.retry_after_s = retry_after_s
+
+
+class SignInThrottle:
+    """Failed sign-ins per key (``addr:<ip>``, ``account:<access key>``): growing waits."""
+
+    def __init__(self, clock: Any = time.monotonic) -> None:
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._fails: dict[str, tuple[int, float]] = {}  # key -> (failures, time of the last)
+
+    @staticmethod
+    def delay_s(failures: int) -> float:
+        if failures < FREE_FAILURES:
+            return 0.0
+        return min(MAX_DELAY_S, 2.0 ** (failures - FREE_FAILURES))
+
+    def check(self, *keys: str) -> None:
+        """Raise ``Throttled`` when any key is inside its wait."""
+        now = self.clock()
+        with self._lock:
+            for key in keys:
+                n, last = self._fails.get(key, (0, 0.0))
+                if n and now - last > FORGET_S:
+                    self._fails.pop(key, None)
+                    continue
+                left = last + self.delay_s(n) - now
+                if left > 0:
+                    raise Throttled(left, key.partition(":")[2] or key)
+
+    def failed(self, *keys: str) -> None:
+        now = self.clock()
+        with self._lock:
+            for key in keys:
+                n = self._fails.pop(key, (0, 0.0))[0] + 1
+                self._fails[key] = (n, now)  # re-inserted: newest last
+                if n >= FREE_FAILURES:  # at most one a wait: tries inside it do not count
+                    kind, _, name = key.partition(":")
+                    log.warning("console sign-in: %s %r locked out for %.0f s after %d failed "
+                                "sign-ins", "client address" if kind == "addr" else "account",
+                                name, self.delay_s(n), n)
+            while len(self._fails) > MAX_TRACKED:
+                self._fails.pop(next(iter(self._fails)))
+
+    def succeeded(self, *keys: str) -> None:
+        with self._lock:
+            for key in keys:
+                self._fails.pop(key, None)
+
+
 class ConsoleAuth:
     """Sessions and credentials against the broker's permission manager."""
 
@@ -55,17 +126,24 @@ class ConsoleAuth:
         self._lock = threading.Lock()
         self._sessions: dict[str, tuple[str, str, float]] = {}  # token -> (ak, print, expiry)
         self.failures = 0
+        self.throttle = SignInThrottle()
 
-    def check(self, access_key: str, secret_key: str) -> Account | None:
+    def check(self, access_key: str, secret_key: str, client: str | None = None) -> Account | None:
+        """The account these credentials sign in as; None when wrong. Raises ``Throttled``
+        inside the wait of the client address or the account (the secret is not checked)."""
+        keys = (f"account:{access_key}",) + ((f"addr:{client}",) if client else ())
+        self.throttle.check(*keys)
         account = self.manager.snapshot.accounts.get(access_key)
         if account is None or not hmac.compare_digest(account.secret_key.encode(),
                                                       secret_key.encode()):
             self.failures += 1
+            self.throttle.failed(*keys)
             return None
+        self.throttle.succeeded(*keys)
         return account
 
-    def login(self, access_key: str, secret_key: str) -> str | None:
-        account = self.check(access_key, secret_key)
+    def login(self, access_key: str, secret_key: str, client: str | None = None) -> str | None:
+        account = self.check(access_key, secret_key, client)
         if account is None:
             return None
         token = secrets.token_urlsafe(32)
@@ -94,7 +172,7 @@ class ConsoleAuth:
             return None
         return account
 
-    def basic(self, header: str | None) -> Account | None:
+    def basic(self, header: str | None, client: str | None = None) -> Account | None:
         if not header or not header[:6].lower() == "basic ":
             return None
         try:
@@ -102,10 +180,11 @@ class ConsoleAuth:
                 "utf-8").partition(":")
         except (ValueError, UnicodeDecodeError):
             return None
-        return self.check(ak, sk) if sep else None
+        return self.check(ak, sk, client) if sep else None
 
-    def who(self, cookies: dict, authorization: str | None) -> Account | None:
-        return self.session(cookies.get(SESSION_COOKIE)) or self.basic(authorization)
+    def who(self, cookies: dict, authorization: str | None,
+            client: str | None = None) -> Account | None:
+        return self.session(cookies.get(SESSION_COOKIE)) or self.basic(authorization, client)
 
 
 class Refused(ValueError):
@@ -185,4 +264,4 @@ class AclSource:
         return self._src.body(msg_id) if self.find_by_id(msg_id, None) else None
 
 
-__all__ = ["ConsoleAuth", "AclSource", "Refused", "may", "SESSION_COOKIE", "REALM"]
+__all__ = ["ConsoleAuth", "AclSource", "Refused", "SignInThrottle", "Throttled", "may", "SESSION_COOKIE", "REALM"]

@@ -26,6 +26,7 @@ import re
 import time
 from typing import Any
 
+from ..broker.state.topics import RETRY_PREFIX, ensure_topic
 from .convert import ValidationError
 from .pieces import BrokerPieces, check_group
 from .protocol import pb
@@ -124,6 +125,11 @@ class GrpcClients:
                                      self._connection(channel, client_id, peer, meta),
                                      language=language_of(meta, settings),
                                      version=version_ordinal(meta.get(VERSION_HEADER)))
+        if from_settings or changed:  # as a 4.x heartbeat: the group's retry topic exists,
+            try:                        # so tools that find a group by it (mqadmin) do
+                ensure_topic(self.p.topics, self.p.config, RETRY_PREFIX + group, 1)
+            except ValueError:
+                pass
         if self.p.filters is not None and (from_settings or changed) and subs:
             self.p.filters.register_group(group, subs)
         if changed and self.p.consumer_ids_changed is not None:

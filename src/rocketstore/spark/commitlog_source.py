@@ -321,8 +321,34 @@ def register(spark) -> None:
     ``spark.sql.python.filterPushdown.enabled`` is false (its default in PySpark 4.3)."""
     spark.conf.set(PUSHDOWN_CONF, "true")
     _use_this_python(spark)  # before registering: the source's workers take it from here
-    spark.dataSource.register(CommitLogDataSource)
+    if not _registered(spark, CommitLogDataSource.name()):  # found as pyspark_rocketmq: the same
+        spark.dataSource.register(CommitLogDataSource)      # class, and replacing it warns
     spark.dataSource.register(CommitLogAliasDataSource)
+    _quiet_stream_stop(spark)
+
+
+def _registered(spark, name: str) -> bool:
+    """Whether the session already has data source ``name`` (statically registered through
+    ``pyspark_rocketmq`` or by an earlier ``register``); False where it cannot be asked."""
+    try:
+        return bool(spark._jsparkSession.sessionState().dataSourceManager()
+                    .dataSourceExists(name))
+    except Exception:  # noqa: BLE001 - Spark Connect, or an API that moved: just register
+        return False
+
+
+def _quiet_stream_stop(spark) -> None:
+    """Stopping a streaming query makes Spark's DAGScheduler warn "Failed to cancel job group
+    ... Cannot find active jobs for it" on every normal stop: that logger goes to ERROR, unless
+    ``ROCKETSTORE_SPARK_LOG`` asks for Spark's chatter."""
+    if os.environ.get("ROCKETSTORE_SPARK_LOG", "").lower() in ("info", "debug", "trace", "all"):
+        return
+    try:
+        jvm = spark.sparkContext._jvm
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+            "org.apache.spark.scheduler.DAGScheduler", jvm.org.apache.logging.log4j.Level.ERROR)
+    except Exception:  # noqa: BLE001 - no JVM here (Spark Connect) or another logging backend
+        pass
 
 
 assert set(ARROW_TYPES) >= {"topic", "body", "msg_id"}

@@ -26,13 +26,17 @@ Delivery guarantee: **at least once**. A failed task or a replayed micro-batch s
 again, and RocketMQ stores them again (brokers do not de-duplicate). With an ``idempotencyKey``
 column every row gets UNIQ_KEY = upper hex of MD5(topic, NUL, key): a resend carries the same
 msgId, so consumers that drop msgIds they have seen (``msg_id``-keyed upserts, or the
-``uniq_key`` column when read back through this source) get every row exactly once.
+``uniq_key`` column when read back through this source) get every row exactly once. The key
+must therefore name one message: topic, broker, queue and offset of a source row, or its
+``msg_id`` — never ``queue_offset`` alone, which each queue repeats. A batch in which one key
+comes with different bodies is sent as it is, with a warning (``SharedKeys``).
 """
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import itertools
+import logging
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -42,6 +46,7 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
 from ..client import AsyncProducer, MessageQueue
 from ..format.message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, Message
 
+log = logging.getLogger(__name__)
 _ALLOWED = {"topic": ("string",), "body": ("binary", "string"),
             "keys": ("string", "array<string>"), "tags": ("string",),
             "properties": ("map<string,string>",), "queue_id": ("int", "bigint", "smallint"),
@@ -96,8 +101,33 @@ class SentCount(WriterCommitMessage):
     batches: int
 
 
-def _messages(batch, o: SinkOptions) -> Iterator[tuple[str, int | None, str | None, Message]]:
+@dataclass
+class SharedKeys:
+    """Rows whose ``idempotencyKey`` another row of the same batch has with a different body:
+    they get the same msgId, so a consumer that drops msgIds it has seen drops them."""
+    rows: int = 0
+    example: tuple[str, str] | None = None  # (topic, key) of the first
+
+    def check(self, seen: dict[str, bytes], uniq: str, body: bytes, topic: str, key: str) -> None:
+        first = seen.setdefault(uniq, body)
+        if first is not body and first != body:
+            self.rows += 1
+            self.example = self.example or (topic, key)
+
+    def warn(self) -> None:
+        if self.rows:
+            topic, key = self.example or ("", "")
+            log.warning("rocketmq sink: %d row(s) share an idempotencyKey with a row of the "
+                        "same batch whose body differs (e.g. %r in topic %s): they get the same "
+                        "msgId, and a consumer that drops msgIds it has seen loses them. Use a "
+                        "key unique per message: topic, broker, queue and offset, or the "
+                        "source's msg_id", self.rows, key, topic)
+
+
+def _messages(batch, o: SinkOptions,
+              shared: SharedKeys | None = None) -> Iterator[tuple[str, int | None, str | None, Message]]:
     cols = {low: batch.column(name).to_pylist() for low, name in o.columns.items()}
+    seen: dict[str, bytes] = {}  # one batch's idempotency keys -> the first body
     n = batch.num_rows
     none = [None] * n  # a list: zip may read it once per absent column
     topics = cols.get("topic", none)
@@ -114,7 +144,9 @@ def _messages(batch, o: SinkOptions) -> Iterator[tuple[str, int | None, str | No
             body = body.encode("utf-8")
         p = dict(props) if props else {}  # Arrow maps come back as (key, value) pairs
         if ikey is not None:
-            p[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_key_for(topic, ikey)
+            p[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq = uniq_key_for(topic, ikey)
+            if shared is not None:
+                shared.check(seen, uniq, body, topic, ikey)
         if isinstance(keys, list):
             keys = [k for k in keys if k]
         yield topic, qid, broker, Message(topic=topic, body=body, tags=tags or None,
@@ -158,9 +190,10 @@ async def _send_all(batches: Iterator, o: SinkOptions) -> SentCount:
             sent[1] += 1
         inflight.add(asyncio.ensure_future(one()))
 
+    shared = SharedKeys()
     try:
         for batch in batches:
-            for topic, qid, broker, m in _messages(batch, o):
+            for topic, qid, broker, m in _messages(batch, o, shared):
                 key = (topic, qid, broker)
                 msgs, size = open_batches.get(key, ([], 0))
                 if msgs and (len(msgs) >= o.batch_size or size + len(m.body) > o.batch_bytes):
@@ -175,6 +208,7 @@ async def _send_all(batches: Iterator, o: SinkOptions) -> SentCount:
                 await ship(topic, mq, msgs)
         if inflight:
             await asyncio.gather(*inflight)
+        shared.warn()
     except BaseException:
         for t in inflight:
             t.cancel()

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from ...config import parse_properties
 from ...remoting.codes import RequestCode, ResponseCode
 from ...remoting.command import RemotingCommand
-from ..state.topics import ensure_topic
 from .kvconfig import ORDER_TOPIC_CONFIG, kv_table_body
 from .routes import local_broker_addrs, parse_register_body, route_body
 from .settings import LIVE, PATHS
@@ -27,16 +26,9 @@ log = logging.getLogger(__name__)
 
 async def get_route(ctx: NamesrvContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
     topic = cmd.require_str("topic")
-    tc = None
-    if ctx.local is not None:
-        tc = ctx.local.topics.get(topic)
-        # alone, the broker creates topics on lookup; once other brokers registered here,
-        # the name server answers as RocketMQ's does (clients then send via TBW102)
-        if tc is None and not ctx.table.brokers():
-            try:
-                tc = ensure_topic(ctx.local.topics, ctx.local.config, topic)
-            except ValueError:
-                tc = None
+    # a route lookup never creates a topic (RocketMQ 4.9.7): only a send may, with
+    # ``autoCreateTopicEnable``, after the client followed TBW102's route
+    tc = ctx.local.topics.get(topic) if ctx.local is not None else None
     if tc is None and topic not in ctx.table.topic_names():
         return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
                             remark=f"No topic route info in name server for the topic: {topic}")

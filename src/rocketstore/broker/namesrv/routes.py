@@ -12,10 +12,10 @@ RocketMQ) or unregistered drops out. A topic's queue data is replaced only when 
 ``dataVersion`` changed or it registers for the first time, as RocketMQ does.
 
 The name server of ``rocketstore serve`` also knows its own broker directly: that broker's
-topics are always in the answers, and while no other broker is registered an unknown topic is
-created there with ``default_topic_queue_nums`` queues when ``auto_create_topic_enable`` is on
-(``%RETRY%`` and ``%DLQ%`` topics get one queue), as a broker with ``autoCreateTopicEnable`` would
-after the client's first send through ``TBW102``; otherwise TOPIC_NOT_EXIST. ``rocketstore
+topics are always in the answers. A lookup never creates a topic: an unknown one is answered
+TOPIC_NOT_EXIST ("No topic route info in name server for the topic"), as RocketMQ 4.9.7's name
+server does; a producer then sends through ``TBW102``'s route and the broker creates the topic
+on that first send when ``auto_create_topic_enable`` is on. ``rocketstore
 namesrv`` runs the same handlers with no local broker. Route bodies are standard JSON (string
 map keys), which every checked client parses.
 

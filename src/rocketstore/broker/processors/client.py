@@ -151,4 +151,6 @@ async def create_topic(ctx: ClientContext, conn: Any, cmd: RemotingCommand) -> R
     if tc.write_queue_nums <= 0 or tc.read_queue_nums <= 0:
         raise ValueError("queue numbers must be positive")
     await ctx.run(ctx.topics.update, tc)
+    if ctx.events.topics_changed is not None:  # as RocketMQ: answered once registered, so
+        await ctx.events.topics_changed()      # `updatetopic && consume` finds the route
     return cmd.response(ResponseCode.SUCCESS)

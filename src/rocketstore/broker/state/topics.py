@@ -91,8 +91,9 @@ class TopicConfigManager:
         self.journal_path = self.path + JOURNAL_SUFFIX
         self._journal_fd = -1
         self._journal_lines = self._replay_journal()
-        if self.DEFAULT_TOPIC not in self._topics:
-            self._topics[self.DEFAULT_TOPIC] = TopicConfig(self.DEFAULT_TOPIC, 8, 8, 7)
+        if self.DEFAULT_TOPIC not in self._topics:  # RocketMQ: defaultTopicQueueNums queues
+            self._topics[self.DEFAULT_TOPIC] = TopicConfig(self.DEFAULT_TOPIC, default_queue_nums,
+                                                           default_queue_nums, 7)
 
     def get(self, topic: str) -> TopicConfig | None:
         return self._topics.get(topic)
@@ -282,5 +283,23 @@ def ensure_topic(topics: TopicConfigManager, config: Any, topic: str,
     if tc is None and (config.auto_create_topic_enable or topic.startswith(RETRY_PREFIX)
                        or topic.startswith(DLQ_PREFIX)):
         n = queue_nums or queue_nums_for(config, topic)
+        default = topics.get(TopicConfigManager.DEFAULT_TOPIC)
+        if default is not None and queue_nums:  # RocketMQ: at most TBW102's write queues
+            n = min(n, default.write_queue_nums)
         tc = topics.create(topic, min(n, 1024) if n > 0 else queue_nums_for(config, topic))
     return tc
+
+
+def learn_topic(topics: TopicConfigManager, config: Any, topic: str, queue_id: int) -> bool:
+    """A topic the store holds messages of (on disk at start, or replicated to a slave) without
+    a config: create it with the broker's defaults (at least ``queue_id + 1`` queues), so a
+    restart or a promotion never hides messages. System topics are left to their services.
+    True when it was created."""
+    from .topic_validator import is_system_topic
+    if topics.get(topic) is not None or is_system_topic(topic):
+        return False
+    try:
+        topics.create(topic, max(queue_nums_for(config, topic), queue_id + 1))
+    except ValueError:  # a name the topic rules refuse: nothing to serve it under
+        return False
+    return True

@@ -42,12 +42,21 @@ def is_timer_message(topic: str, props: dict[str, str], delay_level: int) -> boo
 
 
 def deliver_ms_of(props: dict[str, str], now_ms: int) -> int:
-    """The absolute deliver time the properties ask for (SEC, then MS, then DELIVER_MS)."""
+    """The absolute deliver time the properties ask for (SEC, then MS, then DELIVER_MS).
+    Raises ``ValueError`` naming the property whose value is not a whole number."""
+    def number(name: str, unit: str) -> int:
+        value = props[name]
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError(f"{name}={value!r} is not a whole number of {unit}"
+                             + (" (an absolute time, ms since the epoch)"
+                                if name == PROPERTY_TIMER_DELIVER_MS else "")) from None
     if PROPERTY_TIMER_DELAY_SEC in props:
-        return now_ms + int(props[PROPERTY_TIMER_DELAY_SEC]) * 1000
+        return now_ms + number(PROPERTY_TIMER_DELAY_SEC, "seconds") * 1000
     if PROPERTY_TIMER_DELAY_MS in props:
-        return now_ms + int(props[PROPERTY_TIMER_DELAY_MS])
-    return int(props[PROPERTY_TIMER_DELIVER_MS])
+        return now_ms + number(PROPERTY_TIMER_DELAY_MS, "milliseconds")
+    return number(PROPERTY_TIMER_DELIVER_MS, "milliseconds")
 
 
 def transform_timer_message(topic: str, queue_id: int, props: dict[str, str], now_ms: int, *,
