@@ -42,11 +42,40 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
 
 from ..client import AsyncProducer, MessageQueue
 from ..format.message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, Message
+from .read_options import check_options, credentials_of
 
 _ALLOWED = {"topic": ("string",), "body": ("binary", "string"),
             "keys": ("string", "array<string>"), "tags": ("string",),
             "properties": ("map<string,string>",), "queue_id": ("int", "bigint", "smallint"),
-            "broker_name": ("string",), "idempotencykey": ("string",)}
+            "broker_name": ("string",), "idempotencykey": ("string",),
+            "user_properties": ("map<string,string>",)}
+
+
+def _check_struct_properties(f) -> None:
+    """A ``struct`` of properties names them up front: reserved names are refused when the
+    query starts (a map's reserved entries are dropped row by row, see ``_user_props``)."""
+    from ..format.message import SYSTEM_PROPERTY_NAMES
+    for sub in f.dataType.fields:
+        if sub.dataType.simpleString() != "string":
+            raise ValueError(f"rocketmq sink: property {f.name}.{sub.name} is "
+                             f"{sub.dataType.simpleString()}, want string")
+        if sub.name in SYSTEM_PROPERTY_NAMES:
+            raise ValueError(f"rocketmq sink: property name {sub.name!r} (column {f.name}) is "
+                             "reserved by RocketMQ; set keys, tags and idempotencyKey through "
+                             "their columns")
+
+
+def _user_props(props, keep_uniq_key: bool) -> dict:
+    """A row's properties less RocketMQ's own (a copy job's ``properties`` carries the source's
+    KEYS, TAGS, UNIQ_KEY, ...: the sink sets those from its columns); UNIQ_KEY is kept only
+    with ``keepUniqKey=true``."""
+    from ..format.message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as UNIQ
+    from ..format.message import SYSTEM_PROPERTY_NAMES
+    if not props:
+        return {}
+    items = props.items() if isinstance(props, dict) else props
+    return {k: v for k, v in items if v is not None and (
+        k not in SYSTEM_PROPERTY_NAMES and k != "RS_SPARK_TXN" or (keep_uniq_key and k == UNIQ))}
 
 
 def uniq_key_for(topic: str, key: str) -> str:
@@ -56,32 +85,8 @@ def uniq_key_for(topic: str, key: str) -> str:
 
 SINK_OPTIONS = ("namesrv", "topic", "producerGroup", "sendBatchSize", "sendBatchBytes",
                 "sendPipeline", "sendTimeoutMs", "deliveryGuarantee", "accessKey", "secretKey",
-                "checkpointLocation")
+                "checkpointLocation", "keepUniqKey")
 AT_LEAST_ONCE, EXACTLY_ONCE = "at-least-once", "exactly-once"
-
-
-def check_options(opts: dict, known: tuple[str, ...], what: str) -> None:
-    """Refuse an option nobody reads, naming the nearest known one (a typo never passes)."""
-    import difflib
-    lower = {k.lower(): k for k in known}
-    for k in opts:
-        if k.lower() in lower:
-            continue
-        near = difflib.get_close_matches(k.lower(), list(lower), n=1, cutoff=0.6)
-        hint = f"; did you mean {lower[near[0]]!r}?" if near else ""
-        raise ValueError(f"{what}: unknown option {k!r}{hint} (known: {', '.join(known)})")
-
-
-def credentials_of(opts: dict, what: str):
-    """``accessKey``/``secretKey`` → SessionCredentials (both or neither; the secret is never
-    repeated in a message)."""
-    ak, sk = opts.get("accesskey"), opts.get("secretkey")
-    if not ak and not sk:
-        return None
-    if not ak or not sk:
-        raise ValueError(f"{what}: give both accessKey and secretKey (ACL), or neither")
-    from ..client import SessionCredentials
-    return SessionCredentials(str(ak), str(sk))
 
 
 class SinkOptions:
@@ -135,9 +140,12 @@ class SinkOptions:
             low = f.name.lower()
             if low not in _ALLOWED:
                 raise ValueError(f"rocketmq sink: unknown column {f.name!r}; allowed: "
-                                 "topic, body, keys, tags, properties, queue_id, broker_name, "
-                                 "idempotencyKey")
+                                 "topic, body, keys, tags, properties (or user_properties), "
+                                 "queue_id, broker_name, idempotencyKey")
             kind = f.dataType.simpleString()
+            if low in ("properties", "user_properties") and kind.startswith("struct<"):
+                _check_struct_properties(f)
+                kind = "map<string,string>"
             if kind not in _ALLOWED[low]:
                 raise ValueError(f"rocketmq sink: column {f.name} is {f.dataType.simpleString()},"
                                  f" want {' or '.join(_ALLOWED[low])}")
@@ -146,7 +154,10 @@ class SinkOptions:
             raise ValueError("rocketmq sink: a 'body' column (binary or string) is required")
         if "topic" not in names and self.topic is None:
             raise ValueError("rocketmq sink: give a 'topic' column or .option('topic', ...)")
+        if "properties" in names and "user_properties" in names:
+            raise ValueError("rocketmq sink: give properties or user_properties, not both")
         self.columns = names  # lower-case name -> the frame's name
+        self.keep_uniq_key = str(opts.get("keepuniqkey") or "false").strip().lower() == "true"
 
     def __repr__(self) -> str:  # plans and logs never show the secret
         return (f"SinkOptions(namesrv={self.namesrv!r}, topic={self.topic!r}, "
@@ -162,6 +173,8 @@ class SentCount(WriterCommitMessage):
 
 def _messages(batch, o: SinkOptions) -> Iterator[tuple[str, int | None, str | None, Message]]:
     cols = {low: batch.column(name).to_pylist() for low, name in o.columns.items()}
+    if "user_properties" in cols:
+        cols["properties"] = cols.pop("user_properties")
     n = batch.num_rows
     none = [None] * n  # a list: zip may read it once per absent column
     topics = cols.get("topic", none)
@@ -176,7 +189,7 @@ def _messages(batch, o: SinkOptions) -> Iterator[tuple[str, int | None, str | No
             raise ValueError(f"rocketmq sink: a row for {topic} has a null body")
         if isinstance(body, str):
             body = body.encode("utf-8")
-        p = dict(props) if props else {}  # Arrow maps come back as (key, value) pairs
+        p = _user_props(props, o.keep_uniq_key)  # Arrow maps come back as (key, value) pairs
         if ikey is not None:
             p[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_key_for(topic, ikey)
         if isinstance(keys, list):
