@@ -125,9 +125,13 @@ def _send_source(ns: str, topic: str, n: int) -> Counter:
     return Counter(b"src-%05d" % i for i in range(n))
 
 
-def _run_driver(ns, ck, source, target, per_batch, guarantee="exactly-once", log=None):
+def _run_driver(ns, ck, source, target, per_batch, guarantee="exactly-once", log=None,
+                kill_at=None):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(Path(__file__).parents[2] / "src"), os.environ.get("PYTHONPATH", "")]))
+    env.pop("ROCKETSTORE_SPARK_EO_KILL_AT", None)
+    if kill_at:
+        env["ROCKETSTORE_SPARK_EO_KILL_AT"] = kill_at
     return subprocess.Popen([sys.executable, str(DRIVER), ns, str(ck), source, target,
                              str(per_batch), guarantee], env=env, stdout=log or subprocess.DEVNULL,
                             stderr=subprocess.STDOUT, start_new_session=True)
@@ -164,29 +168,92 @@ def test_replayed_micro_batch_is_not_delivered_twice(txn_cluster, tmp_path):
             assert got == Counter({b: 2 for b in want})
 
 
+def _decisions(ck: Path) -> int:
+    d = ck / "rocketmq-sink" / "committed"
+    return len([p for p in d.iterdir() if p.suffix == ".json"]) if d.exists() else 0
+
+
 @pytest.mark.timeout(900)
 def test_driver_killed_at_random_points_every_row_exactly_once(txn_cluster, tmp_path):
+    """SIGKILL of the whole driver (JVM, Python workers): right after a batch's decision and
+    before any END_TRANSACTION, after its halves were sent but before the decision, and twice
+    at a random moment once the query made progress; then the query runs to the end. Every
+    source row is in the target exactly once."""
     ns = txn_cluster
     create_topics(ns, 2, "EoKillSrc", "EoKillDst")
     want = _send_source(ns, "EoKillSrc", 300)
     ck = tmp_path / "ck"
     log = open(tmp_path / "driver.log", "ab")
-    rnd = random.Random(int(os.environ.get("EO_KILL_SEED", "0")) or None)
+    seed = int(os.environ.get("EO_KILL_SEED", "0")) or random.randrange(1 << 30)
+    rnd = random.Random(seed)
     kills = []
-    for _ in range(3):
-        p = _run_driver(ns, ck, "EoKillSrc", "EoKillDst", 25, log=log)
-        # once the query runs (its first batch logged), kill it somewhere in a later batch
-        wait_for(lambda: (ck / "offsets" / "0").exists() or p.poll() is not None, timeout=120)
-        delay = rnd.uniform(0.5, 6.0)
-        time.sleep(delay)
-        kills.append((delay, sorted(os.listdir(ck / "commits")) if (ck / "commits").exists()
-                      else []))
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
+    for kill_at in ("decided:1", "sent:3", None, None):
+        before = _decisions(ck)
+        p = _run_driver(ns, ck, "EoKillSrc", "EoKillDst", 25, log=log, kill_at=kill_at)
+        if kill_at is None:  # once this run decided a batch of its own, at a random moment
+            assert wait_for(lambda: _decisions(ck) > before or p.poll() is not None,
+                            timeout=240)
+            delay = rnd.uniform(0.0, 3.0)
+            time.sleep(delay)
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            kills.append((f"random +{delay:.2f}s", _decisions(ck)))
+        else:
+            kills.append((kill_at, _decisions(ck)))
+        p.wait(timeout=300)
+        assert p.returncode == -signal.SIGKILL, (kill_at, p.returncode)
+    assert _decisions(ck) >= 3
     p = _run_driver(ns, ck, "EoKillSrc", "EoKillDst", 25, log=log)
     assert p.wait(timeout=400) == 0, (tmp_path / "driver.log").read_text()[-3000:]
     got = settled(ns, "EoKillDst", 300, quiet_s=5)
     missing, extra = want - got, got - want
-    assert not missing and not extra, (f"kills {kills}: missing {sorted(missing)[:5]} "
-                                       f"({sum(missing.values())}), extra {sorted(extra)[:5]} "
-                                       f"({sum(extra.values())})")
+    assert not missing and not extra, (f"seed {seed}, kills {kills}: missing "
+                                       f"{sorted(missing)[:5]} ({sum(missing.values())}), "
+                                       f"extra {sorted(extra)[:5]} ({sum(extra.values())})")
+
+
+@pytest.mark.interop
+@pytest.mark.timeout(900)
+def test_java_broker_exactly_once_batch_and_killed_stream(spark, tmp_path):
+    """RocketMQ 4.9.7's own name server and broker (its transaction service, its checks): a
+    batch write, and a stream whose driver dies right after a decision and once before one."""
+    from rocketstore.client import ClientInstance
+    from rocketstore.remoting.codes import RequestCode
+    from tests.cluster.java_rocketmq import rocketmq_home, start_java_broker, start_java_namesrv
+    home = rocketmq_home()
+    jns = start_java_namesrv(home, str(tmp_path / "jns"))
+    broker = None
+    try:
+        broker = start_java_broker(home, str(tmp_path / "jb"), jns.addr, "broker-java",
+                                   extra=dict(TXN_CONF, transactionCheckInterval=1000))
+        ci = ClientInstance(jns.addr)
+        try:
+            for t in ("JSrc", "JBatch", "JDst"):
+                LoopThread.shared().run(ci.invoke(broker.addr, RequestCode.UPDATE_AND_CREATE_TOPIC,
+                                                  {"topic": t, "readQueueNums": 4,
+                                                   "writeQueueNums": 4, "perm": 6,
+                                                   "topicFilterType": "SINGLE_TAG"}))
+        finally:
+            ci.close()
+        for t in ("JSrc", "JBatch", "JDst"):
+            assert wait_for(lambda: _route_brokers(jns.addr, t) == 1, timeout=90)
+        rows = [(f"jb-{i}",) for i in range(40)]
+        _write(spark.createDataFrame(rows, "body string").repartition(2), jns.addr, "JBatch",
+               deliveryGuarantee="exactly-once", checkpointLocation=str(tmp_path / "jw"))
+        assert settled(jns.addr, "JBatch", 40) == Counter(r[0].encode() for r in rows)
+        want = _send_source(jns.addr, "JSrc", 120)
+        ck = tmp_path / "ck"
+        log = open(tmp_path / "driver.log", "ab")
+        for kill_at in ("decided:1", "sent:2"):
+            p = _run_driver(jns.addr, ck, "JSrc", "JDst", 30, log=log, kill_at=kill_at)
+            p.wait(timeout=300)
+            assert p.returncode == -signal.SIGKILL, (kill_at, p.returncode,
+                                                     (tmp_path / "driver.log").read_text()[-3000:])
+        p = _run_driver(jns.addr, ck, "JSrc", "JDst", 30, log=log)
+        assert p.wait(timeout=400) == 0, (tmp_path / "driver.log").read_text()[-3000:]
+        got = settled(jns.addr, "JDst", 120, quiet_s=6)
+        assert got == want, (sorted((want - got).items())[:5], sorted((got - want).items())[:5])
+    finally:
+        if broker is not None:
+            broker.stop()
+        jns.stop()

@@ -194,8 +194,10 @@ def settle(state_dir: str, batch: str, sent: list[TaskHalves], *, namesrv: str, 
     from ..client import ClientInstance
     from .network import run
 
+    _fault("sent", batch)
     decided = (decide(state_dir, batch, decide_tasks) if decide_tasks is not None
                else read_decision(state_dir, batch) or frozenset())
+    _fault("decided", batch)
     commit = [h for t in sent for h in t.halves if t.task in decided]
     rollback = [h for t in sent for h in t.halves if t.task not in decided]
 
@@ -209,6 +211,14 @@ def settle(state_dir: str, batch: str, sent: list[TaskHalves], *, namesrv: str, 
     if commit or rollback:
         run(go())
     return decided
+
+
+def _fault(point: str, batch: str) -> None:
+    """Crash tests: ``ROCKETSTORE_SPARK_EO_KILL_AT=decided:3`` SIGKILLs the whole driver
+    (its process group) right after batch 3's decision (``sent:3``: before it)."""
+    if os.environ.get("ROCKETSTORE_SPARK_EO_KILL_AT") == f"{point}:{batch}":
+        import signal
+        os.killpg(os.getpgid(driver_pid()), signal.SIGKILL)
 
 
 # -- the responder -------------------------------------------------------------------------------
