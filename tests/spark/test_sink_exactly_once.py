@@ -210,6 +210,10 @@ def test_driver_killed_at_random_points_every_row_exactly_once(txn_cluster, tmp_
 
 @pytest.mark.interop
 @pytest.mark.timeout(900)
+@pytest.mark.xfail(strict=True, reason="issue 35 open gap: after a driver killed between the "
+                   "decision and END_TRANSACTION, RocketMQ 4.9.7's broker delivered rows of the "
+                   "checked batch twice (its check re-puts the half and may ask again; each "
+                   "COMMIT answer stores the message); ours delivers once")
 def test_java_broker_exactly_once_batch_and_killed_stream(spark, tmp_path):
     """RocketMQ 4.9.7's own name server and broker (its transaction service, its checks): a
     batch write, and a stream whose driver dies right after a decision and once before one."""
