@@ -220,7 +220,22 @@ def test_schema_ddl_is_the_contract():
                      "body_crc", "flag", "sys_flag", "born_timestamp", "born_host",
                      "store_timestamp", "store_host", "reconsume_times",
                      "prepared_transaction_offset", "tags", "tags_code", "keys", "uniq_key",
-                     "properties", "body", "msg_id"]
+                     "properties", "body", "msg_id",
+                     # CONTRACT §9 / issue 35: after the §5 columns, in this order
+                     "broker_name", "user_properties"]
+
+
+def test_file_rows_have_no_broker_and_user_properties_lack_rocketmq_names(spark, tmp_path):
+    from rocketstore.format.message import SYSTEM_PROPERTY_NAMES
+    root = tmp_path / "s"
+    built = build_store(root, n=40)
+    rows = spark.read.format("rocketmq").load(str(root)).select(
+        "commitlog_offset", "broker_name", "user_properties").collect()
+    assert len(rows) == 40 and all(r.broker_name is None for r in rows)
+    for r in rows:
+        want = {k: v for k, v in built["expected"][r.commitlog_offset].properties.items()
+                if k not in SYSTEM_PROPERTY_NAMES}
+        assert r.user_properties == want
 
 
 def test_store_time_pruning(spark, tmp_path):

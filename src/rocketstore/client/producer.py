@@ -121,13 +121,15 @@ class AsyncProducer:
                    keys: Sequence[str] | str | None = None,
                    properties: Mapping[str, str] | None = None, queue_id: int | None = None,
                    sharding_key: object = None, delay_level: int = 0, flag: int = 0,
-                   sys_flag: int = 0) -> SendResult:
+                   sys_flag: int = 0, mq: MessageQueue | None = None) -> SendResult:
+        """``mq`` names the queue exactly (broker and queue id); a pinned send is tried once."""
         props = build_properties(tags, keys, properties, delay_level)
-        pinned = queue_id is not None or sharding_key is not None
+        pinned = queue_id is not None or sharding_key is not None or mq is not None
         attempts = 1 if pinned else 1 + self.retries
         last: Exception | None = None
+        given = mq
         for _ in range(attempts):
-            mq = await self._pick(topic, queue_id, sharding_key)
+            mq = given or await self._pick(topic, queue_id, sharding_key)
             header = {"producerGroup": self.group, "topic": topic, "defaultTopic": "TBW102",
                       "defaultTopicQueueNums": 4, "queueId": mq.queue_id, "sysFlag": sys_flag,
                       "bornTimestamp": int(time.time() * 1000), "flag": flag,

@@ -31,14 +31,15 @@ from .. import _native
 from ..format.batch import DecodedRecords, extract_property
 from ..format.message import (BORNHOST_V6_FLAG, KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS,
                               PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, STOREHOSTADDRESS_V6_FLAG,
-                              format_host, string_to_properties)
+                              SYSTEM_PROPERTY_NAMES, format_host, string_to_properties)
 
 SCHEMA_DDL = (
     "topic STRING, queue_id INT, queue_offset BIGINT, commitlog_offset BIGINT, store_size INT, "
     "body_crc INT, flag INT, sys_flag INT, born_timestamp TIMESTAMP, born_host STRING, "
     "store_timestamp TIMESTAMP, store_host STRING, reconsume_times INT, "
     "prepared_transaction_offset BIGINT, tags STRING, tags_code BIGINT, keys ARRAY<STRING>, "
-    "uniq_key STRING, properties MAP<STRING, STRING>, body BINARY, msg_id STRING")
+    "uniq_key STRING, properties MAP<STRING, STRING>, body BINARY, msg_id STRING, "
+    "broker_name STRING, user_properties MAP<STRING, STRING>")
 
 _TS = pa.timestamp("us", tz="UTC")
 ARROW_TYPES: dict[str, pa.DataType] = {
@@ -49,7 +50,10 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "prepared_transaction_offset": pa.int64(), "tags": pa.string(), "tags_code": pa.int64(),
     "keys": pa.list_(pa.field("element", pa.string())), "uniq_key": pa.string(),
     "properties": pa.map_(pa.string(), pa.string()), "body": pa.binary(), "msg_id": pa.string(),
+    "broker_name": pa.string(), "user_properties": pa.map_(pa.string(), pa.string()),
 }
+# properties that are RocketMQ's (and the exactly-once sink's), not the producer's
+_SYSTEM_PROPERTIES = SYSTEM_PROPERTY_NAMES | {"RS_SPARK_TXN"}
 COLUMNS = list(ARROW_TYPES)
 _NUMERIC = {"queue_id": "queue_id", "queue_offset": "queue_offset",
             "commitlog_offset": "commitlog_offset", "store_size": "size", "body_crc": "body_crc",
@@ -220,9 +224,10 @@ def _props_column(props: list[dict[str, str]]) -> pa.Array:
 
 
 def _build(rec: DecodedRecords, buf, idx: np.ndarray, columns: Sequence[str],
-           schema: pa.Schema) -> pa.RecordBatch:
+           schema: pa.Schema, broker_name: str | None = None) -> pa.RecordBatch:
     arr = np.frombuffer(buf, dtype=np.uint8)
-    need_raw = any(c in ("tags", "keys", "uniq_key", "properties") for c in columns)
+    need_raw = any(c in ("tags", "keys", "uniq_key", "properties", "user_properties")
+                   for c in columns)
     il = idx.tolist() if (need_raw or "topic" in columns) else None
     raw = [rec.props_raw[i] for i in il] if need_raw else None
     props = PropertyColumns(raw) if need_raw else None
@@ -256,6 +261,11 @@ def _build(rec: DecodedRecords, buf, idx: np.ndarray, columns: Sequence[str],
             a = props.keys_column() if props else _keys_column(extract_property(raw, PROPERTY_KEYS))
         elif c == "properties":
             a = props.map_column() if props else _props_column([string_to_properties(r) for r in raw])
+        elif c == "user_properties":
+            a = _props_column([{k: v for k, v in string_to_properties(r).items()
+                                if k not in _SYSTEM_PROPERTIES} for r in raw])
+        elif c == "broker_name":  # the broker a row was pulled from (None: read from files)
+            a = pa.array([broker_name] * len(idx), pa.string())
         else:
             raise ValueError(f"unknown column {c!r}")
         cols.append(a)
@@ -264,7 +274,8 @@ def _build(rec: DecodedRecords, buf, idx: np.ndarray, columns: Sequence[str],
 
 def to_batches(rec: DecodedRecords, buf, columns: Sequence[str], schema: pa.Schema | None = None,
                mask: np.ndarray | None = None,
-               max_batch_bytes: int = 64 << 20) -> Iterator[pa.RecordBatch]:
+               max_batch_bytes: int = 64 << 20,
+               broker_name: str | None = None) -> Iterator[pa.RecordBatch]:
     """Record batches of the selected rows (``mask``) of one decoded chunk."""
     schema = schema or arrow_schema(columns)
     idx = np.nonzero(mask)[0] if mask is not None else np.arange(len(rec))
@@ -276,5 +287,5 @@ def to_batches(rec: DecodedRecords, buf, columns: Sequence[str], schema: pa.Sche
         base = csum[start - 1] if start else 0
         stop = int(np.searchsorted(csum, base + max_batch_bytes, side="right"))
         stop = max(stop, start + 1)
-        yield _build(rec, buf, idx[start:stop], columns, schema)
+        yield _build(rec, buf, idx[start:stop], columns, schema, broker_name)
         start = stop

@@ -198,6 +198,8 @@ class PlainCommitLogReader(DataSourceReader):
         self.columns = _columns(schema)
         self.schema = arrow_schema(self.columns)
         self.filter = RowFilter()
+        if self.o.topics:  # the topic option: as a pushed topic IN (...)
+            self.filter.topics = set(self.o.topics)
 
     def partitions(self) -> list[SegmentRange]:
         segs = list_segments(self.o.cl_dir)

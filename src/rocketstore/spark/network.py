@@ -134,11 +134,28 @@ def parse_offsets(name: str, v, default: str) -> str | dict[str, dict[str, int]]
     return out
 
 
+SOURCE_OPTIONS = ("namesrv", "topic", "topics", "topicPattern", "startingOffsets",
+                  "endingOffsets", "startingTimestamp", "endingTimestamp", "tags", "tagFilter",
+                  "minPartitions", "commitGroup", "consumerGroup", "pullBatchSize",
+                  "pullPipeline", "pullTimeoutMs", "failOnDataLoss", "maxOffsetsPerTrigger",
+                  "includeSystemTopics", "messageDelayLevel", "accessKey", "secretKey")
+BATCH_ONLY = ("endingOffsets", "endingTimestamp")
+STREAM_ONLY = ("maxOffsetsPerTrigger",)
+
+
 class NetOptions:
     """The network source's options, parsed once (plain, picklable data)."""
 
     def __init__(self, options: dict, *, streaming: bool = False) -> None:
+        from .read_options import check_options, credentials_of
+        check_options(options, SOURCE_OPTIONS, "rocketmq network source")
         opts = {str(k).lower(): v for k, v in options.items()}
+        for name in (BATCH_ONLY if streaming else STREAM_ONLY):
+            if opts.get(name.lower()) not in (None, ""):
+                raise ValueError(f"option {name} is for {'batch' if streaming else 'streaming'}"
+                                 f" queries only; this is a {'stream' if streaming else 'batch'}"
+                                 " read")
+        self.credentials = credentials_of(opts, "rocketmq network source")
         self.namesrv = str(opts.get("namesrv") or "").strip()
         if not self.namesrv:
             raise ValueError("rocketmq network source: give .option('namesrv', 'host:9876')")
@@ -157,14 +174,10 @@ class NetOptions:
         self.starting = parse_offsets("startingOffsets", opts.get("startingoffsets"),
                                       "latest" if streaming else "earliest")
         self.ending = parse_offsets("endingOffsets", opts.get("endingoffsets"), "latest")
-        if streaming and opts.get("endingoffsets"):
-            raise ValueError("endingOffsets is for batch queries only")
         if self.ending == "earliest":
             raise ValueError("endingOffsets=earliest reads nothing; use latest or JSON")
         self.starting_ts = _timestamp_ms("startingTimestamp", opts.get("startingtimestamp"))
         self.ending_ts = _timestamp_ms("endingTimestamp", opts.get("endingtimestamp"))
-        if streaming and self.ending_ts is not None:
-            raise ValueError("endingTimestamp is for batch queries only")
         self.tags = _tag_expression(opts.get("tags") or opts.get("tagfilter") or "*")
         self.min_partitions = _pos_int(opts, "minPartitions", None)
         self.commit_group = str(opts.get("commitgroup") or "").strip() or None
@@ -226,7 +239,7 @@ def run(coro):
 
 async def with_client(o: "NetOptions", fn):
     """``await fn(client)`` with a client made and closed on the running loop."""
-    ci = ClientInstance(o.namesrv, timeout_s=o.timeout_s)
+    ci = ClientInstance(o.namesrv, timeout_s=o.timeout_s, credentials=o.credentials)
     try:
         return await fn(ci)
     finally:
@@ -307,7 +320,23 @@ def _pick(spec, mq: MessageQueue, lo: int, hi: int, name: str) -> int | None:
     v = (spec.get(mq.topic) or {}).get(queue_key(mq.broker_name, mq.queue_id))
     if v is None:
         return None
+    if v > hi:
+        raise ValueError(f"option {name}: {mq.topic} {queue_key(mq.broker_name, mq.queue_id)}"
+                         f" offset {v} is past the queue's end ({hi})")
     return lo if v == EARLIEST else hi if v == LATEST else v
+
+
+def check_topics_exist(o: "NetOptions", states: list["QueueState"], namesrv: str) -> None:
+    """A stream's named topics must exist when it starts (later, a topic whose broker is down
+    is waited for)."""
+    if o.topics is None:
+        return
+    have = {s.mq.topic for s in states}
+    missing = [t for t in o.topics if t not in have]
+    if missing:
+        raise ValueError(f"rocketmq stream: topic {', '.join(missing)} does not exist at name "
+                         f"server {namesrv} (create it first, or use topicPattern to pick up "
+                         "topics as they appear)")
 
 
 @dataclass
@@ -541,7 +570,7 @@ def read_queue_range(r: QueueRange, o: NetOptions, columns: list[str], schema,
     ts_lo = o.starting_ts
     ts_hi = o.ending_ts
     loop = asyncio.new_event_loop()
-    ci = ClientInstance(o.namesrv, timeout_s=o.timeout_s)
+    ci = ClientInstance(o.namesrv, timeout_s=o.timeout_s, credentials=o.credentials)
     consumer = AsyncPullConsumer(o.group, o.namesrv, instance=ci)
     lost: list[str] = []
     agen = pull_chunks(consumer, r, o, lost)
@@ -557,7 +586,7 @@ def read_queue_range(r: QueueRange, o: NetOptions, columns: list[str], schema,
                                    f"byte {rec.end} of a pull answer ({rec.stop_reason})")
         tv = extract_property(rec.props_raw, PROPERTY_TAGS) if tags is not None else None
         mask = chunk_mask(rec, starts, los, his, tags, ts_lo, ts_hi, tv)
-        return list(to_batches(rec, buf, columns, schema, mask))
+        return list(to_batches(rec, buf, columns, schema, mask, broker_name=r.broker))
 
     try:
         pending: list[_Chunk] = []

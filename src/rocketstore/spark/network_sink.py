@@ -37,6 +37,7 @@ import asyncio
 import hashlib
 import itertools
 import logging
+import os
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -45,12 +46,41 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
 
 from ..client import AsyncProducer, MessageQueue
 from ..format.message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, Message
+from .read_options import check_options, credentials_of
 
 log = logging.getLogger(__name__)
 _ALLOWED = {"topic": ("string",), "body": ("binary", "string"),
             "keys": ("string", "array<string>"), "tags": ("string",),
             "properties": ("map<string,string>",), "queue_id": ("int", "bigint", "smallint"),
-            "broker_name": ("string",), "idempotencykey": ("string",)}
+            "broker_name": ("string",), "idempotencykey": ("string",),
+            "user_properties": ("map<string,string>",)}
+
+
+def _check_struct_properties(f) -> None:
+    """A ``struct`` of properties names them up front: reserved names are refused when the
+    query starts (a map's reserved entries are dropped row by row, see ``_user_props``)."""
+    from ..format.message import SYSTEM_PROPERTY_NAMES
+    for sub in f.dataType.fields:
+        if sub.dataType.simpleString() != "string":
+            raise ValueError(f"rocketmq sink: property {f.name}.{sub.name} is "
+                             f"{sub.dataType.simpleString()}, want string")
+        if sub.name in SYSTEM_PROPERTY_NAMES:
+            raise ValueError(f"rocketmq sink: property name {sub.name!r} (column {f.name}) is "
+                             "reserved by RocketMQ; set keys, tags and idempotencyKey through "
+                             "their columns")
+
+
+def _user_props(props, keep_uniq_key: bool) -> dict:
+    """A row's properties less RocketMQ's own (a copy job's ``properties`` carries the source's
+    KEYS, TAGS, UNIQ_KEY, ...: the sink sets those from its columns); UNIQ_KEY is kept only
+    with ``keepUniqKey=true``."""
+    from ..format.message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as UNIQ
+    from ..format.message import SYSTEM_PROPERTY_NAMES
+    if not props:
+        return {}
+    items = props.items() if isinstance(props, dict) else props
+    return {k: v for k, v in items if v is not None and (
+        k not in SYSTEM_PROPERTY_NAMES and k != "RS_SPARK_TXN" or (keep_uniq_key and k == UNIQ))}
 
 
 def uniq_key_for(topic: str, key: str) -> str:
@@ -58,16 +88,23 @@ def uniq_key_for(topic: str, key: str) -> str:
     return hashlib.md5(f"{topic}\x00{key}".encode("utf-8")).hexdigest().upper()
 
 
+SINK_OPTIONS = ("namesrv", "topic", "producerGroup", "sendBatchSize", "sendBatchBytes",
+                "sendPipeline", "sendTimeoutMs", "deliveryGuarantee", "accessKey", "secretKey",
+                "checkpointLocation", "keepUniqKey")
+AT_LEAST_ONCE, EXACTLY_ONCE = "at-least-once", "exactly-once"
+
+
 class SinkOptions:
-    def __init__(self, options: dict, schema) -> None:
+    def __init__(self, options: dict, schema, *, streaming: bool = False) -> None:
         opts = {str(k).lower(): v for k, v in options.items()}
+        if opts.get("path"):
+            raise ValueError("rocketmq sink writes to a cluster (option namesrv), not to a path")
+        check_options({k: v for k, v in options.items() if str(k).lower() != "path"},
+                      SINK_OPTIONS, "rocketmq sink")
         self.namesrv = str(opts.get("namesrv") or "").strip()
         if not self.namesrv:
             raise ValueError("rocketmq sink: give .option('namesrv', 'host:9876')")
-        if opts.get("path"):
-            raise ValueError("rocketmq sink writes to a cluster (option namesrv), not to a path")
         self.topic = str(opts.get("topic") or "").strip() or None
-        self.group = str(opts.get("producergroup") or "rocketstore_spark_sink")
         self.batch_size = int(opts.get("sendbatchsize", 256))
         self.batch_bytes = int(opts.get("sendbatchbytes", 1 << 20))
         self.pipeline = int(opts.get("sendpipeline", 8))
@@ -76,14 +113,44 @@ class SinkOptions:
             raise ValueError("sendBatchSize, sendBatchBytes and sendPipeline must be positive")
         if self.batch_bytes > 4 << 20:
             raise ValueError("sendBatchBytes above 4 MiB: RocketMQ refuses such batches")
+        self.credentials = credentials_of(opts, "rocketmq sink")
+        guarantee = str(opts.get("deliveryguarantee") or AT_LEAST_ONCE).strip().lower()
+        if guarantee not in (AT_LEAST_ONCE, EXACTLY_ONCE):
+            raise ValueError(f"option deliveryGuarantee: want {AT_LEAST_ONCE} or {EXACTLY_ONCE},"
+                             f" got {guarantee!r}")
+        self.exactly_once = guarantee == EXACTLY_ONCE
+        self.state_dir: str | None = None
+        group = str(opts.get("producergroup") or "").strip() or None
+        if self.exactly_once:
+            from . import sink_transactions as st
+            ck = str(opts.get("checkpointlocation") or "").strip()
+            if streaming and not ck:
+                raise ValueError("rocketmq sink: deliveryGuarantee=exactly-once keeps its "
+                                 "decisions in the query's checkpoint: give "
+                                 ".option('checkpointLocation', ...)")
+            if ck:
+                self.state_dir = os.path.join(os.path.abspath(ck), st.STATE_SUBDIR)
+            else:  # a batch write: one directory per producer group
+                name = group or "rocketstore_spark_eo"
+                self.state_dir = os.path.join(os.path.expanduser("~"), ".cache", "rocketstore",
+                                              "spark-sink", name)
+            group = group or st.default_group(self.state_dir)
+            self.sink_id = st.sink_id(self.state_dir)
+        elif opts.get("checkpointlocation") and not streaming:
+            raise ValueError("rocketmq sink: checkpointLocation is read by a batch write only "
+                             "with deliveryGuarantee=exactly-once")
+        self.group = group or "rocketstore_spark_sink"
         names = {}
         for f in schema.fields:
             low = f.name.lower()
             if low not in _ALLOWED:
                 raise ValueError(f"rocketmq sink: unknown column {f.name!r}; allowed: "
-                                 "topic, body, keys, tags, properties, queue_id, broker_name, "
-                                 "idempotencyKey")
+                                 "topic, body, keys, tags, properties (or user_properties), "
+                                 "queue_id, broker_name, idempotencyKey")
             kind = f.dataType.simpleString()
+            if low in ("properties", "user_properties") and kind.startswith("struct<"):
+                _check_struct_properties(f)
+                kind = "map<string,string>"
             if kind not in _ALLOWED[low]:
                 raise ValueError(f"rocketmq sink: column {f.name} is {f.dataType.simpleString()},"
                                  f" want {' or '.join(_ALLOWED[low])}")
@@ -92,7 +159,15 @@ class SinkOptions:
             raise ValueError("rocketmq sink: a 'body' column (binary or string) is required")
         if "topic" not in names and self.topic is None:
             raise ValueError("rocketmq sink: give a 'topic' column or .option('topic', ...)")
+        if "properties" in names and "user_properties" in names:
+            raise ValueError("rocketmq sink: give properties or user_properties, not both")
         self.columns = names  # lower-case name -> the frame's name
+        self.keep_uniq_key = str(opts.get("keepuniqkey") or "false").strip().lower() == "true"
+
+    def __repr__(self) -> str:  # plans and logs never show the secret
+        return (f"SinkOptions(namesrv={self.namesrv!r}, topic={self.topic!r}, "
+                f"exactly_once={self.exactly_once}, "
+                f"accessKey={getattr(self.credentials, 'access_key', None)!r})")
 
 
 @dataclass
@@ -128,6 +203,8 @@ def _messages(batch, o: SinkOptions,
               shared: SharedKeys | None = None) -> Iterator[tuple[str, int | None, str | None, Message]]:
     cols = {low: batch.column(name).to_pylist() for low, name in o.columns.items()}
     seen: dict[str, bytes] = {}  # one batch's idempotency keys -> the first body
+    if "user_properties" in cols:
+        cols["properties"] = cols.pop("user_properties")
     n = batch.num_rows
     none = [None] * n  # a list: zip may read it once per absent column
     topics = cols.get("topic", none)
@@ -142,7 +219,7 @@ def _messages(batch, o: SinkOptions,
             raise ValueError(f"rocketmq sink: a row for {topic} has a null body")
         if isinstance(body, str):
             body = body.encode("utf-8")
-        p = dict(props) if props else {}  # Arrow maps come back as (key, value) pairs
+        p = _user_props(props, o.keep_uniq_key)  # Arrow maps come back as (key, value) pairs
         if ikey is not None:
             p[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq = uniq_key_for(topic, ikey)
             if shared is not None:
@@ -154,7 +231,8 @@ def _messages(batch, o: SinkOptions,
 
 
 async def _send_all(batches: Iterator, o: SinkOptions) -> SentCount:
-    producer = AsyncProducer(o.group, o.namesrv, timeout_s=o.timeout_s)
+    producer = AsyncProducer(o.group, o.namesrv, timeout_s=o.timeout_s,
+                             credentials=o.credentials)
     rr = itertools.count()
     inflight: set[asyncio.Task] = set()
     sent = [0, 0]
@@ -218,6 +296,108 @@ async def _send_all(batches: Iterator, o: SinkOptions) -> SentCount:
     return SentCount(sent[0], sent[1])
 
 
+@dataclass
+class HalvesSent(WriterCommitMessage):
+    """An exactly-once task's half messages (``sink_transactions``)."""
+
+    messages: int
+    sent: object  # sink_transactions.TaskHalves
+
+
+async def _send_halves(batches: Iterator, o: SinkOptions, batch: str) -> HalvesSent:
+    """Send every row as a half message, one request each (RocketMQ stores no transactional
+    batch), up to ``sendPipeline`` x 16 in flight; a failed send fails the task, whose halves
+    the decision then rolls back."""
+    from ..format.message import TRANSACTION_PREPARED_TYPE
+    from . import sink_transactions as st
+
+    task = st.new_task_uuid()
+    tag = st.make_tag(o.sink_id, batch, task)
+    out = st.TaskHalves(task, batch)
+    producer = AsyncProducer(o.group, o.namesrv, timeout_s=o.timeout_s, retries=0,
+                             credentials=o.credentials)
+    rr = itertools.count()
+    queues: dict[str, list[MessageQueue]] = {}
+    inflight: set[asyncio.Task] = set()
+    limit = o.pipeline * 16
+
+    async def pick(topic: str, qid, broker) -> MessageQueue:
+        if topic not in queues:
+            queues[topic] = sorted(await producer.queues(topic))
+        qs = queues[topic]
+        if qid is None:
+            return qs[next(rr) % len(qs)]
+        for q in qs:
+            if q.queue_id == qid and broker in (None, q.broker_name):
+                return q
+        raise ValueError(f"rocketmq sink: topic {topic} has no write queue {qid}"
+                         + (f" on broker {broker}" if broker else ""))
+
+    async def one(topic: str, mq: MessageQueue, m: Message) -> None:
+        from ..format.message import parse_message_id
+        r = await producer.send(topic, m.body, tags=m.tags, keys=m.keys,
+                                properties=st.prepared_properties(m.properties or {}, o.group,
+                                                                  tag),
+                                mq=mq, sys_flag=TRANSACTION_PREPARED_TYPE)
+        _, cl_off = parse_message_id(r.offset_msg_id)
+        out.halves.append(st.Half(topic, mq.broker_name, r.queue_offset, cl_off, r.msg_id))
+
+    try:
+        for b in batches:
+            for topic, qid, broker, m in _messages(b, o):
+                while len(inflight) >= limit:
+                    done, _ = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
+                    for t in done:
+                        inflight.discard(t)
+                        t.result()
+                mq = await pick(topic, qid, broker)
+                inflight.add(asyncio.ensure_future(one(topic, mq, m)))
+        if inflight:
+            await asyncio.gather(*inflight)
+    except BaseException:
+        for t in inflight:
+            t.cancel()
+        if out.halves:  # not needed for correctness (the check rolls them back): just sooner
+            try:
+                await st.end_halves(producer.instance, o.group, out.halves, False)
+            except Exception:
+                pass
+        raise
+    finally:
+        await producer.shutdown()
+    return HalvesSent(len(out.halves), out)
+
+
+def _run(coro):
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+def _streaming_batch_id() -> str:
+    from pyspark import TaskContext
+    tc = TaskContext.get()
+    bid = tc.getLocalProperty("streaming.sql.batchId") if tc is not None else None
+    if bid is None:
+        raise RuntimeError("rocketmq sink: no streaming batch id in the task's context")
+    return str(int(bid))
+
+
+def _settle(o: SinkOptions, batch: str, messages, decide: bool) -> None:
+    from . import sink_transactions as st
+    sent = [m.sent for m in messages if isinstance(m, HalvesSent)]
+    tasks = [t.task for t in sent] if decide else None
+    st.settle(o.state_dir, batch, sent, namesrv=o.namesrv, group=o.group,
+              credentials=o.credentials, timeout_s=o.timeout_s, decide_tasks=tasks)
+
+
+def _start_responder(o: SinkOptions) -> None:
+    from . import sink_transactions as st
+    st.ensure_responder(o.state_dir, o.group, o.namesrv, o.credentials)
+
+
 def _write(iterator, o: SinkOptions) -> SentCount:
     loop = asyncio.new_event_loop()
     try:
@@ -229,26 +409,43 @@ def _write(iterator, o: SinkOptions) -> SentCount:
 class RocketMQWriter(DataSourceArrowWriter):
     def __init__(self, options: dict, schema) -> None:
         self.o = SinkOptions(options, schema)
+        if self.o.exactly_once:
+            import uuid
+            self.batch = f"w-{uuid.uuid4().hex}"  # pickled to the tasks and to the commit
+            _start_responder(self.o)
 
-    def write(self, iterator) -> SentCount:
+    def write(self, iterator):
+        if self.o.exactly_once:
+            return _run(_send_halves(iterator, self.o, self.batch))
         return _write(iterator, self.o)
 
     def commit(self, messages) -> None:
-        pass
+        if self.o.exactly_once:
+            _settle(self.o, self.batch, messages, decide=True)
 
     def abort(self, messages) -> None:
-        pass  # sent messages stay sent: the guarantee is at least once (module doc)
+        if self.o.exactly_once:  # an empty decision: every half of this write rolls back
+            from . import sink_transactions as st
+            st.decide(self.o.state_dir, self.batch, [])
+            _settle(self.o, self.batch, messages, decide=False)
+        # at least once: sent messages stay sent (module doc)
 
 
 class RocketMQStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: dict, schema) -> None:
-        self.o = SinkOptions(options, schema)
+        self.o = SinkOptions(options, schema, streaming=True)
+        if self.o.exactly_once:
+            _start_responder(self.o)
 
-    def write(self, iterator) -> SentCount:
+    def write(self, iterator):
+        if self.o.exactly_once:
+            return _run(_send_halves(iterator, self.o, _streaming_batch_id()))
         return _write(iterator, self.o)
 
     def commit(self, messages, batchId: int) -> None:
-        pass
+        if self.o.exactly_once:
+            _settle(self.o, str(batchId), messages, decide=True)
 
     def abort(self, messages, batchId: int) -> None:
-        pass
+        if self.o.exactly_once:  # the batch runs again after a restart: decide nothing here
+            _settle(self.o, str(batchId), messages, decide=False)

@@ -103,6 +103,7 @@ class NetworkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = arrow_schema(self.columns)
         self._pinned: Offsets | None = None
         self._first: dict = {}  # (topic, key) -> oldest offset, for queues new to the query
+        self._latest_seen: Offsets | None = None  # the brokers' ends at the last trigger
 
     def _states(self):
         return run(with_client(self.o, lambda ci: queue_states(ci, self.o, missing_ok=True)))
@@ -113,7 +114,9 @@ class NetworkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         async def go(ci):
             from .network import _check_named_queues
             consumer = AsyncPullConsumer(o.group, o.namesrv, instance=ci)
+            from .network import check_topics_exist
             states, addrs = await queue_states(ci, o, missing_ok=True)
+            check_topics_exist(o, states, o.namesrv)
             _check_named_queues(o, states)
             starts = [_pick(o.starting, s.mq, s.min_offset, s.max_offset, "startingOffsets")
                       for s in states]
@@ -150,6 +153,7 @@ class NetworkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: Offsets, limit=None) -> Offsets:
         latest = self._pinned if self._pinned is not None else self._latest()
+        self._latest_seen = latest
         max_rows = None
         if isinstance(limit, ReadMaxRows):
             max_rows = limit.max_rows
@@ -158,6 +162,12 @@ class NetworkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if max_rows is not None:
             return rate_limit(start, latest, self._first, max_rows)
         return rate_limit(start, latest, self._first, 1 << 62)
+
+    def reportLatestOffset(self) -> Offsets | None:
+        """The brokers' ends (not the rate-limited end of the batch): the progress's
+        ``latestOffset``, from which ``rocketstore.spark.lag`` computes how far behind a batch
+        is (Python sources cannot fill ``sources[].metrics``)."""
+        return self._latest_seen
 
     def partitions(self, start: Offsets, end: Offsets) -> list[QueueRange]:
         ranges = []
@@ -191,3 +201,43 @@ class NetworkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def stop(self) -> None:
         pass
+
+
+def lag(progress) -> list[dict]:
+    """How far each ``rocketmq`` source of a streaming progress is behind the brokers, as
+    Kafka's source metrics: per source ``avgOffsetsBehindLatest``, ``maxOffsetsBehindLatest``,
+    ``minOffsetsBehindLatest`` and ``offsetsBehindLatest`` (the total), from its ``endOffset``
+    (where the batch stopped) and ``latestOffset`` (the brokers' ends when it was planned).
+
+        for s in rocketstore.spark.lag(query.lastProgress): print(s["maxOffsetsBehindLatest"])
+    """
+    import json as _json
+    if hasattr(progress, "json"):  # a StreamingQueryProgress
+        progress = _json.loads(progress.json)
+    out = []
+    for src in (progress or {}).get("sources") or []:
+        def load(v):
+            if isinstance(v, str):
+                try:
+                    v = _json.loads(v)
+                except ValueError:
+                    return None
+            return v if isinstance(v, dict) else None
+        end, latest = load(src.get("endOffset")), load(src.get("latestOffset"))
+        if end is None or latest is None:
+            continue
+        behind = {}
+        for t, qs in latest.items():
+            if not isinstance(qs, dict):
+                break
+            for k, hi in qs.items():
+                lo = (end.get(t) or {}).get(k, 0)
+                behind[f"{t}/{k}"] = max(0, int(hi) - int(lo))
+        if not behind:
+            continue
+        v = list(behind.values())
+        out.append({"description": src.get("description"), "offsetsBehindLatest": sum(v),
+                    "avgOffsetsBehindLatest": sum(v) / len(v),
+                    "maxOffsetsBehindLatest": max(v), "minOffsetsBehindLatest": min(v),
+                    "queues": behind})
+    return out

@@ -61,14 +61,17 @@ def _opt_int(opts: dict, name: str) -> int | None:
 
 class CommitLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict, schema) -> None:
-        self.o = ReadOptions(options)
+        self.o = ReadOptions(options, streaming=True)
         self.columns = _columns(schema)
         self.schema = arrow_schema(self.columns)
         opts = self.o.opts
         self.max_files = _opt_int(opts, "maxFilesPerTrigger")
         self.max_records = _opt_int(opts, "maxRecordsPerTrigger")
         self.max_bytes = _opt_int(opts, "maxBytesPerTrigger")
-        self.starting = str(opts.get("startingoffset", "earliest")).strip().lower()
+        if opts.get("startingoffset") and opts.get("startingoffsets"):
+            raise ValueError("give startingOffset or startingOffsets (the same option), not both")
+        self.starting = str(opts.get("startingoffset") or opts.get("startingoffsets")
+                            or "earliest").strip().lower()
         self.fail_on_data_loss = _bool(opts.get("failondataloss"), True)
         self.target: int | None = None
         self._tail: tuple[int, int] | None = None  # (segment base, verified end) from the last scan
@@ -93,6 +96,10 @@ class CommitLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             off = int(self.starting)
         except ValueError:
             raise ValueError(f"startingOffset must be earliest, latest or an offset, not {self.starting!r}")
+        confirmed = self.confirmed_offset(segs)
+        if off > confirmed:
+            raise ValueError(f"startingOffset {off} is past the end of the CommitLog of "
+                             f"{self.o.root} ({confirmed})")
         seg = next((s for s in segs if s.base <= off < s.end), None)
         if seg is not None and not record_at(seg, off):
             raise ValueError(f"startingOffset {off} is not a record boundary of {seg.path}")
@@ -169,7 +176,13 @@ class CommitLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         for buf, rec in read_range(partition, check_crc=self.o.check_crc,
                                    window_bytes=self.o.window_bytes,
                                    delay_levels_ms=self.o.delay_levels):
-            yield from to_batches(rec, buf, self.columns, self.schema)
+            yield from to_batches(rec, buf, self.columns, self.schema, self._topic_mask(rec))
+
+    def _topic_mask(self, rec):
+        if not self.o.topics:
+            return None
+        import numpy as np
+        return np.fromiter((t in self.o.topics for t in rec.topic), dtype=bool, count=len(rec))
 
     def commit(self, end: dict) -> None:
         """Nothing to acknowledge: the store's retention, not the reader, deletes segments."""

@@ -1,0 +1,366 @@
+"""The exactly-once sink's durable decisions and the process that answers the broker's checks.
+
+Theory of operation (``deliveryGuarantee=exactly-once``). Every row goes out as a RocketMQ half
+message (sysFlag PREPARED, ``TRAN_MSG=true``, ``PGROUP=<producer group>``) carrying
+``RS_SPARK_TXN = <sink id>/<batch>/<task uuid>``: the sink (its state directory), the Spark
+batch (a streaming batch id, or ``w-<uuid>`` for one ``df.write``) and the task attempt that
+sent it. A task's commit message lists its half messages. The driver's commit then
+
+1. reads ``<state>/committed/<batch>.json``; when it is absent (the batch's first commit), writes
+   it — the task uuids whose rows the batch delivers — atomically (temporary file, fsync,
+   rename, fsync of the directory): **this write is the commit point**;
+2. ends every listed half message: COMMIT when its task is in the record, else ROLLBACK.
+
+A replayed batch (a driver restarted after step 1, before Spark logged the batch as done) finds
+the record of its first run, so the new halves are rolled back and nothing is delivered twice.
+Whatever step 2 did not reach — the driver died, an END_TRANSACTION was lost, a failed task's
+halves that no commit message lists — the broker asks about with CHECK_TRANSACTION_STATE, and
+the *responder* answers from the record alone: COMMIT if the half's task is in its batch's
+record, ROLLBACK if the record exists without it, UNKNOW (ask later) while there is no record.
+An abort ends the listed halves with ROLLBACK; a ``df.write`` that aborts also records an empty
+decision, so halves of its failed tasks are rolled back too.
+
+The responder is a small detached process (``python -m rocketstore.spark.sink_transactions``)
+in the producer group, one per state directory (an ``flock`` on ``responder.lock``), started
+by the driver's writer when none runs. It follows the Spark driver named in ``owner`` (the JVM's
+pid, rewritten by every writer) and exits when that process is gone; a restarted driver starts a
+new one, which answers for the dead driver's half messages too. Credentials reach it through its
+environment, never its command line.
+
+The broker discards a half message after ``transactionCheckMax`` unanswered checks (RocketMQ:
+15, one every ``transactionCheckInterval`` = 60 s): a batch must finish within that time.
+"""
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from ..format.message import (PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_PREPARED,
+                              TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE)
+
+log = logging.getLogger(__name__)
+
+TXN_PROPERTY = "RS_SPARK_TXN"
+STATE_SUBDIR = "rocketmq-sink"  # inside a streaming query's checkpoint location
+
+
+def sink_id(state_dir: str) -> str:
+    return hashlib.md5(os.path.abspath(state_dir).encode("utf-8")).hexdigest()[:12]
+
+
+def default_group(state_dir: str) -> str:
+    return f"rocketstore_spark_eo_{sink_id(state_dir)}"
+
+
+def new_task_uuid() -> str:
+    return uuid.uuid4().hex
+
+
+def make_tag(sid: str, batch: str, task: str) -> str:
+    return f"{sid}/{batch}/{task}"
+
+
+def parse_tag(tag: str) -> tuple[str, str, str] | None:
+    parts = (tag or "").split("/")
+    return (parts[0], parts[1], parts[2]) if len(parts) == 3 and all(parts) else None
+
+
+# -- the durable record ------------------------------------------------------------------------
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def record_path(state_dir: str, batch: str) -> str:
+    return os.path.join(state_dir, "committed", f"{batch}.json")
+
+
+def read_decision(state_dir: str, batch: str) -> frozenset[str] | None:
+    """The task uuids batch ``batch`` delivers; None when the batch is not decided yet."""
+    try:
+        with open(record_path(state_dir, batch), "rb") as f:
+            return frozenset(json.loads(f.read().decode("utf-8"))["tasks"])
+    except FileNotFoundError:
+        return None
+
+
+def decide(state_dir: str, batch: str, tasks: list[str]) -> frozenset[str]:
+    """Record ``tasks`` as batch ``batch``'s delivered tasks unless a decision exists; the
+    decision in force (an earlier one wins: a replayed batch delivers nothing new)."""
+    done = read_decision(state_dir, batch)
+    if done is not None:
+        return done
+    d = os.path.join(state_dir, "committed")
+    os.makedirs(d, exist_ok=True)
+    final = record_path(state_dir, batch)
+    tmp = f"{final}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(json.dumps({"tasks": sorted(set(tasks)), "time": int(time.time() * 1000)})
+                .encode("utf-8"))
+        f.flush()
+        os.fsync(f.fileno())
+    try:  # link, not rename: if another commit of the batch won the race, its decision stands
+        os.link(tmp, final)
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp)
+    _fsync_dir(d)
+    return read_decision(state_dir, batch) or frozenset()
+
+
+# -- what a task sent, and how the driver ends it ----------------------------------------------
+
+@dataclass
+class Half:
+    """One half message: enough to end it (END_TRANSACTION) from the driver."""
+
+    topic: str
+    broker: str
+    queue_offset: int  # in RMQ_SYS_TRANS_HALF_TOPIC: END_TRANSACTION's tranStateTableOffset
+    commitlog_offset: int
+    msg_id: str
+
+
+@dataclass
+class TaskHalves:
+    task: str
+    batch: str
+    halves: list[Half] = field(default_factory=list)
+
+
+def prepared_properties(props: dict, group: str, tag: str) -> dict:
+    p = dict(props)
+    p[PROPERTY_TRANSACTION_PREPARED] = "true"
+    p[PROPERTY_PRODUCER_GROUP] = group
+    p[TXN_PROPERTY] = tag
+    return p
+
+
+async def end_halves(ci, group: str, halves: list[Half], commit: bool,
+                     concurrency: int = 128) -> int:
+    """END_TRANSACTION for each half; how many the broker did not acknowledge (its check
+    settles those from the record)."""
+    from ..remoting.codes import RequestCode
+
+    sem = asyncio.Semaphore(concurrency)
+    addrs: dict[tuple[str, str], str] = {}
+    failed = 0
+
+    async def addr_of(h: Half) -> str:
+        key = (h.topic, h.broker)
+        if key not in addrs:
+            r = await ci.route(h.topic)
+            if h.broker not in r.brokers:
+                r = await ci.route(h.topic, refresh=True)
+            addrs[key] = r.brokers[h.broker]
+        return addrs[key]
+
+    async def one(h: Half) -> None:
+        nonlocal failed
+        header = {"producerGroup": group, "tranStateTableOffset": h.queue_offset,
+                  "commitLogOffset": h.commitlog_offset,
+                  "commitOrRollback": TRANSACTION_COMMIT_TYPE if commit
+                  else TRANSACTION_ROLLBACK_TYPE,
+                  "fromTransactionCheck": False, "msgId": h.msg_id, "transactionId": h.msg_id}
+        async with sem:
+            try:
+                await ci.invoke(await addr_of(h), RequestCode.END_TRANSACTION, header)
+            except Exception as exc:  # the broker's check asks again; the record answers
+                failed += 1
+                log.warning("END_TRANSACTION %s of %s on %s: %s",
+                            "COMMIT" if commit else "ROLLBACK", h.msg_id, h.broker, exc)
+
+    await asyncio.gather(*(one(h) for h in halves))
+    return failed
+
+
+def settle(state_dir: str, batch: str, sent: list[TaskHalves], *, namesrv: str, group: str,
+           credentials, timeout_s: float, decide_tasks: list[str] | None) -> frozenset[str]:
+    """Step 1 (when ``decide_tasks`` is given) and step 2 of the module doc."""
+    from ..client import ClientInstance
+    from .network import run
+
+    _fault("sent", batch)
+    decided = (decide(state_dir, batch, decide_tasks) if decide_tasks is not None
+               else read_decision(state_dir, batch) or frozenset())
+    _fault("decided", batch)
+    commit = [h for t in sent for h in t.halves if t.task in decided]
+    rollback = [h for t in sent for h in t.halves if t.task not in decided]
+
+    async def go():
+        ci = ClientInstance(namesrv, timeout_s=timeout_s, credentials=credentials)
+        try:
+            await end_halves(ci, group, commit, True)
+            await end_halves(ci, group, rollback, False)
+        finally:
+            ci.close()
+    if commit or rollback:
+        run(go())
+    return decided
+
+
+def _fault(point: str, batch: str) -> None:
+    """Crash tests: ``ROCKETSTORE_SPARK_EO_KILL_AT=decided:3`` SIGKILLs the whole driver
+    (its process group) right after batch 3's decision (``sent:3``: before it)."""
+    if os.environ.get("ROCKETSTORE_SPARK_EO_KILL_AT") == f"{point}:{batch}":
+        import signal
+        os.killpg(os.getpgid(driver_pid()), signal.SIGKILL)
+
+
+# -- the responder -------------------------------------------------------------------------------
+
+def answer(state_dir: str, sid: str, tag: str | None):
+    """The check answer for a half message carrying ``tag`` (see module doc)."""
+    from ..client import LocalTransactionState as S
+    parsed = parse_tag(tag or "")
+    if parsed is None or parsed[0] != sid:
+        return S.UNKNOW  # not this sink's
+    decided = read_decision(state_dir, parsed[1])
+    if decided is None:
+        return S.UNKNOW
+    return S.COMMIT_MESSAGE if parsed[2] in decided else S.ROLLBACK_MESSAGE
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie (killed, not yet reaped) counts as gone
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return True
+
+
+def driver_pid() -> int:
+    """The Spark driver's JVM: the nearest ``java`` ancestor of this Python worker (else the
+    parent)."""
+    pid = os.getpid()
+    for _ in range(16):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            break
+        comm = stat[stat.index(b"(") + 1:stat.rindex(b")")]
+        if comm == b"java":
+            return pid
+        ppid = int(stat.rsplit(b")", 1)[1].split()[1])
+        if ppid <= 1:
+            break
+        pid = ppid
+    return os.getppid()
+
+
+def _write_atomic(path: str, text: str) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _owner(state_dir: str) -> int:
+    try:
+        with open(os.path.join(state_dir, "owner")) as f:
+            return int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def ensure_responder(state_dir: str, group: str, namesrv: str, credentials) -> None:
+    """Make sure a responder serves ``state_dir`` for as long as this driver lives."""
+    os.makedirs(state_dir, exist_ok=True)
+    _write_atomic(os.path.join(state_dir, "owner"), str(driver_pid()))
+    lock = os.path.join(state_dir, "responder.lock")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return  # one runs; it follows ``owner``
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+    env = dict(os.environ)
+    env.pop("ROCKETMQ_ACCESS_KEY", None)
+    env.pop("ROCKETMQ_SECRET_KEY", None)
+    if credentials is not None:
+        env["ROCKETMQ_ACCESS_KEY"] = credentials.access_key
+        env["ROCKETMQ_SECRET_KEY"] = credentials.secret_key
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    logf = open(os.path.join(state_dir, "responder.log"), "ab")
+    try:
+        subprocess.Popen([sys.executable, "-m", "rocketstore.spark.sink_transactions",
+                          state_dir, group, namesrv], env=env, stdin=subprocess.DEVNULL,
+                         stdout=logf, stderr=logf, start_new_session=True, close_fds=True)
+    finally:
+        logf.close()
+
+
+async def _respond(state_dir: str, group: str, namesrv: str, fd: int) -> None:
+    from ..client import SessionCredentials
+    from ..client.transaction import AsyncTransactionProducer
+    sid = sink_id(state_dir)
+
+    def check(msg):
+        state = answer(state_dir, sid, msg.properties.get(TXN_PROPERTY))
+        log.info("check %s %s: %s", msg.uniq_key, msg.properties.get(TXN_PROPERTY), state.value)
+        return state
+
+    p = AsyncTransactionProducer(group, namesrv, check_listener=check, heartbeat_interval_s=5.0,
+                                 credentials=SessionCredentials.from_env())
+    await p.start()
+    log.info("responder for %s (group %s) up", state_dir, group)
+    try:
+        while True:
+            await asyncio.sleep(0.5)
+            if _alive(_owner(state_dir)):
+                continue
+            fcntl.flock(fd, fcntl.LOCK_UN)  # see ensure_responder: release, then look again
+            if not _alive(_owner(state_dir)):
+                break
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                break  # a new responder has taken over
+    finally:
+        await p.shutdown()
+        log.info("responder for %s down", state_dir)
+
+
+def main(argv: list[str]) -> int:
+    state_dir, group, namesrv = argv
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    fd = os.open(os.path.join(state_dir, "responder.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return 0  # another responder serves this directory
+            time.sleep(0.2)
+    asyncio.run(_respond(state_dir, group, namesrv, fd))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
