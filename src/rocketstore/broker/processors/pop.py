@@ -245,24 +245,33 @@ def _ack_one(ctx: PopContext, group: str, topic: str, rh: ReceiptHandle, offset:
     return True
 
 
-async def ack(ctx: PopContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+async def _handled(ctx: PopContext, cmd: RemotingCommand, for_ack: bool
+                   ) -> tuple[str, str, int, ReceiptHandle] | RemotingCommand:
+    """The (group, topic, offset, receipt handle of the named queue) an ACK_MESSAGE or
+    CHANGE_MESSAGE_INVISIBLETIME names, or RocketMQ's refusal of it."""
     group = cmd.require_str("consumerGroup")
     topic = cmd.require_str("topic")
     queue_id = cmd.require_int("queueId")
     offset = cmd.require_int("offset")
-    extra = cmd.require_str("extraInfo")
     try:
-        rh = ReceiptHandle.decode(extra)
+        rh = ReceiptHandle.decode(cmd.require_str("extraInfo"))
     except ValueError as exc:
         return cmd.response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
     stored = _stored_topic(topic, group, rh)
     refused = _check_queue(ctx, cmd, stored, queue_id, ResponseCode.MESSAGE_ILLEGAL)
     if refused is not None:
         return refused
-    refused = await ctx.run(_offset_refusal, ctx, cmd, stored, queue_id, offset, True)
+    refused = await ctx.run(_offset_refusal, ctx, cmd, stored, queue_id, offset, for_ack)
     if refused is not None:
         return refused
-    rh = dataclasses.replace(rh, queue_id=queue_id)
+    return group, topic, offset, dataclasses.replace(rh, queue_id=queue_id)
+
+
+async def ack(ctx: PopContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    named = await _handled(ctx, cmd, True)
+    if isinstance(named, RemotingCommand):
+        return named
+    group, topic, offset, rh = named
     await ctx.run(_ack_one, ctx, group, topic, rh, offset)
     return cmd.response(ResponseCode.SUCCESS)
 
@@ -331,24 +340,11 @@ def _change(ctx: PopContext, group: str, topic: str, rh: ReceiptHandle, offset: 
 
 
 async def change_invisible(ctx: PopContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-    group = cmd.require_str("consumerGroup")
-    topic = cmd.require_str("topic")
-    queue_id = cmd.require_int("queueId")
-    offset = cmd.require_int("offset")
     invisible = cmd.require_int("invisibleTime")
-    extra = cmd.require_str("extraInfo")
-    try:
-        rh = ReceiptHandle.decode(extra)
-    except ValueError as exc:
-        return cmd.response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
-    stored = _stored_topic(topic, group, rh)
-    refused = _check_queue(ctx, cmd, stored, queue_id, ResponseCode.MESSAGE_ILLEGAL)
-    if refused is not None:
-        return refused
-    refused = await ctx.run(_offset_refusal, ctx, cmd, stored, queue_id, offset, False)
-    if refused is not None:
-        return refused
-    rh = dataclasses.replace(rh, queue_id=queue_id)
+    named = await _handled(ctx, cmd, False)
+    if isinstance(named, RemotingCommand):
+        return named
+    group, topic, offset, rh = named
     pop_time, shown = await ctx.run(_change, ctx, group, topic, rh, offset, invisible)
     return cmd.response(ResponseCode.SUCCESS, {"popTime": pop_time, "invisibleTime": shown,
                                                "reviveQid": rh.revive_queue_id})
