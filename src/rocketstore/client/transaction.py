@@ -52,6 +52,13 @@ from .producer import AsyncProducer, SendResult, build_properties
 log = logging.getLogger(__name__)
 
 
+async def end_transaction_at(instance: ClientInstance, addr: str, header: dict) -> None:
+    """One END_TRANSACTION to the broker at ``addr``; ``header`` holds RocketMQ's
+    EndTransactionRequestHeader fields (producerGroup, tranStateTableOffset, commitLogOffset,
+    commitOrRollback, fromTransactionCheck, msgId, transactionId)."""
+    await instance.invoke(addr, RequestCode.END_TRANSACTION, header)
+
+
 class LocalTransactionState(enum.Enum):
     """RocketMQ's names, ``UNKNOW`` included."""
 
@@ -200,7 +207,7 @@ class AsyncTransactionProducer:
                   "fromTransactionCheck": False, "msgId": r.msg_id, "transactionId": r.msg_id}
         addr = await self.instance.broker_addr(r.message_queue)
         try:
-            await self.instance.invoke(addr, RequestCode.END_TRANSACTION, header)
+            await end_transaction_at(self.instance, addr, header)
         except Exception as exc:  # the broker's check asks again later
             log.warning("END_TRANSACTION %s of %s: %s", state.value, r.msg_id, exc)
             return str(exc)

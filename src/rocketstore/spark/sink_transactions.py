@@ -154,7 +154,7 @@ async def end_halves(ci, group: str, halves: list[Half], commit: bool,
                      concurrency: int = 128) -> int:
     """END_TRANSACTION for each half; how many the broker did not acknowledge (its check
     settles those from the record)."""
-    from ..remoting.codes import RequestCode
+    from ..client.transaction import end_transaction_at
 
     sem = asyncio.Semaphore(concurrency)
     addrs: dict[tuple[str, str], str] = {}
@@ -178,7 +178,7 @@ async def end_halves(ci, group: str, halves: list[Half], commit: bool,
                   "fromTransactionCheck": False, "msgId": h.msg_id, "transactionId": h.msg_id}
         async with sem:
             try:
-                await ci.invoke(await addr_of(h), RequestCode.END_TRANSACTION, header)
+                await end_transaction_at(ci, await addr_of(h), header)
             except Exception as exc:  # the broker's check asks again; the record answers
                 failed += 1
                 log.warning("END_TRANSACTION %s of %s on %s: %s",
