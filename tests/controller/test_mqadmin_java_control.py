@@ -54,6 +54,11 @@ def scenario(home: str, ns: str, ctl: str, tmp: str, procs: list) -> dict[str, s
     out["getBrokerEpoch"] = "\n\n".join(sorted(b.strip() for b in re.split(r"\n\s*\n", epochs) if b.strip()))
     out["electMaster"] = _named(mqadmin(home, "electMaster", "-a", ctl, "-c", "DefaultCluster",
                                         "-bn", BN, "-b", "2"), names)
+    # the old master comes back as a slave and rejoins the SyncStateSet once it has caught up;
+    # read the set when that has happened (how soon differs run to run, on either controller)
+    wait_for(lambda: sync_state(ctl).get("masterBrokerId") == 2
+             and len(sync_state(ctl).get("inSyncReplicas", [])) == 2, 60,
+             "the old master back in the SyncStateSet", 0.5)
     out["getSyncStateSet after"] = _named(mqadmin(home, "getSyncStateSet", "-a", ctl, "-b", BN), names)
     out["cleanBrokerMetadata of a living broker"] = _named(mqadmin(
         home, "cleanBrokerMetadata", "-a", ctl, "-bn", BN, "-c", "DefaultCluster", "-b", "1"), names)
