@@ -2,9 +2,11 @@
 and showing its messages."""
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
+import signal
 import sys
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -26,6 +28,16 @@ def broker_message(exc: Exception) -> str:
         return (f"{name} does not exist (the name server has no route for it; "
                 "create it with `rocketstore updatetopic` or by sending to it)")
     return str(exc)
+
+
+async def until_signalled() -> None:
+    """Wait until SIGTERM or SIGINT: how a server command (namesrv, controller) stays up; the
+    caller closes its servers after."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")

@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import signal
 import sys
 
 import click
+
+from ._common import until_signalled
 
 
 async def _run(cfg, as_json: bool) -> None:
@@ -38,12 +39,8 @@ async def _run(cfg, as_json: bool) -> None:
                else f"rocketstore controller on {addr}, {groups} broker group(s) from "
                     f"{cfg.controllerStorePath} (Ctrl-C to stop)")
     sys.stdout.flush()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        await until_signalled()
     finally:
         await running.close()
     click.echo(json.dumps({"event": "stopped"}) if as_json else "stopped cleanly")

@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import signal
 import sys
 
 import click
+
+from ._common import until_signalled
 
 
 class _NoBroker:
@@ -82,12 +83,8 @@ async def _run(host: str, port: int, as_json: bool, kv_config_path: str,
                     + (f", controller on {ctl.address}" if ctl is not None else "")
                     + " (Ctrl-C to stop)")
     sys.stdout.flush()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        await until_signalled()
     finally:
         srv.stop_accepting()
         await srv.close()
