@@ -224,6 +224,8 @@ class StoreConfig:
 
 TIERED_MESSAGE_STORE = "org.apache.rocketmq.tieredstore.TieredMessageStore"
 POSIX_PROVIDER = "org.apache.rocketmq.tieredstore.provider.PosixFileSegment"
+# tieredStorageLevel, by RocketMQ's number too (TieredStorageLevel.valueOf(int))
+STORAGE_LEVELS = ("DISABLE", "NOT_IN_DISK", "NOT_IN_MEM", "FORCE")
 
 
 @dataclass
@@ -245,6 +247,9 @@ class TierConfig:
     group_commit_timeout: int = 30_000  # ms: a queue's pending messages go up at least this often
     group_commit_count: int = 4096
     group_commit_size: int = 4 << 20
+    index_max_hash_slot_num: int = 5_000_000  # tieredStoreIndexFileMaxHashSlotNum
+    index_max_index_num: int = 20_000_000  # tieredStoreIndexFileMaxIndexNum
+    index_rolling_idle_interval: int = 3 * 3600 * 1000  # ms, tieredStoreIndexFileRollingIdleInterval
     object_store_endpoint: str = ""
     object_store_bucket: str = ""
     object_store_access_key: str = field(default="", repr=False)
@@ -260,6 +265,9 @@ class TierConfig:
         "tieredStoreGroupCommitTimeout": "group_commit_timeout",
         "tieredStoreGroupCommitCount": "group_commit_count",
         "tieredStoreGroupCommitSize": "group_commit_size",
+        "tieredStoreIndexFileMaxHashSlotNum": "index_max_hash_slot_num",
+        "tieredStoreIndexFileMaxIndexNum": "index_max_index_num",
+        "tieredStoreIndexFileRollingIdleInterval": "index_rolling_idle_interval",
         "objectStoreEndpoint": "object_store_endpoint", "objectStoreBucket": "object_store_bucket",
         "objectStoreAccessKey": "object_store_access_key",
         "objectStoreSecretKey": "object_store_secret_key", "objectStoreRegion": "object_store_region",
@@ -275,6 +283,12 @@ class TierConfig:
             raise ValueError("objectStoreBucket is required for the s3 tier")
         if self.commitlog_max_size <= 0 or self.consume_queue_max_size < 20:
             raise ValueError("tier file sizes must be positive")
+        if self.storage_level not in STORAGE_LEVELS:
+            raise ValueError(f"tieredStorageLevel must be one of {', '.join(STORAGE_LEVELS)}, "
+                             f"not {self.storage_level!r}")
+        if self.index_max_hash_slot_num <= 0 or self.index_max_index_num <= 1:
+            raise ValueError("tieredStoreIndexFileMaxHashSlotNum and tieredStoreIndexFileMaxIndexNum "
+                             "must be positive")
 
     @classmethod
     def from_conf(cls, conf: dict[str, str]) -> "TierConfig":
@@ -283,6 +297,9 @@ class TierConfig:
         for key, name in cls._KEYS.items():
             if key in conf:
                 values[name] = int(conf[key]) if types[name] in (int, "int") else conf[key].strip()
+        level = str(values.get("storage_level", "NOT_IN_DISK"))
+        if level.isdigit():  # RocketMQ accepts the level's number as well
+            values["storage_level"] = STORAGE_LEVELS[int(level)] if int(level) < 4 else "DISABLE"
         provider = conf.get("tieredBackendServiceProvider", POSIX_PROVIDER).strip()
         if provider in (POSIX_PROVIDER, "posix"):
             values["backend"] = "posix"

@@ -156,15 +156,30 @@ class MessageStore:
             return GetMessageResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
         ext = self.cq_ext.find(topic, queue_id) if self.cq_ext is not None else None
         cq = self.cq_table.find(topic, queue_id)
+        # the tier answers as tieredStorageLevel says (RocketMQ's fetchFromCurrentStore)
+        level = self.tier.level if self.tier is not None and message_filter is None else "DISABLE"
+        if level == "FORCE" or (level == "NOT_IN_MEM" and not self._in_mem(cq, offset)):
+            tiered = self.tier.get_message(topic, queue_id, offset, max_msgs, subscription, decode,
+                                           cq.max_offset_in_queue() if cq is not None else 0)
+            if tiered is not None:
+                return tiered
         result = read_path.get_message(self.cfg, self.commitlog, cq, offset, max_msgs,
                                        subscription, decode, ext=ext, message_filter=message_filter)
-        if self.tier is not None and message_filter is None and result.status in _TIER_FALLS:
+        if level != "DISABLE" and result.status in _TIER_FALLS:
             # the local CommitLog no longer holds it: the tier may (store.tier.service)
             tiered = self.tier.get_message(topic, queue_id, offset, max_msgs, subscription, decode,
                                            cq.max_offset_in_queue() if cq is not None else 0)
             if tiered is not None:
                 return tiered
         return result
+
+    def _in_mem(self, cq, offset: int) -> bool:
+        """RocketMQ's ``checkInMemByConsumeOffset``, as our read path judges memory: the
+        record is local and within the share of RAM the page cache keeps."""
+        u = cq.unit(offset) if cq is not None else None
+        if u is None or u[0] < self.commitlog.min_offset():
+            return False
+        return not read_path.in_disk(self.cfg, u[0], self.commitlog.max_offset())
 
     def set_filter_bitmap_source(self, source) -> None:
         """Compute a SQL92 bitmap per message from now on (``enableCalcFilterBitMap``); the
@@ -187,9 +202,17 @@ class MessageStore:
         self._check_open()
         if self.index_service is None:
             raise StoreError("message index is disabled (message_index_enable=False)")
-        return self.index_service.query_message(topic, key, max_num, begin,
-                                                (1 << 63) - 1 if end is None else end,
-                                                self.commitlog.look_message)
+        end = (1 << 63) - 1 if end is None else end
+        result = self.index_service.query_message(topic, key, max_num, begin, end,
+                                                  self.commitlog.look_message)
+        if self.tier is not None and self.tier.level != "DISABLE" and len(result.messages) < max_num:
+            # the tier's INDEX flat file: keys whose local copy is gone (one per queue offset)
+            have = {(m.queue_id, m.queue_offset) for m in result.messages}
+            for m in self.tier.query_message(topic, key, max_num, begin, end):
+                if (m.queue_id, m.queue_offset) not in have and len(result.messages) < max_num:
+                    have.add((m.queue_id, m.queue_offset))
+                    result.messages.append(m)
+        return result
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         cq = self.cq_table.find(topic, queue_id)
@@ -199,7 +222,8 @@ class MessageStore:
         """The first offset a pull can read: the tier's when it reaches further back."""
         cq = self.cq_table.find(topic, queue_id)
         local = cq.min_offset_in_queue() if cq else 0
-        held = self.tier.bounds(topic, queue_id) if self.tier is not None else None
+        held = self.tier.bounds(topic, queue_id) \
+            if self.tier is not None and self.tier.level != "DISABLE" else None
         return min(local, held[0]) if held is not None else local
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:

@@ -50,7 +50,8 @@ def verify_queue(fq: FlatQueue) -> list[str]:
         return problems
     if fq.cq.min_offset % layout.CQ_UNIT or fq.cq.end % layout.CQ_UNIT:
         problems.append(f"{fq.path} CONSUME_QUEUE: a torn unit (ends at byte {fq.cq.end})")
-    start = fq.cq.min_offset
+    fq.refresh_head()  # units before the head point at records retention deleted
+    start = fq.min_offset * layout.CQ_UNIT
     cq = fq.cq.read(start, fq.cq.end - start)
     cl_base = fq.commitlog.min_offset if fq.commitlog.segs else 0
     cl = fq.commitlog.read(cl_base, max(0, fq.commitlog.end - cl_base))
@@ -91,6 +92,7 @@ def tier_report(tcfg, backend=None, *, verify: bool = False) -> dict:
         else:
             fq.commitlog.load()
             fq.cq.load()
+            fq.refresh_head()
             found = []
         problems += found
         queues.append({"topic": topic, "queueId": qid, "minOffset": fq.min_offset,

@@ -132,12 +132,82 @@ class FlatQueue:
         self.lock = threading.Lock()
         self.first_ts = 0
         self.last_ts = 0
+        self._head: int | None = None  # first queue offset whose record is still held
+
 
     # -- offsets ------------------------------------------------------------------------------
     @property
     def min_offset(self) -> int:
-        """The first queue offset held, -1 when the queue has nothing yet."""
-        return self.cq.min_offset // layout.CQ_UNIT if self.cq.segs else -1
+        """The first queue offset held (whose record is still in the COMMIT_LOG), -1 when the
+        queue has nothing yet."""
+        if not self.cq.segs:
+            return -1
+        first = self.cq.min_offset // layout.CQ_UNIT
+        return first if self._head is None else max(first, self._head)
+
+    def _unit(self, qo: int) -> tuple[int, int, int] | None:
+        raw = self.cq.read(qo * layout.CQ_UNIT, layout.CQ_UNIT)
+        return _UNIT.unpack(raw) if len(raw) == layout.CQ_UNIT else None
+
+    def _first_unit_at_or_after(self, phy: int) -> int:
+        """The first queue offset whose unit points at ``phy`` or later (units ascend)."""
+        lo, hi = self.cq.min_offset // layout.CQ_UNIT, self.cq.end // layout.CQ_UNIT
+        while lo < hi:
+            mid = (lo + hi) // 2
+            u = self._unit(mid)
+            if u is not None and u[0] >= phy:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def refresh_head(self) -> None:
+        """After segments went (retention, or a crash between deleting the COMMIT_LOG's and the
+        CONSUME_QUEUE's): skip the units whose records are gone."""
+        self._head = None
+        if not self.cq.segs or not self.commitlog.segs:
+            return
+        first = self._unit(self.cq.min_offset // layout.CQ_UNIT)
+        if first is not None and first[0] < self.commitlog.min_offset:
+            self._head = self._first_unit_at_or_after(self.commitlog.min_offset)
+
+    def _newest_timestamp(self, seg: Seg) -> int | None:
+        """The store time of the last record starting in COMMIT_LOG segment ``seg``."""
+        from ...format.message import decode_message
+        qo = self._first_unit_at_or_after(seg.end) - 1
+        u = self._unit(qo) if qo >= self.cq.min_offset // layout.CQ_UNIT else None
+        if u is None or not seg.base <= u[0] < seg.end:
+            return None
+        rec = self.commitlog.read(u[0], u[1])
+        try:
+            return decode_message(rec, 0, with_body=False).store_timestamp
+        except Exception:  # noqa: BLE001 - an unreadable record is kept, never guessed at
+            return None
+
+    def expire(self, before_ms: int) -> tuple[int, int]:
+        """RocketMQ's ``destroyExpiredFile``: from the head, delete COMMIT_LOG segments whose
+        newest record was stored before ``before_ms`` (never the segment being written), then
+        the CONSUME_QUEUE segments whose units all point at deleted records. Returns the
+        segments deleted (COMMIT_LOG, CONSUME_QUEUE)."""
+        with self.lock:
+            n_cl = n_cq = 0
+            cl = self.commitlog
+            while len(cl.segs) > 1:
+                ts = self._newest_timestamp(cl.segs[0])
+                if ts is None or ts >= before_ms:
+                    break
+                cl.backend.delete(cl.key(cl.segs[0].base))
+                cl.segs.pop(0)
+                n_cl += 1
+            while len(self.cq.segs) > 1 and cl.segs:
+                last = self._unit((self.cq.segs[0].end - layout.CQ_UNIT) // layout.CQ_UNIT)
+                if last is None or last[0] >= cl.min_offset:
+                    break
+                self.cq.backend.delete(self.cq.key(self.cq.segs[0].base))
+                self.cq.segs.pop(0)
+                n_cq += 1
+            self.refresh_head()
+            return n_cl, n_cq
 
     @property
     def max_offset(self) -> int:
@@ -170,6 +240,7 @@ class FlatQueue:
             self.cq.cut(good)
         if cut[0] and self.commitlog.segs:
             self.commitlog.cut(cl_keep)
+        self.refresh_head()
         return cut
 
     def init(self, queue_offset: int) -> None:
@@ -177,10 +248,12 @@ class FlatQueue:
         self.cq.init(queue_offset * layout.CQ_UNIT)
 
     # -- write --------------------------------------------------------------------------------
-    def append(self, queue_offset: int, records: list[bytes], tags: list[int]) -> None:
-        """Append the records of queue offsets ``queue_offset ..`` (must be ``max_offset``)."""
+    def append(self, queue_offset: int, records: list[bytes], tags: list[int]) -> list[tuple[int, bytes]]:
+        """Append the records of queue offsets ``queue_offset ..`` (must be ``max_offset``).
+        Returns each record as written (PHYSICALOFFSET rewritten) with its flat offset."""
         if not records:
-            return
+            return []
+        written: list[tuple[int, bytes]] = []
         with self.lock:
             if self.max_offset != queue_offset:
                 raise ValueError(f"{self.path}: tier holds up to {self.max_offset}, "
@@ -200,6 +273,7 @@ class FlatQueue:
                     cl.segs.append(Seg(cl.end, 0))
                     pos = cl.end
                 rec = rewrite_physical_offset(rec, pos)
+                written.append((pos, rec))
                 chunk.append(rec)
                 units.append(_UNIT.pack(pos, len(rec), tag))
                 pos += len(rec)
@@ -215,6 +289,7 @@ class FlatQueue:
                     room = per
                 self.cq.append(data[:room])
                 data = data[room:]
+        return written
 
     # -- read ---------------------------------------------------------------------------------
     def units(self, queue_offset: int, count: int) -> list[tuple[int, int, int]]:

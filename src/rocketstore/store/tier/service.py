@@ -28,11 +28,13 @@ from ..results import GetMessageResult, GetStatus
 from . import layout
 from .backend import Backend, open_backend
 from .flat import FlatQueue
+from .index import TierIndex
 
 log = logging.getLogger(__name__)
 
 SYSTEM_PREFIXES = ("rmq_sys_", "RMQ_SYS_", "SCHEDULE_TOPIC_XXXX", "%RETRY%", "%DLQ%")
 READ_BATCH = 1024  # local units read at a time
+CLEAN_INTERVAL = 60.0  # s between retention passes (RocketMQ's is a minute too)
 
 
 def tiered_topic(topic: str) -> bool:
@@ -88,6 +90,9 @@ class TierService:
         self.lock = threading.Lock()  # one upload round at a time
         self.last_error: str | None = None
         self.cut_on_recover: dict[str, tuple[int, int]] = {}
+        self.index = TierIndex(self.backend, self.cluster, self.broker, store_root, tcfg)
+        self.expired = {"COMMIT_LOG": 0, "CONSUME_QUEUE": 0, "INDEX": 0}  # deleted by retention
+        self._last_clean = time.monotonic()
         self._stop = False
         self._location_written = False
         self._thread: threading.Thread | None = None
@@ -108,6 +113,9 @@ class TierService:
                 log.warning("tier %s: cut a torn tail of %d COMMIT_LOG and %d CONSUME_QUEUE bytes",
                             fq.path, *cut)
                 self.cut_on_recover[fq.path] = cut
+        self.index.load()
+        for (topic, _qid), fq in sorted(self.queues.items()):
+            self.index.catch_up(fq, self.topic_ids[topic])
         for cq in self.cq_table:  # whatever the local queues hold beyond the tier is pending
             if tiered_topic(cq.topic):
                 self.grown[(cq.topic, cq.queue_id)] = 1
@@ -180,9 +188,55 @@ class TierService:
                     self.grown[key] = self.grown.get(key, 0) + count
                     raise
                 self.last_upload[key] = now
-            if total:
+            changed = bool(total)
+            if self.index.due():
+                changed |= self.index.seal() is not None
+            if self._retention_due(now):
+                changed |= self.clean_expired() > 0
+            if changed:
                 self.write_metadata()
             return total
+
+    def _retention_due(self, now: float) -> bool:
+        if now - self._last_clean < CLEAN_INTERVAL:
+            return False
+        self._last_clean = now
+        return True
+
+    def clean_expired(self, now_ms: int | None = None) -> int:
+        """``tieredStoreFileReservedTime``: delete the segments (and so their metadata) whose
+        newest message is older than that many hours (``FlatQueue.expire``,
+        ``TierIndex.expire``). Returns the segments deleted."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        before = now_ms - self.tcfg.file_reserved_time * 3_600_000
+        n = 0
+        for fq in list(self.queues.values()):
+            cl, cq = fq.expire(before)
+            if cl or cq:
+                log.info("tier %s: retention deleted %d COMMIT_LOG and %d CONSUME_QUEUE "
+                         "segment(s); the queue now starts at %d", fq.path, cl, cq, fq.min_offset)
+            self.expired["COMMIT_LOG"] += cl
+            self.expired["CONSUME_QUEUE"] += cq
+            n += cl + cq
+        ix = self.index.expire(before)
+        self.expired["INDEX"] += ix
+        return n + ix
+
+    def clean_now(self, now_ms: int | None = None) -> int:
+        """One retention pass now, the metadata rewritten after it."""
+        with self.lock:
+            n = self.clean_expired(now_ms)
+            if n:
+                self.write_metadata()
+            return n
+
+    def seal_index(self) -> bool:
+        """Upload the pending INDEX items now (RocketMQ rolls on size or idle time)."""
+        with self.lock:
+            sealed = self.index.seal() is not None
+            if sealed:
+                self.write_metadata()
+            return sealed
 
     def upload_queue(self, topic: str, qid: int) -> int:
         cq = self.cq_table.find(topic, qid)
@@ -214,7 +268,8 @@ class TierService:
                 log.error("tier %s: the record of queue offset %d is not in the local CommitLog",
                           fq.path, at)
                 break
-            fq.append(at, records, tags)
+            written = fq.append(at, records, tags)
+            self.index.add(fq, self.topic_ids[topic], written)
             at += len(records)
             sent += len(records)
             if len(records) < len(units):
@@ -231,6 +286,7 @@ class TierService:
                 for i, s in enumerate(ff.segs):
                     segs.append(layout.SegmentInfo(fq.path, ff.file_type, s.base, s.size,
                                                    sealed=i < len(ff.segs) - 1))
+        segs += self.index.segment_infos()
         doc = layout.metadata_json(self.broker, self.topic_ids, queues, segs,
                                    int(time.time() * 1000))
         os.makedirs(os.path.dirname(self.metadata_path), exist_ok=True)
@@ -290,9 +346,51 @@ class TierService:
             result.next_begin_offset = offset + units.index(last) + 1
         return result
 
+    # -- storage level (RocketMQ's TieredMessageStore.fetchFromCurrentStore) -------------------
+    @property
+    def level(self) -> str:
+        return self.tcfg.storage_level
+
+    def holds(self, topic: str, qid: int, offset: int) -> bool:
+        fq = self.queues.get((topic, qid))
+        return fq is not None and fq.min_offset <= offset < fq.max_offset
+
+    # -- query by key -------------------------------------------------------------------------
+    def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list:
+        """Messages of ``topic`` whose UNIQ_KEY or one of KEYS is ``key``, from the INDEX flat
+        file; each read from the flat COMMIT_LOG and checked, one per queue offset."""
+        tid = self.topic_ids.get(topic)
+        out: list = []
+        if tid is None or max_num <= 0:
+            return out
+        seen: set[tuple[int, int]] = set()
+        # an item keeps its time to the second below: widen the window, check the record's own
+        for it in self.index.candidates(topic, key, begin - 999, end):
+            if it.topic_id != tid or (it.queue_id, it.offset) in seen:
+                continue
+            seen.add((it.queue_id, it.offset))
+            fq = self.queues.get((topic, it.queue_id))
+            if fq is None:
+                continue
+            rec = fq.commitlog.read(it.offset, it.size)
+            if len(rec) != it.size:
+                continue  # its segment is gone (retention)
+            try:
+                msg = decode_message(rec, 0)
+            except Exception:  # noqa: BLE001 - a damaged record never answers a query
+                continue
+            if getattr(msg, "topic", None) != topic or not begin <= msg.store_timestamp <= end:
+                continue
+            if msg.uniq_key == key or key in msg.keys:
+                out.append(msg)
+                if len(out) >= max_num:
+                    break
+        return out
+
     def status(self) -> dict:
         return {"backend": self.tcfg.backend, "cluster": self.cluster, "broker": self.broker,
-                "error": self.last_error,
+                "error": self.last_error, "storageLevel": self.level, "expired": dict(self.expired),
+                "indexSegments": len(self.index.segs), "indexPending": len(self.index.pending),
                 "queues": [{"topic": t, "queueId": q, "minOffset": fq.min_offset,
                             "maxOffset": fq.max_offset, "commitLogBytes": max(0, fq.commitlog.end)}
                            for (t, q), fq in sorted(self.queues.items())]}
