@@ -255,6 +255,8 @@ class TierConfig:
     object_store_access_key: str = field(default="", repr=False)
     object_store_secret_key: str = field(default="", repr=False)
     object_store_region: str = ""
+    object_store_timeout: float = 30.0  # s a call may take (connect and request)
+    object_store_attempts: int = 5  # tries of each call, with backoff, before it is an error
 
     _KEYS = {  # broker.conf key -> field
         "tieredStoreFilePath": "file_path", "brokerClusterName": "broker_cluster_name",
@@ -271,6 +273,8 @@ class TierConfig:
         "objectStoreEndpoint": "object_store_endpoint", "objectStoreBucket": "object_store_bucket",
         "objectStoreAccessKey": "object_store_access_key",
         "objectStoreSecretKey": "object_store_secret_key", "objectStoreRegion": "object_store_region",
+        "objectStoreRequestTimeout": "object_store_timeout",
+        "objectStoreMaxAttempts": "object_store_attempts",
     }
 
     def __post_init__(self) -> None:
@@ -296,7 +300,9 @@ class TierConfig:
         types = {f.name: f.type for f in dataclasses.fields(cls)}
         for key, name in cls._KEYS.items():
             if key in conf:
-                values[name] = int(conf[key]) if types[name] in (int, "int") else conf[key].strip()
+                t = types[name]
+                values[name] = int(conf[key]) if t in (int, "int") else \
+                    float(conf[key]) if t in (float, "float") else conf[key].strip()
         level = str(values.get("storage_level", "NOT_IN_DISK"))
         if level.isdigit():  # RocketMQ accepts the level's number as well
             values["storage_level"] = STORAGE_LEVELS[int(level)] if int(level) < 4 else "DISABLE"

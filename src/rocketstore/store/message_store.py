@@ -16,6 +16,7 @@ record. A directory that holds no store is refused (``NotAStoreError``) before a
 """
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from typing import Any, Callable, Sequence
@@ -29,6 +30,8 @@ from .opening import close_store, open_store, stop_started_services
 from .results import GetMessageResult, GetStatus, PutMessageResult
 from .store_dir import adopt_saved_sizes, detect_sizes, is_store_dir
 
+
+log = logging.getLogger(__name__)
 
 # local answers a tier (store.tier) may do better on: the record left the local CommitLog
 _TIER_FALLS = (GetStatus.OFFSET_TOO_SMALL, GetStatus.MESSAGE_WAS_REMOVING,
@@ -159,8 +162,13 @@ class MessageStore:
         # the tier answers as tieredStorageLevel says (RocketMQ's fetchFromCurrentStore)
         level = self.tier.level if self.tier is not None and message_filter is None else "DISABLE"
         if level == "FORCE" or (level == "NOT_IN_MEM" and not self._in_mem(cq, offset)):
-            tiered = self.tier.get_message(topic, queue_id, offset, max_msgs, subscription, decode,
-                                           cq.max_offset_in_queue() if cq is not None else 0)
+            try:
+                tiered = self.tier.get_message(topic, queue_id, offset, max_msgs, subscription,
+                                               decode, cq.max_offset_in_queue() if cq is not None else 0)
+            except OSError as e:  # the object store is down or a record is bad: local answers
+                log.warning("tier read of %s-%d at %d failed (%s); reading the local store",
+                            topic, queue_id, offset, e)
+                tiered = None
             if tiered is not None:
                 return tiered
         result = read_path.get_message(self.cfg, self.commitlog, cq, offset, max_msgs,

@@ -16,6 +16,7 @@ the torn tail.
 """
 from __future__ import annotations
 
+import logging
 import struct
 import threading
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from . import layout
 from .backend import Backend
 
+log = logging.getLogger(__name__)
 _UNIT = struct.Struct(">qiq")
 PHYS_POS = 28  # PHYSICALOFFSET in a CommitLog record
 
@@ -133,6 +135,7 @@ class FlatQueue:
         self.first_ts = 0
         self.last_ts = 0
         self._head: int | None = None  # first queue offset whose record is still held
+        self._dirty = False
 
 
     # -- offsets ------------------------------------------------------------------------------
@@ -243,6 +246,16 @@ class FlatQueue:
         self.refresh_head()
         return cut
 
+    def resync(self) -> None:
+        """After a failed append the in-memory sizes are unsure: reload and cut as on open."""
+        with self.lock:
+            if self._dirty:
+                cut = self.recover()
+                if any(cut):
+                    log.warning("tier %s: after a failed upload, cut %d COMMIT_LOG and %d "
+                                "CONSUME_QUEUE bytes the store holds no unit for", self.path, *cut)
+                self._dirty = False
+
     def init(self, queue_offset: int) -> None:
         self.commitlog.init(0)
         self.cq.init(queue_offset * layout.CQ_UNIT)
@@ -253,42 +266,53 @@ class FlatQueue:
         Returns each record as written (PHYSICALOFFSET rewritten) with its flat offset."""
         if not records:
             return []
-        written: list[tuple[int, bytes]] = []
         with self.lock:
-            if self.max_offset != queue_offset:
-                raise ValueError(f"{self.path}: tier holds up to {self.max_offset}, "
-                                 f"not {queue_offset}")
-            units = []
-            chunk: list[bytes] = []
-            chunk_at = None
-            pos = self.commitlog.end
-            cl = self.commitlog
-            for rec, tag in zip(records, tags):
-                last = cl.segs[-1]
-                seg_used = last.size + sum(len(c) for c in chunk)
-                if seg_used and seg_used + len(rec) > cl.max_size:  # roll: flush this chunk first
-                    if chunk:
-                        cl.append(b"".join(chunk))
-                        chunk = []
-                    cl.segs.append(Seg(cl.end, 0))
-                    pos = cl.end
-                rec = rewrite_physical_offset(rec, pos)
-                written.append((pos, rec))
-                chunk.append(rec)
-                units.append(_UNIT.pack(pos, len(rec), tag))
-                pos += len(rec)
-            if chunk:
-                cl.append(b"".join(chunk))
-            data = b"".join(units)
-            per = self.cq.max_size
-            while data:  # CQ segments hold whole units
-                last = self.cq.segs[-1]
-                room = per - last.size if last.size < per else 0
-                if room == 0:
-                    self.cq.segs.append(Seg(last.end, 0))
-                    room = per
-                self.cq.append(data[:room])
-                data = data[room:]
+            if self._dirty:
+                raise RuntimeError(f"{self.path}: resync() after a failed append")
+            try:
+                return self._append(queue_offset, records, tags)
+            except BaseException:
+                # the backend may hold some of it (a PUT whose answer was lost): the next
+                # append first cuts back to the last whole unit, so nothing is there twice
+                self._dirty = True
+                raise
+
+    def _append(self, queue_offset: int, records: list[bytes], tags: list[int]) -> list[tuple[int, bytes]]:
+        written: list[tuple[int, bytes]] = []
+        if self.max_offset != queue_offset:
+            raise ValueError(f"{self.path}: tier holds up to {self.max_offset}, "
+                             f"not {queue_offset}")
+        units = []
+        chunk: list[bytes] = []
+        chunk_at = None
+        pos = self.commitlog.end
+        cl = self.commitlog
+        for rec, tag in zip(records, tags):
+            last = cl.segs[-1]
+            seg_used = last.size + sum(len(c) for c in chunk)
+            if seg_used and seg_used + len(rec) > cl.max_size:  # roll: flush this chunk first
+                if chunk:
+                    cl.append(b"".join(chunk))
+                    chunk = []
+                cl.segs.append(Seg(cl.end, 0))
+                pos = cl.end
+            rec = rewrite_physical_offset(rec, pos)
+            written.append((pos, rec))
+            chunk.append(rec)
+            units.append(_UNIT.pack(pos, len(rec), tag))
+            pos += len(rec)
+        if chunk:
+            cl.append(b"".join(chunk))
+        data = b"".join(units)
+        per = self.cq.max_size
+        while data:  # CQ segments hold whole units
+            last = self.cq.segs[-1]
+            room = per - last.size if last.size < per else 0
+            if room == 0:
+                self.cq.segs.append(Seg(last.end, 0))
+                room = per
+            self.cq.append(data[:room])
+            data = data[room:]
         return written
 
     # -- read ---------------------------------------------------------------------------------
@@ -300,6 +324,22 @@ class FlatQueue:
         raw = self.cq.read(queue_offset * layout.CQ_UNIT, n * layout.CQ_UNIT)
         return [_UNIT.unpack_from(raw, i) for i in range(0, len(raw) - layout.CQ_UNIT + 1,
                                                          layout.CQ_UNIT)]
+
+    def records_aligned(self, units: list[tuple[int, int, int]]) -> list[bytes | None]:
+        """The record each unit points at (None where it could not be read whole)."""
+        got = {}
+        i = 0
+        while i < len(units):
+            j = i + 1
+            while j < len(units) and units[j][0] == units[j - 1][0] + units[j - 1][1]:
+                j += 1
+            start = units[i][0]
+            blob = self.commitlog.read(start, units[j - 1][0] + units[j - 1][1] - start)
+            for phy, size, _ in units[i:j]:
+                rec = blob[phy - start:phy - start + size]
+                got[phy] = rec if len(rec) == size else None
+            i = j
+        return [got.get(u[0]) for u in units]
 
     def records(self, units: list[tuple[int, int, int]]) -> list[bytes]:
         """The records the units point at, read in runs of adjacent ones."""

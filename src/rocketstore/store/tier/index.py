@@ -170,9 +170,11 @@ class TierIndex:
         self.pending_marks = dict(self.marks)
 
     def catch_up(self, fq, topic_id: int) -> int:
-        """Index again what the queue's flat COMMIT_LOG holds past the mark (after a crash or
-        a tier written before the index existed). Returns the records read."""
-        at = max(self.marks.get(fq.path, 0), fq.commitlog.min_offset if fq.commitlog.segs else 0)
+        """Index what the queue's flat COMMIT_LOG holds past the mark: after a crash, after an
+        upload whose answer was lost, or for a tier written before the index existed. Returns
+        the records read."""
+        at = max(self.pending_marks.get(fq.path, 0),
+                 fq.commitlog.min_offset if fq.commitlog.segs else 0)
         end = fq.commitlog.end
         n = 0
         while 0 <= at < end:

@@ -42,6 +42,10 @@ def tiered_topic(topic: str) -> bool:
     return not topic.startswith(SYSTEM_PREFIXES) and topic not in ("TBW102", "OFFSET_MOVED_EVENT")
 
 
+class TierReadError(OSError):
+    """A record the tier should hold is missing or fails its checks."""
+
+
 class TierDispatcher:
     """The reput chain's link to the tier: notes the queues that grew."""
 
@@ -93,6 +97,7 @@ class TierService:
         self.index = TierIndex(self.backend, self.cluster, self.broker, store_root, tcfg)
         self.expired = {"COMMIT_LOG": 0, "CONSUME_QUEUE": 0, "INDEX": 0}  # deleted by retention
         self._last_clean = time.monotonic()
+        self.read_errors = 0
         self._stop = False
         self._location_written = False
         self._thread: threading.Thread | None = None
@@ -243,6 +248,9 @@ class TierService:
         if cq is None:
             return 0
         fq = self._flat(topic, qid)
+        fq.resync()
+        if fq.commitlog.end > self.index.pending_marks.get(fq.path, 0):
+            self.index.catch_up(fq, self.topic_ids[topic])  # what a lost answer left unindexed
         lmin, lmax = cq.min_offset_in_queue(), cq.max_offset_in_queue()
         if fq.max_offset < 0:
             fq.init(lmin)
@@ -333,9 +341,20 @@ class TierService:
         units = fq.units(offset, max(max_msgs, 32) if codes is not None else max_msgs)
         keep = [u for u in units if codes is None or u[2] in codes]
         result = GetMessageResult(GetStatus.NO_MATCHED_MESSAGE, offset + len(units), lo, hi)
-        for raw in fq.records(keep[:max_msgs]):
-            msg = decode_message(raw, 0) if (decode or sub.tags is not None) else None
-            if sub.tags is not None and msg.tags not in sub.tags:  # type: ignore[union-attr]
+        for u, raw in zip(keep[:max_msgs], fq.records_aligned(keep[:max_msgs])):
+            # every record read from the tier is checked (TOTALSIZE, magic, PHYSICALOFFSET =
+            # its flat offset, body CRC): a bad one ends the batch, never silently skipped
+            msg = self._checked(fq, u, raw)
+            if msg is None:
+                qo = offset + units.index(u)
+                self.read_errors += 1
+                if not result.buffers:
+                    raise TierReadError(f"tier {fq.path}: the record of queue offset {qo} "
+                                        f"(flat offset {u[0]}, {u[1]} bytes) is missing or "
+                                        "corrupt in the tier")
+                result.next_begin_offset = qo
+                return result
+            if sub.tags is not None and msg.tags not in sub.tags:
                 continue
             result.buffers.append(raw)
             if decode:
@@ -345,6 +364,18 @@ class TierService:
             last = keep[max_msgs - 1]
             result.next_begin_offset = offset + units.index(last) + 1
         return result
+
+    @staticmethod
+    def _checked(fq, unit, raw):
+        if raw is None or len(raw) != unit[1] or len(raw) < 36:
+            return None
+        if int.from_bytes(raw[28:36], "big", signed=True) != unit[0]:
+            return None
+        try:
+            msg = decode_message(raw, 0, check_crc=True)
+        except Exception:  # noqa: BLE001 - any damage reads as "not there"
+            return None
+        return msg if getattr(msg, "topic", None) == fq.topic else None
 
     # -- storage level (RocketMQ's TieredMessageStore.fetchFromCurrentStore) -------------------
     @property
@@ -389,7 +420,7 @@ class TierService:
 
     def status(self) -> dict:
         return {"backend": self.tcfg.backend, "cluster": self.cluster, "broker": self.broker,
-                "error": self.last_error, "storageLevel": self.level, "expired": dict(self.expired),
+                "error": self.last_error, "readErrors": self.read_errors, "storageLevel": self.level, "expired": dict(self.expired),
                 "indexSegments": len(self.index.segs), "indexPending": len(self.index.pending),
                 "queues": [{"topic": t, "queueId": q, "minOffset": fq.min_offset,
                             "maxOffset": fq.max_offset, "commitLogBytes": max(0, fq.commitlog.end)}
