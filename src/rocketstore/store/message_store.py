@@ -34,8 +34,10 @@ from .store_dir import adopt_saved_sizes, detect_sizes, is_store_dir
 log = logging.getLogger(__name__)
 
 # local answers a tier (store.tier) may do better on: the record left the local CommitLog
+# (NO_MATCHED_LOGIC_QUEUE: no local queue at all, as on a broker opened on a tier alone)
 _TIER_FALLS = (GetStatus.OFFSET_TOO_SMALL, GetStatus.MESSAGE_WAS_REMOVING,
-               GetStatus.OFFSET_FOUND_NULL, GetStatus.NO_MESSAGE_IN_QUEUE)
+               GetStatus.OFFSET_FOUND_NULL, GetStatus.NO_MESSAGE_IN_QUEUE,
+               GetStatus.NO_MATCHED_LOGIC_QUEUE)
 
 
 class MessageStore:
