@@ -98,6 +98,9 @@ def tier_report(tcfg, backend=None, *, verify: bool = False) -> dict:
         queues.append({"topic": topic, "queueId": qid, "minOffset": fq.min_offset,
                        "maxOffset": fq.max_offset, "commitLogSegments": len(fq.commitlog.segs),
                        "commitLogBytes": max(0, fq.commitlog.end), "ok": not found})
+    index = backend.list(f"{layout.cluster_dir(tcfg.broker_cluster_name)}/"
+                         f"{layout.queue_path(tcfg.broker_name, layout.INDEX_TOPIC, 0)}/{layout.INDEX}")
     return {"backend": tcfg.backend, "base": tcfg.file_path, "cluster": tcfg.broker_cluster_name,
-            "broker": tcfg.broker_name, "queues": queues, "problems": problems,
-            "ok": not problems}
+            "broker": tcfg.broker_name, "queues": queues,
+            "indexSegments": len(index), "indexBytes": sum(sz for _, sz in index),
+            "problems": problems, "ok": not problems}

@@ -33,7 +33,9 @@ from .index import TierIndex
 log = logging.getLogger(__name__)
 
 SYSTEM_PREFIXES = ("rmq_sys_", "RMQ_SYS_", "SCHEDULE_TOPIC_XXXX", "%RETRY%", "%DLQ%")
-READ_BATCH = 1024  # local units read at a time
+READ_BATCH = 1024  # local units read (and appended to the tier) at a time
+# S3 cannot append: each append rewrites the segment object, so fewer, bigger appends there
+S3_READ_BATCH = 8192
 CLEAN_INTERVAL = 60.0  # s between retention passes (RocketMQ's is a minute too)
 
 
@@ -98,6 +100,7 @@ class TierService:
         self.expired = {"COMMIT_LOG": 0, "CONSUME_QUEUE": 0, "INDEX": 0}  # deleted by retention
         self._last_clean = time.monotonic()
         self.read_errors = 0
+        self.read_batch = S3_READ_BATCH if tcfg.backend == "s3" else READ_BATCH
         self._stop = False
         self._location_written = False
         self._thread: threading.Thread | None = None
@@ -261,7 +264,7 @@ class TierService:
             return 0
         sent = 0
         while at < lmax:
-            units = cq.read_units(at, min(READ_BATCH, lmax - at))
+            units = cq.read_units(at, min(self.read_batch, lmax - at))
             if units is None or len(units) == 0:
                 break
             records, tags = [], []
