@@ -250,13 +250,17 @@ class TierIndex:
         h = tier_key_hash(topic, key)
         if h < 0:
             return []
-        out = [it for it in reversed(self.pending)
+        pending, segs = list(self.pending), list(self.segs)  # the uploader changes both
+        out = [it for it in reversed(pending)
                if it.hash == h and begin <= it.store_timestamp <= end]
-        for seg in reversed(self.segs):
+        for seg in reversed(segs):
             if seg.end < begin or seg.begin > end:
                 continue
             k = self.key(seg.base)
-            pos, length = _SLOT.unpack(self.backend.read(k, HEADER + (h % seg.slots) * SLOT, SLOT))
+            slot = self.backend.read(k, HEADER + (h % seg.slots) * SLOT, SLOT)
+            if len(slot) < SLOT:
+                continue  # deleted by retention meanwhile
+            pos, length = _SLOT.unpack(slot)
             length = min(length, ITEM * MAX_READ_ITEMS)
             if pos <= 0 or length <= 0:
                 continue

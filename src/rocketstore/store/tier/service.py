@@ -410,7 +410,7 @@ class TierService:
             if len(rec) != it.size:
                 continue  # its segment is gone (retention)
             try:
-                msg = decode_message(rec, 0)
+                msg = decode_message(rec, 0, check_crc=True)
             except Exception:  # noqa: BLE001 - a damaged record never answers a query
                 continue
             if getattr(msg, "topic", None) != topic or not begin <= msg.store_timestamp <= end:
