@@ -129,3 +129,15 @@ def test_corrupt_record_in_the_tier_is_an_error_never_a_skip(tmp_path):
         r = s.get_message("g", "TierT", 0, 8, 4, decode=False)  # after it: served again
         assert [bytes(b)[36:] for b in r.buffers] == [e[36:] for _, e, _ in expected[8:12]]
         assert s.tier.read_errors == 2
+
+
+def test_s3_segments_are_capped_at_64_mib():
+    """An append rewrites the object on S3: a 1 GiB COMMIT_LOG segment there would be rewritten
+    whole on every append, so S3 segments stop at 64 MiB (posix keeps the configured size)."""
+    from rocketstore.store.tier.service import segment_sizes
+    big = dict(commitlog_max_size=1 << 30, consume_queue_max_size=100 << 20)
+    assert segment_sizes(TierConfig(backend="s3", object_store_bucket="b", **big)) == \
+        (64 << 20, 64 << 20)
+    assert segment_sizes(TierConfig(file_path="/t", **big)) == (1 << 30, 100 << 20)
+    assert segment_sizes(TierConfig(backend="s3", object_store_bucket="b", commitlog_max_size=4096,
+                                    consume_queue_max_size=200)) == (4096, 200)

@@ -16,7 +16,7 @@ import struct
 from . import layout
 from .layout import LOCATION_FILE
 from .flat import FlatQueue
-from .service import discover_queues
+from .service import discover_queues, segment_sizes
 
 _UNIT = struct.Struct(">qiq")
 _MAGICS = (-626843481, -626843477)  # 0xDAA320A7 (v1), 0xDAA320AB (v2)
@@ -86,7 +86,7 @@ def tier_report(tcfg, backend=None, *, verify: bool = False) -> dict:
     problems: list[str] = []
     for topic, qid in discover_queues(backend, tcfg.broker_cluster_name, tcfg.broker_name):
         fq = FlatQueue(backend, tcfg.broker_cluster_name, tcfg.broker_name, topic, qid,
-                       tcfg.commitlog_max_size, tcfg.consume_queue_max_size)
+                       *segment_sizes(tcfg))
         if verify:
             found = verify_queue(fq)
         else:

@@ -44,6 +44,19 @@ def tiered_topic(topic: str) -> bool:
     return not topic.startswith(SYSTEM_PREFIXES) and topic not in ("TBW102", "OFFSET_MOVED_EVENT")
 
 
+# S3 rewrites a segment object on every append: past this size that costs more than it saves
+S3_SEGMENT_CAP = 64 << 20
+
+
+def segment_sizes(tcfg) -> tuple[int, int]:
+    """(COMMIT_LOG, CONSUME_QUEUE) segment sizes: the configured ones, at most 64 MiB on S3
+    (RocketMQ reads segments of any size: their names and the metadata say where each starts)."""
+    cl, cq = tcfg.commitlog_max_size, tcfg.consume_queue_max_size
+    if tcfg.backend == "s3":
+        cl, cq = min(cl, S3_SEGMENT_CAP), min(cq, S3_SEGMENT_CAP)
+    return cl, cq
+
+
 class TierReadError(OSError):
     """A record the tier should hold is missing or fails its checks."""
 
@@ -143,7 +156,7 @@ class TierService:
         fq = self.queues.get((topic, qid))
         if fq is None:
             fq = FlatQueue(self.backend, self.cluster, self.broker, topic, qid,
-                           self.tcfg.commitlog_max_size, self.tcfg.consume_queue_max_size)
+                           *segment_sizes(self.tcfg))
             self.queues[(topic, qid)] = fq
             if topic not in self.topic_ids:
                 self.topic_ids[topic] = max(self.topic_ids.values(), default=0) + 1
