@@ -113,6 +113,10 @@ class TierService:
         self.expired = {"COMMIT_LOG": 0, "CONSUME_QUEUE": 0, "INDEX": 0}  # deleted by retention
         self._last_clean = time.monotonic()
         self.read_errors = 0
+        self.reads = 0  # pulls the tier answered
+        self.uploaded_messages = 0
+        self.uploaded_bytes = 0
+        self.upload_errors = 0
         self.read_batch = S3_READ_BATCH if tcfg.backend == "s3" else READ_BATCH
         self._stop = False
         self._location_written = False
@@ -173,6 +177,7 @@ class TierService:
                 self.last_error = None
                 backoff = 0.05
             except Exception as e:  # noqa: BLE001 - the tier never stops the broker; retry
+                self.upload_errors += 1
                 self.last_error = f"{type(e).__name__}: {e}"
                 log.exception("tier upload failed; retrying")
                 time.sleep(backoff)
@@ -293,6 +298,8 @@ class TierService:
                           fq.path, at)
                 break
             written = fq.append(at, records, tags)
+            self.uploaded_messages += len(written)
+            self.uploaded_bytes += sum(len(r) for _, r in written)
             self.index.add(fq, self.topic_ids[topic], written)
             at += len(records)
             sent += len(records)
@@ -379,6 +386,7 @@ class TierService:
         if len(keep) > max_msgs:  # the next pull starts after the last unit returned
             last = keep[max_msgs - 1]
             result.next_begin_offset = offset + units.index(last) + 1
+        self.reads += 1
         return result
 
     @staticmethod
@@ -433,6 +441,33 @@ class TierService:
                 if len(out) >= max_num:
                     break
         return out
+
+    def metrics(self) -> dict:
+        """What ``/metrics`` shows: upload lag (messages not in the tier yet; CommitLog bytes
+        and seconds since the oldest of them), counters since start, the INDEX's state."""
+        lag, oldest = 0, None
+        for cq in list(self.cq_table):
+            if not tiered_topic(cq.topic):
+                continue
+            lmin, lmax = cq.min_offset_in_queue(), cq.max_offset_in_queue()
+            fq = self.queues.get((cq.topic, cq.queue_id))
+            held = fq.max_offset if fq is not None and fq.max_offset >= 0 else lmin
+            if lmax > held:
+                lag += lmax - held
+                u = cq.unit(max(held, lmin))
+                if u is not None and (oldest is None or u[0] < oldest[0]):
+                    oldest = u
+        lag_bytes = lag_s = 0.0
+        if oldest is not None:
+            lag_bytes = max(0, self.commitlog.max_offset() - oldest[0])
+            ts = self.commitlog.store_timestamp_at(oldest[0], oldest[1])
+            lag_s = max(0.0, time.time() - ts / 1000.0) if ts and ts > 0 else 0.0
+        return {"lag_messages": lag, "lag_bytes": lag_bytes, "lag_seconds": lag_s,
+                "uploaded_messages": self.uploaded_messages, "uploaded_bytes": self.uploaded_bytes,
+                "upload_errors": self.upload_errors, "reads": self.reads,
+                "read_errors": self.read_errors, "expired_segments": dict(self.expired),
+                "index_pending_keys": len(self.index.pending), "index_segments": len(self.index.segs),
+                "retries": getattr(self.backend, "retries", 0)}
 
     def status(self) -> dict:
         return {"backend": self.tcfg.backend, "cluster": self.cluster, "broker": self.broker,
