@@ -99,3 +99,25 @@ def test_storage_level_keys():
     assert TierConfig.from_conf(dict(conf, tieredStorageLevel="FORCE")).storage_level == "FORCE"
     with pytest.raises(ValueError, match="tieredStorageLevel"):
         TierConfig.from_conf(dict(conf, tieredStorageLevel="SOMETIMES"))
+
+
+def test_emptied_tier_is_reported_never_started_over(tmp_path):
+    import shutil
+    cfg = store_cfg(tmp_path)
+    with MessageStore(cfg) as s:
+        put(s, 40, queues=2)
+        assert s.tier.wait_caught_up(30)
+    shutil.rmtree(tmp_path / "tier")  # emptied by hand
+    with MessageStore(cfg) as s:
+        assert s.tier.status()["missing"] == [
+            {"topic": "TierT", "queueId": q, "minOffset": 0, "maxOffset": 20} for q in (0, 1)]
+        assert "no files in the tier" in s.tier.status()["error"]
+        put(s, 10, start=40, queues=2)  # sends go on
+        s.tier.upload_round(force=True)
+        assert not (tmp_path / "tier").exists() or not list((tmp_path / "tier").rglob("TierT"))
+    with MessageStore(cfg) as s:  # still reported after a restart (the metadata keeps them)
+        assert len(s.tier.status()["missing"]) == 2
+    os.unlink(tmp_path / "store" / "config" / "tieredStoreMetadata.json")  # the operator decides
+    with MessageStore(cfg) as s:
+        assert s.tier.status()["missing"] == [] and s.tier.wait_caught_up(30)
+        assert s.tier.bounds("TierT", 0) == (0, 25)

@@ -109,6 +109,8 @@ class TierService:
         self.lock = threading.Lock()  # one upload round at a time
         self.last_error: str | None = None
         self.cut_on_recover: dict[str, tuple[int, int]] = {}
+        self.missing: dict[tuple[str, int], tuple[int, int]] = {}  # queues whose files vanished
+        self.missing_error: str | None = None
         self.index = TierIndex(self.backend, self.cluster, self.broker, store_root, tcfg)
         self.expired = {"COMMIT_LOG": 0, "CONSUME_QUEUE": 0, "INDEX": 0}  # deleted by retention
         self._last_clean = time.monotonic()
@@ -125,13 +127,32 @@ class TierService:
     # -- lifecycle ----------------------------------------------------------------------------
     def load(self) -> None:
         """Open every queue the tier holds, cutting torn tails (see ``flat``)."""
+        known: dict[tuple[str, int], tuple[int, int]] = {}
         try:
             with open(self.metadata_path, encoding="utf-8") as fh:
-                for topic, t in json.load(fh).get("topicMetadataTable", {}).items():
-                    self.topic_ids[topic] = int(t.get("topicId", 0))
-        except (OSError, ValueError):
+                doc = json.load(fh)
+            for topic, t in doc.get("topicMetadataTable", {}).items():
+                self.topic_ids[topic] = int(t.get("topicId", 0))
+            for topic, qs in doc.get("queueMetadataTable", {}).items():
+                for qid, q in qs.items():
+                    known[(topic, int(qid))] = (int(q.get("minOffset", 0)), int(q.get("maxOffset", 0)))
+        except (OSError, ValueError, AttributeError):
             pass
-        for topic, qid in discover_queues(self.backend, self.cluster, self.broker):
+        found = discover_queues(self.backend, self.cluster, self.broker)
+        for key, (lo, hi) in sorted(known.items()):
+            if hi > lo and key not in found:
+                # the metadata says the tier held these messages and the backend has no file
+                # of the queue: a bucket emptied by hand, or the wrong bucket. Never start it
+                # over as if empty; an operator who means it removes the metadata file.
+                self.missing[key] = (lo, hi)
+        if self.missing:
+            self.last_error = (f"tier: {len(self.missing)} queue(s) the metadata lists have no "
+                               f"files in the tier ({self._where()}), e.g. "
+                               f"{'/'.join(map(str, next(iter(self.missing))))}; not uploading "
+                               f"them (remove {self.metadata_path} to start those queues afresh)")
+            self.missing_error = self.last_error
+            log.error("%s", self.last_error)
+        for topic, qid in found:
             fq = self._flat(topic, qid)
             cut = fq.recover()
             if any(cut):
@@ -174,7 +195,7 @@ class TierService:
             self.wake.clear()
             try:
                 self.upload_round(force=False)
-                self.last_error = None
+                self.last_error = self.missing_error  # None unless queues' files vanished
                 backoff = 0.05
             except Exception as e:  # noqa: BLE001 - the tier never stops the broker; retry
                 self.upload_errors += 1
@@ -264,9 +285,13 @@ class TierService:
                 self.write_metadata()
             return sealed
 
+    def _where(self) -> str:
+        t = self.tcfg
+        return f"s3://{t.object_store_bucket}/{t.file_path}" if t.backend == "s3" else t.file_path
+
     def upload_queue(self, topic: str, qid: int) -> int:
         cq = self.cq_table.find(topic, qid)
-        if cq is None:
+        if cq is None or (topic, qid) in self.missing:
             return 0
         fq = self._flat(topic, qid)
         fq.resync()
@@ -310,6 +335,8 @@ class TierService:
     def write_metadata(self) -> None:
         segs = []
         queues = []
+        for (topic, qid), (lo, hi) in self.missing.items():  # kept until an operator decides
+            queues.append((topic, qid, lo, hi))
         for fq in self.queues.values():
             if fq.max_offset >= 0:
                 queues.append((fq.topic, fq.queue_id, fq.min_offset, fq.max_offset))
@@ -471,6 +498,8 @@ class TierService:
 
     def status(self) -> dict:
         return {"backend": self.tcfg.backend, "cluster": self.cluster, "broker": self.broker,
+                "missing": [{"topic": t, "queueId": q, "minOffset": lo, "maxOffset": hi}
+                            for (t, q), (lo, hi) in sorted(self.missing.items())],
                 "error": self.last_error, "readErrors": self.read_errors, "storageLevel": self.level, "expired": dict(self.expired),
                 "indexSegments": len(self.index.segs), "indexPending": len(self.index.pending),
                 "queues": [{"topic": t, "queueId": q, "minOffset": fq.min_offset,
