@@ -255,6 +255,10 @@ class TierConfig:
     object_store_access_key: str = field(default="", repr=False)
     object_store_secret_key: str = field(default="", repr=False)
     object_store_region: str = ""
+    read_ahead_enable: bool = True  # readAheadCacheEnable
+    read_ahead_count: int = 4096  # readAheadMessageCountThreshold
+    read_ahead_size: int = 16 << 20  # readAheadMessageSizeThreshold
+    read_ahead_expire: int = 15_000  # ms, readAheadCacheExpireDuration
     object_store_timeout: float = 30.0  # s a call may take (connect and request)
     object_store_attempts: int = 5  # tries of each call, with backoff, before it is an error
 
@@ -273,6 +277,10 @@ class TierConfig:
         "objectStoreEndpoint": "object_store_endpoint", "objectStoreBucket": "object_store_bucket",
         "objectStoreAccessKey": "object_store_access_key",
         "objectStoreSecretKey": "object_store_secret_key", "objectStoreRegion": "object_store_region",
+        "readAheadCacheEnable": "read_ahead_enable",
+        "readAheadMessageCountThreshold": "read_ahead_count",
+        "readAheadMessageSizeThreshold": "read_ahead_size",
+        "readAheadCacheExpireDuration": "read_ahead_expire",
         "objectStoreRequestTimeout": "object_store_timeout",
         "objectStoreMaxAttempts": "object_store_attempts",
     }
@@ -301,8 +309,11 @@ class TierConfig:
         for key, name in cls._KEYS.items():
             if key in conf:
                 t = types[name]
-                values[name] = int(conf[key]) if t in (int, "int") else \
-                    float(conf[key]) if t in (float, "float") else conf[key].strip()
+                if t in (bool, "bool"):
+                    values[name] = conf[key].strip().lower() == "true"
+                else:
+                    values[name] = int(conf[key]) if t in (int, "int") else \
+                        float(conf[key]) if t in (float, "float") else conf[key].strip()
         level = str(values.get("storage_level", "NOT_IN_DISK"))
         if level.isdigit():  # RocketMQ accepts the level's number as well
             values["storage_level"] = STORAGE_LEVELS[int(level)] if int(level) < 4 else "DISABLE"

@@ -17,7 +17,7 @@ from rocketstore.store.tier.service import TierReadError
 from ...s3server import start_s3_server
 from .s3proxy import S3Proxy
 from .test_tier_store import BROKER as PBROKER, CLUSTER as PCLUSTER, put, store_cfg
-from .tierutil import check_queue_matches, local_records, queue_dir, tier_queue
+from .tierutil import check_queue_matches, local_records, mask_phys, queue_dir, tier_queue
 
 CLUSTER, BROKER = "FaultCluster", "broker-f"
 
@@ -141,3 +141,33 @@ def test_s3_segments_are_capped_at_64_mib():
     assert segment_sizes(TierConfig(file_path="/t", **big)) == (1 << 30, 100 << 20)
     assert segment_sizes(TierConfig(backend="s3", object_store_bucket="b", commitlog_max_size=4096,
                                     consume_queue_max_size=200)) == (4096, 200)
+
+
+def test_read_ahead_serves_sequential_pulls_with_fewer_requests(tmp_path, s3):
+    """readAheadCacheEnable: pulls of 8 from the bucket, counted at the proxy — the same
+    records with read-ahead on and off, and far fewer object store requests with it on."""
+    srv, proxy = s3
+    got, requests = {}, {}
+    for ahead in ("false", "true"):
+        cfg = cfg_for(tmp_path, srv, proxy, readAheadCacheEnable=ahead)
+        cfg = cfg.replace(file_reserved_time=0)
+        with MessageStore(cfg) as s:
+            if ahead == "false":
+                send(s, 200, 0)
+                assert s.tier.upload_round(force=True) == 200
+                want = [r for _, r, _ in local_records(s, "FaultT", 0)]
+                assert s.clean_expired_files(force=True) > 0
+            assert s.cq_table.find("FaultT", 0).min_offset_in_queue() > 0  # pulls hit the tier
+            before = len(proxy.requests)
+            out, at = [], 0
+            while at < 100:
+                r = s.get_message("g", "FaultT", 0, at, 8, decode=False)
+                assert r.buffers
+                out += [bytes(b) for b in r.buffers]
+                at = r.next_begin_offset
+            requests[ahead] = len(proxy.requests) - before
+            got[ahead] = out
+    assert got["true"] == got["false"] and len(got["true"]) == 100
+    assert [mask_phys(x) for x in got["true"]] == [mask_phys(x) for x in want]
+    # (tiny segments here: each read is a HEAD and a GET per segment either way)
+    assert requests["true"] * 2 < requests["false"], requests

@@ -36,6 +36,7 @@ SYSTEM_PREFIXES = ("rmq_sys_", "RMQ_SYS_", "SCHEDULE_TOPIC_XXXX", "%RETRY%", "%D
 READ_BATCH = 1024  # local units read (and appended to the tier) at a time
 # S3 cannot append: each append rewrites the segment object, so fewer, bigger appends there
 S3_READ_BATCH = 8192
+READ_AHEAD_WINDOWS = 64  # queues with a read-ahead window at once (each up to the size threshold)
 CLEAN_INTERVAL = 60.0  # s between retention passes (RocketMQ's is a minute too)
 
 
@@ -116,6 +117,8 @@ class TierService:
         self._last_clean = time.monotonic()
         self.read_errors = 0
         self.reads = 0  # pulls the tier answered
+        self.read_ahead_hits = 0  # pulls answered from the read-ahead window
+        self._ahead: dict[str, tuple] = {}  # queue path -> (first offset, units, records, expiry)
         self.uploaded_messages = 0
         self.uploaded_bytes = 0
         self.upload_errors = 0
@@ -388,10 +391,11 @@ class TierService:
         lo, hi = fq.min_offset, max(fq.max_offset, local_max)
         sub = Subscription.parse(subscription)
         codes = sub.codes if sub.tags is not None else None
-        units = fq.units(offset, max(max_msgs, 32) if codes is not None else max_msgs)
-        keep = [u for u in units if codes is None or u[2] in codes]
+        units, raws = self._window(fq, offset, max(max_msgs, 32) if codes is not None else max_msgs)
+        pairs = [(u, r) for u, r in zip(units, raws) if codes is None or u[2] in codes]
+        keep = [u for u, _ in pairs]
         result = GetMessageResult(GetStatus.NO_MATCHED_MESSAGE, offset + len(units), lo, hi)
-        for u, raw in zip(keep[:max_msgs], fq.records_aligned(keep[:max_msgs])):
+        for u, raw in pairs[:max_msgs]:
             # every record read from the tier is checked (TOTALSIZE, magic, PHYSICALOFFSET =
             # its flat offset, body CRC): a bad one ends the batch, never silently skipped
             msg = self._checked(fq, u, raw)
@@ -415,6 +419,38 @@ class TierService:
             result.next_begin_offset = offset + units.index(last) + 1
         self.reads += 1
         return result
+
+    def _window(self, fq, offset: int, count: int) -> tuple[list, list]:
+        """``count`` units from ``offset`` and their records. With read-ahead
+        (``readAheadCacheEnable``) a miss reads up to ``readAheadMessageCountThreshold`` units /
+        ``readAheadMessageSizeThreshold`` bytes at once and keeps them
+        ``readAheadCacheExpireDuration`` ms for the pulls that follow (one window per queue)."""
+        t = self.tcfg
+        now = time.monotonic()
+        if t.read_ahead_enable:
+            w = self._ahead.get(fq.path)
+            if w is not None and w[0] <= offset and now < w[3]:
+                i = offset - w[0]
+                if i + count <= len(w[1]) or w[0] + len(w[1]) >= fq.max_offset:
+                    self.read_ahead_hits += 1
+                    return w[1][i:i + count], w[2][i:i + count]
+            units = fq.units(offset, max(count, t.read_ahead_count))
+            size, n = 0, 0
+            for u in units:  # at least ``count``, then up to the byte budget
+                if n >= count and size + u[1] > t.read_ahead_size:
+                    break
+                size += u[1]
+                n += 1
+            units = units[:n]
+            raws = fq.records_aligned(units)
+            for k in [k for k, v in self._ahead.items() if v[3] <= now]:
+                self._ahead.pop(k, None)
+            while len(self._ahead) >= READ_AHEAD_WINDOWS:  # the oldest window goes
+                self._ahead.pop(next(iter(self._ahead)), None)
+            self._ahead[fq.path] = (offset, units, raws, now + t.read_ahead_expire / 1000.0)
+            return units[:count], raws[:count]
+        units = fq.units(offset, count)
+        return units, fq.records_aligned(units)
 
     @staticmethod
     def _checked(fq, unit, raw):
