@@ -218,7 +218,12 @@ class MessageStore:
         if self.tier is not None and self.tier.level != "DISABLE" and len(result.messages) < max_num:
             # the tier's INDEX flat file: keys whose local copy is gone (one per queue offset)
             have = {(m.queue_id, m.queue_offset) for m in result.messages}
-            for m in self.tier.query_message(topic, key, max_num, begin, end):
+            try:
+                tiered = self.tier.query_message(topic, key, max_num, begin, end)
+            except OSError as e:  # the object store is down: the local answer stands
+                log.warning("tier query of %s key %r failed (%s)", topic, key, e)
+                tiered = []
+            for m in tiered:
                 if (m.queue_id, m.queue_offset) not in have and len(result.messages) < max_num:
                     have.add((m.queue_id, m.queue_offset))
                     result.messages.append(m)
