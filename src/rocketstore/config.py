@@ -255,6 +255,8 @@ class TierConfig:
     object_store_access_key: str = field(default="", repr=False)
     object_store_secret_key: str = field(default="", repr=False)
     object_store_region: str = ""
+    # ours (RocketMQ has one tieredStoreFileReservedTime, #8129 asks for this): "topic:hours,..."
+    topic_reserved_time: str = ""  # tieredStoreTopicReservedTime
     read_ahead_enable: bool = True  # readAheadCacheEnable
     read_ahead_count: int = 4096  # readAheadMessageCountThreshold
     read_ahead_size: int = 16 << 20  # readAheadMessageSizeThreshold
@@ -277,6 +279,7 @@ class TierConfig:
         "objectStoreEndpoint": "object_store_endpoint", "objectStoreBucket": "object_store_bucket",
         "objectStoreAccessKey": "object_store_access_key",
         "objectStoreSecretKey": "object_store_secret_key", "objectStoreRegion": "object_store_region",
+        "tieredStoreTopicReservedTime": "topic_reserved_time",
         "readAheadCacheEnable": "read_ahead_enable",
         "readAheadMessageCountThreshold": "read_ahead_count",
         "readAheadMessageSizeThreshold": "read_ahead_size",
@@ -298,9 +301,20 @@ class TierConfig:
         if self.storage_level not in STORAGE_LEVELS:
             raise ValueError(f"tieredStorageLevel must be one of {', '.join(STORAGE_LEVELS)}, "
                              f"not {self.storage_level!r}")
+        self.topic_reserved_hours()  # a bad value is an error now, not at the first clean-up
         if self.index_max_hash_slot_num <= 0 or self.index_max_index_num <= 1:
             raise ValueError("tieredStoreIndexFileMaxHashSlotNum and tieredStoreIndexFileMaxIndexNum "
                              "must be positive")
+
+    def topic_reserved_hours(self) -> dict[str, int]:
+        """``tieredStoreTopicReservedTime``: ``topic:hours`` pairs, comma-separated."""
+        out: dict[str, int] = {}
+        for part in filter(None, (p.strip() for p in self.topic_reserved_time.split(","))):
+            topic, sep, hours = part.rpartition(":")
+            if not sep or not topic.strip() or not hours.strip().isdigit():
+                raise ValueError(f"tieredStoreTopicReservedTime: {part!r} is not topic:hours")
+            out[topic.strip()] = int(hours)
+        return out
 
     @classmethod
     def from_conf(cls, conf: dict[str, str]) -> "TierConfig":

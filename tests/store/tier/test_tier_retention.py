@@ -121,3 +121,24 @@ def test_emptied_tier_is_reported_never_started_over(tmp_path):
     with MessageStore(cfg) as s:
         assert s.tier.status()["missing"] == [] and s.tier.wait_caught_up(30)
         assert s.tier.bounds("TierT", 0) == (0, 25)
+
+
+def test_per_topic_reserved_time(tmp_path):
+    """tieredStoreTopicReservedTime (ours): a topic kept 1000 hours outlives the broker-wide
+    hour; the metadata's reserveTime says so; INDEX segments follow the longest retention."""
+    t = tier_cfg(tmp_path / "tier", file_reserved_time=1, topic_reserved_time="Keep:1000",
+                 index_max_hash_slot_num=16)
+    with MessageStore(store_cfg(tmp_path, tier=t)) as s:
+        put(s, 150, queues=1)
+        put(s, 150, queues=1, topic="Keep")
+        assert s.tier.wait_caught_up(30) and s.tier.seal_index()
+        before = {tp: s.tier.bounds(tp, 0) for tp in ("TierT", "Keep")}
+        assert s.tier.clean_now(int(time.time() * 1000) + 2 * HOUR) > 0
+        assert s.tier.bounds("TierT", 0)[0] > 0 and s.tier.bounds("Keep", 0) == before["Keep"]
+        assert s.tier.index.segs  # kept for Keep's 1000 hours
+        meta = json.load(open(tmp_path / "store" / "config" / "tieredStoreMetadata.json"))
+        assert meta["topicMetadataTable"]["Keep"]["reserveTime"] == 1000
+        assert meta["topicMetadataTable"]["TierT"]["reserveTime"] == -1
+        assert len(s.query_message("Keep", "k3", 4).messages) == 1
+    with pytest.raises(ValueError, match="tieredStoreTopicReservedTime"):
+        TierConfig.from_conf({"tieredStoreFilePath": "/x", "tieredStoreTopicReservedTime": "Keep"})

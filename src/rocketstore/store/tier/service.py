@@ -258,17 +258,19 @@ class TierService:
         newest message is older than that many hours (``FlatQueue.expire``,
         ``TierIndex.expire``). Returns the segments deleted."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        before = now_ms - self.tcfg.file_reserved_time * 3_600_000
+        hours = self.tcfg.file_reserved_time
+        per_topic = self.tcfg.topic_reserved_hours()
         n = 0
         for fq in list(self.queues.values()):
-            cl, cq = fq.expire(before)
+            cl, cq = fq.expire(now_ms - per_topic.get(fq.topic, hours) * 3_600_000)
             if cl or cq:
                 log.info("tier %s: retention deleted %d COMMIT_LOG and %d CONSUME_QUEUE "
                          "segment(s); the queue now starts at %d", fq.path, cl, cq, fq.min_offset)
             self.expired["COMMIT_LOG"] += cl
             self.expired["CONSUME_QUEUE"] += cq
             n += cl + cq
-        ix = self.index.expire(before)
+        # INDEX segments hold every topic's keys: they go with the longest retention
+        ix = self.index.expire(now_ms - max([hours, *per_topic.values()]) * 3_600_000)
         self.expired["INDEX"] += ix
         return n + ix
 
@@ -349,7 +351,7 @@ class TierService:
                                                    sealed=i < len(ff.segs) - 1))
         segs += self.index.segment_infos()
         doc = layout.metadata_json(self.broker, self.topic_ids, queues, segs,
-                                   int(time.time() * 1000))
+                                   int(time.time() * 1000), self.tcfg.topic_reserved_hours())
         os.makedirs(os.path.dirname(self.metadata_path), exist_ok=True)
         atomic_write(self.metadata_path, doc.encode("utf-8"), point=None)
         if not self._location_written:  # where the tier is, for `rocketstore tier` (no secrets)
