@@ -8,6 +8,8 @@ import json
 import os
 import struct
 
+import pytest
+
 from rocketstore.format.message import Message, decode_message
 from rocketstore.store.message_store import MessageStore
 
@@ -126,7 +128,10 @@ def test_query_by_key_from_the_tier_after_local_copies_go(tmp_path):
         assert len(s.query_message("TierIx", "even", 7).messages) == 7
 
 
-def test_unsealed_keys_survive_a_restart_once_each(tmp_path):
+@pytest.mark.parametrize("chunk", [4 << 20, 100])  # 100: every record longer than a read
+def test_unsealed_keys_survive_a_restart_once_each(tmp_path, monkeypatch, chunk):
+    from rocketstore.store.tier import index
+    monkeypatch.setattr(index, "CATCH_UP_CHUNK", chunk)
     c = cfg(tmp_path)
     with MessageStore(c) as s:
         want = put_keyed(s, 30)

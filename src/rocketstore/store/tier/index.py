@@ -61,6 +61,7 @@ BEGIN_MAGIC = _i32(0xCCDDEEFF ^ (1880681586 + 4))
 END_MAGIC = _i32(0xCCDDEEFF ^ (1880681586 + 8))
 MAX_READ_ITEMS = 1024  # one slot's run is read up to this many items, as RocketMQ does
 WATERMARK_FILE = "tieredIndexOffset.json"
+CATCH_UP_CHUNK = 4 << 20  # bytes of flat COMMIT_LOG read at a time when indexing again
 
 
 def tier_key_hash(topic: str, key: str) -> int:
@@ -177,19 +178,26 @@ class TierIndex:
                  fq.commitlog.min_offset if fq.commitlog.segs else 0)
         end = fq.commitlog.end
         n = 0
-        while 0 <= at < end:
-            head = fq.commitlog.read(at, 4)
-            if len(head) < 4:
-                break
-            size = int.from_bytes(head, "big", signed=True)
-            if size <= 0:
-                break
-            rec = fq.commitlog.read(at, size)
-            if len(rec) < size:
-                break
-            self.add(fq, topic_id, [(at, rec)])
-            at += size
-            n += 1
+        while 0 <= at < end:  # in chunks: one read serves many records (S3: one GET)
+            chunk = fq.commitlog.read(at, min(CATCH_UP_CHUNK, end - at))
+            pos, batch = 0, []
+            while pos + 4 <= len(chunk):
+                size = int.from_bytes(chunk[pos:pos + 4], "big", signed=True)
+                if size <= 0 or pos + size > len(chunk):
+                    break
+                batch.append((at + pos, chunk[pos:pos + size]))
+                pos += size
+            if not batch:
+                if len(chunk) >= 4 and 0 < int.from_bytes(chunk[:4], "big", signed=True) <= end - at:
+                    rec = fq.commitlog.read(at, int.from_bytes(chunk[:4], "big"))  # a big one
+                    if rec and len(rec) == int.from_bytes(chunk[:4], "big"):
+                        batch = [(at, rec)]
+                        pos = len(rec)
+                if not batch:
+                    break
+            self.add(fq, topic_id, batch)
+            at += pos
+            n += len(batch)
         self.pending_marks[fq.path] = max(self.pending_marks.get(fq.path, 0), at)
         return n
 
