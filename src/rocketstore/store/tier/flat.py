@@ -136,6 +136,7 @@ class FlatQueue:
         self.last_ts = 0
         self._head: int | None = None  # first queue offset whose record is still held
         self._dirty = False
+        self._seg_ts: dict[int, int] = {}  # sealed COMMIT_LOG segment base -> newest store time
 
 
     # -- offsets ------------------------------------------------------------------------------
@@ -175,7 +176,16 @@ class FlatQueue:
             self._head = self._first_unit_at_or_after(self.commitlog.min_offset)
 
     def _newest_timestamp(self, seg: Seg) -> int | None:
-        """The store time of the last record starting in COMMIT_LOG segment ``seg``."""
+        """The store time of the last record starting in COMMIT_LOG segment ``seg`` (a sealed
+        segment's never changes: remembered, so a retention pass costs no reads)."""
+        if seg.base in self._seg_ts:
+            return self._seg_ts[seg.base]
+        ts = self._read_newest_timestamp(seg)
+        if ts is not None:
+            self._seg_ts[seg.base] = ts
+        return ts
+
+    def _read_newest_timestamp(self, seg: Seg) -> int | None:
         from ...format.message import decode_message
         qo = self._first_unit_at_or_after(seg.end) - 1
         u = self._unit(qo) if qo >= self.cq.min_offset // layout.CQ_UNIT else None
@@ -200,7 +210,7 @@ class FlatQueue:
                 if ts is None or ts >= before_ms:
                     break
                 cl.backend.delete(cl.key(cl.segs[0].base))
-                cl.segs.pop(0)
+                self._seg_ts.pop(cl.segs.pop(0).base, None)
                 n_cl += 1
             while len(self.cq.segs) > 1 and cl.segs:
                 last = self._unit((self.cq.segs[0].end - layout.CQ_UNIT) // layout.CQ_UNIT)
@@ -220,6 +230,7 @@ class FlatQueue:
     def recover(self) -> tuple[int, int]:
         """Load the segments and cut torn tails (see module doc). Returns the bytes cut from
         (COMMIT_LOG, CONSUME_QUEUE)."""
+        self._seg_ts.clear()
         self.commitlog.load()
         self.cq.load()
         if not self.cq.segs:
