@@ -224,6 +224,8 @@ class StoreConfig:
 
 TIERED_MESSAGE_STORE = "org.apache.rocketmq.tieredstore.TieredMessageStore"
 POSIX_PROVIDER = "org.apache.rocketmq.tieredstore.provider.PosixFileSegment"
+# tieredStorageLevel, by RocketMQ's number too (TieredStorageLevel.valueOf(int))
+STORAGE_LEVELS = ("DISABLE", "NOT_IN_DISK", "NOT_IN_MEM", "FORCE")
 
 
 @dataclass
@@ -245,11 +247,22 @@ class TierConfig:
     group_commit_timeout: int = 30_000  # ms: a queue's pending messages go up at least this often
     group_commit_count: int = 4096
     group_commit_size: int = 4 << 20
+    index_max_hash_slot_num: int = 5_000_000  # tieredStoreIndexFileMaxHashSlotNum
+    index_max_index_num: int = 20_000_000  # tieredStoreIndexFileMaxIndexNum
+    index_rolling_idle_interval: int = 3 * 3600 * 1000  # ms, tieredStoreIndexFileRollingIdleInterval
     object_store_endpoint: str = ""
     object_store_bucket: str = ""
     object_store_access_key: str = field(default="", repr=False)
     object_store_secret_key: str = field(default="", repr=False)
     object_store_region: str = ""
+    # ours (RocketMQ has one tieredStoreFileReservedTime, #8129 asks for this): "topic:hours,..."
+    topic_reserved_time: str = ""  # tieredStoreTopicReservedTime
+    read_ahead_enable: bool = True  # readAheadCacheEnable
+    read_ahead_count: int = 4096  # readAheadMessageCountThreshold
+    read_ahead_size: int = 16 << 20  # readAheadMessageSizeThreshold
+    read_ahead_expire: int = 15_000  # ms, readAheadCacheExpireDuration
+    object_store_timeout: float = 30.0  # s a call may take (connect and request)
+    object_store_attempts: int = 5  # tries of each call, with backoff, before it is an error
 
     _KEYS = {  # broker.conf key -> field
         "tieredStoreFilePath": "file_path", "brokerClusterName": "broker_cluster_name",
@@ -260,9 +273,19 @@ class TierConfig:
         "tieredStoreGroupCommitTimeout": "group_commit_timeout",
         "tieredStoreGroupCommitCount": "group_commit_count",
         "tieredStoreGroupCommitSize": "group_commit_size",
+        "tieredStoreIndexFileMaxHashSlotNum": "index_max_hash_slot_num",
+        "tieredStoreIndexFileMaxIndexNum": "index_max_index_num",
+        "tieredStoreIndexFileRollingIdleInterval": "index_rolling_idle_interval",
         "objectStoreEndpoint": "object_store_endpoint", "objectStoreBucket": "object_store_bucket",
         "objectStoreAccessKey": "object_store_access_key",
         "objectStoreSecretKey": "object_store_secret_key", "objectStoreRegion": "object_store_region",
+        "tieredStoreTopicReservedTime": "topic_reserved_time",
+        "readAheadCacheEnable": "read_ahead_enable",
+        "readAheadMessageCountThreshold": "read_ahead_count",
+        "readAheadMessageSizeThreshold": "read_ahead_size",
+        "readAheadCacheExpireDuration": "read_ahead_expire",
+        "objectStoreRequestTimeout": "object_store_timeout",
+        "objectStoreMaxAttempts": "object_store_attempts",
     }
 
     def __post_init__(self) -> None:
@@ -275,6 +298,23 @@ class TierConfig:
             raise ValueError("objectStoreBucket is required for the s3 tier")
         if self.commitlog_max_size <= 0 or self.consume_queue_max_size < 20:
             raise ValueError("tier file sizes must be positive")
+        if self.storage_level not in STORAGE_LEVELS:
+            raise ValueError(f"tieredStorageLevel must be one of {', '.join(STORAGE_LEVELS)}, "
+                             f"not {self.storage_level!r}")
+        self.topic_reserved_hours()  # a bad value is an error now, not at the first clean-up
+        if self.index_max_hash_slot_num <= 0 or self.index_max_index_num <= 1:
+            raise ValueError("tieredStoreIndexFileMaxHashSlotNum and tieredStoreIndexFileMaxIndexNum "
+                             "must be positive")
+
+    def topic_reserved_hours(self) -> dict[str, int]:
+        """``tieredStoreTopicReservedTime``: ``topic:hours`` pairs, comma-separated."""
+        out: dict[str, int] = {}
+        for part in filter(None, (p.strip() for p in self.topic_reserved_time.split(","))):
+            topic, sep, hours = part.rpartition(":")
+            if not sep or not topic.strip() or not hours.strip().isdigit():
+                raise ValueError(f"tieredStoreTopicReservedTime: {part!r} is not topic:hours")
+            out[topic.strip()] = int(hours)
+        return out
 
     @classmethod
     def from_conf(cls, conf: dict[str, str]) -> "TierConfig":
@@ -282,7 +322,15 @@ class TierConfig:
         types = {f.name: f.type for f in dataclasses.fields(cls)}
         for key, name in cls._KEYS.items():
             if key in conf:
-                values[name] = int(conf[key]) if types[name] in (int, "int") else conf[key].strip()
+                t = types[name]
+                if t in (bool, "bool"):
+                    values[name] = conf[key].strip().lower() == "true"
+                else:
+                    values[name] = int(conf[key]) if t in (int, "int") else \
+                        float(conf[key]) if t in (float, "float") else conf[key].strip()
+        level = str(values.get("storage_level", "NOT_IN_DISK"))
+        if level.isdigit():  # RocketMQ accepts the level's number as well
+            values["storage_level"] = STORAGE_LEVELS[int(level)] if int(level) < 4 else "DISABLE"
         provider = conf.get("tieredBackendServiceProvider", POSIX_PROVIDER).strip()
         if provider in (POSIX_PROVIDER, "posix"):
             values["backend"] = "posix"

@@ -43,6 +43,8 @@ tieredStoreCommitLogMaxSize=4096
     assert len(segs) > 3
     for p in segs[:-1]:
         os.unlink(p)
+    for p in glob.glob(os.path.join(store, "index", "*")):  # only the tier's INDEX can answer
+        os.unlink(p)
     srv = start_server(store, *args)
     try:
         c = PullConsumer("CG", srv.namesrv)
@@ -56,5 +58,17 @@ tieredStoreCommitLogMaxSize=4096
         assert [m.body for m in got] == [b"serve-%04d" % i + b"p" * 200 for i in range(120)]
         assert [m.uniq_key for m in got] == [s.msg_id for s in sent]
         assert [m.queue_offset for m in got] == list(range(120))
+        # QUERY_MESSAGE by a message's UNIQ_KEY, as the broker answers it (no client filter)
+        from rocketstore.client.admin import AdminClient
+        from rocketstore.client.consumer import decode_messages
+        from rocketstore.remoting.codes import RequestCode, ResponseCode
+        with AdminClient(namesrv=srv.namesrv) as admin:
+            for i in (3, 77):
+                resp = admin.call(srv.broker, RequestCode.QUERY_MESSAGE,
+                                  {"topic": "TierServe", "key": sent[i].msg_id, "maxNum": 32,
+                                   "beginTimestamp": 0, "endTimestamp": (1 << 63) - 1})
+                assert resp.code == ResponseCode.SUCCESS
+                assert [(m.body, m.queue_offset) for m in decode_messages(resp.body)] == \
+                    [(b"serve-%04d" % i + b"p" * 200, i)]
     finally:
         assert srv.stop() == 0, srv.log()

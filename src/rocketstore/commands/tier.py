@@ -37,6 +37,7 @@ def _run(store_dir: str, config: str | None, as_json: bool, verify: bool) -> Non
         for q in report["queues"]:
             click.echo(f"  {q['topic']}/{q['queueId']}: offsets [{q['minOffset']}, {q['maxOffset']}), "
                        f"{q['commitLogSegments']} COMMIT_LOG segment(s), {q['commitLogBytes']} bytes")
+        click.echo(f"  INDEX: {report['indexSegments']} segment(s), {report['indexBytes']} bytes")
         for p in report["problems"]:
             click.echo(p)
         if verify:

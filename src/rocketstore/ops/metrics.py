@@ -76,7 +76,8 @@ class BrokerCollector(Collector):
             yield from self._producers(st.producers)
         store = st.store()
         if store is not None:
-            for part in (self._store, self._replication, self._queues, self._groups, self._timer):
+            for part in (self._store, self._replication, self._queues, self._groups, self._timer,
+                         self._tier):
                 try:
                     yield from part(store)
                 except Exception:  # a partial scrape beats none; the error is logged and counted
@@ -223,6 +224,43 @@ class BrokerCollector(Collector):
         if master is not None:
             yield GaugeMetricFamily("rocketstore_ha_master_connected", "A slave's connection to "
                                     "its master's HA port (1 up).", value=1 if master["connected"] else 0)
+
+    def _tier(self, store: Any) -> Iterator[Metric]:
+        """The tiered store (``store.tier``, store/tier/service.py): upload lag and counters."""
+        tier = getattr(store, "tier", None)
+        if tier is None:
+            return
+        m = tier.metrics()
+        for name, key, doc in (
+                ("rocketstore_tier_upload_lag_messages", "lag_messages",
+                 "Messages in local queues not in the tier yet."),
+                ("rocketstore_tier_upload_lag_bytes", "lag_bytes",
+                 "CommitLog bytes since the oldest message not in the tier yet."),
+                ("rocketstore_tier_upload_lag_seconds", "lag_seconds",
+                 "Store-time age of the oldest message not in the tier yet."),
+                ("rocketstore_tier_index_pending_keys", "index_pending_keys",
+                 "Keys waiting for the next INDEX segment."),
+                ("rocketstore_tier_index_segments", "index_segments", "INDEX segments in the tier.")):
+            yield GaugeMetricFamily(name, doc, value=m[key])
+        for name, key, doc in (
+                ("rocketstore_tier_uploaded_messages", "uploaded_messages",
+                 "Messages uploaded to the tier since start."),
+                ("rocketstore_tier_uploaded_bytes", "uploaded_bytes",
+                 "Record bytes uploaded to the tier since start."),
+                ("rocketstore_tier_upload_errors", "upload_errors",
+                 "Upload rounds that failed (retried with backoff)."),
+                ("rocketstore_tier_object_store_retries", "retries",
+                 "Object store calls that failed and were tried again."),
+                ("rocketstore_tier_reads", "reads", "Pulls the tier answered (fall-throughs "
+                 "and tieredStorageLevel reads)."),
+                ("rocketstore_tier_read_errors", "read_errors",
+                 "Records the tier should hold that were missing or failed their checks.")):
+            yield CounterMetricFamily(name, doc, value=m[key])
+        expired = CounterMetricFamily("rocketstore_tier_expired_segments", "Segments "
+                                      "tieredStoreFileReservedTime deleted.", labels=["type"])
+        for t, n in sorted(m["expired_segments"].items()):
+            expired.add_metric([t], n)
+        yield expired
 
     def _queues(self, store: Any) -> Iterator[Metric]:
         tvs = views.topic_views(store, self.state.topics, self.state.broker_name)

@@ -16,6 +16,7 @@ record. A directory that holds no store is refused (``NotAStoreError``) before a
 """
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from typing import Any, Callable, Sequence
@@ -30,9 +31,13 @@ from .results import GetMessageResult, GetStatus, PutMessageResult
 from .store_dir import adopt_saved_sizes, detect_sizes, is_store_dir
 
 
+log = logging.getLogger(__name__)
+
 # local answers a tier (store.tier) may do better on: the record left the local CommitLog
+# (NO_MATCHED_LOGIC_QUEUE: no local queue at all, as on a broker opened on a tier alone)
 _TIER_FALLS = (GetStatus.OFFSET_TOO_SMALL, GetStatus.MESSAGE_WAS_REMOVING,
-               GetStatus.OFFSET_FOUND_NULL, GetStatus.NO_MESSAGE_IN_QUEUE)
+               GetStatus.OFFSET_FOUND_NULL, GetStatus.NO_MESSAGE_IN_QUEUE,
+               GetStatus.NO_MATCHED_LOGIC_QUEUE)
 
 
 class MessageStore:
@@ -156,15 +161,35 @@ class MessageStore:
             return GetMessageResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
         ext = self.cq_ext.find(topic, queue_id) if self.cq_ext is not None else None
         cq = self.cq_table.find(topic, queue_id)
+        # the tier answers as tieredStorageLevel says (RocketMQ's fetchFromCurrentStore)
+        level = self.tier.level if self.tier is not None and message_filter is None else "DISABLE"
+        if level == "FORCE" or (level == "NOT_IN_MEM" and not self._in_mem(cq, offset)):
+            try:
+                tiered = self.tier.get_message(topic, queue_id, offset, max_msgs, subscription,
+                                               decode, cq.max_offset_in_queue() if cq is not None else 0)
+            except OSError as e:  # the object store is down or a record is bad: local answers
+                log.warning("tier read of %s-%d at %d failed (%s); reading the local store",
+                            topic, queue_id, offset, e)
+                tiered = None
+            if tiered is not None:
+                return tiered
         result = read_path.get_message(self.cfg, self.commitlog, cq, offset, max_msgs,
                                        subscription, decode, ext=ext, message_filter=message_filter)
-        if self.tier is not None and message_filter is None and result.status in _TIER_FALLS:
+        if level != "DISABLE" and result.status in _TIER_FALLS:
             # the local CommitLog no longer holds it: the tier may (store.tier.service)
             tiered = self.tier.get_message(topic, queue_id, offset, max_msgs, subscription, decode,
                                            cq.max_offset_in_queue() if cq is not None else 0)
             if tiered is not None:
                 return tiered
         return result
+
+    def _in_mem(self, cq, offset: int) -> bool:
+        """RocketMQ's ``checkInMemByConsumeOffset``, as our read path judges memory: the
+        record is local and within the share of RAM the page cache keeps."""
+        u = cq.unit(offset) if cq is not None else None
+        if u is None or u[0] < self.commitlog.min_offset():
+            return False
+        return not read_path.in_disk(self.cfg, u[0], self.commitlog.max_offset())
 
     def set_filter_bitmap_source(self, source) -> None:
         """Compute a SQL92 bitmap per message from now on (``enableCalcFilterBitMap``); the
@@ -187,9 +212,22 @@ class MessageStore:
         self._check_open()
         if self.index_service is None:
             raise StoreError("message index is disabled (message_index_enable=False)")
-        return self.index_service.query_message(topic, key, max_num, begin,
-                                                (1 << 63) - 1 if end is None else end,
-                                                self.commitlog.look_message)
+        end = (1 << 63) - 1 if end is None else end
+        result = self.index_service.query_message(topic, key, max_num, begin, end,
+                                                  self.commitlog.look_message)
+        if self.tier is not None and self.tier.level != "DISABLE" and len(result.messages) < max_num:
+            # the tier's INDEX flat file: keys whose local copy is gone (one per queue offset)
+            have = {(m.queue_id, m.queue_offset) for m in result.messages}
+            try:
+                tiered = self.tier.query_message(topic, key, max_num, begin, end)
+            except OSError as e:  # the object store is down: the local answer stands
+                log.warning("tier query of %s key %r failed (%s)", topic, key, e)
+                tiered = []
+            for m in tiered:
+                if (m.queue_id, m.queue_offset) not in have and len(result.messages) < max_num:
+                    have.add((m.queue_id, m.queue_offset))
+                    result.messages.append(m)
+        return result
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         cq = self.cq_table.find(topic, queue_id)
@@ -199,7 +237,8 @@ class MessageStore:
         """The first offset a pull can read: the tier's when it reaches further back."""
         cq = self.cq_table.find(topic, queue_id)
         local = cq.min_offset_in_queue() if cq else 0
-        held = self.tier.bounds(topic, queue_id) if self.tier is not None else None
+        held = self.tier.bounds(topic, queue_id) \
+            if self.tier is not None and self.tier.level != "DISABLE" else None
         return min(local, held[0]) if held is not None else local
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:

@@ -16,7 +16,7 @@ import struct
 from . import layout
 from .layout import LOCATION_FILE
 from .flat import FlatQueue
-from .service import discover_queues
+from .service import discover_queues, segment_sizes
 
 _UNIT = struct.Struct(">qiq")
 _MAGICS = (-626843481, -626843477)  # 0xDAA320A7 (v1), 0xDAA320AB (v2)
@@ -50,7 +50,8 @@ def verify_queue(fq: FlatQueue) -> list[str]:
         return problems
     if fq.cq.min_offset % layout.CQ_UNIT or fq.cq.end % layout.CQ_UNIT:
         problems.append(f"{fq.path} CONSUME_QUEUE: a torn unit (ends at byte {fq.cq.end})")
-    start = fq.cq.min_offset
+    fq.refresh_head()  # units before the head point at records retention deleted
+    start = fq.min_offset * layout.CQ_UNIT
     cq = fq.cq.read(start, fq.cq.end - start)
     cl_base = fq.commitlog.min_offset if fq.commitlog.segs else 0
     cl = fq.commitlog.read(cl_base, max(0, fq.commitlog.end - cl_base))
@@ -85,17 +86,21 @@ def tier_report(tcfg, backend=None, *, verify: bool = False) -> dict:
     problems: list[str] = []
     for topic, qid in discover_queues(backend, tcfg.broker_cluster_name, tcfg.broker_name):
         fq = FlatQueue(backend, tcfg.broker_cluster_name, tcfg.broker_name, topic, qid,
-                       tcfg.commitlog_max_size, tcfg.consume_queue_max_size)
+                       *segment_sizes(tcfg))
         if verify:
             found = verify_queue(fq)
         else:
             fq.commitlog.load()
             fq.cq.load()
+            fq.refresh_head()
             found = []
         problems += found
         queues.append({"topic": topic, "queueId": qid, "minOffset": fq.min_offset,
                        "maxOffset": fq.max_offset, "commitLogSegments": len(fq.commitlog.segs),
                        "commitLogBytes": max(0, fq.commitlog.end), "ok": not found})
+    index = backend.list(f"{layout.cluster_dir(tcfg.broker_cluster_name)}/"
+                         f"{layout.queue_path(tcfg.broker_name, layout.INDEX_TOPIC, 0)}/{layout.INDEX}")
     return {"backend": tcfg.backend, "base": tcfg.file_path, "cluster": tcfg.broker_cluster_name,
-            "broker": tcfg.broker_name, "queues": queues, "problems": problems,
-            "ok": not problems}
+            "broker": tcfg.broker_name, "queues": queues,
+            "indexSegments": len(index), "indexBytes": sum(sz for _, sz in index),
+            "problems": problems, "ok": not problems}

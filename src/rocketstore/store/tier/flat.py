@@ -16,6 +16,7 @@ the torn tail.
 """
 from __future__ import annotations
 
+import logging
 import struct
 import threading
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from . import layout
 from .backend import Backend
 
+log = logging.getLogger(__name__)
 _UNIT = struct.Struct(">qiq")
 PHYS_POS = 28  # PHYSICALOFFSET in a CommitLog record
 
@@ -132,12 +134,93 @@ class FlatQueue:
         self.lock = threading.Lock()
         self.first_ts = 0
         self.last_ts = 0
+        self._head: int | None = None  # first queue offset whose record is still held
+        self._dirty = False
+        self._seg_ts: dict[int, int] = {}  # sealed COMMIT_LOG segment base -> newest store time
+
 
     # -- offsets ------------------------------------------------------------------------------
     @property
     def min_offset(self) -> int:
-        """The first queue offset held, -1 when the queue has nothing yet."""
-        return self.cq.min_offset // layout.CQ_UNIT if self.cq.segs else -1
+        """The first queue offset held (whose record is still in the COMMIT_LOG), -1 when the
+        queue has nothing yet."""
+        if not self.cq.segs:
+            return -1
+        first = self.cq.min_offset // layout.CQ_UNIT
+        return first if self._head is None else max(first, self._head)
+
+    def _unit(self, qo: int) -> tuple[int, int, int] | None:
+        raw = self.cq.read(qo * layout.CQ_UNIT, layout.CQ_UNIT)
+        return _UNIT.unpack(raw) if len(raw) == layout.CQ_UNIT else None
+
+    def _first_unit_at_or_after(self, phy: int) -> int:
+        """The first queue offset whose unit points at ``phy`` or later (units ascend)."""
+        lo, hi = self.cq.min_offset // layout.CQ_UNIT, self.cq.end // layout.CQ_UNIT
+        while lo < hi:
+            mid = (lo + hi) // 2
+            u = self._unit(mid)
+            if u is not None and u[0] >= phy:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def refresh_head(self) -> None:
+        """After segments went (retention, or a crash between deleting the COMMIT_LOG's and the
+        CONSUME_QUEUE's): skip the units whose records are gone."""
+        self._head = None
+        if not self.cq.segs or not self.commitlog.segs:
+            return
+        first = self._unit(self.cq.min_offset // layout.CQ_UNIT)
+        if first is not None and first[0] < self.commitlog.min_offset:
+            self._head = self._first_unit_at_or_after(self.commitlog.min_offset)
+
+    def _newest_timestamp(self, seg: Seg) -> int | None:
+        """The store time of the last record starting in COMMIT_LOG segment ``seg`` (a sealed
+        segment's never changes: remembered, so a retention pass costs no reads)."""
+        if seg.base in self._seg_ts:
+            return self._seg_ts[seg.base]
+        ts = self._read_newest_timestamp(seg)
+        if ts is not None:
+            self._seg_ts[seg.base] = ts
+        return ts
+
+    def _read_newest_timestamp(self, seg: Seg) -> int | None:
+        from ...format.message import decode_message
+        qo = self._first_unit_at_or_after(seg.end) - 1
+        u = self._unit(qo) if qo >= self.cq.min_offset // layout.CQ_UNIT else None
+        if u is None or not seg.base <= u[0] < seg.end:
+            return None
+        rec = self.commitlog.read(u[0], u[1])
+        try:
+            return decode_message(rec, 0, with_body=False).store_timestamp
+        except Exception:  # noqa: BLE001 - an unreadable record is kept, never guessed at
+            return None
+
+    def expire(self, before_ms: int) -> tuple[int, int]:
+        """RocketMQ's ``destroyExpiredFile``: from the head, delete COMMIT_LOG segments whose
+        newest record was stored before ``before_ms`` (never the segment being written), then
+        the CONSUME_QUEUE segments whose units all point at deleted records. Returns the
+        segments deleted (COMMIT_LOG, CONSUME_QUEUE)."""
+        with self.lock:
+            n_cl = n_cq = 0
+            cl = self.commitlog
+            while len(cl.segs) > 1:
+                ts = self._newest_timestamp(cl.segs[0])
+                if ts is None or ts >= before_ms:
+                    break
+                cl.backend.delete(cl.key(cl.segs[0].base))
+                self._seg_ts.pop(cl.segs.pop(0).base, None)
+                n_cl += 1
+            while len(self.cq.segs) > 1 and cl.segs:
+                last = self._unit((self.cq.segs[0].end - layout.CQ_UNIT) // layout.CQ_UNIT)
+                if last is None or last[0] >= cl.min_offset:
+                    break
+                self.cq.backend.delete(self.cq.key(self.cq.segs[0].base))
+                self.cq.segs.pop(0)
+                n_cq += 1
+            self.refresh_head()
+            return n_cl, n_cq
 
     @property
     def max_offset(self) -> int:
@@ -147,6 +230,7 @@ class FlatQueue:
     def recover(self) -> tuple[int, int]:
         """Load the segments and cut torn tails (see module doc). Returns the bytes cut from
         (COMMIT_LOG, CONSUME_QUEUE)."""
+        self._seg_ts.clear()
         self.commitlog.load()
         self.cq.load()
         if not self.cq.segs:
@@ -170,51 +254,77 @@ class FlatQueue:
             self.cq.cut(good)
         if cut[0] and self.commitlog.segs:
             self.commitlog.cut(cl_keep)
+        self.refresh_head()
         return cut
+
+    def resync(self) -> None:
+        """After a failed append the in-memory sizes are unsure: reload and cut as on open."""
+        with self.lock:
+            if self._dirty:
+                cut = self.recover()
+                if any(cut):
+                    log.warning("tier %s: after a failed upload, cut %d COMMIT_LOG and %d "
+                                "CONSUME_QUEUE bytes the store holds no unit for", self.path, *cut)
+                self._dirty = False
 
     def init(self, queue_offset: int) -> None:
         self.commitlog.init(0)
         self.cq.init(queue_offset * layout.CQ_UNIT)
 
     # -- write --------------------------------------------------------------------------------
-    def append(self, queue_offset: int, records: list[bytes], tags: list[int]) -> None:
-        """Append the records of queue offsets ``queue_offset ..`` (must be ``max_offset``)."""
+    def append(self, queue_offset: int, records: list[bytes], tags: list[int]) -> list[tuple[int, bytes]]:
+        """Append the records of queue offsets ``queue_offset ..`` (must be ``max_offset``).
+        Returns each record as written (PHYSICALOFFSET rewritten) with its flat offset."""
         if not records:
-            return
+            return []
         with self.lock:
-            if self.max_offset != queue_offset:
-                raise ValueError(f"{self.path}: tier holds up to {self.max_offset}, "
-                                 f"not {queue_offset}")
-            units = []
-            chunk: list[bytes] = []
-            chunk_at = None
-            pos = self.commitlog.end
-            cl = self.commitlog
-            for rec, tag in zip(records, tags):
-                last = cl.segs[-1]
-                seg_used = last.size + sum(len(c) for c in chunk)
-                if seg_used and seg_used + len(rec) > cl.max_size:  # roll: flush this chunk first
-                    if chunk:
-                        cl.append(b"".join(chunk))
-                        chunk = []
-                    cl.segs.append(Seg(cl.end, 0))
-                    pos = cl.end
-                rec = rewrite_physical_offset(rec, pos)
-                chunk.append(rec)
-                units.append(_UNIT.pack(pos, len(rec), tag))
-                pos += len(rec)
-            if chunk:
-                cl.append(b"".join(chunk))
-            data = b"".join(units)
-            per = self.cq.max_size
-            while data:  # CQ segments hold whole units
-                last = self.cq.segs[-1]
-                room = per - last.size if last.size < per else 0
-                if room == 0:
-                    self.cq.segs.append(Seg(last.end, 0))
-                    room = per
-                self.cq.append(data[:room])
-                data = data[room:]
+            if self._dirty:
+                raise RuntimeError(f"{self.path}: resync() after a failed append")
+            try:
+                return self._append(queue_offset, records, tags)
+            except BaseException:
+                # the backend may hold some of it (a PUT whose answer was lost): the next
+                # append first cuts back to the last whole unit, so nothing is there twice
+                self._dirty = True
+                raise
+
+    def _append(self, queue_offset: int, records: list[bytes], tags: list[int]) -> list[tuple[int, bytes]]:
+        written: list[tuple[int, bytes]] = []
+        if self.max_offset != queue_offset:
+            raise ValueError(f"{self.path}: tier holds up to {self.max_offset}, "
+                             f"not {queue_offset}")
+        units = []
+        chunk: list[bytes] = []
+        chunk_at = None
+        pos = self.commitlog.end
+        cl = self.commitlog
+        for rec, tag in zip(records, tags):
+            last = cl.segs[-1]
+            seg_used = last.size + sum(len(c) for c in chunk)
+            if seg_used and seg_used + len(rec) > cl.max_size:  # roll: flush this chunk first
+                if chunk:
+                    cl.append(b"".join(chunk))
+                    chunk = []
+                cl.segs.append(Seg(cl.end, 0))
+                pos = cl.end
+            rec = rewrite_physical_offset(rec, pos)
+            written.append((pos, rec))
+            chunk.append(rec)
+            units.append(_UNIT.pack(pos, len(rec), tag))
+            pos += len(rec)
+        if chunk:
+            cl.append(b"".join(chunk))
+        data = b"".join(units)
+        per = self.cq.max_size
+        while data:  # CQ segments hold whole units
+            last = self.cq.segs[-1]
+            room = per - last.size if last.size < per else 0
+            if room == 0:
+                self.cq.segs.append(Seg(last.end, 0))
+                room = per
+            self.cq.append(data[:room])
+            data = data[room:]
+        return written
 
     # -- read ---------------------------------------------------------------------------------
     def units(self, queue_offset: int, count: int) -> list[tuple[int, int, int]]:
@@ -225,6 +335,22 @@ class FlatQueue:
         raw = self.cq.read(queue_offset * layout.CQ_UNIT, n * layout.CQ_UNIT)
         return [_UNIT.unpack_from(raw, i) for i in range(0, len(raw) - layout.CQ_UNIT + 1,
                                                          layout.CQ_UNIT)]
+
+    def records_aligned(self, units: list[tuple[int, int, int]]) -> list[bytes | None]:
+        """The record each unit points at (None where it could not be read whole)."""
+        got = {}
+        i = 0
+        while i < len(units):
+            j = i + 1
+            while j < len(units) and units[j][0] == units[j - 1][0] + units[j - 1][1]:
+                j += 1
+            start = units[i][0]
+            blob = self.commitlog.read(start, units[j - 1][0] + units[j - 1][1] - start)
+            for phy, size, _ in units[i:j]:
+                rec = blob[phy - start:phy - start + size]
+                got[phy] = rec if len(rec) == size else None
+            i = j
+        return [got.get(u[0]) for u in units]
 
     def records(self, units: list[tuple[int, int, int]]) -> list[bytes]:
         """The records the units point at, read in runs of adjacent ones."""

@@ -77,9 +77,12 @@ class SegmentInfo:
 
 
 def metadata_json(broker: str, topics: dict[str, int], queues: list[tuple[str, int, int, int]],
-                  segments: list[SegmentInfo], now_ms: int) -> str:
+                  segments: list[SegmentInfo], now_ms: int,
+                  reserve: dict[str, int] | None = None) -> str:
     """``DefaultMetadataStore.encode(true)``'s shape. ``topics``: topic -> topic id;
-    ``queues``: (topic, queue id, min offset, max offset)."""
+    ``queues``: (topic, queue id, min offset, max offset); ``reserve``: topic -> hours kept
+    (``TopicMetadata.reserveTime``, -1 for the broker-wide default)."""
+    reserve = reserve or {}
     tables: dict[str, dict] = {"commitLogFileSegmentTable": {}, "consumeQueueFileSegmentTable": {},
                                "indexFileSegmentTable": {}}
     names = {COMMIT_LOG: "commitLogFileSegmentTable", CONSUME_QUEUE: "consumeQueueFileSegmentTable",
@@ -93,7 +96,7 @@ def metadata_json(broker: str, topics: dict[str, int], queues: list[tuple[str, i
             "queue": {"brokerName": broker, "queueId": qid, "topic": topic}}
     doc = dict(tables)
     doc["queueMetadataTable"] = qt
-    doc["topicMetadataTable"] = {t: {"reserveTime": -1, "status": 0, "topic": t, "topicId": tid,
+    doc["topicMetadataTable"] = {t: {"reserveTime": reserve.get(t, -1), "status": 0, "topic": t, "topicId": tid,
                                      "updateTimestamp": now_ms} for t, tid in topics.items()}
     doc["topicSerialNumber"] = max(topics.values(), default=0)
     return json.dumps(doc, sort_keys=True, indent="\t")

@@ -28,16 +28,38 @@ from ..results import GetMessageResult, GetStatus
 from . import layout
 from .backend import Backend, open_backend
 from .flat import FlatQueue
+from .index import TierIndex
 
 log = logging.getLogger(__name__)
 
 SYSTEM_PREFIXES = ("rmq_sys_", "RMQ_SYS_", "SCHEDULE_TOPIC_XXXX", "%RETRY%", "%DLQ%")
-READ_BATCH = 1024  # local units read at a time
+READ_BATCH = 1024  # local units read (and appended to the tier) at a time
+# S3 cannot append: each append rewrites the segment object, so fewer, bigger appends there
+S3_READ_BATCH = 8192
+READ_AHEAD_WINDOWS = 64  # queues with a read-ahead window at once (each up to the size threshold)
+CLEAN_INTERVAL = 60.0  # s between retention passes (RocketMQ's is a minute too)
 
 
 def tiered_topic(topic: str) -> bool:
     """RocketMQ's ``MessageStoreTopicFilter``: system topics stay local."""
     return not topic.startswith(SYSTEM_PREFIXES) and topic not in ("TBW102", "OFFSET_MOVED_EVENT")
+
+
+# S3 rewrites a segment object on every append: past this size that costs more than it saves
+S3_SEGMENT_CAP = 64 << 20
+
+
+def segment_sizes(tcfg) -> tuple[int, int]:
+    """(COMMIT_LOG, CONSUME_QUEUE) segment sizes: the configured ones, at most 64 MiB on S3
+    (RocketMQ reads segments of any size: their names and the metadata say where each starts)."""
+    cl, cq = tcfg.commitlog_max_size, tcfg.consume_queue_max_size
+    if tcfg.backend == "s3":
+        cl, cq = min(cl, S3_SEGMENT_CAP), min(cq, S3_SEGMENT_CAP)
+    return cl, cq
+
+
+class TierReadError(OSError):
+    """A record the tier should hold is missing or fails its checks."""
 
 
 class TierDispatcher:
@@ -88,6 +110,19 @@ class TierService:
         self.lock = threading.Lock()  # one upload round at a time
         self.last_error: str | None = None
         self.cut_on_recover: dict[str, tuple[int, int]] = {}
+        self.missing: dict[tuple[str, int], tuple[int, int]] = {}  # queues whose files vanished
+        self.missing_error: str | None = None
+        self.index = TierIndex(self.backend, self.cluster, self.broker, store_root, tcfg)
+        self.expired = {"COMMIT_LOG": 0, "CONSUME_QUEUE": 0, "INDEX": 0}  # deleted by retention
+        self._last_clean = time.monotonic()
+        self.read_errors = 0
+        self.reads = 0  # pulls the tier answered
+        self.read_ahead_hits = 0  # pulls answered from the read-ahead window
+        self._ahead: dict[str, tuple] = {}  # queue path -> (first offset, units, records, expiry)
+        self.uploaded_messages = 0
+        self.uploaded_bytes = 0
+        self.upload_errors = 0
+        self.read_batch = S3_READ_BATCH if tcfg.backend == "s3" else READ_BATCH
         self._stop = False
         self._location_written = False
         self._thread: threading.Thread | None = None
@@ -95,19 +130,41 @@ class TierService:
     # -- lifecycle ----------------------------------------------------------------------------
     def load(self) -> None:
         """Open every queue the tier holds, cutting torn tails (see ``flat``)."""
+        known: dict[tuple[str, int], tuple[int, int]] = {}
         try:
             with open(self.metadata_path, encoding="utf-8") as fh:
-                for topic, t in json.load(fh).get("topicMetadataTable", {}).items():
-                    self.topic_ids[topic] = int(t.get("topicId", 0))
-        except (OSError, ValueError):
+                doc = json.load(fh)
+            for topic, t in doc.get("topicMetadataTable", {}).items():
+                self.topic_ids[topic] = int(t.get("topicId", 0))
+            for topic, qs in doc.get("queueMetadataTable", {}).items():
+                for qid, q in qs.items():
+                    known[(topic, int(qid))] = (int(q.get("minOffset", 0)), int(q.get("maxOffset", 0)))
+        except (OSError, ValueError, AttributeError):
             pass
-        for topic, qid in discover_queues(self.backend, self.cluster, self.broker):
+        found = discover_queues(self.backend, self.cluster, self.broker)
+        for key, (lo, hi) in sorted(known.items()):
+            if hi > lo and key not in found:
+                # the metadata says the tier held these messages and the backend has no file
+                # of the queue: a bucket emptied by hand, or the wrong bucket. Never start it
+                # over as if empty; an operator who means it removes the metadata file.
+                self.missing[key] = (lo, hi)
+        if self.missing:
+            self.last_error = (f"tier: {len(self.missing)} queue(s) the metadata lists have no "
+                               f"files in the tier ({self._where()}), e.g. "
+                               f"{'/'.join(map(str, next(iter(self.missing))))}; not uploading "
+                               f"them (remove {self.metadata_path} to start those queues afresh)")
+            self.missing_error = self.last_error
+            log.error("%s", self.last_error)
+        for topic, qid in found:
             fq = self._flat(topic, qid)
             cut = fq.recover()
             if any(cut):
                 log.warning("tier %s: cut a torn tail of %d COMMIT_LOG and %d CONSUME_QUEUE bytes",
                             fq.path, *cut)
                 self.cut_on_recover[fq.path] = cut
+        self.index.load()
+        for (topic, _qid), fq in sorted(self.queues.items()):
+            self.index.catch_up(fq, self.topic_ids[topic])
         for cq in self.cq_table:  # whatever the local queues hold beyond the tier is pending
             if tiered_topic(cq.topic):
                 self.grown[(cq.topic, cq.queue_id)] = 1
@@ -127,7 +184,7 @@ class TierService:
         fq = self.queues.get((topic, qid))
         if fq is None:
             fq = FlatQueue(self.backend, self.cluster, self.broker, topic, qid,
-                           self.tcfg.commitlog_max_size, self.tcfg.consume_queue_max_size)
+                           *segment_sizes(self.tcfg))
             self.queues[(topic, qid)] = fq
             if topic not in self.topic_ids:
                 self.topic_ids[topic] = max(self.topic_ids.values(), default=0) + 1
@@ -141,9 +198,10 @@ class TierService:
             self.wake.clear()
             try:
                 self.upload_round(force=False)
-                self.last_error = None
+                self.last_error = self.missing_error  # None unless queues' files vanished
                 backoff = 0.05
             except Exception as e:  # noqa: BLE001 - the tier never stops the broker; retry
+                self.upload_errors += 1
                 self.last_error = f"{type(e).__name__}: {e}"
                 log.exception("tier upload failed; retrying")
                 time.sleep(backoff)
@@ -180,15 +238,70 @@ class TierService:
                     self.grown[key] = self.grown.get(key, 0) + count
                     raise
                 self.last_upload[key] = now
-            if total:
+            changed = bool(total)
+            if self.index.due():
+                changed |= self.index.seal() is not None
+            if self._retention_due(now):
+                changed |= self.clean_expired() > 0
+            if changed:
                 self.write_metadata()
             return total
 
+    def _retention_due(self, now: float) -> bool:
+        if now - self._last_clean < CLEAN_INTERVAL:
+            return False
+        self._last_clean = now
+        return True
+
+    def clean_expired(self, now_ms: int | None = None) -> int:
+        """``tieredStoreFileReservedTime``: delete the segments (and so their metadata) whose
+        newest message is older than that many hours (``FlatQueue.expire``,
+        ``TierIndex.expire``). Returns the segments deleted."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        hours = self.tcfg.file_reserved_time
+        per_topic = self.tcfg.topic_reserved_hours()
+        n = 0
+        for fq in list(self.queues.values()):
+            cl, cq = fq.expire(now_ms - per_topic.get(fq.topic, hours) * 3_600_000)
+            if cl or cq:
+                log.info("tier %s: retention deleted %d COMMIT_LOG and %d CONSUME_QUEUE "
+                         "segment(s); the queue now starts at %d", fq.path, cl, cq, fq.min_offset)
+            self.expired["COMMIT_LOG"] += cl
+            self.expired["CONSUME_QUEUE"] += cq
+            n += cl + cq
+        # INDEX segments hold every topic's keys: they go with the longest retention
+        ix = self.index.expire(now_ms - max([hours, *per_topic.values()]) * 3_600_000)
+        self.expired["INDEX"] += ix
+        return n + ix
+
+    def clean_now(self, now_ms: int | None = None) -> int:
+        """One retention pass now, the metadata rewritten after it."""
+        with self.lock:
+            n = self.clean_expired(now_ms)
+            if n:
+                self.write_metadata()
+            return n
+
+    def seal_index(self) -> bool:
+        """Upload the pending INDEX items now (RocketMQ rolls on size or idle time)."""
+        with self.lock:
+            sealed = self.index.seal() is not None
+            if sealed:
+                self.write_metadata()
+            return sealed
+
+    def _where(self) -> str:
+        t = self.tcfg
+        return f"s3://{t.object_store_bucket}/{t.file_path}" if t.backend == "s3" else t.file_path
+
     def upload_queue(self, topic: str, qid: int) -> int:
         cq = self.cq_table.find(topic, qid)
-        if cq is None:
+        if cq is None or (topic, qid) in self.missing:
             return 0
         fq = self._flat(topic, qid)
+        fq.resync()
+        if fq.commitlog.end > self.index.pending_marks.get(fq.path, 0):
+            self.index.catch_up(fq, self.topic_ids[topic])  # what a lost answer left unindexed
         lmin, lmax = cq.min_offset_in_queue(), cq.max_offset_in_queue()
         if fq.max_offset < 0:
             fq.init(lmin)
@@ -199,7 +312,7 @@ class TierService:
             return 0
         sent = 0
         while at < lmax:
-            units = cq.read_units(at, min(READ_BATCH, lmax - at))
+            units = cq.read_units(at, min(self.read_batch, lmax - at))
             if units is None or len(units) == 0:
                 break
             records, tags = [], []
@@ -214,7 +327,10 @@ class TierService:
                 log.error("tier %s: the record of queue offset %d is not in the local CommitLog",
                           fq.path, at)
                 break
-            fq.append(at, records, tags)
+            written = fq.append(at, records, tags)
+            self.uploaded_messages += len(written)
+            self.uploaded_bytes += sum(len(r) for _, r in written)
+            self.index.add(fq, self.topic_ids[topic], written)
             at += len(records)
             sent += len(records)
             if len(records) < len(units):
@@ -224,6 +340,8 @@ class TierService:
     def write_metadata(self) -> None:
         segs = []
         queues = []
+        for (topic, qid), (lo, hi) in self.missing.items():  # kept until an operator decides
+            queues.append((topic, qid, lo, hi))
         for fq in self.queues.values():
             if fq.max_offset >= 0:
                 queues.append((fq.topic, fq.queue_id, fq.min_offset, fq.max_offset))
@@ -231,8 +349,9 @@ class TierService:
                 for i, s in enumerate(ff.segs):
                     segs.append(layout.SegmentInfo(fq.path, ff.file_type, s.base, s.size,
                                                    sealed=i < len(ff.segs) - 1))
+        segs += self.index.segment_infos()
         doc = layout.metadata_json(self.broker, self.topic_ids, queues, segs,
-                                   int(time.time() * 1000))
+                                   int(time.time() * 1000), self.tcfg.topic_reserved_hours())
         os.makedirs(os.path.dirname(self.metadata_path), exist_ok=True)
         atomic_write(self.metadata_path, doc.encode("utf-8"), point=None)
         if not self._location_written:  # where the tier is, for `rocketstore tier` (no secrets)
@@ -274,12 +393,24 @@ class TierService:
         lo, hi = fq.min_offset, max(fq.max_offset, local_max)
         sub = Subscription.parse(subscription)
         codes = sub.codes if sub.tags is not None else None
-        units = fq.units(offset, max(max_msgs, 32) if codes is not None else max_msgs)
-        keep = [u for u in units if codes is None or u[2] in codes]
+        units, raws = self._window(fq, offset, max(max_msgs, 32) if codes is not None else max_msgs)
+        pairs = [(u, r) for u, r in zip(units, raws) if codes is None or u[2] in codes]
+        keep = [u for u, _ in pairs]
         result = GetMessageResult(GetStatus.NO_MATCHED_MESSAGE, offset + len(units), lo, hi)
-        for raw in fq.records(keep[:max_msgs]):
-            msg = decode_message(raw, 0) if (decode or sub.tags is not None) else None
-            if sub.tags is not None and msg.tags not in sub.tags:  # type: ignore[union-attr]
+        for u, raw in pairs[:max_msgs]:
+            # every record read from the tier is checked (TOTALSIZE, magic, PHYSICALOFFSET =
+            # its flat offset, body CRC): a bad one ends the batch, never silently skipped
+            msg = self._checked(fq, u, raw)
+            if msg is None:
+                qo = offset + units.index(u)
+                self.read_errors += 1
+                if not result.buffers:
+                    raise TierReadError(f"tier {fq.path}: the record of queue offset {qo} "
+                                        f"(flat offset {u[0]}, {u[1]} bytes) is missing or "
+                                        "corrupt in the tier")
+                result.next_begin_offset = qo
+                return result
+            if sub.tags is not None and msg.tags not in sub.tags:
                 continue
             result.buffers.append(raw)
             if decode:
@@ -288,11 +419,127 @@ class TierService:
         if len(keep) > max_msgs:  # the next pull starts after the last unit returned
             last = keep[max_msgs - 1]
             result.next_begin_offset = offset + units.index(last) + 1
+        self.reads += 1
         return result
+
+    def _window(self, fq, offset: int, count: int) -> tuple[list, list]:
+        """``count`` units from ``offset`` and their records. With read-ahead
+        (``readAheadCacheEnable``) a miss reads up to ``readAheadMessageCountThreshold`` units /
+        ``readAheadMessageSizeThreshold`` bytes at once and keeps them
+        ``readAheadCacheExpireDuration`` ms for the pulls that follow (one window per queue)."""
+        t = self.tcfg
+        now = time.monotonic()
+        if t.read_ahead_enable:
+            w = self._ahead.get(fq.path)
+            if w is not None and w[0] <= offset and now < w[3]:
+                i = offset - w[0]
+                if i + count <= len(w[1]) or w[0] + len(w[1]) >= fq.max_offset:
+                    self.read_ahead_hits += 1
+                    return w[1][i:i + count], w[2][i:i + count]
+            units = fq.units(offset, max(count, t.read_ahead_count))
+            size, n = 0, 0
+            for u in units:  # at least ``count``, then up to the byte budget
+                if n >= count and size + u[1] > t.read_ahead_size:
+                    break
+                size += u[1]
+                n += 1
+            units = units[:n]
+            raws = fq.records_aligned(units)
+            for k in [k for k, v in self._ahead.items() if v[3] <= now]:
+                self._ahead.pop(k, None)
+            while len(self._ahead) >= READ_AHEAD_WINDOWS:  # the oldest window goes
+                self._ahead.pop(next(iter(self._ahead)), None)
+            self._ahead[fq.path] = (offset, units, raws, now + t.read_ahead_expire / 1000.0)
+            return units[:count], raws[:count]
+        units = fq.units(offset, count)
+        return units, fq.records_aligned(units)
+
+    @staticmethod
+    def _checked(fq, unit, raw):
+        if raw is None or len(raw) != unit[1] or len(raw) < 36:
+            return None
+        if int.from_bytes(raw[28:36], "big", signed=True) != unit[0]:
+            return None
+        try:
+            msg = decode_message(raw, 0, check_crc=True)
+        except Exception:  # noqa: BLE001 - any damage reads as "not there"
+            return None
+        return msg if getattr(msg, "topic", None) == fq.topic else None
+
+    # -- storage level (RocketMQ's TieredMessageStore.fetchFromCurrentStore) -------------------
+    @property
+    def level(self) -> str:
+        return self.tcfg.storage_level
+
+    def holds(self, topic: str, qid: int, offset: int) -> bool:
+        fq = self.queues.get((topic, qid))
+        return fq is not None and fq.min_offset <= offset < fq.max_offset
+
+    # -- query by key -------------------------------------------------------------------------
+    def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list:
+        """Messages of ``topic`` whose UNIQ_KEY or one of KEYS is ``key``, from the INDEX flat
+        file; each read from the flat COMMIT_LOG and checked, one per queue offset."""
+        tid = self.topic_ids.get(topic)
+        out: list = []
+        if tid is None or max_num <= 0:
+            return out
+        seen: set[tuple[int, int]] = set()
+        # an item keeps its time to the second below: widen the window, check the record's own
+        for it in self.index.candidates(topic, key, begin - 999, end):
+            if it.topic_id != tid or (it.queue_id, it.offset) in seen:
+                continue
+            seen.add((it.queue_id, it.offset))
+            fq = self.queues.get((topic, it.queue_id))
+            if fq is None:
+                continue
+            rec = fq.commitlog.read(it.offset, it.size)
+            if len(rec) != it.size:
+                continue  # its segment is gone (retention)
+            try:
+                msg = decode_message(rec, 0, check_crc=True)
+            except Exception:  # noqa: BLE001 - a damaged record never answers a query
+                continue
+            if getattr(msg, "topic", None) != topic or not begin <= msg.store_timestamp <= end:
+                continue
+            if msg.uniq_key == key or key in msg.keys:
+                out.append(msg)
+                if len(out) >= max_num:
+                    break
+        return out
+
+    def metrics(self) -> dict:
+        """What ``/metrics`` shows: upload lag (messages not in the tier yet; CommitLog bytes
+        and seconds since the oldest of them), counters since start, the INDEX's state."""
+        lag, oldest = 0, None
+        for cq in list(self.cq_table):
+            if not tiered_topic(cq.topic):
+                continue
+            lmin, lmax = cq.min_offset_in_queue(), cq.max_offset_in_queue()
+            fq = self.queues.get((cq.topic, cq.queue_id))
+            held = fq.max_offset if fq is not None and fq.max_offset >= 0 else lmin
+            if lmax > held:
+                lag += lmax - held
+                u = cq.unit(max(held, lmin))
+                if u is not None and (oldest is None or u[0] < oldest[0]):
+                    oldest = u
+        lag_bytes = lag_s = 0.0
+        if oldest is not None:
+            lag_bytes = max(0, self.commitlog.max_offset() - oldest[0])
+            ts = self.commitlog.store_timestamp_at(oldest[0], oldest[1])
+            lag_s = max(0.0, time.time() - ts / 1000.0) if ts and ts > 0 else 0.0
+        return {"lag_messages": lag, "lag_bytes": lag_bytes, "lag_seconds": lag_s,
+                "uploaded_messages": self.uploaded_messages, "uploaded_bytes": self.uploaded_bytes,
+                "upload_errors": self.upload_errors, "reads": self.reads,
+                "read_errors": self.read_errors, "expired_segments": dict(self.expired),
+                "index_pending_keys": len(self.index.pending), "index_segments": len(self.index.segs),
+                "retries": getattr(self.backend, "retries", 0)}
 
     def status(self) -> dict:
         return {"backend": self.tcfg.backend, "cluster": self.cluster, "broker": self.broker,
-                "error": self.last_error,
+                "missing": [{"topic": t, "queueId": q, "minOffset": lo, "maxOffset": hi}
+                            for (t, q), (lo, hi) in sorted(self.missing.items())],
+                "error": self.last_error, "readErrors": self.read_errors, "storageLevel": self.level, "expired": dict(self.expired),
+                "indexSegments": len(self.index.segs), "indexPending": len(self.index.pending),
                 "queues": [{"topic": t, "queueId": q, "minOffset": fq.min_offset,
                             "maxOffset": fq.max_offset, "commitLogBytes": max(0, fq.commitlog.end)}
                            for (t, q), fq in sorted(self.queues.items())]}
