@@ -45,7 +45,7 @@ from .state.offsets import ConsumerOffsetManager, DelayOffsetStore
 from .state.producers import ProducerManager
 from .state.stats import BrokerStats
 from .state.subgroups import SubscriptionGroupManager
-from .state.topics import TopicConfigManager, learn_topic
+from .state.topics import TopicConfigManager, create_cluster_topics, learn_topic
 
 log = logging.getLogger(__name__)
 
@@ -218,6 +218,7 @@ class Broker:
         self.topics.persist()
         self._start_transactions()
         reply.create_reply_topic(self.topics, self.config)
+        create_cluster_topics(self.topics, self.config)
         self.contexts = self.build_contexts()
         if self.pop_service is not None:  # the checkpoints in flight before a stop or a crash
             await self.run(self.pop_service.open)

@@ -18,6 +18,7 @@ from ...format.message import record_bytes
 from ...remoting.codes import PERM_RW, RequestCode, ResponseCode
 from ...remoting.command import RemotingCommand
 from ...remoting.jsonbody import load_json_text
+from ..state import topic_attributes
 from ..state.topics import RETRY_PREFIX, TopicConfig, ensure_topic
 from ..state.limits import validate_group
 
@@ -148,6 +149,10 @@ async def create_topic(ctx: ClientContext, conn: Any, cmd: RemotingCommand) -> R
                      cmd.get_int("perm", PERM_RW) or PERM_RW,
                      cmd.get_str("topicFilterType") or "SINGLE_TAG",
                      cmd.get_int("topicSysFlag", 0) or 0, cmd.get_bool("order"))
+    current = ctx.topics.get(topic)  # RocketMQ 5: attributes change by +key=value / -key
+    tc.attributes = topic_attributes.alter(current.attributes if current else {},
+                                           topic_attributes.parse(cmd.get_str("attributes")),
+                                           create=current is None)
     if tc.write_queue_nums <= 0 or tc.read_queue_nums <= 0:
         raise ValueError("queue numbers must be positive")
     await ctx.run(ctx.topics.update, tc)
