@@ -8,6 +8,7 @@ import org.apache.rocketmq.client.consumer.AckStatus;
 import org.apache.rocketmq.client.consumer.PopCallback;
 import org.apache.rocketmq.client.consumer.PopResult;
 import org.apache.rocketmq.client.consumer.PopStatus;
+import org.apache.rocketmq.client.exception.MQBrokerException;
 import org.apache.rocketmq.client.impl.MQClientAPIImpl;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
@@ -18,6 +19,7 @@ import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.remoting.protocol.RemotingCommand;
 import org.apache.rocketmq.remoting.protocol.RequestCode;
+import org.apache.rocketmq.remoting.protocol.admin.TopicStatsTable;
 import org.apache.rocketmq.remoting.protocol.body.ClusterInfo;
 import org.apache.rocketmq.remoting.protocol.header.AckMessageRequestHeader;
 import org.apache.rocketmq.remoting.protocol.header.ChangeInvisibleTimeRequestHeader;
@@ -283,8 +285,25 @@ public class Pop5Probe {
             int c = ack(t, g, m);
             if (c != 0) return "ack of a revived message: code " + c;
         }
+        retryTopicCode(t, g);
         Thread.sleep(4000);
         return expectNone(t, g, false, 4000);
+    }
+
+    /** Where the revived copies went: RocketMQ 5.3.3 keeps them on the pop retry topic
+     *  %RETRY%group_topic (KeyBuilder.buildPopRetryTopicV1, enableRetryTopicV2 off). */
+    static void retryTopicCode(String t, String g) {
+        String what;
+        try {
+            TopicStatsTable st = api.getTopicStatsInfo(addr, "%RETRY%" + g + "_" + t, 5000);
+            what = "messages="
+                + st.getOffsetTable().values().stream().mapToLong(o -> o.getMaxOffset()).sum();
+        } catch (MQBrokerException e) {
+            what = "code=" + e.getResponseCode();
+        } catch (Exception e) {
+            what = e.getClass().getSimpleName();
+        }
+        System.out.println("CODE revive_retry_topic " + what);
     }
 
     static String orderly() throws Exception {
