@@ -18,7 +18,7 @@ from .conftest import free_port, start_server
 pytestmark = pytest.mark.interop
 
 FEATURES = ["pop_ack", "batch_ack", "change_invisible", "revive_once", "orderly_pop",
-            "forged_handle", "notification", "recall_timer"]
+            "forged_handle", "notification", "recall_timer", "pop_push_consumer"]
 SETTINGS = {"recallMessageEnable": "true"}
 
 

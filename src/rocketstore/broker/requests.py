@@ -14,7 +14,8 @@ from ..remoting.codes import RequestCode as C
 from .acl import service as acl
 from .admin import configs, consumers as admin_consumers, groups, runtime, topics
 from .namesrv import admin as namesrv_admin, processors as namesrv
-from .processors import client, locks, pop, pull, recall, reply, send, sql92, transaction
+from .processors import (assignment, client, locks, pop, pull, recall, reply, send, sql92,
+                         transaction)
 
 Handler = Callable[[Any, Any], Awaitable[Any]]  # (conn, cmd) -> response | None
 
@@ -38,6 +39,9 @@ BROKER: dict[int, tuple[str, Callable[..., Awaitable[Any]]]] = {
     C.CHANGE_MESSAGE_INVISIBLETIME: ("pop", pop.change_invisible),
     C.NOTIFICATION: ("pop", pop.notification),
     C.POLLING_INFO: ("pop", pop.polling_info),
+    # RocketMQ 5 server-side rebalance (AssignmentContext)
+    C.QUERY_ASSIGNMENT: ("assignment", assignment.query_assignment),
+    C.SET_MESSAGE_REQUEST_MODE: ("assignment", assignment.set_request_mode),
     # clients: heartbeat, offsets, queries, queue locks (ClientContext)
     C.HEART_BEAT: ("client", client.heartbeat),
     C.UNREGISTER_CLIENT: ("client", client.unregister),

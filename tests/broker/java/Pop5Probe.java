@@ -8,7 +8,11 @@ import org.apache.rocketmq.client.consumer.AckStatus;
 import org.apache.rocketmq.client.consumer.PopCallback;
 import org.apache.rocketmq.client.consumer.PopResult;
 import org.apache.rocketmq.client.consumer.PopStatus;
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.exception.MQBrokerException;
+import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.impl.MQClientAPIImpl;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
@@ -21,6 +25,10 @@ import org.apache.rocketmq.remoting.protocol.RemotingCommand;
 import org.apache.rocketmq.remoting.protocol.RequestCode;
 import org.apache.rocketmq.remoting.protocol.admin.TopicStatsTable;
 import org.apache.rocketmq.remoting.protocol.body.ClusterInfo;
+import org.apache.rocketmq.remoting.protocol.heartbeat.MessageModel;
+import org.apache.rocketmq.common.message.MessageQueueAssignment;
+import org.apache.rocketmq.common.message.MessageRequestMode;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.remoting.protocol.header.AckMessageRequestHeader;
 import org.apache.rocketmq.remoting.protocol.header.ChangeInvisibleTimeRequestHeader;
 import org.apache.rocketmq.remoting.protocol.header.ExtraInfoUtil;
@@ -82,6 +90,7 @@ public class Pop5Probe {
         features.put("forged_handle", Pop5Probe::forged);
         features.put("notification", Pop5Probe::notification);
         features.put("recall_timer", Pop5Probe::recallTimer);
+        features.put("pop_push_consumer", Pop5Probe::popPushConsumer);
         // the two halves of a crash test: pop without ack; (broker killed, restarted) revive
         features.put("crash_pop", Pop5Probe::crashPop);
         features.put("crash_revive", Pop5Probe::crashRevive);
@@ -304,6 +313,55 @@ public class Pop5Probe {
             what = e.getClass().getSimpleName();
         }
         System.out.println("CODE revive_retry_topic " + what);
+    }
+
+    /** RocketMQ 5's server-side rebalance: setConsumeMode POP (SET_MESSAGE_REQUEST_MODE, 401), then
+     *  a push consumer with clientRebalance(false) asks QUERY_ASSIGNMENT (400) and pops. */
+    static String popPushConsumer() throws Exception {
+        String t = topic("pushpop", 4), g = "PopG_pushpop_" + suffix;
+        List<String> sent = send(t, 6, false);
+        System.out.println("CODE set_mode_retry " + setModeCode("%RETRY%" + g, g));
+        System.out.println("CODE set_mode_no_topic " + setModeCode("NoSuchTopic_" + suffix, g));
+        System.out.println("CODE set_mode " + setModeCode(t, g));
+        Set<String> seen = ConcurrentHashMap.newKeySet();
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer(g);
+        c.setNamesrvAddr(producer.getNamesrvAddr());
+        c.setClientRebalance(false);
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.setInstanceName("pushpop" + suffix);
+        c.subscribe(t, "*");
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, context) -> {
+            for (MessageExt m : msgs) seen.add(body(m));
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        c.start();
+        try {
+            long deadline = System.currentTimeMillis() + 40000;
+            while (seen.size() < sent.size() && System.currentTimeMillis() < deadline) Thread.sleep(200);
+            String cid = c.getDefaultMQPushConsumerImpl().getmQClientFactory().getClientId();
+            TreeSet<String> got = new TreeSet<>();
+            Set<MessageQueueAssignment> as = api.queryAssignment(addr, t, g, cid, "AVG",
+                MessageModel.CLUSTERING, 5000);
+            for (MessageQueueAssignment a : as == null ? Collections.<MessageQueueAssignment>emptySet() : as) {
+                got.add(a.getMessageQueue().getQueueId() + ":" + a.getMode());
+            }
+            System.out.println("CODE assignment " + got);
+            if (!seen.equals(new TreeSet<>(sent))) return "consumed " + new TreeSet<>(seen);
+            return null;
+        } finally {
+            c.shutdown();
+        }
+    }
+
+    static String setModeCode(String t, String g) {
+        try {
+            api.setMessageRequestMode(addr, t, g, MessageRequestMode.POP, 0, 5000);
+            return "0";
+        } catch (MQClientException e) {
+            return Integer.toString(e.getResponseCode());
+        } catch (Exception e) {
+            return e.getClass().getSimpleName();
+        }
     }
 
     static String orderly() throws Exception {
