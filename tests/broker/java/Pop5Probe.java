@@ -91,6 +91,7 @@ public class Pop5Probe {
         features.put("notification", Pop5Probe::notification);
         features.put("recall_timer", Pop5Probe::recallTimer);
         features.put("pop_push_consumer", Pop5Probe::popPushConsumer);
+        features.put("topic_attributes", Pop5Probe::topicAttributes);
         // the two halves of a crash test: pop without ack; (broker killed, restarted) revive
         features.put("crash_pop", Pop5Probe::crashPop);
         features.put("crash_revive", Pop5Probe::crashRevive);
@@ -350,6 +351,45 @@ public class Pop5Probe {
             return null;
         } finally {
             c.shutdown();
+        }
+    }
+
+    /** RocketMQ 5's topic attributes (+message.type=FIFO) kept and read back (GET_TOPIC_CONFIG,
+     *  351); bad ones answered with the broker's codes. */
+    static String topicAttributes() throws Exception {
+        String t = "PopT_attr_" + suffix;
+        System.out.println("CODE attr_fifo " + createWith(t, "+message.type", "FIFO"));
+        String type = api.getTopicConfig(addr, t, 5000).getTopicMessageType().name();
+        System.out.println("CODE attr_unknown_key " + createWith(t + "x", "+no.such.key", "1"));
+        System.out.println("CODE attr_bad_value " + createWith(t + "y", "+message.type", "BOGUS"));
+        System.out.println("CODE attr_mixed " + createWith(t + "z", "+message.type", "MIXED"));
+        System.out.println("CODE attr_missing_topic " + topicConfigCode("NoSuchTopic_" + suffix));
+        return "FIFO".equals(type) ? null : "message type read back " + type;
+    }
+
+    static String createWith(String t, String key, String value) {
+        TopicConfig tc = new TopicConfig(t, 2, 2, 6);
+        Map<String, String> attrs = new HashMap<>();
+        attrs.put(key, value);
+        tc.setAttributes(attrs);
+        try {
+            api.createTopic(addr, "TBW102", tc, 5000);
+            return "0";
+        } catch (MQClientException e) {
+            return Integer.toString(e.getResponseCode());
+        } catch (Exception e) {
+            return e.getClass().getSimpleName();
+        }
+    }
+
+    static String topicConfigCode(String t) {
+        try {
+            api.getTopicConfig(addr, t, 5000);
+            return "0";
+        } catch (MQBrokerException e) {
+            return Integer.toString(e.getResponseCode());
+        } catch (Exception e) {
+            return e.getClass().getSimpleName();
         }
     }
 

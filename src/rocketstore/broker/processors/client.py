@@ -150,8 +150,11 @@ async def create_topic(ctx: ClientContext, conn: Any, cmd: RemotingCommand) -> R
                      cmd.get_str("topicFilterType") or "SINGLE_TAG",
                      cmd.get_int("topicSysFlag", 0) or 0, cmd.get_bool("order"))
     current = ctx.topics.get(topic)  # RocketMQ 5: attributes change by +key=value / -key
-    tc.attributes = topic_attributes.alter(current.attributes if current else {},
-                                           topic_attributes.parse(cmd.get_str("attributes")),
+    changes = topic_attributes.parse(cmd.get_str("attributes"))
+    if changes.get("+message.type") == "MIXED":  # enableMixedMessageType is off
+        return cmd.response(ResponseCode.INVALID_PARAMETER,
+                            remark="MIXED message type is not supported.")
+    tc.attributes = topic_attributes.alter(current.attributes if current else {}, changes,
                                            create=current is None)
     if tc.write_queue_nums <= 0 or tc.read_queue_nums <= 0:
         raise ValueError("queue numbers must be positive")
