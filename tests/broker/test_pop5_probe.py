@@ -19,7 +19,7 @@ pytestmark = pytest.mark.interop
 
 FEATURES = ["pop_ack", "batch_ack", "change_invisible", "revive_once", "orderly_pop",
             "forged_handle", "notification", "recall_timer", "pop_push_consumer",
-            "topic_attributes"]
+            "topic_attributes", "heartbeat_v2"]
 SETTINGS = {"recallMessageEnable": "true"}
 
 

@@ -26,6 +26,11 @@ import org.apache.rocketmq.remoting.protocol.RequestCode;
 import org.apache.rocketmq.remoting.protocol.admin.TopicStatsTable;
 import org.apache.rocketmq.remoting.protocol.body.ClusterInfo;
 import org.apache.rocketmq.remoting.protocol.heartbeat.MessageModel;
+import org.apache.rocketmq.remoting.protocol.heartbeat.ConsumeType;
+import org.apache.rocketmq.remoting.protocol.heartbeat.ConsumerData;
+import org.apache.rocketmq.remoting.protocol.heartbeat.HeartbeatData;
+import org.apache.rocketmq.remoting.protocol.heartbeat.SubscriptionData;
+import org.apache.rocketmq.remoting.common.HeartbeatV2Result;
 import org.apache.rocketmq.common.message.MessageQueueAssignment;
 import org.apache.rocketmq.common.message.MessageRequestMode;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
@@ -92,6 +97,7 @@ public class Pop5Probe {
         features.put("recall_timer", Pop5Probe::recallTimer);
         features.put("pop_push_consumer", Pop5Probe::popPushConsumer);
         features.put("topic_attributes", Pop5Probe::topicAttributes);
+        features.put("heartbeat_v2", Pop5Probe::heartbeatV2);
         // the two halves of a crash test: pop without ack; (broker killed, restarted) revive
         features.put("crash_pop", Pop5Probe::crashPop);
         features.put("crash_revive", Pop5Probe::crashRevive);
@@ -391,6 +397,37 @@ public class Pop5Probe {
         } catch (Exception e) {
             return e.getClass().getSimpleName();
         }
+    }
+
+    /** Heartbeat v2: a fingerprint of the subscriptions; a heartbeat without them keeps them. */
+    static String heartbeatV2() throws Exception {
+        String t = topic("hb", 1), g = "PopG_hb_" + suffix;
+        String cid = "hbv2-client-" + suffix;
+        HeartbeatV2Result r1 = api.sendHeartbeatV2(addr, hb(cid, g, t, 1001, false), 5000);
+        System.out.println("CODE hb_v2_full support=" + r1.isSupportV2() + " change=" + r1.isSubChange());
+        HeartbeatV2Result r2 = api.sendHeartbeatV2(addr, hb(cid, g, t, 1001, true), 5000);
+        System.out.println("CODE hb_v2_without_sub support=" + r2.isSupportV2() + " change=" + r2.isSubChange());
+        boolean kept = api.getConsumerConnectionList(addr, g, 5000).getSubscriptionTable().containsKey(t);
+        System.out.println("CODE hb_v2_sub_kept " + kept);
+        HeartbeatV2Result r3 = api.sendHeartbeatV2(addr, hb(cid, g, t, 2002, false), 5000);
+        System.out.println("CODE hb_v2_new_fingerprint support=" + r3.isSupportV2() + " change=" + r3.isSubChange());
+        api.unregisterClient(addr, cid, null, g, 5000);
+        return kept ? null : "the subscription was dropped by a heartbeat without it";
+    }
+
+    static HeartbeatData hb(String cid, String g, String t, int fingerprint, boolean withoutSub) {
+        ConsumerData cd = new ConsumerData();
+        cd.setGroupName(g);
+        cd.setConsumeType(ConsumeType.CONSUME_PASSIVELY);
+        cd.setMessageModel(MessageModel.CLUSTERING);
+        cd.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        if (!withoutSub) cd.getSubscriptionDataSet().add(new SubscriptionData(t, "*"));
+        HeartbeatData h = new HeartbeatData();
+        h.setClientID(cid);
+        h.getConsumerDataSet().add(cd);
+        h.setHeartbeatFingerprint(fingerprint);
+        h.setWithoutSub(withoutSub);
+        return h;
     }
 
     static String setModeCode(String t, String g) {
