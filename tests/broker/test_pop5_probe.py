@@ -18,7 +18,8 @@ from .conftest import free_port, start_server
 pytestmark = pytest.mark.interop
 
 FEATURES = ["pop_ack", "batch_ack", "change_invisible", "revive_once", "orderly_pop",
-            "forged_handle", "notification", "recall_timer"]
+            "forged_handle", "notification", "recall_timer", "pop_push_consumer",
+            "topic_attributes", "heartbeat_v2"]
 SETTINGS = {"recallMessageEnable": "true"}
 
 

@@ -23,8 +23,9 @@ def _service(store, cfg_dir, put) -> PopService:
                       put_message=put, run=None)
 
 
-def _retry_copies(store, group: str) -> list:
-    g = store.get_message("check", "%RETRY%" + group, 0, 0, 32)
+def _retry_copies(store, group: str, topic: str = "T") -> list:
+    """The revived copies: RocketMQ 5.3.3's pop retry topic %RETRY%<group>_<topic>."""
+    g = store.get_message("check", f"%RETRY%{group}_{topic}", 0, 0, 32)
     return g.messages if g.status.name == "FOUND" else []
 
 

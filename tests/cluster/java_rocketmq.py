@@ -136,3 +136,28 @@ def controller_mode_broker(home: str, workdir: str, namesrv: str, controller: st
             "syncControllerMetadataPeriod": "3000", "sendMessageThreadPoolNums": "2"}
     conf.update(extra or {})
     return start_java_broker(home, workdir, namesrv, name, cluster, conf)
+
+
+def start_java_proxy(home: str, workdir: str, namesrv: str, cluster: str = "DefaultCluster",
+                     extra: dict | None = None) -> tuple[JavaProc, str]:
+    """RocketMQ 5's proxy in cluster mode (``proxy -pc rmq-proxy.json``) in front of the brokers
+    of ``cluster`` at ``namesrv``; returns it and its gRPC endpoint (host:port). Its remoting
+    port is free too; it needs one broker of ``cluster`` registered before it starts (it makes
+    its system topics on the cluster)."""
+    import json
+
+    os.makedirs(workdir, exist_ok=True)
+    grpc_port, remoting_port = free_port(), free_port()
+    conf = os.path.join(workdir, "rmq-proxy.json")
+    with open(conf, "w") as fh:
+        json.dump({"proxyMode": "cluster", "namesrvAddr": namesrv, "rocketMQClusterName": cluster,
+                   "grpcServerPort": grpc_port, "remotingListenPort": remoting_port,
+                   **(extra or {})}, fh)
+    log = os.path.join(workdir, "proxy.log")
+    env = dict(os.environ, PROXY_HEAP="256m", JAVA_OPT_EXT=f"-Duser.home={workdir}")
+    env.pop("ROCKETMQ_HOME", None)
+    proc = subprocess.Popen(["timeout", "600", os.path.join(home, "proxy"), "-pc", conf],
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env,
+                            cwd=workdir, start_new_session=True)
+    _wait_port(grpc_port, proc, log)
+    return JavaProc(proc, f"127.0.0.1:{remoting_port}", log), f"127.0.0.1:{grpc_port}"

@@ -141,7 +141,7 @@ def test_invisible_time_expiry_redelivers_then_dead_letters(tmp_path):
             ("receive", ep, "Flaky", "G_flaky", 1, 1, "noack", 1))
         mid = sent[0]["message_id"]
         assert [(g["message_id"], g["attempt"]) for g in first] == [(mid, 1)]
-        # not acked: after 1 s it comes back (through %RETRY%G_flaky), attempt 2, same id
+        # not acked: after 1 s it comes back (through %RETRY%G_flaky_Flaky), attempt 2, same id
         assert [(g["message_id"], g["attempt"], g["topic"]) for g in second] == \
             [(mid, 2, "Flaky")]
         # max attempts = retryMaxTimes + 1 = 2 used up: the next expiry dead-letters it
@@ -158,7 +158,7 @@ def test_invisible_time_expiry_redelivers_then_dead_letters(tmp_path):
         assert srv.stop() == 0, srv.log()
     with MessageStore(_small(store)) as s:
         dlq = s.get_message("check", "%DLQ%G_flaky", 0, 0, 32).messages
-        retry = s.get_message("check", "%RETRY%G_flaky", 0, 0, 32).messages
+        retry = s.get_message("check", "%RETRY%G_flaky_Flaky", 0, 0, 32).messages
     assert [m.uniq_key for m in dlq] == [mid]  # once, the same id
     assert dlq[0].body.decode() == sent[0]["body"]
     assert dlq[0].properties.get("DLQ_ORIGIN_TOPIC") == "Flaky"

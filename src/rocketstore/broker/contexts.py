@@ -21,6 +21,9 @@ that table once, at start.
     PopContext     processors.pop                                   topics, offsets, subgroups,
                                                                     hold, the pop service (one
                                                                     POP state, the gRPC door's too)
+    AssignmentContext processors.assignment                        topics, subgroups, consumers,
+                                                                    request modes, the cluster's
+                                                                    route of a topic
 
 Every context carries ``run`` (a blocking call on the store executor) and the configs it reads.
 The name server's processors take ``namesrv.context.NamesrvContext`` (the name server is its own
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
     from .state.locks import RebalanceLockManager
     from .state.offsets import ConsumerOffsetManager, DelayOffsetStore
     from .state.producers import ProducerManager
+    from .state.request_modes import MessageRequestModes
     from .state.stats import BrokerStats
     from .state.subgroups import SubscriptionGroupManager
     from .state.topics import TopicConfigManager
@@ -150,3 +154,19 @@ class PopContext:
     run: Run
     # pops held now, per (topic, group, queue id): what POLLING_INFO answers
     polling: dict = field(default_factory=dict)
+
+
+@dataclass
+class AssignmentContext:
+    """RocketMQ 5's server-side rebalance (QUERY_ASSIGNMENT, SET_MESSAGE_REQUEST_MODE)."""
+    topics: TopicConfigManager
+    subgroups: SubscriptionGroupManager
+    consumers: ConsumerManager
+    modes: MessageRequestModes
+    # topic -> [(broker name, readable queues)] across the cluster (the name servers' route),
+    # None when no name server knows the topic
+    route_queues: Callable[[str], Awaitable[list[tuple[str, int]] | None]]
+    run: Run
+    default_mode: str = "PULL"  # defaultMessageRequestMode
+    default_pop_share_queue_num: int = -1  # defaultPopShareQueueNum
+    server_load_balancer_enable: bool = True  # serverLoadBalancerEnable

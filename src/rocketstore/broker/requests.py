@@ -12,9 +12,10 @@ from typing import Any, Awaitable, Callable
 
 from ..remoting.codes import RequestCode as C
 from .acl import service as acl
-from .admin import consumers as admin_consumers, groups, runtime, topics
+from .admin import configs, consumers as admin_consumers, groups, runtime, topics
 from .namesrv import admin as namesrv_admin, processors as namesrv
-from .processors import client, locks, pop, pull, recall, reply, send, sql92, transaction
+from .processors import (assignment, client, locks, pop, pull, recall, reply, send, sql92,
+                         transaction)
 
 Handler = Callable[[Any, Any], Awaitable[Any]]  # (conn, cmd) -> response | None
 
@@ -38,6 +39,9 @@ BROKER: dict[int, tuple[str, Callable[..., Awaitable[Any]]]] = {
     C.CHANGE_MESSAGE_INVISIBLETIME: ("pop", pop.change_invisible),
     C.NOTIFICATION: ("pop", pop.notification),
     C.POLLING_INFO: ("pop", pop.polling_info),
+    # RocketMQ 5 server-side rebalance (AssignmentContext)
+    C.QUERY_ASSIGNMENT: ("assignment", assignment.query_assignment),
+    C.SET_MESSAGE_REQUEST_MODE: ("assignment", assignment.set_request_mode),
     # clients: heartbeat, offsets, queries, queue locks (ClientContext)
     C.HEART_BEAT: ("client", client.heartbeat),
     C.UNREGISTER_CLIENT: ("client", client.unregister),
@@ -70,6 +74,8 @@ BROKER: dict[int, tuple[str, Callable[..., Awaitable[Any]]]] = {
     C.GET_ALL_CONSUMER_OFFSET: ("admin", groups.all_consumer_offsets),
     C.GET_ALL_DELAY_OFFSET: ("admin", groups.all_delay_offsets),
     C.INVOKE_BROKER_TO_RESET_OFFSET: ("admin", groups.reset_offset),
+    C.GET_TOPIC_CONFIG: ("admin", configs.topic_config),
+    C.GET_SUBSCRIPTIONGROUP_CONFIG: ("admin", configs.group_config),
     C.GET_BROKER_RUNTIME_INFO: ("admin", runtime.runtime_info),
     C.GET_BROKER_CONFIG: ("admin", runtime.get_config),
     C.UPDATE_BROKER_CONFIG: ("admin", runtime.update_config),

@@ -171,7 +171,8 @@ class _Channel(asyncio.Protocol):
     async def _handle(self, cmd: RemotingCommand) -> None:
         handler = self.server.handlers.get(cmd.code)
         try:
-            if handler is None:
+            if handler is None:  # logged as RocketMQ does (" request type N not supported")
+                log.info("%s: request type %s not supported", self.server.name, cmd.code)
                 resp = cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                     remark=f" request type {cmd.code} not supported")
             else:

@@ -25,13 +25,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from ..format.batch import parse_delay_levels
-from ..remoting.codes import RequestCode
+from ..remoting.codes import PERM_READ, RequestCode
 from ..remoting.command import RemotingCommand
 from . import requests
 from .admin import runtime
 from .config import BrokerConfig
-from .contexts import (AclContext, AdminContext, ClientContext, ClientEvents, PopContext,
-                       PullContext, SendContext)
+from .contexts import (AclContext, AdminContext, AssignmentContext, ClientContext,
+                       ClientEvents, PopContext, PullContext, SendContext)
 from .processors import reply
 from .services.longpoll import PullHoldService
 from .services.pop import PopService
@@ -43,9 +43,10 @@ from .state.filters import ConsumerFilterRegistry
 from .state.locks import RebalanceLockManager
 from .state.offsets import ConsumerOffsetManager, DelayOffsetStore
 from .state.producers import ProducerManager
+from .state.request_modes import MessageRequestModes
 from .state.stats import BrokerStats
 from .state.subgroups import SubscriptionGroupManager
-from .state.topics import TopicConfigManager, learn_topic
+from .state.topics import TopicConfigManager, create_cluster_topics, learn_topic
 
 log = logging.getLogger(__name__)
 
@@ -199,6 +200,10 @@ class Broker:
                                   self.producers, self.subgroups, self.stats, self.run,
                                   runtime.ConfigVersion()),
             "acl": AclContext(self.store_config, self.config, self.run),
+            "assignment": AssignmentContext(
+                self.topics, self.subgroups, self.consumers,
+                MessageRequestModes(os.path.join(self.store_config.store_path_root_dir, "config")),
+                self.route_queues, self.run),
         }
         if not self.is_slave:  # pops move offsets and write the revive log: masters only
             self.pop_service = PopService(
@@ -218,6 +223,7 @@ class Broker:
         self.topics.persist()
         self._start_transactions()
         reply.create_reply_topic(self.topics, self.config)
+        create_cluster_topics(self.topics, self.config)
         self.contexts = self.build_contexts()
         if self.pop_service is not None:  # the checkpoints in flight before a stop or a crash
             await self.run(self.pop_service.open)
@@ -373,6 +379,25 @@ class Broker:
         addWritePerm set at the name server beside this broker)."""
         perms = self.route_perms
         return perms.perm(self.topics, tc.topic_name, tc.perm) if perms is not None else tc.perm
+
+    async def route_queues(self, topic: str) -> list[tuple[str, int]] | None:
+        """(broker name, readable queues) of ``topic`` across the cluster: the outside name
+        servers' route, else the name server beside us (this broker and those registered there);
+        None when no broker has it readable (QUERY_ASSIGNMENT's ``getTopicSubscribeInfo``)."""
+        if self.registration is not None:
+            qds = await self.registration.route_queue_datas(topic)
+        else:
+            qds = []
+            tc = self.topics.get(topic)
+            if tc is not None:
+                qds.append({"brokerName": self.config.broker_name,
+                            "readQueueNums": tc.read_queue_nums, "perm": self.route_perm(tc)})
+            if self.route_table is not None:
+                qds.extend(q for q in self.route_table.route(topic)[1]
+                           if q.get("brokerName") != self.config.broker_name)
+        out = [(str(q["brokerName"]), int(q.get("readQueueNums") or 0)) for q in qds or []
+               if int(q.get("perm") or 0) & PERM_READ]
+        return out or None
 
     async def register_now(self) -> None:
         """Register the topic table at the outside name servers now (RocketMQ's

@@ -1,7 +1,8 @@
 """ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue and the
 revive service: the 5.x "pop" consumption over the store (state: see ``pop``).
 
-Theory of operation: a receive pops from the group's retry queue (``%RETRY%<group>``) and then
+Theory of operation: a receive pops from the group's pop retry queue of the topic
+(``%RETRY%<group>_<topic>``, as RocketMQ 5.3.3) and then
 the topic's queues, each from the group's consumer offset (the queue's min offset for a group
 that never consumed it), filtered by the tag expression or the SQL92 filter (the broker's
 evaluator, as a 4.x SQL92 pull; see ``_sql_filter``), until the batch is full. Each queue

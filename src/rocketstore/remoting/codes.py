@@ -95,6 +95,10 @@ class RequestCode(IntEnum):
     ADD_WRITE_PERM_OF_BROKER = 327
     # RocketMQ 5: pop consumption (the broker's POP state, shared with the gRPC door)
     RECALL_MESSAGE = 370
+    GET_TOPIC_CONFIG = 351  # RocketMQ 5: one topic's config (attributes), as the proxy reads it
+    GET_SUBSCRIPTIONGROUP_CONFIG = 352
+    QUERY_ASSIGNMENT = 400  # RocketMQ 5: the queues a client pops or pulls (5.x rebalance)
+    SET_MESSAGE_REQUEST_MODE = 401
     POP_MESSAGE = 200050
     ACK_MESSAGE = 200051
     PEEK_MESSAGE = 200052

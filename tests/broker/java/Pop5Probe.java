@@ -8,6 +8,11 @@ import org.apache.rocketmq.client.consumer.AckStatus;
 import org.apache.rocketmq.client.consumer.PopCallback;
 import org.apache.rocketmq.client.consumer.PopResult;
 import org.apache.rocketmq.client.consumer.PopStatus;
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.exception.MQBrokerException;
+import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.impl.MQClientAPIImpl;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
@@ -18,7 +23,17 @@ import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.remoting.protocol.RemotingCommand;
 import org.apache.rocketmq.remoting.protocol.RequestCode;
+import org.apache.rocketmq.remoting.protocol.admin.TopicStatsTable;
 import org.apache.rocketmq.remoting.protocol.body.ClusterInfo;
+import org.apache.rocketmq.remoting.protocol.heartbeat.MessageModel;
+import org.apache.rocketmq.remoting.protocol.heartbeat.ConsumeType;
+import org.apache.rocketmq.remoting.protocol.heartbeat.ConsumerData;
+import org.apache.rocketmq.remoting.protocol.heartbeat.HeartbeatData;
+import org.apache.rocketmq.remoting.protocol.heartbeat.SubscriptionData;
+import org.apache.rocketmq.remoting.common.HeartbeatV2Result;
+import org.apache.rocketmq.common.message.MessageQueueAssignment;
+import org.apache.rocketmq.common.message.MessageRequestMode;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.remoting.protocol.header.AckMessageRequestHeader;
 import org.apache.rocketmq.remoting.protocol.header.ChangeInvisibleTimeRequestHeader;
 import org.apache.rocketmq.remoting.protocol.header.ExtraInfoUtil;
@@ -80,6 +95,9 @@ public class Pop5Probe {
         features.put("forged_handle", Pop5Probe::forged);
         features.put("notification", Pop5Probe::notification);
         features.put("recall_timer", Pop5Probe::recallTimer);
+        features.put("pop_push_consumer", Pop5Probe::popPushConsumer);
+        features.put("topic_attributes", Pop5Probe::topicAttributes);
+        features.put("heartbeat_v2", Pop5Probe::heartbeatV2);
         // the two halves of a crash test: pop without ack; (broker killed, restarted) revive
         features.put("crash_pop", Pop5Probe::crashPop);
         features.put("crash_revive", Pop5Probe::crashRevive);
@@ -283,8 +301,144 @@ public class Pop5Probe {
             int c = ack(t, g, m);
             if (c != 0) return "ack of a revived message: code " + c;
         }
+        retryTopicCode(t, g);
         Thread.sleep(4000);
         return expectNone(t, g, false, 4000);
+    }
+
+    /** Where the revived copies went: RocketMQ 5.3.3 keeps them on the pop retry topic
+     *  %RETRY%group_topic (KeyBuilder.buildPopRetryTopicV1, enableRetryTopicV2 off). */
+    static void retryTopicCode(String t, String g) {
+        String what;
+        try {
+            TopicStatsTable st = api.getTopicStatsInfo(addr, "%RETRY%" + g + "_" + t, 5000);
+            what = "messages="
+                + st.getOffsetTable().values().stream().mapToLong(o -> o.getMaxOffset()).sum();
+        } catch (MQBrokerException e) {
+            what = "code=" + e.getResponseCode();
+        } catch (Exception e) {
+            what = e.getClass().getSimpleName();
+        }
+        System.out.println("CODE revive_retry_topic " + what);
+    }
+
+    /** RocketMQ 5's server-side rebalance: setConsumeMode POP (SET_MESSAGE_REQUEST_MODE, 401), then
+     *  a push consumer with clientRebalance(false) asks QUERY_ASSIGNMENT (400) and pops. */
+    static String popPushConsumer() throws Exception {
+        String t = topic("pushpop", 4), g = "PopG_pushpop_" + suffix;
+        List<String> sent = send(t, 6, false);
+        System.out.println("CODE set_mode_retry " + setModeCode("%RETRY%" + g, g));
+        System.out.println("CODE set_mode_no_topic " + setModeCode("NoSuchTopic_" + suffix, g));
+        System.out.println("CODE set_mode " + setModeCode(t, g));
+        Set<String> seen = ConcurrentHashMap.newKeySet();
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer(g);
+        c.setNamesrvAddr(producer.getNamesrvAddr());
+        c.setClientRebalance(false);
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.setInstanceName("pushpop" + suffix);
+        c.subscribe(t, "*");
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, context) -> {
+            for (MessageExt m : msgs) seen.add(body(m));
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        c.start();
+        try {
+            long deadline = System.currentTimeMillis() + 40000;
+            while (seen.size() < sent.size() && System.currentTimeMillis() < deadline) Thread.sleep(200);
+            String cid = c.getDefaultMQPushConsumerImpl().getmQClientFactory().getClientId();
+            TreeSet<String> got = new TreeSet<>();
+            Set<MessageQueueAssignment> as = api.queryAssignment(addr, t, g, cid, "AVG",
+                MessageModel.CLUSTERING, 5000);
+            for (MessageQueueAssignment a : as == null ? Collections.<MessageQueueAssignment>emptySet() : as) {
+                got.add(a.getMessageQueue().getQueueId() + ":" + a.getMode());
+            }
+            System.out.println("CODE assignment " + got);
+            if (!seen.equals(new TreeSet<>(sent))) return "consumed " + new TreeSet<>(seen);
+            return null;
+        } finally {
+            c.shutdown();
+        }
+    }
+
+    /** RocketMQ 5's topic attributes (+message.type=FIFO) kept and read back (GET_TOPIC_CONFIG,
+     *  351); bad ones answered with the broker's codes. */
+    static String topicAttributes() throws Exception {
+        String t = "PopT_attr_" + suffix;
+        System.out.println("CODE attr_fifo " + createWith(t, "+message.type", "FIFO"));
+        String type = api.getTopicConfig(addr, t, 5000).getTopicMessageType().name();
+        System.out.println("CODE attr_unknown_key " + createWith(t + "x", "+no.such.key", "1"));
+        System.out.println("CODE attr_bad_value " + createWith(t + "y", "+message.type", "BOGUS"));
+        System.out.println("CODE attr_mixed " + createWith(t + "z", "+message.type", "MIXED"));
+        System.out.println("CODE attr_missing_topic " + topicConfigCode("NoSuchTopic_" + suffix));
+        return "FIFO".equals(type) ? null : "message type read back " + type;
+    }
+
+    static String createWith(String t, String key, String value) {
+        TopicConfig tc = new TopicConfig(t, 2, 2, 6);
+        Map<String, String> attrs = new HashMap<>();
+        attrs.put(key, value);
+        tc.setAttributes(attrs);
+        try {
+            api.createTopic(addr, "TBW102", tc, 5000);
+            return "0";
+        } catch (MQClientException e) {
+            return Integer.toString(e.getResponseCode());
+        } catch (Exception e) {
+            return e.getClass().getSimpleName();
+        }
+    }
+
+    static String topicConfigCode(String t) {
+        try {
+            api.getTopicConfig(addr, t, 5000);
+            return "0";
+        } catch (MQBrokerException e) {
+            return Integer.toString(e.getResponseCode());
+        } catch (Exception e) {
+            return e.getClass().getSimpleName();
+        }
+    }
+
+    /** Heartbeat v2: a fingerprint of the subscriptions; a heartbeat without them keeps them. */
+    static String heartbeatV2() throws Exception {
+        String t = topic("hb", 1), g = "PopG_hb_" + suffix;
+        String cid = "hbv2-client-" + suffix;
+        HeartbeatV2Result r1 = api.sendHeartbeatV2(addr, hb(cid, g, t, 1001, false), 5000);
+        System.out.println("CODE hb_v2_full support=" + r1.isSupportV2() + " change=" + r1.isSubChange());
+        HeartbeatV2Result r2 = api.sendHeartbeatV2(addr, hb(cid, g, t, 1001, true), 5000);
+        System.out.println("CODE hb_v2_without_sub support=" + r2.isSupportV2() + " change=" + r2.isSubChange());
+        boolean kept = api.getConsumerConnectionList(addr, g, 5000).getSubscriptionTable().containsKey(t);
+        System.out.println("CODE hb_v2_sub_kept " + kept);
+        HeartbeatV2Result r3 = api.sendHeartbeatV2(addr, hb(cid, g, t, 2002, false), 5000);
+        System.out.println("CODE hb_v2_new_fingerprint support=" + r3.isSupportV2() + " change=" + r3.isSubChange());
+        api.unregisterClient(addr, cid, null, g, 5000);
+        return kept ? null : "the subscription was dropped by a heartbeat without it";
+    }
+
+    static HeartbeatData hb(String cid, String g, String t, int fingerprint, boolean withoutSub) {
+        ConsumerData cd = new ConsumerData();
+        cd.setGroupName(g);
+        cd.setConsumeType(ConsumeType.CONSUME_PASSIVELY);
+        cd.setMessageModel(MessageModel.CLUSTERING);
+        cd.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        if (!withoutSub) cd.getSubscriptionDataSet().add(new SubscriptionData(t, "*"));
+        HeartbeatData h = new HeartbeatData();
+        h.setClientID(cid);
+        h.getConsumerDataSet().add(cd);
+        h.setHeartbeatFingerprint(fingerprint);
+        h.setWithoutSub(withoutSub);
+        return h;
+    }
+
+    static String setModeCode(String t, String g) {
+        try {
+            api.setMessageRequestMode(addr, t, g, MessageRequestMode.POP, 0, 5000);
+            return "0";
+        } catch (MQClientException e) {
+            return Integer.toString(e.getResponseCode());
+        } catch (Exception e) {
+            return e.getClass().getSimpleName();
+        }
     }
 
     static String orderly() throws Exception {

@@ -229,6 +229,23 @@ class NameServerRegistration:
                                resp.ext_fields.get("masterAddr") or None)
         return ok
 
+    async def route_queue_datas(self, topic: str) -> list[dict] | None:
+        """The topic's ``queueDatas`` at the first name server that answers (RocketMQ 5's
+        ``TopicRouteInfoManager``, which QUERY_ASSIGNMENT reads); None when none knows it."""
+        for addr, ch in self._channels.items():
+            cmd = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic},
+                                          language="JAVA")
+            try:
+                resp = await ch.invoke(cmd, self.timeout_s)
+            except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
+                ch.close()
+                log.warning("route of %s from name server %s failed: %s", topic, addr, exc)
+                continue
+            if resp.code != ResponseCode.SUCCESS or not resp.body:
+                return None
+            return list(load_json_text(resp.body.decode("utf-8")).get("queueDatas") or [])
+        return None
+
     def _apply_kv_table(self, addr: str, body: bytes | None) -> None:
         """RegisterBrokerResult.kvTable (the ORDER_TOPIC_CONFIG namespace) → order topics, as
         RocketMQ's ``updateOrderTopicConfig``; no body: the name server has no such namespace."""

@@ -18,6 +18,7 @@ from ...format.message import record_bytes
 from ...remoting.codes import PERM_RW, RequestCode, ResponseCode
 from ...remoting.command import RemotingCommand
 from ...remoting.jsonbody import load_json_text
+from ..state import topic_attributes
 from ..state.topics import RETRY_PREFIX, TopicConfig, ensure_topic
 from ..state.limits import validate_group
 
@@ -100,14 +101,24 @@ async def heartbeat(ctx: ClientContext, conn: Any, cmd: RemotingCommand) -> Remo
         for d in data.get(ds) or []:
             if isinstance(d, dict) and (ds == "consumerDataSet" or d.get("groupName")):
                 validate_group(d.get("groupName"))
+    # heartbeat v2 (RocketMQ 5): a fingerprint of the client's subscriptions; while it is the one
+    # the broker has, the client sends none (withoutSub) and what it sent before stays
+    fingerprint = int(data.get("heartbeatFingerprint") or 0)
+    without_sub = bool(data.get("withoutSub") or data.get("isWithoutSub")) and fingerprint != 0
+    sub_change = fingerprint == 0  # a v1 heartbeat always carries its subscriptions
     for cd in data.get("consumerDataSet") or []:
         if not isinstance(cd, dict):
             continue
+        group = str(cd.get("groupName"))
+        old = ctx.consumers.fingerprints.get(group)
+        if fingerprint != 0 and old is not None and old != fingerprint:
+            sub_change = True
+        ctx.consumers.fingerprints[group] = fingerprint
         changed = ctx.consumers.register(cd, client_id, conn, language=cmd.language,
                                             version=cmd.version)
-        group = str(cd.get("groupName"))
-        ctx.filters.register_group(group, [s for s in cd.get("subscriptionDataSet") or []
-                                              if isinstance(s, dict)])
+        if not without_sub:
+            ctx.filters.register_group(group, [s for s in cd.get("subscriptionDataSet") or []
+                                                  if isinstance(s, dict)])
         ensure_topic(ctx.topics, ctx.config, RETRY_PREFIX + group, 1)
         ctx.subgroups.ensure(group)
         if changed:
@@ -116,7 +127,8 @@ async def heartbeat(ctx: ClientContext, conn: Any, cmd: RemotingCommand) -> Remo
         if isinstance(pd, dict) and pd.get("groupName"):
             ctx.producers.register(str(pd["groupName"]), conn, client_id,
                                       language=cmd.language, version=cmd.version)
-    return cmd.response(ResponseCode.SUCCESS)
+    return cmd.response(ResponseCode.SUCCESS, {"IS_SUPPORT_HEART_BEAT_V2": "true",
+                                               "IS_SUB_CHANGE": "true" if sub_change else "false"})
 
 
 async def unregister(ctx: ClientContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
@@ -148,6 +160,13 @@ async def create_topic(ctx: ClientContext, conn: Any, cmd: RemotingCommand) -> R
                      cmd.get_int("perm", PERM_RW) or PERM_RW,
                      cmd.get_str("topicFilterType") or "SINGLE_TAG",
                      cmd.get_int("topicSysFlag", 0) or 0, cmd.get_bool("order"))
+    current = ctx.topics.get(topic)  # RocketMQ 5: attributes change by +key=value / -key
+    changes = topic_attributes.parse(cmd.get_str("attributes"))
+    if changes.get("+message.type") == "MIXED":  # enableMixedMessageType is off
+        return cmd.response(ResponseCode.INVALID_PARAMETER,
+                            remark="MIXED message type is not supported.")
+    tc.attributes = topic_attributes.alter(current.attributes if current else {}, changes,
+                                           create=current is None)
     if tc.write_queue_nums <= 0 or tc.read_queue_nums <= 0:
         raise ValueError("queue numbers must be positive")
     await ctx.run(ctx.topics.update, tc)

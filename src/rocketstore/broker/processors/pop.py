@@ -39,7 +39,7 @@ from ...remoting.codes import PERM_READ, ResponseCode
 from ...remoting.command import RemotingCommand
 from ..services.pop import PROPERTY_POP_CK
 from ..services.pop_state import (ORDER_REVIVE_QUEUE, RETRY_PREFIX, TOPIC_TYPE_NORMAL,
-                                  TOPIC_TYPE_RETRY, ReceiptHandle)
+                                  TOPIC_TYPE_RETRY, ReceiptHandle, pop_retry_topic)
 from ..state.filters import ConsumerFilterData, compile_expression
 
 if TYPE_CHECKING:
@@ -51,12 +51,12 @@ TIMEOUT_TOO_MUCH_MS = 500  # PopMessageRequestHeader.isTimeoutTooMuch
 
 
 def _stored_topic(topic: str, group: str, rh: ReceiptHandle) -> str:
-    """Where the acked message sits: RocketMQ 5's clients name a pop retry topic
-    ``%RETRY%<group>_<topic>`` (``KeyBuilder.buildPopRetryTopicV1``); ours is the group's
-    ``%RETRY%<group>``."""
-    if topic.startswith(RETRY_PREFIX) or rh.topic_type != TOPIC_TYPE_NORMAL:
-        return RETRY_PREFIX + group
-    return topic
+    """Where the acked message sits: RocketMQ 5's clients name the pop retry topic
+    ``%RETRY%<group>_<topic>`` themselves (``ExtraInfoUtil.getRealTopic``); a handle marked retry
+    with the user's topic means the same."""
+    if topic.startswith(RETRY_PREFIX) or rh.topic_type == TOPIC_TYPE_NORMAL:
+        return topic
+    return pop_retry_topic(group, topic)
 
 
 def _retry_mark(topic: str) -> str:

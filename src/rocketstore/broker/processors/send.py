@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Any
 from ...format.message import (PROPERTY_CLUSTER, PROPERTY_DELAY_TIME_LEVEL,
                                PROPERTY_MAX_RECONSUME_TIMES, PROPERTY_ORIGIN_MESSAGE_ID,
                                PROPERTY_RECONSUME_TIME, PROPERTY_RETRY_TOPIC,
-                               PROPERTY_TRANSACTION_PREPARED, Message, string_to_properties)
+                               PROPERTY_TRANSACTION_PREPARED,
+                               PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as UNIQ_KEY, Message,
+                               string_to_properties)
 from ...remoting.codes import PERM_WRITE, RequestCode, ResponseCode
 from ...remoting.command import RemotingCommand
 from ...remoting.header import send_header_v1
@@ -149,7 +151,9 @@ async def send(ctx: SendContext, conn: Any, cmd: RemotingCommand) -> RemotingCom
     return cmd.response(code, {"msgId": r.msg_id, "queueId": base["queue_id"],
                                "queueOffset": r.queue_offset,
                                "MSG_REGION": "DefaultRegion", "TRACE_ON": "true",
-                               "recallHandle": recall})
+                               "recallHandle": recall,
+                               # RocketMQ 5: the uniq key; the 5.x proxy ends a transaction by it
+                               "transactionId": msg.properties.get(UNIQ_KEY)})
 
 
 async def send_back(ctx: SendContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:

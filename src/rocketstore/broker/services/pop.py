@@ -6,7 +6,8 @@ BATCH_ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME, NOTIFICATION, POLLING_INFO) and
 door can be acked through the other; there is one set of checkpoints (``pop_state``), one revive
 log, one revive task.
 
-Theory of operation: a pop reads the group's retry queue (``%RETRY%<group>``) and then the
+Theory of operation: a pop reads the group's pop retry queue of the topic
+(``%RETRY%<group>_<topic>``, RocketMQ 5.3.3's ``KeyBuilder.buildPopRetryTopicV1``) and then the
 topic's queues, each from the group's consumer offset (the queue's min offset for a group that
 never consumed it), through the tag expression or SQL92 filter, until the batch is full. Each
 queue that yielded messages gets one checkpoint (all with the one pop time of the request) and
@@ -16,15 +17,16 @@ was found comes back as ``positions`` ((topic, queue id, offset)); the caller wa
 broker's ``PullHoldService``.
 
 The revive task wakes every ``revive_interval_s`` and revives what is due: a copy on
-``%RETRY%<group>`` with ``reconsume_times + 1``, the same UNIQ_KEY and ``RETRY_TOPIC`` = the
-original topic, or — once delivered ``retryMaxTimes + 1`` times — a copy on ``%DLQ%<group>``;
-then one ack record marks it done, so a message is revived once per invisible time (RocketMQ's
-#7724 / #8479 revive twice; here a due message leaves the live set under the state's lock before
-the next scan can see it). Records live on ``rmq_sys_REVIVE_LOG_<cluster>`` and are replayed at
-``open()``, so checkpoints survive a SIGKILL. Two crash windows are closed at ``open()``: a
-group offset the pop moved but the crash did not persist is moved past the replayed
-checkpoints (nothing popped is popped again as new), and a revive copied but not yet marked —
-its copy carries ``POP_REVIVE_KEY``, the checkpoint entry — is marked instead of copied again.
+``%RETRY%<group>_<topic>`` (for a retry: the retry topic it was read from) with
+``reconsume_times + 1``, the same UNIQ_KEY and ``RETRY_TOPIC`` = the original topic, or — once delivered
+``retryMaxTimes + 1`` times — a copy on ``%DLQ%<group>``; then one ack record marks it done, so a
+message is revived once per invisible time (RocketMQ's #7724 / #8479 revive twice; here a due
+message leaves the live set under the state's lock before the next scan can see it). Records live
+on ``rmq_sys_REVIVE_LOG_<cluster>`` and are replayed at ``open()``, so checkpoints survive a
+SIGKILL. Two crash windows are closed at ``open()``: a group offset the pop moved but the crash did
+not persist is moved past the replayed checkpoints (nothing popped is popped again as new), and a
+revive copied but not yet marked — its copy carries ``POP_REVIVE_KEY``, the checkpoint entry — is
+marked instead of copied again.
 """
 from __future__ import annotations
 
@@ -43,7 +45,8 @@ from ...filter.bloom import BloomFilter
 from ..eventloop import cancel_and_wait
 from ..state.filters import ConsumerFilterData, ExpressionMessageFilter
 from ..state.topics import ensure_topic
-from .pop_state import CK_TAG, REVIVE_GROUP, RETRY_PREFIX, Checkpoint, PopState, revive_topic
+from .pop_state import (CK_TAG, REVIVE_GROUP, RETRY_PREFIX, Checkpoint, PopState,
+                        pop_retry_topic, revive_topic)
 
 log = logging.getLogger(__name__)
 DLQ_PREFIX = "%DLQ%"
@@ -149,14 +152,15 @@ class PopService:
         """Mark done what was revived but not marked before a crash (blocking, at open): every
         due entry whose copy is on the group's retry or dead-letter queue already."""
         now = int(time.time() * 1000)
-        due: dict[str, list[tuple[Checkpoint, int]]] = {}
+        due: dict[tuple[str, str], list[tuple[Checkpoint, int]]] = {}
         for ck, offset, _clog in self.pop.due(now):
-            due.setdefault(ck.group, []).append((ck, offset))
+            key = (ck.group, pop_retry_topic(ck.group, ck.topic))
+            due.setdefault(key, []).append((ck, offset))
         n = 0
-        for group, entries in due.items():
+        for (group, retry_topic), entries in due.items():
             wanted = {_revive_key(ck, o): (ck, o) for ck, o in entries}
             since = min(ck.pop_time for ck, _o in entries)
-            for target in (RETRY_PREFIX + group, DLQ_PREFIX + group):
+            for target in (retry_topic, DLQ_PREFIX + group):
                 if self.topics.get(target) is None:
                     continue
                 at = max(self.store.get_offset_in_queue_by_time(target, 0, since) - 1, 0)
@@ -201,7 +205,7 @@ class PopService:
         tc = self.topics.get(topic)
         qs: list[tuple[str, int]] = []
         if not fifo:  # watched even before it exists: a revive creates it
-            qs.append((RETRY_PREFIX + group, 0))
+            qs.append((pop_retry_topic(group, topic), 0))
         if queue_id >= 0:
             qs.append((topic, queue_id))
             return qs
@@ -335,7 +339,7 @@ class PopService:
         if dlq:
             props[PROPERTY_DLQ_ORIGIN_TOPIC] = origin_topic
             props[PROPERTY_DLQ_ORIGIN_MESSAGE_ID] = uniq
-        target = (DLQ_PREFIX if dlq else RETRY_PREFIX) + group
+        target = DLQ_PREFIX + group if dlq else pop_retry_topic(group, old.topic)
         ensure_topic(self.topics, self.config, target, 1)
         msg = Message(topic=target, body=old.body, properties=props, queue_id=0, flag=old.flag,
                       sys_flag=old.sys_flag, born_timestamp=old.born_timestamp,

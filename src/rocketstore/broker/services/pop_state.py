@@ -4,8 +4,10 @@ RocketMQ 5 keeps this state in the store itself, and so do we. A receive ("pop")
 *checkpoint* record and each ack writes one *ack* record, both as ordinary messages on the system
 topic ``rmq_sys_REVIVE_LOG_<cluster>`` (queue 0, tags ``ck`` / ``ack``, RocketMQ's names); when a
 checkpoint's invisible time passes, every message of it that was not acked is *revived*: copied
-to ``%RETRY%<group>`` with ``reconsume_times + 1`` (or, once the group's attempts are used up, to
-``%DLQ%<group>``) and then marked done with an ack record. Bodies are small JSON objects::
+to the pop retry topic ``%RETRY%<group>_<topic>`` (RocketMQ 5's ``buildPopRetryTopicV1``; a
+message read from a retry topic goes back to that one) with ``reconsume_times + 1`` (or, once the
+group's attempts are used up, to ``%DLQ%<group>``) and then marked done with an ack record.
+Bodies are small JSON objects::
 
     ck   {"g": group, "t": topic, "q": queue id, "so": start offset, "pt": pop time (ms),
           "it": invisible time (ms), "o": [[queue offset, commitlog offset], ...]}
@@ -58,6 +60,13 @@ TOPIC_TYPE_RETRY = "1"
 ORDER_REVIVE_QUEUE = 999  # RocketMQ's KeyBuilder.POP_ORDER_REVIVE_QUEUE: an orderly pop's handle
 
 
+def pop_retry_topic(group: str, topic: str) -> str:
+    """Where ``group``'s revived messages of ``topic`` go and are popped from:
+    ``%RETRY%<group>_<topic>`` (RocketMQ 5.3.3: ``KeyBuilder.buildPopRetryTopicV1``, since
+    ``enableRetryTopicV2`` is off by default); a retry topic is its own."""
+    return topic if topic.startswith(RETRY_PREFIX) else f"{RETRY_PREFIX}{group}_{topic}"
+
+
 def revive_topic(cluster: str) -> str:
     return f"rmq_sys_REVIVE_LOG_{cluster}"
 
@@ -96,7 +105,7 @@ class ReceiptHandle:
         return self.pop_time + self.invisible_ms
 
     def real_topic(self, topic: str, group: str) -> str:
-        return RETRY_PREFIX + group if self.topic_type == TOPIC_TYPE_RETRY else topic
+        return pop_retry_topic(group, topic) if self.topic_type == TOPIC_TYPE_RETRY else topic
 
 
 CkKey = tuple[str, str, int, int, int]  # group, stored topic, queue id, start offset, pop time
@@ -105,7 +114,7 @@ CkKey = tuple[str, str, int, int, int]  # group, stored topic, queue id, start o
 @dataclass
 class Checkpoint:
     group: str
-    topic: str  # the topic read: the user's topic or %RETRY%<group>
+    topic: str  # the topic read: the user's topic or its pop retry topic %RETRY%<group>_<topic>
     queue_id: int
     start_offset: int
     pop_time: int

@@ -71,6 +71,8 @@ class ConsumerManager:
     def __init__(self, expired_timeout_ms: int = 120_000) -> None:
         self.expired_timeout_ms = expired_timeout_ms
         self._groups: dict[str, ConsumerGroupInfo] = {}
+        # group -> the subscription fingerprint of its last heartbeat (RocketMQ 5's heartbeat v2)
+        self.fingerprints: dict[str, int] = {}
 
     def register(self, data: dict, client_id: str, connection: Any, *, language: str = "JAVA",
                  version: int = 0, now_ms: int | None = None) -> bool:

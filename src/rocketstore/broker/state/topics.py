@@ -27,10 +27,10 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from ...remoting.codes import PERM_READ, PERM_RW, PERM_WRITE
+from ...remoting.codes import PERM_INHERIT, PERM_READ, PERM_RW, PERM_WRITE
 from .files import load_json_lenient, write_bytes_atomic
 
 log = logging.getLogger(__name__)
@@ -57,19 +57,26 @@ class TopicConfig:
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: int = 0
     order: bool = False
+    #: RocketMQ 5's topic attributes (``message.type``: NORMAL, FIFO, DELAY, TRANSACTION, MIXED;
+    #: see ``topic_attributes``); written only when there are some (4.9's shape otherwise)
+    attributes: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        return {"topicName": self.topic_name, "readQueueNums": self.read_queue_nums,
-                "writeQueueNums": self.write_queue_nums, "perm": self.perm,
-                "topicFilterType": self.topic_filter_type, "topicSysFlag": self.topic_sys_flag,
-                "order": self.order}
+        d = {"topicName": self.topic_name, "readQueueNums": self.read_queue_nums,
+             "writeQueueNums": self.write_queue_nums, "perm": self.perm,
+             "topicFilterType": self.topic_filter_type, "topicSysFlag": self.topic_sys_flag,
+             "order": self.order}
+        if self.attributes:
+            d["attributes"] = dict(self.attributes)
+        return d
 
     @classmethod
     def from_json(cls, d: dict) -> "TopicConfig":
         return cls(topic_name=d["topicName"], read_queue_nums=int(d.get("readQueueNums", 4)),
                    write_queue_nums=int(d.get("writeQueueNums", 4)), perm=int(d.get("perm", 6)),
                    topic_filter_type=str(d.get("topicFilterType", "SINGLE_TAG")),
-                   topic_sys_flag=int(d.get("topicSysFlag", 0)), order=bool(d.get("order", False)))
+                   topic_sys_flag=int(d.get("topicSysFlag", 0)), order=bool(d.get("order", False)),
+                   attributes={str(k): str(v) for k, v in (d.get("attributes") or {}).items()})
 
 
 class TopicConfigManager:
@@ -231,7 +238,8 @@ class TopicConfigManager:
             for name in sorted(self._topics):
                 t = self._topics[name]
                 key = (t.topic_name, t.read_queue_nums, t.write_queue_nums, t.perm,
-                       t.topic_filter_type, t.topic_sys_flag, t.order)
+                       t.topic_filter_type, t.topic_sys_flag, t.order,
+                       tuple(sorted(t.attributes.items())))
                 hit = cache.get(name)
                 if hit is None or hit[0] != key:
                     hit = cache[name] = (key, json.dumps(name, ensure_ascii=False) + ":"
@@ -303,3 +311,14 @@ def learn_topic(topics: TopicConfigManager, config: Any, topic: str, queue_id: i
     except ValueError:  # a name the topic rules refuse: nothing to serve it under
         return False
     return True
+
+
+def create_cluster_topics(topics: TopicConfigManager, config: Any) -> None:
+    """The topics every RocketMQ broker creates at start for its cluster and for itself
+    (``TopicConfigManager.init``, clusterTopicEnable/brokerTopicEnable on by default): the
+    cluster's, 16 queues, and the broker's own, 1 queue; both PERM_INHERIT | read | write.
+    RocketMQ 5's proxy creates its system topics "on the brokers of the cluster" by finding the
+    cluster topic's route (``createTopicOnTopicBrokerIfNotExist``)."""
+    for name, queues in ((config.cluster_name, 16), (config.broker_name, 1)):
+        if topics.get(name) is None and _TOPIC_RE.match(name or ""):  # RocketMQ skips none,
+            topics.create(name, queues, perm=PERM_INHERIT | PERM_RW)  # but a name may not fit
