@@ -132,6 +132,26 @@ def _warn_unknown_keys(conf: str, extra: dict) -> None:
         click.echo(f"warning: {conf}: unknown key {key!r} ignored{hint}", err=True)
 
 
+# RocketMQ keys that switch the broker into a mode rocketstore's broker does not run: refused
+# rather than ignored, since running as a plain broker instead would mislead the operator (a
+# group that believes it fails over automatically, or a DLedger CommitLog that is not there)
+_UNSERVED_MODES = {
+    "enableControllerMode": "controller mode (RocketMQ 5's automatic failover) is served by "
+                            "`rocketstore controller` for RocketMQ's Java 5.x brokers; a "
+                            "rocketstore broker runs master/slave (brokerRole, brokerId, "
+                            "haMasterAddress) — see the README's controller section",
+    "enableDLegerCommitLog": "a DLedger CommitLog is not supported; use master/slave "
+                             "(brokerRole, brokerId, haMasterAddress)",
+}
+
+
+def _refuse_unserved_modes(conf: str, extra: dict) -> None:
+    for key, why in _UNSERVED_MODES.items():
+        value = str(extra.get(key, "false")).strip().lower()
+        if value == "true":
+            raise click.BadParameter(f"{key}=true: {why}", param_hint=f"--config {conf}")
+
+
 JAVA_INT_MAX = 2**31 - 1
 # StoreConfig fields that size a file (RocketMQ holds them in Java ints): 1 .. JAVA_INT_MAX
 _FILE_SIZES = ("mapped_file_size_commitlog", "mapped_file_size_consume_queue",
@@ -323,6 +343,7 @@ def command(store_dir, host, port, namesrv_port, namesrv_addr, broker_name, conf
                                                 store_cfg.extra.get("serverWorkerProcesses"))
     if conf:
         _warn_unknown_keys(conf, store_cfg.extra)
+        _refuse_unserved_modes(conf, store_cfg.extra)
     for name, value in (("port", port), ("broker_name", broker_name),
                         ("namesrv_addr", namesrv_addr),
                         ("auto_create_topic_enable", auto_create_topic),

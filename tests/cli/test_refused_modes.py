@@ -1,0 +1,41 @@
+"""broker.conf keys that switch RocketMQ's broker into a mode ours does not run
+(enableControllerMode, enableDLegerCommitLog) are refused before anything is created, never
+ignored: a broker that silently ran as a plain master would leave a group that believes it fails
+over automatically."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize("key", ["enableControllerMode", "enableDLegerCommitLog"])
+def test_serve_refuses_a_mode_it_does_not_run(tmp_path, key):
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"brokerName=broker-a\n{key} = true\n")
+    store = tmp_path / "store"
+    p = subprocess.run([sys.executable, "-m", "rocketstore.cli", "serve", "--store", str(store),
+                        "--config", str(conf), "--port", "0"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert f"{key}=true" in p.stderr and "Traceback" not in p.stderr
+    assert not os.path.exists(store), "a refused start must create no store"
+
+
+def test_serve_takes_the_mode_keys_when_false(tmp_path):
+    """false is RocketMQ's default and means a plain broker: accepted, no warning about the key."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text("enableControllerMode=false\nenableDLegerCommitLog=false\n")
+    p = subprocess.Popen([sys.executable, "-m", "rocketstore.cli", "serve", "--store",
+                          str(tmp_path / "store"), "--config", str(conf), "--port", "0",
+                          "--namesrv-port", "0", "--workers", "1", "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()
+        assert '"ready"' in line, line + (p.stderr.read() if p.poll() is not None else "")
+    finally:
+        p.terminate()
+        _, err = p.communicate(timeout=60)
+    assert "enableControllerMode" not in err and "enableDLegerCommitLog" not in err, err
