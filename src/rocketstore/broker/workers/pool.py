@@ -10,7 +10,7 @@ can inherit it again. Each link is an asyncio protocol here (``Link``):
   transaction check-back and NOTIFY_CONSUMER_IDS_CHANGED work on a worker's connection exactly
   as on one of our own; FRAME feeds that channel's codec; what the channel writes goes back
   as FRAME; CLOSE is the connection's end either way.
-* PUT is the fast path (``FastPuts``): the topic checks of ``processors.send`` (``send_topic``,
+* PUT is the fast path (``FastPuts``): the send rule's topic checks (``send_rule.check_put_topic``,
   auto-creation included), the properties parsed for the dispatch; the PUTs of one read of the
   link (up to ``PUTS_PER_APPEND``) are then appended together by ``Puts.put_encoded_then`` —
   one lock, one dispatch feed item and one wake-up for all, inline on this loop when the append
@@ -47,9 +47,11 @@ from functools import partial
 from typing import Any, Callable
 
 from ...format.message import EncodedMessage, string_to_properties
-from ..processors.send import Refused, put_code, send_topic, status_ok
+from ...remoting.codes import ResponseCode
+from ...store.results import PutMessageResult
+from ..send_rule import (SendRules, TopicLookup, check_put_topic, error_remark, put_code,
+                         put_failure_remark, send_topic, status_ok)
 from . import link as L
-from .encode import Settings
 from .outbox import Outbox
 
 log = logging.getLogger(__name__)
@@ -183,6 +185,7 @@ class FastPuts:
 
     def __init__(self, ctx: Any, observe: Callable[[float], None] | None = None) -> None:
         self.ctx = ctx
+        self.topics: TopicLookup = partial(send_topic, ctx.topics, ctx.config)
         self.observe = observe
         self.in_flight = 0
         self.taken = 0  # sends the fast path put (rocketstore_fast_sends_total)
@@ -190,21 +193,24 @@ class FastPuts:
         self.idle.set()
 
     def check(self, ch: Any, p: L.Put) -> EncodedMessage | None:
-        """The record to append for ``p``, counted in flight; None when the send must be
-        handled whole (a refused topic, a queue id out of range, undecodable properties)."""
+        """The record to append for a worker's ``p``, counted in flight; None when the send
+        must be handled whole (the send rule's topic checks refuse it, undecodable
+        properties)."""
         ch.clock.touched()
-        ctx = self.ctx
-        tc = send_topic(ctx.topics, ctx.config, p.topic, p.default_queue_nums or None)
-        if isinstance(tc, Refused) or p.queue_id >= tc.write_queue_nums:
+        if not check_put_topic(self.topics, p.topic, p.queue_id, p.default_queue_nums):
             return None
         try:
             props = string_to_properties(p.record[p.props_off:].decode())
         except UnicodeDecodeError:
             return None
+        self.admit()
+        return EncodedMessage(p.record, p.store_ts_pos, p.topic, p.queue_id, p.sys_flag, props)
+
+    def admit(self) -> None:
+        """One more put taken by the fast path, in flight until ``outcome``."""
         self.in_flight += 1
         self.taken += 1
         self.idle.clear()
-        return EncodedMessage(p.record, p.store_ts_pos, p.topic, p.queue_id, p.sys_flag, props)
 
     async def drain(self, timeout_s: float) -> None:
         """Wait (at most ``timeout_s``) until every put taken is answered."""
@@ -239,28 +245,28 @@ class FastPuts:
             for done in dones:
                 done(None, exc)
 
-    def outcome(self, p: L.Put, t0: float, r: Any, exc: BaseException | None
-                ) -> tuple[int, str, str]:
+    def outcome(self, topic: str, body_len: int, t0: float, r: PutMessageResult | None,
+                exc: BaseException | None) -> tuple[int, str, str]:
         """A put answered: (response code, msgId or "", remark); counted in the stats."""
         self.in_flight -= 1
         if not self.in_flight:
             self.idle.set()
-        if exc is not None:
-            return 1, "", f"{type(exc).__name__}: {exc}"
+        if exc is not None or r is None:
+            return ResponseCode.SYSTEM_ERROR, "", error_remark(
+                exc if exc is not None else RuntimeError("no result"))
         code = put_code(r.status)
         ok = status_ok(code)
-        self.ctx.stats.record_put(p.topic, 1, p.body_len, ok)
+        self.ctx.stats.record_put(topic, 1, body_len, ok)
         if self.observe is not None:
             self.observe(time.perf_counter() - t0)
         if ok:
-            return code, r.msg_id, ""
-        if r.status.name.startswith("WHEEL_TIMER"):
-            return code, "", r.error or r.status.name
-        return code, "", f"put message failed: {r.status.name} {r.error or ''}"
+            return code, r.msg_id or "", ""
+        return code, "", put_failure_remark(r.status, r.error)
 
-    def _done(self, link: Link, p: L.Put, t0: float, r: Any, exc: BaseException | None) -> None:
-        code, msg_id, remark = self.outcome(p, t0, r, exc)
-        if msg_id:
+    def _done(self, link: Link, p: L.Put, t0: float, r: PutMessageResult | None,
+              exc: BaseException | None) -> None:
+        code, msg_id, remark = self.outcome(p.topic, p.body_len, t0, r, exc)
+        if msg_id and r is not None:
             link.send(L.result_msg(p.seq, code, p.queue_id, r.queue_offset, msg_id))
         else:
             link.send(L.result_msg(p.seq, code, remark=remark))
@@ -271,7 +277,7 @@ class WorkerPool:
                  observe: Callable[[float], None] | None = None) -> None:
         self.server = server
         self.count = count
-        self.settings: Settings | None = None
+        self.settings: SendRules | None = None
         self.frame_timeout_s = frame_timeout_s
         self.loop = asyncio.get_running_loop()
         self.fast = FastPuts(send_ctx, observe)
@@ -289,7 +295,7 @@ class WorkerPool:
         self.sock.set_inheritable(True)
         return self.sock.getsockname()[1]
 
-    async def start_workers(self, settings: Settings) -> None:
+    async def start_workers(self, settings: SendRules) -> None:
         self.settings = settings
         for i in range(self.count):
             await self._spawn(i)

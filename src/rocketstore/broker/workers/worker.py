@@ -6,7 +6,7 @@ Every worker accepts on the same listening socket (the kernel hands each connect
 them; a worker that dies leaves the socket and its queued connections to the others). Per
 client connection the worker cuts frames and decodes headers with the compiled codec, then:
 
-* a plain send (``encode.plain_send``) is encoded into its CommitLog record here and goes to
+* a plain send (``send_rule.plan_send`` answers ``Put``) is encoded into its CommitLog record here and goes to
   the writer as a PUT; the writer's RESULT comes back and the worker encodes the response —
   or, for FALLBACK, sends the original frame to the writer after all;
 * every other frame (pulls, heartbeats, admin, batches, a client's answer to a broker request)
@@ -39,13 +39,27 @@ from ...remoting.codes import FRAME_MAX_LENGTH, SEND_REQUEST_CODES
 from ...remoting.command import RemotingCommand
 from ...remoting.connection import RemotingConnection, cut_frame
 from ...remoting.header import decode_header
+from ..send_rule import SEND_CODES, Put, SendRules, plan_send, send_answer_header
 from . import link as L
-from .encode import Settings, plain_send, send_response
 from .outbox import Outbox
 
 log = logging.getLogger("rocketstore.worker")
 _CODEC = RemotingConnection()  # only its frame encoder is used (no state)
 MAX_PUTS = 1024  # a client's sends in flight before its socket is not read (as MAX_INFLIGHT)
+
+
+def link_put(cmd: RemotingCommand, peer: str, seq: int, conn: int,
+             rules: SendRules) -> L.Put | None:
+    """The PUT a plain send becomes (the send rule planned it ``Put``; the writer checks its
+    topic), or None: the frame goes to the writer whole."""
+    if not rules.fast_sends or cmd.code not in SEND_CODES or cmd.is_response:
+        return None
+    plan = plan_send(cmd.code, cmd.ext_fields, cmd.body or b"", peer, rules)
+    if not isinstance(plan, Put):
+        return None
+    rec = plan.record
+    return L.Put(seq, conn, rec.queue_id, rec.sys_flag, rec.store_ts_pos, plan.body_len,
+                 plan.default_queue_nums, plan.props_off, rec.topic, rec.data)
 
 
 class ClientConn(asyncio.Protocol):
@@ -97,7 +111,7 @@ class ClientConn(asyncio.Protocol):
                     continue
                 put = None
                 try:
-                    put = plain_send(cmd, self.peer, next(w.seqs), self.id, w.settings)
+                    put = link_put(cmd, self.peer, next(w.seqs), self.id, w.settings)
                 except Exception:  # whatever it is, the writer's send processor answers
                     log.debug("send from %s handled whole by the writer", self.peer,
                               exc_info=True)
@@ -231,7 +245,7 @@ class WriterLink(asyncio.Protocol):
 
 
 class Worker(Outbox):
-    def __init__(self, settings: Settings, frame_timeout_s: float,
+    def __init__(self, settings: SendRules, frame_timeout_s: float,
                  loop: asyncio.AbstractEventLoop) -> None:
         self.settings = settings
         self.frame_timeout_s = frame_timeout_s
@@ -267,7 +281,10 @@ class Worker(Outbox):
         conn.put_answered()
         if cmd.is_oneway:
             return
-        resp = send_response(cmd, r.code, r.queue_id, r.queue_offset, r.msg_id, r.remark)
+        if r.msg_id:
+            resp = cmd.response(r.code, send_answer_header(r.msg_id, r.queue_id, r.queue_offset))
+        else:
+            resp = cmd.response(r.code, remark=r.remark or None)
         conn.write(b"".join(_CODEC.send_parts(resp)))
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -291,7 +308,7 @@ class Worker(Outbox):
                     conn.abort(protocol_error=True)
 
 
-async def _main(listen_fd: int, link_fd: int, settings: Settings, frame_timeout_s: float) -> None:
+async def _main(listen_fd: int, link_fd: int, settings: SendRules, frame_timeout_s: float) -> None:
     loop = asyncio.get_running_loop()
     w = Worker(settings, frame_timeout_s, loop)
     link_sock = socket.socket(fileno=link_fd)
@@ -313,13 +330,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="rocketstore-worker")
     ap.add_argument("--listen-fd", type=int, required=True)
     ap.add_argument("--link-fd", type=int, required=True)
-    ap.add_argument("--settings", required=True, help="JSON of encode.Settings")
+    ap.add_argument("--settings", required=True, help="JSON of send_rule.SendRules")
     ap.add_argument("--frame-timeout", type=float, default=0.0)
     ap.add_argument("--log-level", default="WARNING")
     a = ap.parse_args(argv)
     logging.basicConfig(level=a.log_level, stream=sys.stderr,
                         format=f"%(asctime)s worker[{os.getpid()}] %(levelname)s %(message)s")
-    settings = Settings(**json.loads(a.settings))
+    settings = SendRules(**json.loads(a.settings))
     from ..eventloop import run  # uvloop when installed, as the writer
     run(_main(a.listen_fd, a.link_fd, settings, a.frame_timeout))
     return 0
