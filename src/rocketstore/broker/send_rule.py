@@ -33,9 +33,9 @@ from typing import Callable, Mapping
 
 from ..format.message import (PROPERTY_CLUSTER, PROPERTY_DELAY_TIME_LEVEL,
                               PROPERTY_TRANSACTION_PREPARED,
-                              PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, STOREHOSTADDRESS_V6_FLAG,
-                              TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE, EncodedMessage,
-                              Message, create_uniq_key, encode_message, string_to_properties)
+                              PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, EncodedMessage, Message,
+                              create_uniq_key, encode_message, string_to_properties)
+from ..format.record import STOREHOSTADDRESS_V6_FLAG, TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE
 from ..remoting.codes import PERM_WRITE, RequestCode, ResponseCode
 from ..remoting.header import send_header_v1
 from ..store.put_path import check_topic

@@ -43,10 +43,10 @@ from ..errors import DiskFullError, StoreError
 from ..format.batch import parse_delay_levels
 from ..format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_QUEUE_ID,
                               PROPERTY_REAL_TOPIC, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-                              PROPERTY_WAIT_STORE_MSG_OK, SCHEDULE_TOPIC, TRANSACTION_COMMIT_TYPE,
-                              TRANSACTION_MASK, TRANSACTION_NOT_TYPE, Message, MessageTooLarge,
+                              PROPERTY_WAIT_STORE_MSG_OK, SCHEDULE_TOPIC, Message, MessageTooLarge,
                               EncodedMessage, PropertiesTooLarge, create_message_ids,
                               create_uniq_key, encode_batch, encode_message)
+from ..format.record import TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE
 from .commitlog import CommitLog, RecordTooLarge
 from .dispatch import ReputService
 from .flush import FlushService

@@ -286,14 +286,15 @@ class WorkerPool:
         self.procs: list[Any] = [None] * count
         self.restarts = 0
         self._stopping = False
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
 
     def bind(self, host: str, port: int) -> int:
         """Bind and listen on ``host:port`` (connections queue until the workers accept);
         the bound port."""
         self.sock = socket.create_server((host, port), backlog=1024, reuse_port=False)
         self.sock.set_inheritable(True)
-        return self.sock.getsockname()[1]
+        bound: int = self.sock.getsockname()[1]
+        return bound
 
     async def start_workers(self, settings: SendRules) -> None:
         self.settings = settings
