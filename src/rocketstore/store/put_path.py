@@ -36,6 +36,7 @@ import logging
 import re
 import time
 from functools import lru_cache
+from typing import TYPE_CHECKING, Protocol
 
 from .. import _native
 from ..config import StoreConfig
@@ -52,6 +53,17 @@ from .dispatch import ReputService
 from .flush import FlushService
 from .results import PutMessageResult, PutStatus
 from .timer.transform import TimerRejected, is_timer_message, transform_timer_message
+
+if TYPE_CHECKING:
+    from .timer import TimerMessageStore
+
+
+class Replicas(Protocol):
+    """What the put path asks of the store's HA service (``store.ha.HAService``)."""
+
+    def wake(self) -> None: ...
+
+    def replica_status(self, end_offset: int) -> PutStatus: ...
 
 log = logging.getLogger(__name__)
 
@@ -109,11 +121,11 @@ class PutPath:
         self.flush = flush
         self.running = True
         self.writeable = True  # cleared by the clean service when the disk is nearly full
-        self.replicas = None  # store.ha.HAService when the store replicates
+        self.replicas: Replicas | None = None  # store.ha.HAService when the store replicates
         self.defer_replica_wait = False
         self.sync_master = cfg.broker_role == "SYNC_MASTER"
         self._delays = parse_delay_levels(cfg.message_delay_level)
-        self.timer = None  # the TimerMessageStore, when timer_wheel_enable
+        self.timer: TimerMessageStore | None = None  # when timer_wheel_enable
 
     def put(self, msgs: list[Message], batch: bool, nowait: bool = False,
             defer_sync: bool = False) -> PutMessageResult | None:
