@@ -12,7 +12,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKED = ["-p", "rocketstore.format", "-p", "rocketstore.remoting",
-           "-m", "rocketstore.broker.send_rule", "-m", "rocketstore.broker.services.puts",
+           "-m", "rocketstore.broker.send_rule", "-m", "rocketstore.broker.processors.send",
+           "-m", "rocketstore.broker.services.puts",
            "-m", "rocketstore.broker.services.writer", "-p", "rocketstore.broker.workers",
            "-m", "rocketstore.store.put_path"]
 

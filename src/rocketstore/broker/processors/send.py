@@ -1,13 +1,15 @@
 """Producer-facing requests: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320)
 and CONSUMER_SEND_MSG_BACK (36).
 
-Theory of operation: a send header is normalised to V1 field names, checked (``send_topic``: the
-topic may be sent to, exists or is auto-created and is writable; ``pick_queue_id``: the queue is
-in range), turned into store ``Message``s and handed to ``services.puts`` — the one way into the
-store, whose put path gives every message without one a ``UNIQ_KEY`` (so the id a client sees is
-stable across retries, delay and retry topics) and the broker's store host. A ``DELAY`` level reroutes
-the message through ``SCHEDULE_TOPIC_XXXX`` (see ``schedule``). The response carries the offset
-message id(s) (``msgId``, comma-joined for a batch), ``queueId`` and ``queueOffset``, all strings.
+Theory of operation: ``send`` asks the send rule (``send_rule.plan_send``, the one place that
+decides a send: header, topic and queue checks, batch, delay, timer, transaction, retry/DLQ,
+record layout) and carries out its plan: a ``Refused`` is answered as it is; a ``Put`` (a plain
+message, its record encoded) goes in through ``services.puts``'s record way; a ``Whole`` becomes
+store ``Message``s (a batch's entries decoded, a transactional one made a half message) for the
+store's put path, which applies delay levels (``SCHEDULE_TOPIC_XXXX``), the timer wheel and batch
+encoding. The response carries the offset message id(s) (``msgId``, comma-joined for a batch),
+``queueId`` and ``queueOffset`` (``send_rule.send_answer_header``), or the failure remark
+(``send_rule.put_failure_remark``). The fast paths (``workers/``) plan with the same function.
 
 CONSUMER_SEND_MSG_BACK re-reads the consumed message by CommitLog offset and stores a copy on
 ``%RETRY%<group>`` with ``reconsume_times + 1`` (also in ``RECONSUME_TIME``), ``RETRY_TOPIC``
@@ -74,6 +76,7 @@ async def send(ctx: SendContext, conn: Any, cmd: RemotingCommand) -> RemotingCom
         recall = None if plan.transactional else \
             recall_handle(ctx, msg.topic, msg.properties or {}, int(time.time() * 1000))
         if plan.transactional:  # stored as a half message (transaction.py)
+            assert ctx.transactions is not None
             msg = ctx.transactions.half_message(msg)
         r = await ctx.puts.put(msg)
     except ValueError as exc:  # oversize body, bad property...

@@ -44,15 +44,20 @@ import socket
 import sys
 import time
 from functools import partial
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from ...format.message import EncodedMessage, string_to_properties
 from ...remoting.codes import ResponseCode
 from ...store.results import PutMessageResult
+from ..services.puts import Done
 from ..send_rule import (SendRules, TopicLookup, check_put_topic, error_remark, put_code,
                          put_failure_remark, send_topic, status_ok)
 from . import link as L
 from .outbox import Outbox
+
+if TYPE_CHECKING:
+    from ..contexts import SendContext
+    from ..server import RemotingServer, _Channel
 
 log = logging.getLogger(__name__)
 RESTART_DELAY_S = 1.0
@@ -114,16 +119,16 @@ class Link(Outbox, asyncio.Protocol):
         self.index = index
         self.loop = pool.loop
         self.decoder = L.LinkDecoder()
-        self.channels: dict[int, Any] = {}
+        self.channels: dict[int, _Channel] = {}
         self.transport: asyncio.Transport | None = None
         self._out: list[bytes] = []
         self.lost = asyncio.Event()
-        self.puts: list[Any] = []  # (record, done) gathered from this read: FastPuts.append
+        self.puts: list[tuple[EncodedMessage, Done]] = []  # gathered this read: FastPuts.append
 
-    def connection_made(self, transport: Any) -> None:
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # (uvloop's is no subclass)
 
-    def _target(self) -> Any:
+    def _target(self) -> asyncio.WriteTransport | None:
         return self.transport
 
     def data_received(self, data: bytes) -> None:
@@ -161,7 +166,7 @@ class Link(Outbox, asyncio.Protocol):
                     pool.server.bad_connections += 1
                 ch = self.channels.pop(conn, None)
                 if ch is not None:  # after the requests of this read have started, as a
-                    ch.transport.closing = True  # socket's close follows its last data
+                    _closing(ch)  # socket's close follows its last data
                     self.loop.call_soon(ch.connection_lost, None)
         if self.puts:
             fast.append(self)
@@ -175,15 +180,21 @@ class Link(Outbox, asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         for conn in list(self.channels):
             ch = self.channels.pop(conn)
-            ch.transport.closing = True
+            _closing(ch)
             ch.connection_lost(None)
         self.lost.set()
+
+
+def _closing(ch: _Channel) -> None:
+    """A worker's connection is closing: its channel writes nothing more."""
+    if isinstance(ch.transport, VirtualTransport):
+        ch.transport.closing = True
 
 
 class FastPuts:
     """PUT → the store → RESULT, with ``processors.send``'s checks (see the module text)."""
 
-    def __init__(self, ctx: Any, observe: Callable[[float], None] | None = None) -> None:
+    def __init__(self, ctx: SendContext, observe: Callable[[float], None] | None = None) -> None:
         self.ctx = ctx
         self.topics: TopicLookup = partial(send_topic, ctx.topics, ctx.config)
         self.observe = observe
@@ -192,7 +203,7 @@ class FastPuts:
         self.idle = asyncio.Event()
         self.idle.set()
 
-    def check(self, ch: Any, p: L.Put) -> EncodedMessage | None:
+    def check(self, ch: _Channel, p: L.Put) -> EncodedMessage | None:
         """The record to append for a worker's ``p``, counted in flight; None when the send
         must be handled whole (the send rule's topic checks refuse it, undecodable
         properties)."""
@@ -234,7 +245,7 @@ class FastPuts:
             return
         link.puts.append((rec, partial(self._done, link, p, time.perf_counter())))
 
-    def append(self, holder: Any) -> None:
+    def append(self, holder: Link | _Channel) -> None:
         """Append the records gathered on ``holder.puts`` (one append; an answer each)."""
         gathered, holder.puts = holder.puts, []
         dones = [done for _, done in gathered]
@@ -273,7 +284,8 @@ class FastPuts:
 
 
 class WorkerPool:
-    def __init__(self, server: Any, send_ctx: Any, count: int, frame_timeout_s: float,
+    def __init__(self, server: RemotingServer, send_ctx: SendContext, count: int,
+                 frame_timeout_s: float,
                  observe: Callable[[float], None] | None = None) -> None:
         self.server = server
         self.count = count
@@ -283,7 +295,7 @@ class WorkerPool:
         self.fast = FastPuts(send_ctx, observe)
         self.sock: socket.socket | None = None
         self.links: list[Link | None] = [None] * count
-        self.procs: list[Any] = [None] * count
+        self.procs: list[asyncio.subprocess.Process | None] = [None] * count
         self.restarts = 0
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -322,6 +334,7 @@ class WorkerPool:
     async def _supervise(self, i: int) -> None:
         while not self._stopping:
             proc = self.procs[i]
+            assert proc is not None
             rc = await proc.wait()
             link = self.links[i]
             if link is not None and link.transport is not None:

@@ -31,7 +31,7 @@ import signal
 import socket
 import sys
 import time
-from typing import Any
+from typing import cast
 
 from ...errors import ProtocolError
 from ...netlimits import peer_of
@@ -76,12 +76,13 @@ class ClientConn(asyncio.Protocol):
         self.out: list[bytes] = []
         self.puts = 0  # PUTs of this connection the writer has not answered
         # sends held until this connection's PUTs in flight are answered: (cmd, frame, put)
-        self.waiting: collections.deque[tuple[RemotingCommand, bytes, Any]] = collections.deque()
+        self.waiting: collections.deque[tuple[RemotingCommand, bytes, L.Put | None]] = \
+            collections.deque()
         self.held = False  # reading paused: too many puts in flight (MAX_PUTS)
         self.writer_paused = False  # reading paused by the writer (its MAX_INFLIGHT)
 
-    def connection_made(self, transport: Any) -> None:
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # (uvloop's is no subclass)
         self.peer = peer_of(transport.get_extra_info("peername"))
         self.w.conns[self.id] = self
         self.w.send(L.open_msg(self.id, self.peer))
@@ -134,7 +135,7 @@ class ClientConn(asyncio.Protocol):
         elif pos or self.partial_since is None:  # a new frame begun
             self.partial_since = time.monotonic()
 
-    def _send(self, cmd: RemotingCommand, frame: bytes, put: Any) -> None:
+    def _send(self, cmd: RemotingCommand, frame: bytes, put: L.Put | None) -> None:
         """A send to the writer: as a PUT (the fast path) or, ``put`` None, its frame whole."""
         w = self.w
         if put is None:
@@ -255,12 +256,12 @@ class Worker(Outbox):
         self.seqs = itertools.count(1)
         self.loop = loop
         self.link: asyncio.Transport | None = None
-        self.server: Any = None
+        self.server: asyncio.AbstractServer | None = None
         self.done = asyncio.Event()
         self._out: list[bytes] = []
 
     # -- to the writer --------------------------------------------------------------------------
-    def _target(self) -> Any:
+    def _target(self) -> asyncio.WriteTransport | None:
         return self.link
 
     def forward(self, conn: int, buf: bytearray, start: int, end: int) -> None:
