@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CHECKED = ["-p", "rocketstore.format", "-p", "rocketstore.remoting",
            "-m", "rocketstore.broker.send_rule", "-m", "rocketstore.broker.processors.send",
            "-m", "rocketstore.broker.services.puts",
-           "-m", "rocketstore.broker.services.writer", "-p", "rocketstore.broker.workers",
+           "-m", "rocketstore.broker.services.writer", "-m", "rocketstore.broker.services.syncflush",
+           "-p", "rocketstore.broker.workers",
            "-m", "rocketstore.store.put_path"]
 
 
@@ -29,3 +30,17 @@ def test_mypy_finds_no_error():
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Success: no issues found" in proc.stdout
+
+
+def test_the_gate_fails_on_a_type_error(tmp_path):
+    """The same run over a module with one wrong type reports it (the gate is not vacuous)."""
+    pytest.importorskip("mypy")
+    bad = tmp_path / "bad_types.py"
+    bad.write_text("from rocketstore.broker.send_rule import header_int\n\n"
+                   "n: str = header_int({}, 'queueId', 0)\n")
+    cache = os.path.join(tempfile.gettempdir(), f"rocketstore-mypy-{os.getuid()}")
+    proc = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
+                           "--cache-dir", cache, str(bad)], cwd=ROOT / "src",
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert 'Incompatible types in assignment (expression has type "int"' in proc.stdout
