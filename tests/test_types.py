@@ -12,7 +12,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKED = ["-p", "rocketstore.format", "-p", "rocketstore.remoting",
-           "-m", "rocketstore.broker.send_rule", "-m", "rocketstore.broker.processors.send",
+           "-m", "rocketstore.broker.send_rule", "-m", "rocketstore.broker.send_order",
+           "-m", "rocketstore.broker.processors.send",
            "-m", "rocketstore.broker.services.puts",
            "-m", "rocketstore.broker.services.writer", "-m", "rocketstore.broker.services.syncflush",
            "-p", "rocketstore.broker.workers",

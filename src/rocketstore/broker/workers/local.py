@@ -57,12 +57,11 @@ class LocalSends:
         if not isinstance(plan, Put):
             return False
         self.fast.admit()
-        ch.fast_puts += 1
-        ch.puts.append((plan.record, partial(self._done, ch, cmd, plan, time.perf_counter())))
+        ch.order.gather((plan.record, partial(self._done, ch, cmd, plan, time.perf_counter())))
         return True
 
     def append(self, ch: _Channel) -> None:
-        self.fast.append(ch)
+        self.fast.append(ch.order.take_gathered())
 
     def _done(self, ch: _Channel, cmd: RemotingCommand, p: Put, t0: float,
               r: PutMessageResult | None, exc: BaseException | None) -> None:

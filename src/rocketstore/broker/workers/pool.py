@@ -26,6 +26,7 @@ can inherit it again. Each link is an asyncio protocol here (``Link``):
   later PUTs are answered FALLBACK too and follow it; the worker holds a send it must forward
   whole until that connection's PUTs in flight are answered. So a client that pipelines mixed
   sends on one connection gets them stored in the order it sent them, as with one process.
+  Both ends keep these counts in the connection's ``send_order.SendOrder``.
 
 A worker that exits is restarted (at most once a second): its connections are closed on the
 broker side like any closed connection; puts it had sent and the writer appended stay appended
@@ -145,14 +146,14 @@ class Link(Outbox, asyncio.Protocol):
             if kind == L.PUT:
                 fast.on_put(self, L.parse_put(payload))
                 if len(self.puts) >= PUTS_PER_APPEND:
-                    fast.append(self)
+                    fast.append(self.take_puts())
                 continue
             if self.puts:  # the sends before this message go in first
-                fast.append(self)
+                fast.append(self.take_puts())
             if kind == L.FRAME or kind == L.REFRAME:
                 ch = self.channels.get(L.parse_conn(payload))
-                if ch is not None and kind == L.REFRAME and ch.reforwards:
-                    ch.reforwards -= 1
+                if ch is not None and kind == L.REFRAME:
+                    ch.order.reframed()
                 if ch is not None and not ch.closed:
                     ch.data_received(payload[L.CONN.size:])
             elif kind == L.OPEN:
@@ -169,7 +170,11 @@ class Link(Outbox, asyncio.Protocol):
                     _closing(ch)  # socket's close follows its last data
                     self.loop.call_soon(ch.connection_lost, None)
         if self.puts:
-            fast.append(self)
+            fast.append(self.take_puts())
+
+    def take_puts(self) -> list[tuple[EncodedMessage, Done]]:
+        puts, self.puts = self.puts, []
+        return puts
 
     def closed_here(self, conn: int) -> None:
         """The broker closed a connection (idle, a limit, a bad frame): its channel ends."""
@@ -238,16 +243,15 @@ class FastPuts:
             return
         # behind a send of this connection that the send processor has, or one the worker is
         # sending again whole: this one goes that way too, so the connection keeps its order
-        rec = None if ch.send_tasks or ch.reforwards else self.check(ch, p)
+        rec = self.check(ch, p) if ch.order.open else None
         if rec is None:
-            ch.reforwards += 1  # the worker sends the frame again (REFRAME)
+            ch.order.reforwards += 1  # the worker sends the frame again (REFRAME)
             link.send(L.result_msg(p.seq, L.FALLBACK))
             return
         link.puts.append((rec, partial(self._done, link, p, time.perf_counter())))
 
-    def append(self, holder: Link | _Channel) -> None:
-        """Append the records gathered on ``holder.puts`` (one append; an answer each)."""
-        gathered, holder.puts = holder.puts, []
+    def append(self, gathered: list[tuple[EncodedMessage, Done]]) -> None:
+        """Append the records gathered (one append; an answer each)."""
         dones = [done for _, done in gathered]
         try:
             self.ctx.puts.put_encoded_then([rec for rec, _ in gathered], dones)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import itertools
 import json
 import logging
@@ -39,6 +38,7 @@ from ...remoting.codes import FRAME_MAX_LENGTH, SEND_REQUEST_CODES
 from ...remoting.command import RemotingCommand
 from ...remoting.connection import RemotingConnection, cut_frame
 from ...remoting.header import decode_header
+from ..send_order import SendOrder
 from ..send_rule import SEND_CODES, Put, SendRules, plan_send, send_answer_header
 from . import link as L
 from .outbox import Outbox
@@ -74,10 +74,9 @@ class ClientConn(asyncio.Protocol):
         self.closed = False
         self.partial_since: float | None = None
         self.out: list[bytes] = []
-        self.puts = 0  # PUTs of this connection the writer has not answered
-        # sends held until this connection's PUTs in flight are answered: (cmd, frame, put)
-        self.waiting: collections.deque[tuple[RemotingCommand, bytes, L.Put | None]] = \
-            collections.deque()
+        # PUTs the writer has not answered (fast), the sends held behind them (waiting:
+        # (cmd, frame, put), in order)
+        self.order: SendOrder[None, tuple[RemotingCommand, bytes, L.Put | None]] = SendOrder()
         self.held = False  # reading paused: too many puts in flight (MAX_PUTS)
         self.writer_paused = False  # reading paused by the writer (its MAX_INFLIGHT)
 
@@ -117,11 +116,12 @@ class ClientConn(asyncio.Protocol):
                     log.debug("send from %s handled whole by the writer", self.peer,
                               exc_info=True)
                 frame = bytes(buf[raw_start:end])
-                if self.waiting or (put is None and self.puts):
-                    self.waiting.append((cmd, frame, put))  # after the PUTs ahead of it
+                order = self.order
+                if order.waiting or (put is None and order.fast):
+                    order.waiting.append((cmd, frame, put))  # after the PUTs ahead of it
                 else:
                     self._send(cmd, frame, put)
-                if self.puts + len(self.waiting) >= MAX_PUTS and not self.held:
+                if order.fast + len(order.waiting) >= MAX_PUTS and not self.held:
                     self.held = True
                     self._reading()
         except ProtocolError as exc:
@@ -143,14 +143,14 @@ class ClientConn(asyncio.Protocol):
             return
         w.pending[put.seq] = (self, cmd, frame)
         w.send_parts(L.put_msg(put))
-        self.puts += 1
+        self.order.fast += 1
 
     def _send_waiting(self) -> None:
         """Send what waited, in order, up to the next frame that must wait again."""
-        waiting = self.waiting
+        waiting = self.order.waiting
         while waiting and not self.closed:
             cmd, frame, put = waiting[0]
-            if put is None and self.puts:
+            if put is None and self.order.fast:
                 return
             waiting.popleft()
             self._send(cmd, frame, put)
@@ -165,10 +165,11 @@ class ClientConn(asyncio.Protocol):
             self.transport.resume_reading()
 
     def put_answered(self) -> None:
-        self.puts -= 1
-        if self.waiting and not self.puts:
+        order = self.order
+        order.answered()
+        if order.waiting and not order.fast:
             self._send_waiting()
-        if self.held and self.puts + len(self.waiting) <= MAX_PUTS // 2:
+        if self.held and order.fast + len(order.waiting) <= MAX_PUTS // 2:
             self.held = False
             self._reading()
 
