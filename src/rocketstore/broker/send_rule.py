@@ -64,20 +64,20 @@ class SendRules:
         return dict(self.__dict__)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Refused:
     """Why a message cannot be sent: the response code and remark."""
     code: int
     remark: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class BadHeader(Refused):
     """A header field that is not what it must be (answered SYSTEM_ERROR, as every request
     whose header does not decode: the send processor raises it as ``ValueError``)."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Put:
     """A plain message, its CommitLog record encoded (``record``); ``default_queue_nums``,
     ``body_len`` and ``props_off`` (where the properties start in the record) travel with it
@@ -96,7 +96,7 @@ class Put:
         return self.record.queue_id
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Whole:
     """A send for the store's message put path: ``message`` (its topic and queue already
     rerouted to ``%DLQ%`` when ``dlq``), or the batch's common fields when ``batch`` (the body
@@ -132,7 +132,9 @@ def header_int(h: Mapping[str, str], name: str, default: int) -> int:
 
 def send_fields(fields: Mapping[str, str]) -> Mapping[str, str]:
     """The header with V1 field names (310 and 320 use SendMessageRequestHeaderV2's letters)."""
-    return fields if "topic" in fields else send_header_v1(dict(fields))
+    if "topic" in fields:
+        return fields
+    return send_header_v1(fields if isinstance(fields, dict) else dict(fields))
 
 
 def is_batch(code: int, h: Mapping[str, str]) -> bool:
