@@ -68,7 +68,7 @@ class CorruptRecordError(RocketStoreError):
 class ProtocolError(RocketStoreError):
     """A remoting protocol violation (abstract: use one of the two subclasses)."""
 
-    def __new__(cls, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def __new__(cls, *args: object, **kwargs: object) -> "ProtocolError":
         if cls is ProtocolError:
             raise TypeError("raise LocalProtocolError or RemoteProtocolError")
         return super().__new__(cls, *args, **kwargs)

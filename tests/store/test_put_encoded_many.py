@@ -1,4 +1,4 @@
-"""``put_encoded_many``: the records a worker link delivers in one read go in as one append, and
+"""``MessageStore.append``: the records a worker link delivers in one read go in as one append, and
 each still gets the answer a put of its own would get — its queue offset, its offset and msgId,
 its own durability offset under SYNC_FLUSH, its own refusal. Expected values are counted here
 from the records, not taken from the store."""
@@ -36,7 +36,7 @@ def test_one_append_answers_each_record_as_its_own_put(tmp_path):
     with MessageStore(small_config(tmp_path / "many")) as store:
         assert store.put_message(Message("A", b"before")).ok  # A/0 starts at queue offset 1
         start = store.get_max_phy_offset()
-        rs = store.put_encoded_many(recs)
+        rs = store.append(recs)
         seen: dict[tuple[str, int], int] = {("A", 0): 1}
         off = start
         for rec, r in zip(recs, rs):
@@ -55,7 +55,7 @@ def test_one_append_answers_each_record_as_its_own_put(tmp_path):
         one = MessageStore(small_config(tmp_path / "one"))
         try:  # the same records one by one: the same queue offsets and record sizes
             assert one.put_message(Message("A", b"before")).ok
-            singles = [one.put_encoded(rec) for rec in recs]
+            singles = [one.append([rec])[0] for rec in recs]
             assert [(r.queue_offset, r.wrote_offset, r.wrote_bytes) for r in singles] == \
                    [(r.queue_offset, r.wrote_offset, r.wrote_bytes) for r in rs]
         finally:
@@ -66,7 +66,7 @@ def test_an_illegal_topic_is_refused_alone(tmp_path):
     good = _mixed()[:3]
     bad = EncodedMessage(good[0].data, good[0].store_ts_pos, "a/b", 0, 0, {})  # cannot name a directory
     with MessageStore(small_config(tmp_path)) as store:
-        rs = store.put_encoded_many([good[0], bad, good[1], good[2]])
+        rs = store.append([good[0], bad, good[1], good[2]])
         assert [r.status for r in rs] == [PutStatus.PUT_OK, PutStatus.MESSAGE_ILLEGAL,
                                          PutStatus.PUT_OK, PutStatus.PUT_OK]
         assert "topic" in rs[1].error.lower()
@@ -77,7 +77,7 @@ def test_refusals_are_one_result_each(tmp_path):
     store = MessageStore(small_config(tmp_path))
     store.shutdown()
     store.put_path.running = False
-    rs = store.put_path.put_encoded_many(_mixed()[:2])
+    rs = store.put_path.append(_mixed()[:2])
     assert [r.status for r in rs] == [PutStatus.SERVICE_NOT_AVAILABLE] * 2
     assert rs[0] is not rs[1]  # a caller may change one result's status (FLUSH_DISK_TIMEOUT)
 
@@ -88,7 +88,7 @@ def test_sync_flush_each_waiting_record_carries_its_own_end_offset(tmp_path):
     cfg = small_config(tmp_path, flush_disk_type="SYNC_FLUSH")
     with MessageStore(cfg) as store:
         assert store.put_message(Message("A", b"segment")).ok
-        rs = store.put_encoded_many([recs[0], nowait_rec, recs[1], recs[2]], defer_sync=True)
+        rs = store.append([recs[0], nowait_rec, recs[1], recs[2]], defer_sync=True)
         for r in rs:
             assert r.status is PutStatus.PUT_OK
         assert rs[1].sync_offset == 0
@@ -103,9 +103,9 @@ def test_too_big_together_goes_in_one_at_a_time(tmp_path):
         assert store.put_message(Message("T", b"first")).ok
         recs = [_record("T", 0, bytes([65 + i]) * 1500) for i in range(3)]
         before = store.get_max_phy_offset()
-        assert store.put_encoded_many(recs, nowait=True) is None  # would need a new segment
+        assert store.append(recs, nowait=True) is None  # would need a new segment
         assert store.get_max_phy_offset() == before  # nothing written
-        rs = store.put_encoded_many(recs)
+        rs = store.append(recs)
         assert [r.status for r in rs] == [PutStatus.PUT_OK] * 3
         assert [r.queue_offset for r in rs] == [1, 2, 3]
         assert len({r.wrote_offset // seg for r in rs}) >= 2  # they span segments

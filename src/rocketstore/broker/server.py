@@ -30,6 +30,7 @@ from ..netlimits import ConnectionClock, ConnectionLimiter, Limits, peer_of
 from ..remoting.codes import SEND_REQUEST_CODES, ResponseCode
 from ..remoting.command import RemotingCommand
 from ..remoting.connection import CLOSED, NEED_DATA, RemotingConnection
+from .send_order import SendOrder
 
 log = logging.getLogger(__name__)
 Handler = Callable[[Any, RemotingCommand], Awaitable[RemotingCommand | None]]
@@ -49,10 +50,7 @@ class _Channel(asyncio.Protocol):
         self._out: list[bytes] = []  # frames written this loop turn, sent by ``_flush``
         self.clock = ConnectionClock()
         self.admitted = False
-        self.puts: list[Any] = []  # plain sends gathered this read (``workers.local``)
-        self.fast_puts = 0  # gathered sends not answered yet
-        self.send_tasks = 0  # sends of this connection the send processor is handling
-        self.reforwards = 0  # a worker's PUTs answered FALLBACK, not yet back as REFRAME
+        self.order: SendOrder[Any, None] = SendOrder()  # this connection's sends (send_order)
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -75,14 +73,14 @@ class _Channel(asyncio.Protocol):
         self.clock.touched()
         self.codec.receive_data(data)
         done = self._drain_commands()
-        if self.puts:
+        if self.order.gathered:
             self.server.local_sends.append(self)
         self.clock.frame_state(self.codec.buffered > 0, done > 0)
 
     def eof_received(self) -> bool:
         self.codec.receive_data(b"")
         self._drain_commands()
-        if self.puts:
+        if self.order.gathered:
             self.server.local_sends.append(self)
         return False
 
@@ -107,7 +105,7 @@ class _Channel(asyncio.Protocol):
         the sends after it follow it there, so a connection's sends keep their order."""
         done = 0
         local = self.server.local_sends
-        gathering = local is not None and not self.send_tasks
+        gathering = local is not None and self.order.open
         while not self.closed:
             try:
                 cmd = self.codec.next_command()
@@ -131,29 +129,29 @@ class _Channel(asyncio.Protocol):
                     self._hold()
                     continue
                 gathering = False
-            if self.puts:  # the sends gathered before this request go in first
+            if self.order.gathered:  # the sends gathered before this request go in first
                 local.append(self)
             task = asyncio.get_running_loop().create_task(self._handle(cmd))
             self.inflight.add(task)
             self.server.inflight.add(task)
             task.add_done_callback(self._done)
             if is_send:
-                self.send_tasks += 1
+                self.order.whole += 1
                 task.add_done_callback(self._send_done)
             self._hold()
 
     def _send_done(self, task: asyncio.Task) -> None:
-        self.send_tasks -= 1
+        self.order.whole -= 1
 
     def _hold(self) -> None:
         """Stop reading while MAX_INFLIGHT requests of this connection are unanswered."""
-        if len(self.inflight) + self.fast_puts >= MAX_INFLIGHT and not self.paused \
+        if len(self.inflight) + self.order.fast >= MAX_INFLIGHT and not self.paused \
                 and self.transport:
             self.paused = True
             self.transport.pause_reading()
 
     def fast_put_answered(self) -> None:
-        self.fast_puts -= 1
+        self.order.answered()
         self._release()
 
     def _done(self, task: asyncio.Task) -> None:
@@ -162,7 +160,7 @@ class _Channel(asyncio.Protocol):
         self._release()
 
     def _release(self) -> None:
-        if self.paused and len(self.inflight) + self.fast_puts <= MAX_INFLIGHT // 2 \
+        if self.paused and len(self.inflight) + self.order.fast <= MAX_INFLIGHT // 2 \
                 and not self.closed:
             self.paused = False
             if self.transport:
@@ -274,7 +272,7 @@ class RemotingServer:
             await asyncio.sleep(limits.sweep_interval_s)
             now = time.monotonic()
             for ch in list(self.channels):
-                why = ch.clock.verdict(now, limits, busy=bool(ch.inflight or ch.fast_puts))
+                why = ch.clock.verdict(now, limits, busy=bool(ch.inflight or ch.order.fast))
                 if why is None or ch.closed:
                     continue
                 if why == "idle":

@@ -315,14 +315,14 @@ class Broker:
     def _worker_settings(self, acl_checked_here: bool = False) -> Any:
         """What the fast paths need; with ACL on only the one-process path takes sends (it
         checks each as the send processor would: ``acl_checked_here``), workers forward all."""
-        from .workers.encode import Settings
+        from .send_rule import SendRules
 
-        return Settings(cluster_name=self.config.cluster_name,
-                        store_host=self.store_config.store_host,
-                        generate_uniq_key=self.store_config.generate_uniq_key,
-                        max_message_size=self.store_config.max_message_size,
-                        fast_sends=self.config.fast_sends and not self.is_slave
-                        and (self.acl is None or acl_checked_here))
+        return SendRules(cluster_name=self.config.cluster_name,
+                         store_host=self.store_config.store_host,
+                         generate_uniq_key=self.store_config.generate_uniq_key,
+                         max_message_size=self.store_config.max_message_size,
+                         fast_sends=self.config.fast_sends and not self.is_slave
+                         and (self.acl is None or acl_checked_here))
 
     async def _start_fast_port(self, handlers: dict[int, Any]) -> None:
         """RocketMQ's VIP channel on listenPort - 2 (a Java slave's SlaveSynchronize reads the

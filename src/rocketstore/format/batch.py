@@ -28,7 +28,7 @@ from .message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERTY_TAGS,
                       PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, SCHEDULE_TOPIC, format_host,
                       string_to_properties)
 from .record import (BLANK_MAGIC_CODE, BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2,
-                     MIN_RECORD_SIZE, STOREHOSTADDRESS_V6_FLAG)
+                     MIN_RECORD_SIZE, STOREHOSTADDRESS_V6_FLAG, ReadBuffer)
 
 STOP_END = "end"  # ran out of bytes exactly at a record boundary (or zeros follow)
 STOP_BLANK = "blank"  # an end-of-segment blank record at ``end``
@@ -176,24 +176,24 @@ class DecodedRecords:
     def uniq_keys(self) -> list[str | None]:
         return self._property(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
 
-    def bodies(self, buf) -> list[bytes]:
+    def bodies(self, buf: ReadBuffer) -> list[bytes]:
         mv = memoryview(buf)
         return [bytes(mv[p:p + n]) for p, n in zip(self.body_pos.tolist(), self.body_len.tolist())]
 
-    def hosts(self, buf) -> tuple[list[str], list[str]]:
+    def hosts(self, buf: ReadBuffer) -> tuple[list[str], list[str]]:
         """(born hosts, store hosts) as ``ip:port`` strings."""
         mv = memoryview(buf)
         born, store = [], []
         for p, sf in zip(self.pos.tolist(), self.sys_flag.tolist()):
             q = p + R.BORNHOST_POS
             alen = 16 if sf & BORNHOST_V6_FLAG else 4
-            born.append(format_host(mv[q:q + alen], int.from_bytes(mv[q + alen:q + alen + 4], "big", signed=True)))
+            born.append(format_host(bytes(mv[q:q + alen]), int.from_bytes(mv[q + alen:q + alen + 4], "big", signed=True)))
             q += alen + 4 + 8
             alen = 16 if sf & STOREHOSTADDRESS_V6_FLAG else 4
-            store.append(format_host(mv[q:q + alen], int.from_bytes(mv[q + alen:q + alen + 4], "big", signed=True)))
+            store.append(format_host(bytes(mv[q:q + alen]), int.from_bytes(mv[q + alen:q + alen + 4], "big", signed=True)))
         return born, store
 
-    def msg_ids(self, buf) -> list[str]:
+    def msg_ids(self, buf: ReadBuffer) -> list[str]:
         """Offset message ids (store host + commitlog offset), upper-case hex."""
         mv = memoryview(buf)
         out = []
@@ -204,7 +204,7 @@ class DecodedRecords:
         return out
 
 
-def scan_boundaries_py(buf, start: int, end: int, limit: int | None = None) -> tuple[list[int], int, str]:
+def scan_boundaries_py(buf: ReadBuffer, start: int, end: int, limit: int | None = None) -> tuple[list[int], int, str]:
     """Walk TOTALSIZE fields from ``start``: (record positions, stop position, stop kind).
 
     With ``limit`` the walk stops after that many records (kind ``end``).
@@ -235,7 +235,7 @@ _SEP = 0xFF  # never a byte of valid UTF-8: separates records in one gathered bu
 _ESCAPED = re.compile("[\udc80-\udcfe]")  # (\udcff, a raw 0xFF, splits: caught by the count)
 
 
-def _decode_topics_py(buf, topic_pos: np.ndarray, topic_len: np.ndarray) -> list[str]:
+def _decode_topics_py(buf: ReadBuffer, topic_pos: np.ndarray, topic_len: np.ndarray) -> list[str]:
     """The topic of every record (UTF-8, replacement characters), through a small cache."""
     mv = memoryview(buf)
     topics: list[str] = []
@@ -270,13 +270,13 @@ def _gather_strings_py(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray)
     if len(parts) != n or _ESCAPED.search(text):
         # a raw 0xFF or other invalid UTF-8 inside a string: decode each record as Java does
         # (replacement characters), never leaving lone surrogates in a str
-        mv = memoryview(arr)
+        mv = memoryview(arr.tobytes())
         return [bytes(mv[s:s + ln]).decode("utf-8", "replace")
                 for s, ln in zip(starts.tolist(), lengths.tolist())]
     return parts
 
 
-def decode_records(buf, start: int = 0, end: int | None = None, *, base_offset: int = 0,
+def decode_records(buf: ReadBuffer, start: int = 0, end: int | None = None, *, base_offset: int = 0,
                    check_crc: bool = False, max_records: int | None = None,
                    delay_levels_ms: Sequence[int] | None = None,
                    properties: bool = True) -> DecodedRecords:
@@ -360,7 +360,9 @@ def decode_records(buf, start: int = 0, end: int | None = None, *, base_offset: 
         tags_code=tags_code, end=stop_pos, stop=stop)
 
 
-def _truncated(buf, base_offset, positions, start, bad_pos, stop, reason, check_crc, delay):
+def _truncated(buf: ReadBuffer, base_offset: int, positions: list[int], start: int,
+               bad_pos: int, stop: str, reason: str, check_crc: bool,
+               delay: Sequence[int] | None) -> DecodedRecords:
     """Decode the good prefix before a damaged record and report where it stopped."""
     if positions:
         out = decode_records(buf, start, bad_pos, base_offset=base_offset, check_crc=check_crc,

@@ -74,7 +74,7 @@ def encode_unit(tags_code: int, store_timestamp: int, bitmap: bytes | None) -> b
     return EXT_HEAD.pack(MIN_EXT_UNIT_SIZE + n, tags_code, store_timestamp, n) + (bitmap or b"")
 
 
-def decode_unit(buf, pos: int = 0) -> ExtUnit | None:
+def decode_unit(buf: bytes | bytearray | memoryview, pos: int = 0) -> ExtUnit | None:
     """The unit at ``pos`` (None where no unit was written: size < 1 or out of the buffer)."""
     if pos + MIN_EXT_UNIT_SIZE > len(buf):
         return None

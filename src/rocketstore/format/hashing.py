@@ -59,7 +59,7 @@ def index_key_hash(key: str) -> int:
     return 0 if h == -0x80000000 else abs(h)
 
 
-def crc32_masked(data: bytes | memoryview) -> int:
+def crc32_masked(data: bytes | bytearray | memoryview) -> int:
     """``UtilAll.crc32``: CRC-32 (IEEE) & 0x7FFFFFFF; 0 for empty input."""
     if not data:
         return 0

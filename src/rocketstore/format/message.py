@@ -28,7 +28,7 @@ from .hashing import crc32_masked, java_hash
 from .timer_layout import PROPERTY_TIMER_OUT_MS, TIMER_PROPERTIES, TIMER_TOPIC
 
 # the record layout (offsets, limits, validity) lives in ``format.record``; re-exported here
-from .record import (BLANK_MAGIC_CODE, BODYCRC_POS, BORNHOST_POS, BORNHOST_V6_FLAG,  # noqa: F401
+from .record import (ReadBuffer, WriteBuffer, BLANK_MAGIC_CODE, BODYCRC_POS, BORNHOST_POS, BORNHOST_V6_FLAG,  # noqa: F401
                      BORNTIMESTAMP_POS, COMPRESSED_FLAG, END_FILE_MIN_BLANK_LENGTH, FLAG_POS, HEAD,
                      MAGIC_POS, MAX_PROPERTIES_LENGTH, MAX_TOPIC_LENGTH, MESSAGE_MAGIC_CODE,
                      MESSAGE_MAGIC_CODE_V2, MULTI_TAGS_FLAG, PHYSICALOFFSET_POS, QUEUEID_POS,
@@ -89,7 +89,7 @@ def parse_host(host: str) -> tuple[bytes, int, bool]:
     return addr.packed, port, addr.version == 6
 
 
-def format_host(addr: bytes, port: int) -> str:
+def format_host(addr: bytes | bytearray | memoryview, port: int) -> str:
     return _format_host(bytes(addr), port)
 
 
@@ -379,7 +379,7 @@ def encode_message(msg: Message, props: Mapping[str, str], *, born_timestamp: in
 _ZERO8 = bytes(8)
 
 
-def patch_record(buf, pos: int, store_ts_pos: int, queue_offset: int, physical_offset: int,
+def patch_record(buf: WriteBuffer, pos: int, store_ts_pos: int, queue_offset: int, physical_offset: int,
                  store_timestamp: int) -> None:
     """Fill in the fields only known inside the put lock, in place."""
     _Q64.pack_into(buf, pos + QUEUEOFFSET_POS, queue_offset)
@@ -453,7 +453,7 @@ def record_bytes(m: MessageExt) -> bytes:
     return bytes(data)
 
 
-def encode_blank(buf, pos: int, remaining: int) -> None:
+def encode_blank(buf: WriteBuffer, pos: int, remaining: int) -> None:
     _BLANK.pack_into(buf, pos, remaining, BLANK_MAGIC_CODE)
 
 
@@ -465,12 +465,12 @@ class Blank:
 BLANK = Blank()
 
 
-def read_header(buf, pos: int) -> tuple[int, int]:
+def read_header(buf: ReadBuffer, pos: int) -> tuple[int, int]:
     """(total size, magic) at ``pos``."""
     return _BLANK.unpack_from(buf, pos)
 
 
-def decode_message(buf, pos: int = 0, *, check_crc: bool = False,
+def decode_message(buf: ReadBuffer, pos: int = 0, *, check_crc: bool = False,
                    with_body: bool = True) -> MessageExt | Blank:
     """Decode the record at ``buf[pos:]``.
 
@@ -521,6 +521,7 @@ def decode_message(buf, pos: int = 0, *, check_crc: bool = False,
             crc = crc32_masked(buf[body_pos:body_pos + body_len])
             if crc != body_crc:
                 raise CorruptRecordError(pos, "BODYCRC", f"stored {body_crc}, computed {crc}")
+        assert topic_len is not None and props_len is not None  # (length_problem checked)
         p = tl_pos + (1 if version == 1 else 2)
         # Java decodes both strings with replacement: their content never makes a record invalid
         topic = bytes(buf[p:p + topic_len]).decode("utf-8", "replace")
@@ -541,7 +542,7 @@ def decode_message(buf, pos: int = 0, *, check_crc: bool = False,
                       magic=magic, msg_id=msg_id)
 
 
-def record_properties(buf, pos: int = 0) -> tuple[str, int, dict[str, str]] | None:
+def record_properties(buf: ReadBuffer, pos: int = 0) -> tuple[str, int, dict[str, str]] | None:
     """(topic, queue offset, properties) of the record at ``buf[pos:]`` without decoding the
     rest (the timer store's enqueue reads only these); None for a blank or a record that is not
     whole (``decode_message`` says why)."""

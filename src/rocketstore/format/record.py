@@ -47,6 +47,12 @@ A reader may *report* such oddities; it never treats them as the end of the data
 from __future__ import annotations
 
 import struct
+from typing import Union
+
+#: what records are read from: bytes, or a view of them or of a mapped segment
+ReadBuffer = Union[bytes, bytearray, memoryview]
+#: what records are written into in place
+WriteBuffer = Union[bytearray, memoryview]
 
 # ---- magic codes (signed ints as Java writes them) -------------------------------------------
 MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7

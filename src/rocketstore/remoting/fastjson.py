@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 __all__ = ["ObjectKey", "dumps", "loads", "message_queue_key"]
 
@@ -96,14 +96,14 @@ _dump_flat = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_ke
 def _encode(obj: Any, out: list[str], bare: bool) -> None:
     if type(obj) is dict or type(obj) is ObjectKey:
         # a flat bean (every key a str, every value a scalar): the C encoder writes it whole
-        items = obj.items() if type(obj) is dict else obj._items
-        if all(type(k) is str and type(v) in _SCALARS and v == v for k, v in items):
-            out.append(_dump_flat(dict(items)))
+        flat = obj.items() if isinstance(obj, dict) else obj._items
+        if all(type(k) is str and type(v) in _SCALARS and v == v for k, v in flat):
+            out.append(_dump_flat(dict(flat)))
             return
     if isinstance(obj, Mapping):
         out.append("{")
         first = True
-        items = obj.items()
+        items: Iterable[tuple[Any, Any]] = obj.items()
         if not isinstance(obj, ObjectKey) and all(isinstance(k, str) for k in obj):
             items = sorted(items)
         for k, v in items:
@@ -144,7 +144,7 @@ def _encode_key(k: Any, out: list[str], bare: bool) -> None:
 # -- decoding ----------------------------------------------------------------------------------
 _WS = re.compile(r"[ \t\n\r]*")
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?")
-_scanstring = json.decoder.scanstring  # type: ignore[attr-defined]
+_scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
 _raw_decode = json.JSONDecoder().raw_decode
 _MAX_DEPTH = 200
 
@@ -192,7 +192,7 @@ def _value(s: str, pos: int, depth: int) -> tuple[Any, int]:
     return (float(num) if m.group(1) or m.group(2) else int(num)), m.end()
 
 
-def _object(s: str, pos: int, depth: int) -> tuple[dict, int]:
+def _object(s: str, pos: int, depth: int) -> tuple[dict[Any, Any], int]:
     out: dict[Any, Any] = {}
     pos = _skip(s, pos)
     if s.startswith("}", pos):
@@ -217,7 +217,7 @@ def _object(s: str, pos: int, depth: int) -> tuple[dict, int]:
         raise ValueError(f"expected ',' or '}}' at char {pos}")
 
 
-def _array(s: str, pos: int, depth: int) -> tuple[list, int]:
+def _array(s: str, pos: int, depth: int) -> tuple[list[Any], int]:
     out: list[Any] = []
     pos = _skip(s, pos)
     if s.startswith("]", pos):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import struct
+from typing import Any
 from json.encoder import encode_basestring as _json_str  # what json.dumps(ensure_ascii=False) writes
 
 from .. import _native
@@ -122,7 +123,7 @@ def decode_header(data: bytes, serialize_type: int, body: bytes) -> RemotingComm
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 
-def _int_field(obj: dict, name: str, default: int | None) -> int:
+def _int_field(obj: dict[str, Any], name: str, default: int | None) -> int:
     """A Java ``int`` header field: a JSON number or numeric string within int32."""
     v = obj.get(name, default)
     if v is None:

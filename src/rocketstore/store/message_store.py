@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..config import StoreConfig
 from ..errors import NotAStoreError, StoreClosedError, StoreError
@@ -29,6 +29,21 @@ from .lock import StoreLock
 from .opening import close_store, open_store, stop_started_services
 from .results import GetMessageResult, GetStatus, PutMessageResult
 from .store_dir import adopt_saved_sizes, detect_sizes, is_store_dir
+
+if TYPE_CHECKING:
+    from ..format.message import EncodedMessage
+    from .checkpoint import StoreCheckpoint
+    from .clean import CleanService
+    from .commitlog import CommitLog
+    from .consume_queue_ext import ConsumeQueueExtDispatcher, ConsumeQueueExtTable
+    from .dispatch import ConsumeQueueTable, ReputService
+    from .flush import FlushService
+    from .ha import HAService
+    from .index_service import IndexService
+    from .put_path import PutPath
+    from .recovery import RecoveryReport
+    from .tier.service import TierService
+    from .timer import TimerMessageStore
 
 
 log = logging.getLogger(__name__)
@@ -41,6 +56,27 @@ _TIER_FALLS = (GetStatus.OFFSET_TOO_SMALL, GetStatus.MESSAGE_WAS_REMOVING,
 
 
 class MessageStore:
+    # the parts, made and wired in this order by ``opening.open_store``
+    cfg: StoreConfig
+    root: str
+    read_only: bool
+    abort_path: str  # present while the store runs: the next open recovers abnormally
+    last_exit_ok: bool
+    checkpoint: StoreCheckpoint
+    commitlog: CommitLog
+    cq_table: ConsumeQueueTable
+    cq_ext: ConsumeQueueExtTable | None
+    ext_dispatcher: ConsumeQueueExtDispatcher | None
+    index_service: IndexService | None
+    tier: TierService | None
+    reput: ReputService
+    recovery_report: RecoveryReport
+    flush_service: FlushService
+    put_path: PutPath
+    timer: TimerMessageStore | None
+    ha: HAService | None
+    clean_service: CleanService | None
+
     def __init__(self, cfg: StoreConfig) -> None:
         cfg = adopt_saved_sizes(cfg)
         self.cfg = cfg
@@ -138,17 +174,11 @@ class MessageStore:
         return self.put_path.put(list(msgs), batch=True, nowait=nowait,  # type: ignore[return-value]
                                  defer_sync=defer_sync)
 
-    def put_encoded(self, rec: Any, *, nowait: bool = False,
-                    defer_sync: bool = False) -> PutMessageResult:
-        """Put a record encoded elsewhere (a broker worker process: ``PutPath.put_encoded``)."""
-        return self.put_path.put_encoded(rec, nowait=nowait,  # type: ignore[return-value]
-                                         defer_sync=defer_sync)
-
-    def put_encoded_many(self, recs: list[Any], *, nowait: bool = False,
-                         defer_sync: bool = False) -> list[PutMessageResult] | None:
-        """Put independent records encoded elsewhere in one append, a result each
-        (``PutPath.put_encoded_many``)."""
-        return self.put_path.put_encoded_many(recs, nowait=nowait, defer_sync=defer_sync)
+    def append(self, recs: list[EncodedMessage], *, nowait: bool = False,
+               defer_sync: bool = False) -> list[PutMessageResult] | None:
+        """Put independent records encoded already (the broker's send rule) in one append, a
+        result each (``PutPath.append``); None: ``nowait`` and the append would block."""
+        return self.put_path.append(recs, nowait=nowait, defer_sync=defer_sync)
 
     # -- read -----------------------------------------------------------------------------------
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int = 32,

@@ -5,16 +5,17 @@ and started in, and the reverse order they stop in.
 abnormal, by the ``abort`` file), re-dispatches what the queues lack, then (unless read-only)
 records the file sizes, creates ``abort`` and starts the flush and reput services, the timer
 wheel, HA and the clean service. ``close_store`` stops them, flushes everything, writes the
-checkpoint and removes ``abort`` only if dispatch caught up. Both set and read the facade's
-attributes (``store.commitlog``, ``store.reput``, ...): the facade owns the parts, this module
-only knows their order.
+checkpoint and removes ``abort`` only if dispatch caught up. Both set and read the parts the
+facade declares as typed fields (``MessageStore.commitlog``, ``.reput``, ...; ``store`` is typed
+``Any`` here only because this module may not import the facade that imports it): the facade
+owns the parts, this module only knows their order.
 """
 from __future__ import annotations
 
 import collections
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from .checkpoint import StoreCheckpoint, atomic_write
 from .commitlog import CommitLog
@@ -26,10 +27,14 @@ from .put_path import PutPath
 from .recovery import rebuild_queue_table, recover, repair_short_files
 from .store_dir import check_saved_sizes, save_sizes
 
+if TYPE_CHECKING:
+    from .dispatch import Dispatcher
+    from .index_service import IndexService
+
 log = logging.getLogger(__name__)
 
 
-def _index_service_class():
+def _index_service_class() -> type[IndexService]:
     from .index_service import IndexService
     return IndexService
 
@@ -49,7 +54,7 @@ def open_store(store: Any) -> None:
     store.cq_table = ConsumeQueueTable(cfg)
     store.cq_table.load()
     store.index_service = None
-    dispatchers: list = [ConsumeQueueDispatcher(store.cq_table, store._on_logics_timestamp)]
+    dispatchers: list[Dispatcher] = [ConsumeQueueDispatcher(store.cq_table, store._on_logics_timestamp)]
     store.cq_ext = open_ext_table(cfg)
     store.ext_dispatcher = None
     if store.cq_ext is not None and cfg.enable_consume_queue_ext:
@@ -112,7 +117,7 @@ def _start_timer(store: Any) -> None:
     from .timer import TimerMessageStore, TimerStoreAccess
     from ..format.timer_layout import TIMER_TOPIC
 
-    def read_units(index: int, count: int):
+    def read_units(index: int, count: int) -> list[tuple[int, int, int]] | None:
         return store.read_consume_queue(TIMER_TOPIC, 0, index, count)
 
     def bounds() -> tuple[int, int]:
@@ -145,7 +150,7 @@ def stop_started_services(store: Any) -> None:
                 log.exception("stopping %s after a failed open", name)
 
 
-def close_store(store: Any, release_lock) -> None:
+def close_store(store: Any, release_lock: Callable[[], None]) -> None:
     """Stop the services, flush, checkpoint and close every file of an open ``store``;
     ``release_lock()`` runs last (a read-only store holds none)."""
     if store.timer is not None:  # first: its last re-put still goes through the put path

@@ -36,6 +36,7 @@ import logging
 import re
 import time
 from functools import lru_cache
+from typing import TYPE_CHECKING, Protocol
 
 from .. import _native
 from ..config import StoreConfig
@@ -43,15 +44,26 @@ from ..errors import DiskFullError, StoreError
 from ..format.batch import parse_delay_levels
 from ..format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_QUEUE_ID,
                               PROPERTY_REAL_TOPIC, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-                              PROPERTY_WAIT_STORE_MSG_OK, SCHEDULE_TOPIC, TRANSACTION_COMMIT_TYPE,
-                              TRANSACTION_MASK, TRANSACTION_NOT_TYPE, Message, MessageTooLarge,
+                              PROPERTY_WAIT_STORE_MSG_OK, SCHEDULE_TOPIC, Message, MessageTooLarge,
                               EncodedMessage, PropertiesTooLarge, create_message_ids,
                               create_uniq_key, encode_batch, encode_message)
+from ..format.record import TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE
 from .commitlog import CommitLog, RecordTooLarge
 from .dispatch import ReputService
 from .flush import FlushService
 from .results import PutMessageResult, PutStatus
 from .timer.transform import TimerRejected, is_timer_message, transform_timer_message
+
+if TYPE_CHECKING:
+    from .timer import TimerMessageStore
+
+
+class Replicas(Protocol):
+    """What the put path asks of the store's HA service (``store.ha.HAService``)."""
+
+    def wake(self) -> None: ...
+
+    def replica_status(self, end_offset: int) -> PutStatus: ...
 
 log = logging.getLogger(__name__)
 
@@ -109,11 +121,11 @@ class PutPath:
         self.flush = flush
         self.running = True
         self.writeable = True  # cleared by the clean service when the disk is nearly full
-        self.replicas = None  # store.ha.HAService when the store replicates
+        self.replicas: Replicas | None = None  # store.ha.HAService when the store replicates
         self.defer_replica_wait = False
         self.sync_master = cfg.broker_role == "SYNC_MASTER"
         self._delays = parse_delay_levels(cfg.message_delay_level)
-        self.timer = None  # the TimerMessageStore, when timer_wheel_enable
+        self.timer: TimerMessageStore | None = None  # when timer_wheel_enable
 
     def put(self, msgs: list[Message], batch: bool, nowait: bool = False,
             defer_sync: bool = False) -> PutMessageResult | None:
@@ -153,27 +165,21 @@ class PutPath:
                                     error=f"CommitLog flush failed: {self.flush.last_error}")
         return False
 
-    def put_encoded(self, rec: EncodedMessage, nowait: bool = False,
-                    defer_sync: bool = False) -> PutMessageResult | None:
-        """Put one record a broker worker process encoded already (``broker.workers``): the
-        same store-wide refusals, append, durability and replica steps as ``put``, without
-        encoding again. The worker applied the message rules (topic name, sizes, UNIQ_KEY, store
-        host) and sends only plain messages: no delay, timer or transaction properties."""
-        rs = self.put_encoded_many([rec], nowait, defer_sync)
-        return None if rs is None else rs[0]
-
-    def put_encoded_many(self, recs: list[EncodedMessage], nowait: bool = False,
-                         defer_sync: bool = False) -> list[PutMessageResult] | None:
-        """Put independent pre-encoded records (one loop turn of a worker link) in one append:
-        one lock, one segment check, one dispatch feed item and one wake-up for all of them,
-        and a result of its own for each, as ``put_encoded`` gives one by one (its queue offset,
-        msgId and, under SYNC_FLUSH or on a SYNC_MASTER, its own offset to wait for). A record
-        with an illegal topic gets its own refusal; the others go in. None: ``nowait`` and the
-        append would block (nothing was written)."""
+    def append(self, recs: list[EncodedMessage], nowait: bool = False,
+               defer_sync: bool = False) -> list[PutMessageResult] | None:
+        """Put independent records encoded already (the broker's send rule: ``broker.send_rule``)
+        in one append: one lock, one segment check, one dispatch feed item and one wake-up for
+        all of them, and a result of its own for each (its queue offset, msgId and, under
+        SYNC_FLUSH or on a SYNC_MASTER, its own offset to wait for). The same store-wide
+        refusals, durability and replica steps as ``put``, without encoding again; the records
+        are plain messages (no delay, timer or transaction properties). A record with an illegal
+        topic gets its own refusal; the others go in. None: ``nowait`` and the append would
+        block (nothing was written)."""
         refused = self._refusal(nowait, defer_sync)
         if refused is None:
             return None
         if refused is not False:
+            assert isinstance(refused, PutMessageResult)
             return [PutMessageResult(refused.status, error=refused.error) for _ in recs]
         out: list[PutMessageResult | None] = [None] * len(recs)
         good: list[EncodedMessage] = []
@@ -186,36 +192,40 @@ class PutPath:
                 good.append(rec)
                 where.append(i)
         if good:
-            rs = self._append_many(good, nowait, defer_sync)
+            waits = [rec.properties.get(PROPERTY_WAIT_STORE_MSG_OK) != "false" for rec in good]
+            rs = self._append(good, waits, self.cfg.store_host, nowait, defer_sync, atomic=False)
             if rs is None:
                 return None
             for i, r in zip(where, rs):
                 out[i] = r
-        return out  # type: ignore[return-value]
+        return [r for r in out if r is not None]
 
-    def _append_many(self, recs: list[EncodedMessage], nowait: bool,
-                     defer_sync: bool) -> list[PutMessageResult] | None:
-        cfg = self.cfg
+    def _append(self, recs: list[EncodedMessage], waits: list[bool], store_host: str,
+                nowait: bool, defer_sync: bool, atomic: bool) -> list[PutMessageResult] | None:
+        """Append records, then the durability and replica steps; a result per record (its
+        own end offset to wait for, as a put of its own would have). ``atomic``: the records
+        are one message batch (all or nothing); else records too large together for a segment
+        go in one at a time."""
         try:
             res = self.commitlog.append(recs, nowait=nowait)
         except RecordTooLarge as exc:
-            if len(recs) == 1:
-                return [PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error=str(exc))]
+            if atomic or len(recs) == 1:
+                return [PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error=str(exc))
+                        for _ in recs]
             if nowait:
                 return None  # (nothing written: the put thread does them one at a time)
-            # together they exceed a segment: one at a time
-            return [r for rec in recs for r in self._append_many([rec], False, defer_sync) or ()]
+            return [r for rec, w in zip(recs, waits)
+                    for r in self._append([rec], [w], store_host, False, defer_sync, False) or ()]
         except (DiskFullError, StoreError, OSError) as exc:
             log.error("cannot append: %s", exc)
             return [PutMessageResult(PutStatus.CREATE_MAPPED_FILE_FAILED, error=str(exc))
                     for _ in recs]
         if res is None:
             return None
-        waits = [rec.properties.get(PROPERTY_WAIT_STORE_MSG_OK) != "false" for rec in recs]
         # one wait covers every record (the last one's end covers the others'); each result
         # then carries its own end offset to wait for, as a put of its own would
         st, sync_end, replica_end = self._after_append(res.end_offset, any(waits), defer_sync)
-        ids = create_message_ids(cfg.store_host, res.wrote_offset, res.sizes)
+        ids = create_message_ids(store_host, res.wrote_offset, res.sizes)
         out = []
         start = res.wrote_offset
         for i, n in enumerate(res.sizes):
@@ -254,8 +264,9 @@ class PutPath:
             return PutMessageResult(PutStatus.PROPERTIES_SIZE_EXCEEDED, error=str(exc))
         except (MessageTooLarge, ValueError, TypeError, AttributeError) as exc:
             return PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error=str(exc))
-        return self._append(encoded, wait, msgs[0].store_host or cfg.store_host, nowait,
-                            defer_sync)
+        rs = self._append(encoded, [wait] * len(encoded), msgs[0].store_host or cfg.store_host,
+                          nowait, defer_sync, atomic=True)
+        return None if rs is None else _one_result(rs)
 
     def _encode_one(self, m: Message, now: int) -> tuple[list[EncodedMessage], bool]:
         """One ``put_message``: delay and timer rules apply (a batch refuses them)."""
@@ -270,25 +281,6 @@ class PutPath:
             target, props, born_timestamp=m.born_timestamp if m.born_timestamp is not None else now,
             born_host=m.born_host or cfg.store_host, store_host=m.store_host or cfg.store_host,
             max_body_size=cfg.max_message_size)], wait
-
-    def _append(self, encoded: list[EncodedMessage], wait: bool, store_host: str, nowait: bool,
-                defer_sync: bool) -> PutMessageResult | None:
-        """Append encoded records, then the durability and replica steps; the result."""
-        try:
-            res = self.commitlog.append(encoded, nowait=nowait)
-        except RecordTooLarge as exc:
-            return PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error=str(exc))
-        except (DiskFullError, StoreError, OSError) as exc:
-            log.error("cannot append: %s", exc)
-            return PutMessageResult(PutStatus.CREATE_MAPPED_FILE_FAILED, error=str(exc))
-        if res is None:
-            return None
-        status, sync_offset, replica_wait = self._after_append(res.end_offset, wait, defer_sync)
-        ids = create_message_ids(store_host, res.wrote_offset, res.sizes)
-        return PutMessageResult(status, msg_id=",".join(ids), wrote_offset=res.wrote_offset,
-                                wrote_bytes=res.wrote_bytes, queue_offset=res.queue_offsets[0],
-                                store_timestamp=res.store_timestamp, msg_num=len(ids), msg_ids=ids,
-                                sync_offset=sync_offset, replica_wait_offset=replica_wait)
 
     def _after_append(self, end: int, wait: bool, defer_sync: bool
                       ) -> tuple[PutStatus, int, int | None]:
@@ -350,6 +342,20 @@ class PutPath:
         props[PROPERTY_REAL_TOPIC] = m.topic
         props[PROPERTY_REAL_QUEUE_ID] = str(m.queue_id)
         return SCHEDULE_TOPIC, level - 1
+
+
+def _one_result(rs: list[PutMessageResult]) -> PutMessageResult:
+    """The one result of a message put (a batch's records together)."""
+    first, last = rs[0], rs[-1]
+    if len(rs) == 1 or first.msg_id is None:
+        return first
+    ids = [r.msg_id or "" for r in rs]
+    return PutMessageResult(first.status, msg_id=",".join(ids), wrote_offset=first.wrote_offset,
+                            wrote_bytes=sum(r.wrote_bytes for r in rs),
+                            queue_offset=first.queue_offset,
+                            store_timestamp=first.store_timestamp, msg_num=len(ids), msg_ids=ids,
+                            sync_offset=last.sync_offset,
+                            replica_wait_offset=last.replica_wait_offset)
 
 
 def _retarget(m: Message, topic: str, qid: int) -> Message:

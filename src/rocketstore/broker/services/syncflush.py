@@ -17,9 +17,9 @@ import asyncio
 import heapq
 import itertools
 import time
-from typing import Any, Callable
+from typing import Callable
 
-from ...store.results import PutStatus
+from ...store.results import PutMessageResult, PutStatus
 
 SWEEP_S = 0.25  # how often parked puts are checked against their deadline
 
@@ -30,7 +30,7 @@ class SyncFlushWaiter:
         self._loop = loop
         self._flushed = flushed_offset
         self._timeout_s = timeout_ms / 1000.0
-        self._heap: list[tuple[int, int, float, asyncio.Future]] = []
+        self._heap: list[tuple[int, int, float, asyncio.Future[bool]]] = []
         self._seq = itertools.count()
         self._sweep: asyncio.TimerHandle | None = None
         self._failed: BaseException | None = None
@@ -44,18 +44,18 @@ class SyncFlushWaiter:
             pass
 
     # -- event loop -----------------------------------------------------------------------------
-    async def wait(self, result: Any) -> Any:
+    async def wait(self, result: PutMessageResult) -> PutMessageResult:
         """``result`` once its ``sync_offset`` is durable; FLUSH_DISK_TIMEOUT status otherwise."""
         fut = self.park(result)
         if fut is not None and not await fut:
             result.status = PutStatus.FLUSH_DISK_TIMEOUT
         return result
 
-    def park(self, result: Any) -> "asyncio.Future[bool] | None":
+    def park(self, result: PutMessageResult) -> asyncio.Future[bool] | None:
         """``wait`` without a coroutine (a caller chaining callbacks): None when ``result``
         needs no wait (durable already, or FLUSH_DISK_TIMEOUT set because syncs fail), else a
         future that becomes True once durable, False at the timeout."""
-        offset = getattr(result, "sync_offset", 0)
+        offset = result.sync_offset
         if not offset or self._flushed() >= offset:
             return None
         if self._failed is not None:
@@ -102,6 +102,6 @@ class SyncFlushWaiter:
             _set(heapq.heappop(self._heap)[3], False)
 
 
-def _set(fut: asyncio.Future, ok: bool) -> None:
+def _set(fut: asyncio.Future[bool], ok: bool) -> None:
     if not fut.done():
         fut.set_result(ok)

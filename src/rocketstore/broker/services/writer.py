@@ -21,20 +21,26 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from typing import Any, Callable
+from typing import Callable, Optional
+
+from ...store.results import PutMessageResult
+
+#: a put the writer runs: ``fn(*args)`` on its thread, ``fn(*args, nowait=True)`` inline
+Results = Optional[list[PutMessageResult]]
+PutCall = Callable[..., Results]
 
 
 class PutWriter:
-    def __init__(self, loop: asyncio.AbstractEventLoop, inline: tuple[Callable, ...] = ()) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, inline: tuple[PutCall, ...] = ()) -> None:
         self._loop = loop
         self._inline = set(inline)
-        self._queue: deque[tuple[asyncio.Future, Callable, tuple]] = deque()
+        self._queue: deque[tuple[asyncio.Future[Results], PutCall, tuple[object, ...]]] = deque()
         self._cond = threading.Condition()
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="broker-put", daemon=True)
         self._thread.start()
 
-    def submit(self, fn: Callable, *args: Any) -> asyncio.Future:
+    def submit(self, fn: PutCall, *args: object) -> asyncio.Future[Results]:
         fut = self._loop.create_future()
         if fn in self._inline and not self._queue:
             try:
@@ -61,7 +67,7 @@ class PutWriter:
                     return
                 batch = list(self._queue)
                 self._queue.clear()
-            done = []
+            done: list[tuple[asyncio.Future[Results], Results, BaseException | None]] = []
             for fut, fn, args in batch:
                 try:
                     done.append((fut, fn(*args), None))
@@ -79,7 +85,7 @@ class PutWriter:
         self._thread.join(10)
 
 
-def _deliver(done: list) -> None:
+def _deliver(done: list[tuple[asyncio.Future[Results], Results, BaseException | None]]) -> None:
     for fut, result, exc in done:
         if fut.done():
             continue

@@ -103,7 +103,8 @@ def result_msg(seq: int, code: int, queue_id: int = 0, queue_offset: int = 0,
 
 
 def parse_conn(payload: bytes) -> int:
-    return CONN.unpack_from(payload)[0]
+    conn: int = CONN.unpack_from(payload)[0]
+    return conn
 
 
 def parse_open(payload: bytes) -> tuple[int, str]:

@@ -1,41 +1,46 @@
-"""The workers' fast path for the broker's own connections (``serve --workers 1``).
+"""The fast path for the broker's own connections (``serve --workers 1``).
 
 Theory of operation: a one-process broker reads its clients itself. For each read,
-``broker.server._Channel`` offers every send request to ``LocalSends.take``: a plain send
-(``encode.plain_send``: no batch, delay, timer or transaction, not a slave; with ACL on, after
-the same check every request passes) passes the
-same topic checks as a worker's PUT (``FastPuts.check``) and is gathered on the channel; at the
+``broker.server._Channel`` offers every send request to ``LocalSends.take``: the send rule
+(``send_rule.plan_send``, with the broker's topic table: the send processor's topic and queue
+checks, auto-creation included) plans it; a ``Put`` (no batch, delay, timer or transaction, not a
+slave; with ACL on, after the same check every request passes) is gathered on the channel; at the
 end of the read (or before a request that takes the ordinary way, so a connection's sends keep
-their order) the gathered records go into the CommitLog in one append
-(``FastPuts.append`` → ``Puts.put_encoded_then``), each answered with the send processor's
-header (``encode.send_response``). No task, ``Message`` or future per send. Anything the fast
-path does not take goes to the send processor as before, so every refusal keeps one
+their order) the gathered records go into the CommitLog in one append (``FastPuts.append`` →
+``Puts.put_encoded_then``), each answered with the send rule's header
+(``send_rule.send_answer_header``). No task, ``Message`` or future per send. Any other plan goes
+to the send processor, which plans it again and answers it, so every refusal keeps one
 implementation.
 """
 from __future__ import annotations
 
-import itertools
 import time
 from functools import partial
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from ...remoting.command import RemotingCommand
-from .encode import Settings, plain_send, send_response
+from ...store.results import PutMessageResult
+from ..send_rule import (Put, SendRules, TopicLookup, plan_send, send_answer_header,
+                         send_topic)
 from .pool import FastPuts
+
+if TYPE_CHECKING:
+    from ..server import _Channel
 
 
 class LocalSends:
     """Offered every request of ``remoting.codes.SEND_REQUEST_CODES`` (``take`` takes plain
     sends); one that takes the ordinary way holds the connection's later sends behind it."""
 
-    def __init__(self, fast: FastPuts, settings: Settings,
+    def __init__(self, fast: FastPuts, rules: SendRules,
                  acl_check: Callable[[RemotingCommand, str], None] | None = None) -> None:
         self.fast = fast
-        self.settings = settings
+        self.rules = rules
         self.acl_check = acl_check  # with aclEnable: the check every request passes first
-        self._seqs = itertools.count(1)
+        ctx = fast.ctx
+        self.topics: TopicLookup = partial(send_topic, ctx.topics, ctx.config)
 
-    def take(self, ch: Any, cmd: RemotingCommand) -> bool:
+    def take(self, ch: _Channel, cmd: RemotingCommand) -> bool:
         """True when ``cmd`` is a plain send now gathered on ``ch`` (answered by ``append``);
         False: handle it the ordinary way."""
         if self.acl_check is not None:
@@ -43,29 +48,31 @@ class LocalSends:
                 self.acl_check(cmd, ch.peer)
             except Exception:
                 return False
+        ch.clock.touched()
         try:
-            p = plain_send(cmd, ch.peer, next(self._seqs), 0, self.settings)
+            plan = plan_send(cmd.code, cmd.ext_fields, cmd.body, ch.peer, self.rules,
+                             self.topics)
         except Exception:  # whatever it is, the send processor answers it
             return False
-        if p is None:
+        if not isinstance(plan, Put):
             return False
-        rec = self.fast.check(ch, p)
-        if rec is None:
-            return False
-        ch.fast_puts += 1
-        ch.puts.append((rec, partial(self._done, ch, cmd, p, time.perf_counter())))
+        self.fast.admit()
+        ch.order.gather((plan.record, partial(self._done, ch, cmd, plan, time.perf_counter())))
         return True
 
-    def append(self, ch: Any) -> None:
-        self.fast.append(ch)
+    def append(self, ch: _Channel) -> None:
+        self.fast.append(ch.order.take_gathered())
 
-    def _done(self, ch: Any, cmd: RemotingCommand, p: Any, t0: float, r: Any,
-              exc: BaseException | None) -> None:
-        code, msg_id, remark = self.fast.outcome(p, t0, r, exc)
+    def _done(self, ch: _Channel, cmd: RemotingCommand, p: Put, t0: float,
+              r: PutMessageResult | None, exc: BaseException | None) -> None:
+        code, msg_id, remark = self.fast.outcome(p.topic, p.body_len, t0, r, exc)
         ch.fast_put_answered()
         if not cmd.is_oneway:
-            ch.write(send_response(cmd, code, p.queue_id, r.queue_offset if msg_id else 0, msg_id,
-                                   remark))
+            if msg_id and r is not None:
+                ch.write(cmd.response(code, send_answer_header(msg_id, p.queue_id,
+                                                               r.queue_offset)))
+            else:
+                ch.write(cmd.response(code, remark=remark or None))
 
     async def drain(self, timeout_s: float) -> None:
         """Wait (at most ``timeout_s``) for the gathered sends to be answered."""

@@ -7,14 +7,14 @@ message. A subclass sets ``loop`` and ``_out = []`` and says where the bytes go 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import asyncio
 
 
 class Outbox:
     loop: asyncio.AbstractEventLoop
     _out: list[bytes]
 
-    def _target(self) -> Any:
+    def _target(self) -> asyncio.WriteTransport | None:
         """The transport the link's bytes go to (None before it is connected)."""
         raise NotImplementedError
 

@@ -10,7 +10,7 @@ can inherit it again. Each link is an asyncio protocol here (``Link``):
   transaction check-back and NOTIFY_CONSUMER_IDS_CHANGED work on a worker's connection exactly
   as on one of our own; FRAME feeds that channel's codec; what the channel writes goes back
   as FRAME; CLOSE is the connection's end either way.
-* PUT is the fast path (``FastPuts``): the topic checks of ``processors.send`` (``send_topic``,
+* PUT is the fast path (``FastPuts``): the send rule's topic checks (``send_rule.check_put_topic``,
   auto-creation included), the properties parsed for the dispatch; the PUTs of one read of the
   link (up to ``PUTS_PER_APPEND``) are then appended together by ``Puts.put_encoded_then`` —
   one lock, one dispatch feed item and one wake-up for all, inline on this loop when the append
@@ -26,6 +26,7 @@ can inherit it again. Each link is an asyncio protocol here (``Link``):
   later PUTs are answered FALLBACK too and follow it; the worker holds a send it must forward
   whole until that connection's PUTs in flight are answered. So a client that pipelines mixed
   sends on one connection gets them stored in the order it sent them, as with one process.
+  Both ends keep these counts in the connection's ``send_order.SendOrder``.
 
 A worker that exits is restarted (at most once a second): its connections are closed on the
 broker side like any closed connection; puts it had sent and the writer appended stay appended
@@ -44,13 +45,20 @@ import socket
 import sys
 import time
 from functools import partial
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from ...format.message import EncodedMessage, string_to_properties
-from ..processors.send import Refused, put_code, send_topic, status_ok
+from ...remoting.codes import ResponseCode
+from ...store.results import PutMessageResult
+from ..services.puts import Done
+from ..send_rule import (SendRules, TopicLookup, check_put_topic, error_remark, put_code,
+                         put_failure_remark, send_topic, status_ok)
 from . import link as L
-from .encode import Settings
 from .outbox import Outbox
+
+if TYPE_CHECKING:
+    from ..contexts import SendContext
+    from ..server import RemotingServer, _Channel
 
 log = logging.getLogger(__name__)
 RESTART_DELAY_S = 1.0
@@ -112,16 +120,16 @@ class Link(Outbox, asyncio.Protocol):
         self.index = index
         self.loop = pool.loop
         self.decoder = L.LinkDecoder()
-        self.channels: dict[int, Any] = {}
+        self.channels: dict[int, _Channel] = {}
         self.transport: asyncio.Transport | None = None
         self._out: list[bytes] = []
         self.lost = asyncio.Event()
-        self.puts: list[Any] = []  # (record, done) gathered from this read: FastPuts.append
+        self.puts: list[tuple[EncodedMessage, Done]] = []  # gathered this read: FastPuts.append
 
-    def connection_made(self, transport: Any) -> None:
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # (uvloop's is no subclass)
 
-    def _target(self) -> Any:
+    def _target(self) -> asyncio.WriteTransport | None:
         return self.transport
 
     def data_received(self, data: bytes) -> None:
@@ -138,14 +146,14 @@ class Link(Outbox, asyncio.Protocol):
             if kind == L.PUT:
                 fast.on_put(self, L.parse_put(payload))
                 if len(self.puts) >= PUTS_PER_APPEND:
-                    fast.append(self)
+                    fast.append(self.take_puts())
                 continue
             if self.puts:  # the sends before this message go in first
-                fast.append(self)
+                fast.append(self.take_puts())
             if kind == L.FRAME or kind == L.REFRAME:
                 ch = self.channels.get(L.parse_conn(payload))
-                if ch is not None and kind == L.REFRAME and ch.reforwards:
-                    ch.reforwards -= 1
+                if ch is not None and kind == L.REFRAME:
+                    ch.order.reframed()
                 if ch is not None and not ch.closed:
                     ch.data_received(payload[L.CONN.size:])
             elif kind == L.OPEN:
@@ -159,10 +167,14 @@ class Link(Outbox, asyncio.Protocol):
                     pool.server.bad_connections += 1
                 ch = self.channels.pop(conn, None)
                 if ch is not None:  # after the requests of this read have started, as a
-                    ch.transport.closing = True  # socket's close follows its last data
+                    _closing(ch)  # socket's close follows its last data
                     self.loop.call_soon(ch.connection_lost, None)
         if self.puts:
-            fast.append(self)
+            fast.append(self.take_puts())
+
+    def take_puts(self) -> list[tuple[EncodedMessage, Done]]:
+        puts, self.puts = self.puts, []
+        return puts
 
     def closed_here(self, conn: int) -> None:
         """The broker closed a connection (idle, a limit, a bad frame): its channel ends."""
@@ -173,38 +185,48 @@ class Link(Outbox, asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         for conn in list(self.channels):
             ch = self.channels.pop(conn)
-            ch.transport.closing = True
+            _closing(ch)
             ch.connection_lost(None)
         self.lost.set()
+
+
+def _closing(ch: _Channel) -> None:
+    """A worker's connection is closing: its channel writes nothing more."""
+    if isinstance(ch.transport, VirtualTransport):
+        ch.transport.closing = True
 
 
 class FastPuts:
     """PUT → the store → RESULT, with ``processors.send``'s checks (see the module text)."""
 
-    def __init__(self, ctx: Any, observe: Callable[[float], None] | None = None) -> None:
+    def __init__(self, ctx: SendContext, observe: Callable[[float], None] | None = None) -> None:
         self.ctx = ctx
+        self.topics: TopicLookup = partial(send_topic, ctx.topics, ctx.config)
         self.observe = observe
         self.in_flight = 0
         self.taken = 0  # sends the fast path put (rocketstore_fast_sends_total)
         self.idle = asyncio.Event()
         self.idle.set()
 
-    def check(self, ch: Any, p: L.Put) -> EncodedMessage | None:
-        """The record to append for ``p``, counted in flight; None when the send must be
-        handled whole (a refused topic, a queue id out of range, undecodable properties)."""
+    def check(self, ch: _Channel, p: L.Put) -> EncodedMessage | None:
+        """The record to append for a worker's ``p``, counted in flight; None when the send
+        must be handled whole (the send rule's topic checks refuse it, undecodable
+        properties)."""
         ch.clock.touched()
-        ctx = self.ctx
-        tc = send_topic(ctx.topics, ctx.config, p.topic, p.default_queue_nums or None)
-        if isinstance(tc, Refused) or p.queue_id >= tc.write_queue_nums:
+        if not check_put_topic(self.topics, p.topic, p.queue_id, p.default_queue_nums):
             return None
         try:
             props = string_to_properties(p.record[p.props_off:].decode())
         except UnicodeDecodeError:
             return None
+        self.admit()
+        return EncodedMessage(p.record, p.store_ts_pos, p.topic, p.queue_id, p.sys_flag, props)
+
+    def admit(self) -> None:
+        """One more put taken by the fast path, in flight until ``outcome``."""
         self.in_flight += 1
         self.taken += 1
         self.idle.clear()
-        return EncodedMessage(p.record, p.store_ts_pos, p.topic, p.queue_id, p.sys_flag, props)
 
     async def drain(self, timeout_s: float) -> None:
         """Wait (at most ``timeout_s``) until every put taken is answered."""
@@ -221,16 +243,15 @@ class FastPuts:
             return
         # behind a send of this connection that the send processor has, or one the worker is
         # sending again whole: this one goes that way too, so the connection keeps its order
-        rec = None if ch.send_tasks or ch.reforwards else self.check(ch, p)
+        rec = self.check(ch, p) if ch.order.open else None
         if rec is None:
-            ch.reforwards += 1  # the worker sends the frame again (REFRAME)
+            ch.order.reforwards += 1  # the worker sends the frame again (REFRAME)
             link.send(L.result_msg(p.seq, L.FALLBACK))
             return
         link.puts.append((rec, partial(self._done, link, p, time.perf_counter())))
 
-    def append(self, holder: Any) -> None:
-        """Append the records gathered on ``holder.puts`` (one append; an answer each)."""
-        gathered, holder.puts = holder.puts, []
+    def append(self, gathered: list[tuple[EncodedMessage, Done]]) -> None:
+        """Append the records gathered (one append; an answer each)."""
         dones = [done for _, done in gathered]
         try:
             self.ctx.puts.put_encoded_then([rec for rec, _ in gathered], dones)
@@ -239,57 +260,59 @@ class FastPuts:
             for done in dones:
                 done(None, exc)
 
-    def outcome(self, p: L.Put, t0: float, r: Any, exc: BaseException | None
-                ) -> tuple[int, str, str]:
+    def outcome(self, topic: str, body_len: int, t0: float, r: PutMessageResult | None,
+                exc: BaseException | None) -> tuple[int, str, str]:
         """A put answered: (response code, msgId or "", remark); counted in the stats."""
         self.in_flight -= 1
         if not self.in_flight:
             self.idle.set()
-        if exc is not None:
-            return 1, "", f"{type(exc).__name__}: {exc}"
+        if exc is not None or r is None:
+            return ResponseCode.SYSTEM_ERROR, "", error_remark(
+                exc if exc is not None else RuntimeError("no result"))
         code = put_code(r.status)
         ok = status_ok(code)
-        self.ctx.stats.record_put(p.topic, 1, p.body_len, ok)
+        self.ctx.stats.record_put(topic, 1, body_len, ok)
         if self.observe is not None:
             self.observe(time.perf_counter() - t0)
         if ok:
-            return code, r.msg_id, ""
-        if r.status.name.startswith("WHEEL_TIMER"):
-            return code, "", r.error or r.status.name
-        return code, "", f"put message failed: {r.status.name} {r.error or ''}"
+            return code, r.msg_id or "", ""
+        return code, "", put_failure_remark(r.status, r.error)
 
-    def _done(self, link: Link, p: L.Put, t0: float, r: Any, exc: BaseException | None) -> None:
-        code, msg_id, remark = self.outcome(p, t0, r, exc)
-        if msg_id:
+    def _done(self, link: Link, p: L.Put, t0: float, r: PutMessageResult | None,
+              exc: BaseException | None) -> None:
+        code, msg_id, remark = self.outcome(p.topic, p.body_len, t0, r, exc)
+        if msg_id and r is not None:
             link.send(L.result_msg(p.seq, code, p.queue_id, r.queue_offset, msg_id))
         else:
             link.send(L.result_msg(p.seq, code, remark=remark))
 
 
 class WorkerPool:
-    def __init__(self, server: Any, send_ctx: Any, count: int, frame_timeout_s: float,
+    def __init__(self, server: RemotingServer, send_ctx: SendContext, count: int,
+                 frame_timeout_s: float,
                  observe: Callable[[float], None] | None = None) -> None:
         self.server = server
         self.count = count
-        self.settings: Settings | None = None
+        self.settings: SendRules | None = None
         self.frame_timeout_s = frame_timeout_s
         self.loop = asyncio.get_running_loop()
         self.fast = FastPuts(send_ctx, observe)
         self.sock: socket.socket | None = None
         self.links: list[Link | None] = [None] * count
-        self.procs: list[Any] = [None] * count
+        self.procs: list[asyncio.subprocess.Process | None] = [None] * count
         self.restarts = 0
         self._stopping = False
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
 
     def bind(self, host: str, port: int) -> int:
         """Bind and listen on ``host:port`` (connections queue until the workers accept);
         the bound port."""
         self.sock = socket.create_server((host, port), backlog=1024, reuse_port=False)
         self.sock.set_inheritable(True)
-        return self.sock.getsockname()[1]
+        bound: int = self.sock.getsockname()[1]
+        return bound
 
-    async def start_workers(self, settings: Settings) -> None:
+    async def start_workers(self, settings: SendRules) -> None:
         self.settings = settings
         for i in range(self.count):
             await self._spawn(i)
@@ -315,6 +338,7 @@ class WorkerPool:
     async def _supervise(self, i: int) -> None:
         while not self._stopping:
             proc = self.procs[i]
+            assert proc is not None
             rc = await proc.wait()
             link = self.links[i]
             if link is not None and link.transport is not None:

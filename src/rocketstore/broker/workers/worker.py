@@ -6,7 +6,7 @@ Every worker accepts on the same listening socket (the kernel hands each connect
 them; a worker that dies leaves the socket and its queued connections to the others). Per
 client connection the worker cuts frames and decodes headers with the compiled codec, then:
 
-* a plain send (``encode.plain_send``) is encoded into its CommitLog record here and goes to
+* a plain send (``send_rule.plan_send`` answers ``Put``) is encoded into its CommitLog record here and goes to
   the writer as a PUT; the writer's RESULT comes back and the worker encodes the response —
   or, for FALLBACK, sends the original frame to the writer after all;
 * every other frame (pulls, heartbeats, admin, batches, a client's answer to a broker request)
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import itertools
 import json
 import logging
@@ -31,7 +30,7 @@ import signal
 import socket
 import sys
 import time
-from typing import Any
+from typing import cast
 
 from ...errors import ProtocolError
 from ...netlimits import peer_of
@@ -39,13 +38,28 @@ from ...remoting.codes import FRAME_MAX_LENGTH, SEND_REQUEST_CODES
 from ...remoting.command import RemotingCommand
 from ...remoting.connection import RemotingConnection, cut_frame
 from ...remoting.header import decode_header
+from ..send_order import SendOrder
+from ..send_rule import SEND_CODES, Put, SendRules, plan_send, send_answer_header
 from . import link as L
-from .encode import Settings, plain_send, send_response
 from .outbox import Outbox
 
 log = logging.getLogger("rocketstore.worker")
 _CODEC = RemotingConnection()  # only its frame encoder is used (no state)
 MAX_PUTS = 1024  # a client's sends in flight before its socket is not read (as MAX_INFLIGHT)
+
+
+def link_put(cmd: RemotingCommand, peer: str, seq: int, conn: int,
+             rules: SendRules) -> L.Put | None:
+    """The PUT a plain send becomes (the send rule planned it ``Put``; the writer checks its
+    topic), or None: the frame goes to the writer whole."""
+    if not rules.fast_sends or cmd.code not in SEND_CODES or cmd.is_response:
+        return None
+    plan = plan_send(cmd.code, cmd.ext_fields, cmd.body or b"", peer, rules)
+    if not isinstance(plan, Put):
+        return None
+    rec = plan.record
+    return L.Put(seq, conn, rec.queue_id, rec.sys_flag, rec.store_ts_pos, plan.body_len,
+                 plan.default_queue_nums, plan.props_off, rec.topic, rec.data)
 
 
 class ClientConn(asyncio.Protocol):
@@ -60,14 +74,14 @@ class ClientConn(asyncio.Protocol):
         self.closed = False
         self.partial_since: float | None = None
         self.out: list[bytes] = []
-        self.puts = 0  # PUTs of this connection the writer has not answered
-        # sends held until this connection's PUTs in flight are answered: (cmd, frame, put)
-        self.waiting: collections.deque[tuple[RemotingCommand, bytes, Any]] = collections.deque()
+        # PUTs the writer has not answered (fast), the sends held behind them (waiting:
+        # (cmd, frame, put), in order)
+        self.order: SendOrder[None, tuple[RemotingCommand, bytes, L.Put | None]] = SendOrder()
         self.held = False  # reading paused: too many puts in flight (MAX_PUTS)
         self.writer_paused = False  # reading paused by the writer (its MAX_INFLIGHT)
 
-    def connection_made(self, transport: Any) -> None:
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # (uvloop's is no subclass)
         self.peer = peer_of(transport.get_extra_info("peername"))
         self.w.conns[self.id] = self
         self.w.send(L.open_msg(self.id, self.peer))
@@ -97,16 +111,17 @@ class ClientConn(asyncio.Protocol):
                     continue
                 put = None
                 try:
-                    put = plain_send(cmd, self.peer, next(w.seqs), self.id, w.settings)
+                    put = link_put(cmd, self.peer, next(w.seqs), self.id, w.settings)
                 except Exception:  # whatever it is, the writer's send processor answers
                     log.debug("send from %s handled whole by the writer", self.peer,
                               exc_info=True)
                 frame = bytes(buf[raw_start:end])
-                if self.waiting or (put is None and self.puts):
-                    self.waiting.append((cmd, frame, put))  # after the PUTs ahead of it
+                order = self.order
+                if order.waiting or (put is None and order.fast):
+                    order.waiting.append((cmd, frame, put))  # after the PUTs ahead of it
                 else:
                     self._send(cmd, frame, put)
-                if self.puts + len(self.waiting) >= MAX_PUTS and not self.held:
+                if order.fast + len(order.waiting) >= MAX_PUTS and not self.held:
                     self.held = True
                     self._reading()
         except ProtocolError as exc:
@@ -120,7 +135,7 @@ class ClientConn(asyncio.Protocol):
         elif pos or self.partial_since is None:  # a new frame begun
             self.partial_since = time.monotonic()
 
-    def _send(self, cmd: RemotingCommand, frame: bytes, put: Any) -> None:
+    def _send(self, cmd: RemotingCommand, frame: bytes, put: L.Put | None) -> None:
         """A send to the writer: as a PUT (the fast path) or, ``put`` None, its frame whole."""
         w = self.w
         if put is None:
@@ -128,14 +143,14 @@ class ClientConn(asyncio.Protocol):
             return
         w.pending[put.seq] = (self, cmd, frame)
         w.send_parts(L.put_msg(put))
-        self.puts += 1
+        self.order.fast += 1
 
     def _send_waiting(self) -> None:
         """Send what waited, in order, up to the next frame that must wait again."""
-        waiting = self.waiting
+        waiting = self.order.waiting
         while waiting and not self.closed:
             cmd, frame, put = waiting[0]
-            if put is None and self.puts:
+            if put is None and self.order.fast:
                 return
             waiting.popleft()
             self._send(cmd, frame, put)
@@ -150,10 +165,11 @@ class ClientConn(asyncio.Protocol):
             self.transport.resume_reading()
 
     def put_answered(self) -> None:
-        self.puts -= 1
-        if self.waiting and not self.puts:
+        order = self.order
+        order.answered()
+        if order.waiting and not order.fast:
             self._send_waiting()
-        if self.held and self.puts + len(self.waiting) <= MAX_PUTS // 2:
+        if self.held and order.fast + len(order.waiting) <= MAX_PUTS // 2:
             self.held = False
             self._reading()
 
@@ -231,7 +247,7 @@ class WriterLink(asyncio.Protocol):
 
 
 class Worker(Outbox):
-    def __init__(self, settings: Settings, frame_timeout_s: float,
+    def __init__(self, settings: SendRules, frame_timeout_s: float,
                  loop: asyncio.AbstractEventLoop) -> None:
         self.settings = settings
         self.frame_timeout_s = frame_timeout_s
@@ -241,12 +257,12 @@ class Worker(Outbox):
         self.seqs = itertools.count(1)
         self.loop = loop
         self.link: asyncio.Transport | None = None
-        self.server: Any = None
+        self.server: asyncio.AbstractServer | None = None
         self.done = asyncio.Event()
         self._out: list[bytes] = []
 
     # -- to the writer --------------------------------------------------------------------------
-    def _target(self) -> Any:
+    def _target(self) -> asyncio.WriteTransport | None:
         return self.link
 
     def forward(self, conn: int, buf: bytearray, start: int, end: int) -> None:
@@ -267,7 +283,10 @@ class Worker(Outbox):
         conn.put_answered()
         if cmd.is_oneway:
             return
-        resp = send_response(cmd, r.code, r.queue_id, r.queue_offset, r.msg_id, r.remark)
+        if r.msg_id:
+            resp = cmd.response(r.code, send_answer_header(r.msg_id, r.queue_id, r.queue_offset))
+        else:
+            resp = cmd.response(r.code, remark=r.remark or None)
         conn.write(b"".join(_CODEC.send_parts(resp)))
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -291,7 +310,7 @@ class Worker(Outbox):
                     conn.abort(protocol_error=True)
 
 
-async def _main(listen_fd: int, link_fd: int, settings: Settings, frame_timeout_s: float) -> None:
+async def _main(listen_fd: int, link_fd: int, settings: SendRules, frame_timeout_s: float) -> None:
     loop = asyncio.get_running_loop()
     w = Worker(settings, frame_timeout_s, loop)
     link_sock = socket.socket(fileno=link_fd)
@@ -313,13 +332,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="rocketstore-worker")
     ap.add_argument("--listen-fd", type=int, required=True)
     ap.add_argument("--link-fd", type=int, required=True)
-    ap.add_argument("--settings", required=True, help="JSON of encode.Settings")
+    ap.add_argument("--settings", required=True, help="JSON of send_rule.SendRules")
     ap.add_argument("--frame-timeout", type=float, default=0.0)
     ap.add_argument("--log-level", default="WARNING")
     a = ap.parse_args(argv)
     logging.basicConfig(level=a.log_level, stream=sys.stderr,
                         format=f"%(asctime)s worker[{os.getpid()}] %(levelname)s %(message)s")
-    settings = Settings(**json.loads(a.settings))
+    settings = SendRules(**json.loads(a.settings))
     from ..eventloop import run  # uvloop when installed, as the writer
     run(_main(a.listen_fd, a.link_fd, settings, a.frame_timeout))
     return 0
