@@ -104,7 +104,7 @@ def test_a_worker_plans_records_only_for_plain_sends(req):
 def test_answers_have_one_shape():
     assert send_answer_header("ID", 2, 7) == {
         "msgId": "ID", "queueId": 2, "queueOffset": 7, "MSG_REGION": "DefaultRegion",
-        "TRACE_ON": "true", "recallHandle": None}
+        "TRACE_ON": "true", "recallHandle": None, "transactionId": None}
     assert put_failure_remark(PutStatus.SERVICE_NOT_AVAILABLE, "store is shut down") == \
         "put message failed: SERVICE_NOT_AVAILABLE store is shut down"
     assert put_failure_remark(PutStatus.SERVICE_NOT_AVAILABLE, None, batch=True) == \

@@ -87,7 +87,7 @@ async def send(ctx: SendContext, conn: Any, cmd: RemotingCommand) -> RemotingCom
     if not status_ok(code):
         return cmd.response(code, remark=put_failure_remark(r.status, r.error))
     return cmd.response(code, send_answer_header(r.msg_id or "", base.queue_id, r.queue_offset,
-                                                 recall, msg.properties.get(UNIQ_KEY)))
+                                                 recall, (msg.properties or {}).get(UNIQ_KEY)))
 
 
 async def send_back(ctx: SendContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
