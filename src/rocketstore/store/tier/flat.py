@@ -353,18 +353,6 @@ class FlatQueue:
         return [got.get(u[0]) for u in units]
 
     def records(self, units: list[tuple[int, int, int]]) -> list[bytes]:
-        """The records the units point at, read in runs of adjacent ones."""
-        out: list[bytes] = []
-        i = 0
-        while i < len(units):
-            j = i + 1
-            while j < len(units) and units[j][0] == units[j - 1][0] + units[j - 1][1]:
-                j += 1
-            start = units[i][0]
-            blob = self.commitlog.read(start, units[j - 1][0] + units[j - 1][1] - start)
-            for phy, size, _ in units[i:j]:
-                rec = blob[phy - start:phy - start + size]
-                if len(rec) == size:
-                    out.append(rec)
-            i = j
-        return out
+        """The records the units point at, read in runs of adjacent ones (those that could not
+        be read whole left out)."""
+        return [rec for rec in self.records_aligned(units) if rec is not None]
