@@ -230,6 +230,22 @@ def _messages(batch, o: SinkOptions,
                                           keys=keys or None, properties=p or None)
 
 
+async def _pick_queue(producer: AsyncProducer, queues: dict[str, list[MessageQueue]], rr,
+                      topic: str, qid, broker) -> MessageQueue:
+    """The write queue of a row: ``queue_id`` (on ``broker_name`` when given), else the next
+    of the topic's write queues round-robin (``rr``: a counter); ``queues`` caches routes."""
+    if topic not in queues:
+        queues[topic] = sorted(await producer.queues(topic))
+    qs = queues[topic]
+    if qid is None:
+        return qs[next(rr) % len(qs)]
+    for q in qs:
+        if q.queue_id == qid and broker in (None, q.broker_name):
+            return q
+    raise ValueError(f"rocketmq sink: topic {topic} has no write queue {qid}"
+                     + (f" on broker {broker}" if broker else ""))
+
+
 async def _send_all(batches: Iterator, o: SinkOptions) -> SentCount:
     producer = AsyncProducer(o.group, o.namesrv, timeout_s=o.timeout_s,
                              credentials=o.credentials)
@@ -239,20 +255,8 @@ async def _send_all(batches: Iterator, o: SinkOptions) -> SentCount:
     queues: dict[str, list[MessageQueue]] = {}
     open_batches: dict[tuple, tuple[list[Message], int]] = {}
 
-    async def queues_of(topic: str) -> list[MessageQueue]:
-        if topic not in queues:
-            queues[topic] = sorted(await producer.queues(topic))
-        return queues[topic]
-
     async def pick(topic: str, qid, broker) -> MessageQueue:
-        qs = await queues_of(topic)
-        if qid is None:
-            return qs[next(rr) % len(qs)]
-        for q in qs:
-            if q.queue_id == qid and broker in (None, q.broker_name):
-                return q
-        raise ValueError(f"rocketmq sink: topic {topic} has no write queue {qid}"
-                         + (f" on broker {broker}" if broker else ""))
+        return await _pick_queue(producer, queues, rr, topic, qid, broker)
 
     async def ship(topic: str, mq: MessageQueue | None, msgs: list[Message]) -> None:
         while len(inflight) >= o.pipeline:
@@ -322,16 +326,7 @@ async def _send_halves(batches: Iterator, o: SinkOptions, batch: str) -> HalvesS
     limit = o.pipeline * 16
 
     async def pick(topic: str, qid, broker) -> MessageQueue:
-        if topic not in queues:
-            queues[topic] = sorted(await producer.queues(topic))
-        qs = queues[topic]
-        if qid is None:
-            return qs[next(rr) % len(qs)]
-        for q in qs:
-            if q.queue_id == qid and broker in (None, q.broker_name):
-                return q
-        raise ValueError(f"rocketmq sink: topic {topic} has no write queue {qid}"
-                         + (f" on broker {broker}" if broker else ""))
+        return await _pick_queue(producer, queues, rr, topic, qid, broker)
 
     async def one(topic: str, mq: MessageQueue, m: Message) -> None:
         from ..format.message import parse_message_id
