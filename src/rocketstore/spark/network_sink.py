@@ -22,11 +22,13 @@ bytes, and keeps up to ``sendPipeline`` batches in flight; rows without ``queue_
 round-robin, one batch at a time, over the topic's write queues on every broker. A task
 finishes only when every batch it sent was stored (SEND_OK — for a SYNC_FLUSH broker, on disk).
 
-Delivery guarantee: **at least once**. A failed task or a replayed micro-batch sends its rows
-again, and RocketMQ stores them again (brokers do not de-duplicate). With an ``idempotencyKey``
-column every row gets UNIQ_KEY = upper hex of MD5(topic, NUL, key): a resend carries the same
-msgId, so consumers that drop msgIds they have seen (``msg_id``-keyed upserts, or the
-``uniq_key`` column when read back through this source) get every row exactly once. The key
+Delivery guarantee: **at least once** by default. A failed task or a replayed micro-batch sends
+its rows again, and RocketMQ stores them again (brokers do not de-duplicate). With an
+``idempotencyKey`` column every row gets UNIQ_KEY = upper hex of MD5(topic, NUL, key): a resend
+carries the same UNIQ_KEY (the ``uniq_key`` column when read back through this source; the
+offset ``msg_id`` differs per copy), so consumers that drop UNIQ_KEYs they have seen get every
+row once. ``deliveryGuarantee=exactly-once`` sends RocketMQ transactions instead
+(``sink_transactions``). The key
 must therefore name one message: topic, broker, queue and offset of a source row, or its
 ``msg_id`` — never ``queue_offset`` alone, which each queue repeats. A batch in which one key
 comes with different bodies is sent as it is, with a warning (``SharedKeys``).
