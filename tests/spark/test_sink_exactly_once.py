@@ -169,24 +169,24 @@ def _decisions(ck: Path) -> int:
     return len([p for p in d.iterdir() if p.suffix == ".json"]) if d.exists() else 0
 
 
-@pytest.mark.timeout(900)
-def test_driver_killed_at_random_points_every_row_exactly_once(txn_cluster, tmp_path):
-    """SIGKILL of the whole driver (JVM, Python workers): right after a batch's decision and
-    before any END_TRANSACTION, after its halves were sent but before the decision, and twice
-    at a random moment once the query made progress; then the query runs to the end. Every
-    source row is in the target exactly once."""
-    ns = txn_cluster
-    create_topics(ns, 2, "EoKillSrc", "EoKillDst")
-    want = _send_source(ns, "EoKillSrc", 300)
-    ck = tmp_path / "ck"
-    log = open(tmp_path / "driver.log", "ab")
+def _killed_stream(ns: str, tmp_path: Path, source: str, target: str, rows: int,
+                   per_batch: int, plan: list) -> None:
+    """Copy ``rows`` source rows with the exactly-once sink, SIGKILLing the whole driver (JVM,
+    Python workers) once per ``plan`` entry — a fault point (``decided:3`` = right after batch
+    3's decision, before any END_TRANSACTION; ``sent:N`` = halves sent, no decision yet;
+    ``ended:N`` = ended, not yet in Spark's commit log) or None (at a random moment once the
+    run decided a batch of its own) — then running the query to the end. Every source row must
+    be in the target exactly once."""
+    want = _send_source(ns, source, rows)
+    ck = tmp_path / f"ck-{target}"
+    log = open(tmp_path / f"driver-{target}.log", "ab")
     seed = int(os.environ.get("EO_KILL_SEED", "0")) or random.randrange(1 << 30)
     rnd = random.Random(seed)
     kills = []
-    for kill_at in ("decided:1", "sent:3", None, None):
+    for kill_at in plan:
         before = _decisions(ck)
-        p = _run_driver(ns, ck, "EoKillSrc", "EoKillDst", 25, log=log, kill_at=kill_at)
-        if kill_at is None:  # once this run decided a batch of its own, at a random moment
+        p = _run_driver(ns, ck, source, target, per_batch, log=log, kill_at=kill_at)
+        if kill_at is None:
             assert wait_for(lambda: _decisions(ck) > before or p.poll() is not None,
                             timeout=240)
             delay = rnd.uniform(0.0, 3.0)
@@ -194,33 +194,55 @@ def test_driver_killed_at_random_points_every_row_exactly_once(txn_cluster, tmp_
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
             kills.append((f"random +{delay:.2f}s", _decisions(ck)))
+            if p.wait(timeout=300) == 0:
+                break  # the run finished first: the final run below has nothing left
         else:
             kills.append((kill_at, _decisions(ck)))
         p.wait(timeout=300)
-        assert p.returncode == -signal.SIGKILL, (kill_at, p.returncode)
+        assert p.returncode == -signal.SIGKILL, (seed, kill_at, p.returncode,
+                                                 (tmp_path / f"driver-{target}.log")
+                                                 .read_text()[-3000:])
     assert _decisions(ck) >= 3
-    p = _run_driver(ns, ck, "EoKillSrc", "EoKillDst", 25, log=log)
-    assert p.wait(timeout=400) == 0, (tmp_path / "driver.log").read_text()[-3000:]
-    got = settled(ns, "EoKillDst", 300, quiet_s=5)
+    p = _run_driver(ns, ck, source, target, per_batch, log=log)
+    assert p.wait(timeout=400) == 0, (tmp_path / f"driver-{target}.log").read_text()[-3000:]
+    got = settled(ns, target, rows, quiet_s=5)
     missing, extra = want - got, got - want
     assert not missing and not extra, (f"seed {seed}, kills {kills}: missing "
                                        f"{sorted(missing)[:5]} ({sum(missing.values())}), "
                                        f"extra {sorted(extra)[:5]} ({sum(extra.values())})")
 
 
+def _random_plan(n_points: int, n_timed: int, batches: int) -> list:
+    """``n_points`` fault points (each kind once before any twice) at distinct random batches
+    in increasing order — a killed run's successor starts at that batch, so a later point
+    fires — then ``n_timed`` kills at random moments."""
+    rnd = random.Random(int(os.environ.get("EO_KILL_SEED", "0")) or None)
+    points = ["decided", "sent", "ended"]
+    rnd.shuffle(points)
+    at = sorted(rnd.sample(range(1, batches), n_points))
+    return [f"{points[i % 3]}:{b}" for i, b in enumerate(at)] + [None] * n_timed
+
+
+@pytest.mark.timeout(900)
+def test_driver_killed_at_random_points_every_row_exactly_once(txn_cluster, tmp_path):
+    """Our brokers (two): the driver killed at fault points of random batches and at random
+    moments, then the query runs to the end: every source row in the target exactly once."""
+    ns = txn_cluster
+    create_topics(ns, 2, "EoKillSrc", "EoKillDst")
+    _killed_stream(ns, tmp_path, "EoKillSrc", "EoKillDst", 300, 25, _random_plan(3, 1, 8))
+
+
 @pytest.mark.interop
 @pytest.mark.timeout(900)
-@pytest.mark.xfail(strict=True, reason="issue 35 open gap: after a driver killed between the "
-                   "decision and END_TRANSACTION, RocketMQ 4.9.7's broker delivered rows of the "
-                   "checked batch twice (its check re-puts the half and may ask again; each "
-                   "COMMIT answer stores the message); ours delivers once")
-def test_java_broker_exactly_once_batch_and_killed_stream(spark, tmp_path):
-    """RocketMQ 4.9.7's own name server and broker (its transaction service, its checks): a
-    batch write, and a stream whose driver dies right after a decision and once before one."""
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
+def test_java_broker_exactly_once_batch_and_killed_stream(spark, tmp_path, version):
+    """RocketMQ's own name server and broker (its transaction service, its checks, which
+    re-put a half and ask again, so a half is often asked about after the driver ended it):
+    a batch write, and a stream whose driver is killed at random points."""
     from rocketstore.client import ClientInstance
     from rocketstore.remoting.codes import RequestCode
     from tests.cluster.java_rocketmq import rocketmq_home, start_java_broker, start_java_namesrv
-    home = rocketmq_home()
+    home = rocketmq_home(version)
     jns = start_java_namesrv(home, str(tmp_path / "jns"))
     broker = None
     try:
@@ -237,22 +259,13 @@ def test_java_broker_exactly_once_batch_and_killed_stream(spark, tmp_path):
             ci.close()
         for t in ("JSrc", "JBatch", "JDst"):
             assert wait_for(lambda: _route_brokers(jns.addr, t) == 1, timeout=90)
-        rows = [(f"jb-{i}",) for i in range(40)]
-        _write(spark.createDataFrame(rows, "body string").repartition(2), jns.addr, "JBatch",
-               deliveryGuarantee="exactly-once", checkpointLocation=str(tmp_path / "jw"))
-        assert settled(jns.addr, "JBatch", 40) == Counter(r[0].encode() for r in rows)
-        want = _send_source(jns.addr, "JSrc", 120)
-        ck = tmp_path / "ck"
-        log = open(tmp_path / "driver.log", "ab")
-        for kill_at in ("decided:1", "sent:2"):
-            p = _run_driver(jns.addr, ck, "JSrc", "JDst", 30, log=log, kill_at=kill_at)
-            p.wait(timeout=300)
-            assert p.returncode == -signal.SIGKILL, (kill_at, p.returncode,
-                                                     (tmp_path / "driver.log").read_text()[-3000:])
-        p = _run_driver(jns.addr, ck, "JSrc", "JDst", 30, log=log)
-        assert p.wait(timeout=400) == 0, (tmp_path / "driver.log").read_text()[-3000:]
-        got = settled(jns.addr, "JDst", 120, quiet_s=6)
-        assert got == want, (sorted((want - got).items())[:5], sorted((got - want).items())[:5])
+        if version == "4.9.7":  # the batch write's path is the stream's: once is enough
+            rows = [(f"jb-{i}",) for i in range(40)]
+            _write(spark.createDataFrame(rows, "body string").repartition(2), jns.addr, "JBatch",
+                   deliveryGuarantee="exactly-once", checkpointLocation=str(tmp_path / "jw"))
+            assert settled(jns.addr, "JBatch", 40) == Counter(r[0].encode() for r in rows)
+        plan = _random_plan(2, 1, 4) if version == "4.9.7" else _random_plan(2, 0, 4)
+        _killed_stream(jns.addr, tmp_path, "JSrc", "JDst", 150, 30, plan)
     finally:
         if broker is not None:
             broker.stop()

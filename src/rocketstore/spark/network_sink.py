@@ -22,11 +22,13 @@ bytes, and keeps up to ``sendPipeline`` batches in flight; rows without ``queue_
 round-robin, one batch at a time, over the topic's write queues on every broker. A task
 finishes only when every batch it sent was stored (SEND_OK — for a SYNC_FLUSH broker, on disk).
 
-Delivery guarantee: **at least once**. A failed task or a replayed micro-batch sends its rows
-again, and RocketMQ stores them again (brokers do not de-duplicate). With an ``idempotencyKey``
-column every row gets UNIQ_KEY = upper hex of MD5(topic, NUL, key): a resend carries the same
-msgId, so consumers that drop msgIds they have seen (``msg_id``-keyed upserts, or the
-``uniq_key`` column when read back through this source) get every row exactly once. The key
+Delivery guarantee: **at least once** by default. A failed task or a replayed micro-batch sends
+its rows again, and RocketMQ stores them again (brokers do not de-duplicate). With an
+``idempotencyKey`` column every row gets UNIQ_KEY = upper hex of MD5(topic, NUL, key): a resend
+carries the same UNIQ_KEY (the ``uniq_key`` column when read back through this source; the
+offset ``msg_id`` differs per copy), so consumers that drop UNIQ_KEYs they have seen get every
+row once. ``deliveryGuarantee=exactly-once`` sends RocketMQ transactions instead
+(``sink_transactions``). The key
 must therefore name one message: topic, broker, queue and offset of a source row, or its
 ``msg_id`` — never ``queue_offset`` alone, which each queue repeats. A batch in which one key
 comes with different bodies is sent as it is, with a warning (``SharedKeys``).
@@ -230,6 +232,22 @@ def _messages(batch, o: SinkOptions,
                                           keys=keys or None, properties=p or None)
 
 
+async def _pick_queue(producer: AsyncProducer, queues: dict[str, list[MessageQueue]], rr,
+                      topic: str, qid, broker) -> MessageQueue:
+    """The write queue of a row: ``queue_id`` (on ``broker_name`` when given), else the next
+    of the topic's write queues round-robin (``rr``: a counter); ``queues`` caches routes."""
+    if topic not in queues:
+        queues[topic] = sorted(await producer.queues(topic))
+    qs = queues[topic]
+    if qid is None:
+        return qs[next(rr) % len(qs)]
+    for q in qs:
+        if q.queue_id == qid and broker in (None, q.broker_name):
+            return q
+    raise ValueError(f"rocketmq sink: topic {topic} has no write queue {qid}"
+                     + (f" on broker {broker}" if broker else ""))
+
+
 async def _send_all(batches: Iterator, o: SinkOptions) -> SentCount:
     producer = AsyncProducer(o.group, o.namesrv, timeout_s=o.timeout_s,
                              credentials=o.credentials)
@@ -239,20 +257,8 @@ async def _send_all(batches: Iterator, o: SinkOptions) -> SentCount:
     queues: dict[str, list[MessageQueue]] = {}
     open_batches: dict[tuple, tuple[list[Message], int]] = {}
 
-    async def queues_of(topic: str) -> list[MessageQueue]:
-        if topic not in queues:
-            queues[topic] = sorted(await producer.queues(topic))
-        return queues[topic]
-
     async def pick(topic: str, qid, broker) -> MessageQueue:
-        qs = await queues_of(topic)
-        if qid is None:
-            return qs[next(rr) % len(qs)]
-        for q in qs:
-            if q.queue_id == qid and broker in (None, q.broker_name):
-                return q
-        raise ValueError(f"rocketmq sink: topic {topic} has no write queue {qid}"
-                         + (f" on broker {broker}" if broker else ""))
+        return await _pick_queue(producer, queues, rr, topic, qid, broker)
 
     async def ship(topic: str, mq: MessageQueue | None, msgs: list[Message]) -> None:
         while len(inflight) >= o.pipeline:
@@ -322,16 +328,7 @@ async def _send_halves(batches: Iterator, o: SinkOptions, batch: str) -> HalvesS
     limit = o.pipeline * 16
 
     async def pick(topic: str, qid, broker) -> MessageQueue:
-        if topic not in queues:
-            queues[topic] = sorted(await producer.queues(topic))
-        qs = queues[topic]
-        if qid is None:
-            return qs[next(rr) % len(qs)]
-        for q in qs:
-            if q.queue_id == qid and broker in (None, q.broker_name):
-                return q
-        raise ValueError(f"rocketmq sink: topic {topic} has no write queue {qid}"
-                         + (f" on broker {broker}" if broker else ""))
+        return await _pick_queue(producer, queues, rr, topic, qid, broker)
 
     async def one(topic: str, mq: MessageQueue, m: Message) -> None:
         from ..format.message import parse_message_id

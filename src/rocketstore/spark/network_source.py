@@ -203,11 +203,18 @@ class NetworkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pass
 
 
-def lag(progress) -> list[dict]:
+def lag(progress, namesrv: str | None = None, *, credentials=None) -> list[dict]:
     """How far each ``rocketmq`` source of a streaming progress is behind the brokers, as
     Kafka's source metrics: per source ``avgOffsetsBehindLatest``, ``maxOffsetsBehindLatest``,
     ``minOffsetsBehindLatest`` and ``offsetsBehindLatest`` (the total), from its ``endOffset``
     (where the batch stopped) and ``latestOffset`` (the brokers' ends when it was planned).
+
+    With ``namesrv`` (and ``credentials``, a ``rocketstore.client.SessionCredentials``, on an
+    ACL cluster) also in time, from the brokers' store timestamps: per queue the time between
+    the first message the batch left unread (at ``endOffset``) and the newest one (at
+    ``latestOffset`` - 1) — 0 when the batch read to the end — as ``maxMsBehindLatest``,
+    ``avgMsBehindLatest`` and ``queuesMsBehindLatest``. Two PULLs of one message per queue that
+    is behind; a queue whose messages are gone (retention) is left out.
 
         for s in rocketstore.spark.lag(query.lastProgress): print(s["maxOffsetsBehindLatest"])
     """
@@ -226,18 +233,49 @@ def lag(progress) -> list[dict]:
         end, latest = load(src.get("endOffset")), load(src.get("latestOffset"))
         if end is None or latest is None:
             continue
-        behind = {}
+        behind, spans = {}, {}
         for t, qs in latest.items():
             if not isinstance(qs, dict):
                 break
             for k, hi in qs.items():
                 lo = (end.get(t) or {}).get(k, 0)
                 behind[f"{t}/{k}"] = max(0, int(hi) - int(lo))
+                spans[f"{t}/{k}"] = (t, k, int(lo), int(hi))
         if not behind:
             continue
         v = list(behind.values())
-        out.append({"description": src.get("description"), "offsetsBehindLatest": sum(v),
-                    "avgOffsetsBehindLatest": sum(v) / len(v),
-                    "maxOffsetsBehindLatest": max(v), "minOffsetsBehindLatest": min(v),
-                    "queues": behind})
+        row = {"description": src.get("description"), "offsetsBehindLatest": sum(v),
+               "avgOffsetsBehindLatest": sum(v) / len(v),
+               "maxOffsetsBehindLatest": max(v), "minOffsetsBehindLatest": min(v),
+               "queues": behind}
+        if namesrv:
+            ms = _ms_behind(namesrv, credentials, spans)
+            if ms:
+                row.update(maxMsBehindLatest=max(ms.values()),
+                           avgMsBehindLatest=sum(ms.values()) / len(ms),
+                           queuesMsBehindLatest=ms)
+        out.append(row)
+    return out
+
+
+def _ms_behind(namesrv: str, credentials, spans: dict) -> dict[str, int]:
+    """Per queue (``spans``: name -> topic, "broker:qid", end, latest): the newest message's
+    store time minus the first unread one's, in ms (module doc of ``lag``)."""
+    from ..client import MessageQueue, PullConsumer
+    out: dict[str, int] = {}
+    with PullConsumer("rocketstore_spark_lag", namesrv, credentials=credentials) as c:
+        def stamp(mq, off):
+            r = c.pull_from(mq, off, 1)
+            if r.status != "FOUND" or not r.messages or r.messages[0].queue_offset != off:
+                return None
+            return r.messages[0].store_timestamp
+        for name, (t, k, lo, hi) in spans.items():
+            if hi <= lo:
+                out[name] = 0
+                continue
+            broker, _, qid = k.rpartition(":")
+            mq = MessageQueue(t, broker, int(qid))
+            first, newest = stamp(mq, lo), stamp(mq, hi - 1)
+            if first is not None and newest is not None:
+                out[name] = max(0, newest - first)
     return out

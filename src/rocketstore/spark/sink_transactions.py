@@ -20,6 +20,22 @@ record, ROLLBACK if the record exists without it, UNKNOW (ask later) while there
 An abort ends the listed halves with ROLLBACK; a ``df.write`` that aborts also records an empty
 decision, so halves of its failed tasks are rolled back too.
 
+A broker may ask about one half more than once, and each COMMIT it gets stores the message:
+RocketMQ's check re-puts an undecided half (a new copy, a new offset) before it asks, so a half
+the driver ends while a check is under way, or one whose answer came after the next check
+round, is asked about again — and a plain "COMMIT if decided" answer stores that row twice.
+So, for a half whose task the record delivers, the responder answers
+
+* UNKNOW while the driver that decided the batch still ends its halves (``settling/<batch>``
+  names that driver's pid; the driver removes it when done, a killed driver leaves a dead pid);
+* ROLLBACK when the target topic already holds a message with the half's UNIQ_KEY (a
+  QUERY_MESSAGE by unique key on the topic's brokers): the row was delivered, by the driver's
+  END_TRANSACTION or an earlier answer — this copy is redundant;
+* UNKNOW when it answered COMMIT for that UNIQ_KEY less than ``ANSWER_GRACE_S`` ago and the
+  message is not visible yet (the answer is on its way: one-way, as RocketMQ's is);
+* else COMMIT, after appending the UNIQ_KEY to ``answered/<batch>.log`` — the durable record of
+  what the responder committed, read back by the next responder after a restart.
+
 The responder is a small detached process (``python -m rocketstore.spark.sink_transactions``)
 in the producer group, one per state directory (an ``flock`` on ``responder.lock``), started
 by the driver's writer when none runs. It follows the Spark driver named in ``owner`` (the JVM's
@@ -122,6 +138,66 @@ def decide(state_dir: str, batch: str, tasks: list[str]) -> frozenset[str]:
     return read_decision(state_dir, batch) or frozenset()
 
 
+def _settling_path(state_dir: str, batch: str) -> str:
+    return os.path.join(state_dir, "settling", batch)
+
+
+def _mark_settling(state_dir: str, batch: str) -> str:
+    d = os.path.join(state_dir, "settling")
+    os.makedirs(d, exist_ok=True)
+    path = _settling_path(state_dir, batch)
+    _write_atomic(path, str(driver_pid()))
+    return path
+
+
+def settling_by_live_driver(state_dir: str, batch: str) -> bool:
+    """Whether a live driver is ending batch ``batch``'s halves right now."""
+    try:
+        with open(_settling_path(state_dir, batch)) as f:
+            pid = int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return False
+    return pid > 0 and _alive(pid)
+
+
+ANSWER_GRACE_S = 5.0  # how long a COMMIT answer may take to show in the store
+
+
+class Answered:
+    """The UNIQ_KEYs the responder answered COMMIT for, per batch, with when (epoch seconds):
+    in memory, and appended to ``answered/<batch>.log`` so that a new responder knows them."""
+
+    def __init__(self, state_dir: str) -> None:
+        self.dir = os.path.join(state_dir, "answered")
+        self.batches: dict[str, dict[str, float]] = {}
+
+    def of(self, batch: str) -> dict[str, float]:
+        if batch not in self.batches:
+            got: dict[str, float] = {}
+            try:
+                with open(os.path.join(self.dir, f"{batch}.log")) as f:
+                    for line in f:
+                        key, _, when = line.strip().partition(" ")
+                        if key and when:
+                            got[key] = float(when)
+            except FileNotFoundError:
+                pass
+            self.batches[batch] = got
+        return self.batches[batch]
+
+    def add(self, batch: str, key: str) -> None:
+        now = time.time()
+        os.makedirs(self.dir, exist_ok=True)
+        fd = os.open(os.path.join(self.dir, f"{batch}.log"),
+                     os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, f"{key} {now:.3f}\n".encode("ascii"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.of(batch)[key] = now
+
+
 # -- what a task sent, and how the driver ends it ----------------------------------------------
 
 @dataclass
@@ -195,27 +271,36 @@ def settle(state_dir: str, batch: str, sent: list[TaskHalves], *, namesrv: str, 
     from .network import run
 
     _fault("sent", batch)
-    decided = (decide(state_dir, batch, decide_tasks) if decide_tasks is not None
-               else read_decision(state_dir, batch) or frozenset())
-    _fault("decided", batch)
-    commit = [h for t in sent for h in t.halves if t.task in decided]
-    rollback = [h for t in sent for h in t.halves if t.task not in decided]
+    marker = _mark_settling(state_dir, batch)  # before the decision: the responder waits for us
+    try:
+        decided = (decide(state_dir, batch, decide_tasks) if decide_tasks is not None
+                   else read_decision(state_dir, batch) or frozenset())
+        _fault("decided", batch)
+        commit = [h for t in sent for h in t.halves if t.task in decided]
+        rollback = [h for t in sent for h in t.halves if t.task not in decided]
 
-    async def go():
-        ci = ClientInstance(namesrv, timeout_s=timeout_s, credentials=credentials)
+        async def go():
+            ci = ClientInstance(namesrv, timeout_s=timeout_s, credentials=credentials)
+            try:
+                await end_halves(ci, group, commit, True)
+                await end_halves(ci, group, rollback, False)
+            finally:
+                ci.close()
+        if commit or rollback:
+            run(go())
+        _fault("ended", batch)
+        return decided
+    finally:
         try:
-            await end_halves(ci, group, commit, True)
-            await end_halves(ci, group, rollback, False)
-        finally:
-            ci.close()
-    if commit or rollback:
-        run(go())
-    return decided
+            os.unlink(marker)
+        except FileNotFoundError:
+            pass
 
 
 def _fault(point: str, batch: str) -> None:
     """Crash tests: ``ROCKETSTORE_SPARK_EO_KILL_AT=decided:3`` SIGKILLs the whole driver
-    (its process group) right after batch 3's decision (``sent:3``: before it)."""
+    (its process group) right after batch 3's decision (``sent:3``: before it, ``ended:3``:
+    after its END_TRANSACTIONs)."""
     if os.environ.get("ROCKETSTORE_SPARK_EO_KILL_AT") == f"{point}:{batch}":
         import signal
         os.killpg(os.getpgid(driver_pid()), signal.SIGKILL)
@@ -224,7 +309,8 @@ def _fault(point: str, batch: str) -> None:
 # -- the responder -------------------------------------------------------------------------------
 
 def answer(state_dir: str, sid: str, tag: str | None):
-    """The check answer for a half message carrying ``tag`` (see module doc)."""
+    """The record's answer for a half message carrying ``tag``: what the decision says,
+    before the responder's checks against the store (module doc)."""
     from ..client import LocalTransactionState as S
     parsed = parse_tag(tag or "")
     if parsed is None or parsed[0] != sid:
@@ -319,13 +405,49 @@ async def _respond(state_dir: str, group: str, namesrv: str, fd: int) -> None:
     from ..client.transaction import AsyncTransactionProducer
     sid = sink_id(state_dir)
 
-    def check(msg):
-        state = answer(state_dir, sid, msg.properties.get(TXN_PROPERTY))
+    from ..client import AsyncAdminClient, LocalTransactionState as S
+    from ..format.message import PROPERTY_REAL_TOPIC
+    credentials = SessionCredentials.from_env()
+    admin = AsyncAdminClient(namesrv, credentials=credentials)
+    answered = Answered(state_dir)
+    pending: set[str] = set()
+
+    async def delivered(topic: str, key: str) -> bool:
+        return bool(await admin.query_message(topic, key, max_num=1, unique_key=True))
+
+    async def decide_check(msg):
+        tag = msg.properties.get(TXN_PROPERTY)
+        state = answer(state_dir, sid, tag)
+        if state is not S.COMMIT_MESSAGE:
+            return state
+        batch = parse_tag(tag)[1]
+        key, topic = msg.uniq_key, msg.properties.get(PROPERTY_REAL_TOPIC) or msg.topic
+        if not key:
+            return state
+        if settling_by_live_driver(state_dir, batch) or key in pending:
+            return S.UNKNOW
+        pending.add(key)
+        try:
+            if await delivered(topic, key):
+                return S.ROLLBACK_MESSAGE  # delivered already: this copy is redundant
+        except Exception as exc:
+            log.warning("looking up %s in %s: %s", key, topic, exc)
+            return S.UNKNOW
+        finally:
+            pending.discard(key)
+        last = answered.of(batch).get(key)
+        if last is not None and time.time() - last < ANSWER_GRACE_S:
+            return S.UNKNOW  # our COMMIT is on its way
+        answered.add(batch, key)
+        return S.COMMIT_MESSAGE
+
+    async def check(msg):
+        state = await decide_check(msg)
         log.info("check %s %s: %s", msg.uniq_key, msg.properties.get(TXN_PROPERTY), state.value)
         return state
 
     p = AsyncTransactionProducer(group, namesrv, check_listener=check, heartbeat_interval_s=5.0,
-                                 credentials=SessionCredentials.from_env())
+                                 credentials=credentials)
     await p.start()
     log.info("responder for %s (group %s) up", state_dir, group)
     try:
@@ -342,6 +464,7 @@ async def _respond(state_dir: str, group: str, namesrv: str, fd: int) -> None:
                 break  # a new responder has taken over
     finally:
         await p.shutdown()
+        await admin.close()
         log.info("responder for %s down", state_dir)
 
 
