@@ -19,6 +19,9 @@ A round (``run_once``; the thread runs one every ``clean_resource_interval`` ms)
    flush has not passed; a segment goes when ``now >= mtime + file_reserved_time`` hours, or
    regardless of age when cleaning immediately (``clean_file_forcibly_enable``). The walk stops
    at the first segment that must stay (no holes) and after ``delete_file_batch_max`` segments.
+   With a tier (``store.tier``) no segment goes before every tiered record in it is in the tier
+   (``TierService.uploaded_below``), and past ``disk_max_used_space_ratio`` the segments already
+   in the tier go at once, whatever their age: sends go on and the tier serves those reads.
 3. **ConsumeQueues and index** follow when the CommitLog's min offset moved:
    ``ConsumeQueue.delete_expired_files(min)`` drops non-last files whose last unit points below
    it and corrects the queue's min offset (``correctMinOffset``);
@@ -187,6 +190,13 @@ class CleanService:
         commitlog = self.store.commitlog
         limit = min(self.store.reput.reput_from, commitlog.flushed_offset()) \
             if cfg.sync_flush else self.store.reput.reput_from
+        tier = getattr(self.store, "tier", None)
+        if tier is not None:
+            # with a tier a segment leaves the local disk only once its records are in the tier;
+            # past diskMaxUsedSpaceRatio those go at once, whatever their age (the disk full
+            # stops being an outage: the tier still serves them)
+            limit = tier.uploaded_below(limit)
+            clean_at_once = clean_at_once or space
         files = list(commitlog.queue.files)
         n = expired_prefix(files, int(now_s * 1000), cfg.file_reserved_time * 3600 * 1000,
                            clean_at_once, cfg.delete_file_batch_max, limit)

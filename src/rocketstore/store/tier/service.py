@@ -368,6 +368,26 @@ class TierService:
                 return False
         return True
 
+    def uploaded_below(self, limit: int) -> int:
+        """The local CommitLog offset (at most ``limit``) below which every record of a tiered
+        topic is in the tier: the lowest physical offset of a record some queue has not
+        uploaded yet. The store's cleanup deletes no segment past it (store.clean)."""
+        bound = limit
+        for cq in self.cq_table:
+            if not tiered_topic(cq.topic):
+                continue
+            lmax = cq.max_offset_in_queue()
+            fq = self.queues.get((cq.topic, cq.queue_id))
+            at = max(fq.max_offset if fq is not None and fq.max_offset >= 0 else 0,
+                     cq.min_offset_in_queue())
+            if at >= lmax:
+                continue
+            units = cq.read_units(at, 1)
+            if units is None or len(units) == 0:
+                return 0  # cannot tell where the queue's next record is: keep everything
+            bound = min(bound, int(units["offset"][0]))
+        return bound
+
     def wait_caught_up(self, timeout: float = 10.0) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
