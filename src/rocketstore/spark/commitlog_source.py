@@ -259,6 +259,10 @@ class CommitLogDataSource(DataSource):
         if self._network():
             from .network_source import NetworkStreamReader
             return NetworkStreamReader(self.options, schema)
+        from .tier_source import is_tier_path
+        if is_tier_path(self.options.get("path")):  # follow a growing tier (tier_stream)
+            from .tier_stream import TierStreamReader
+            return TierStreamReader(self.options, schema)
         from .stream import CommitLogStreamReader
         return CommitLogStreamReader(self.options, schema)
 
