@@ -1,7 +1,11 @@
 """The ``rocketmq`` sink's two delivery guarantees side by side (issue 35 §6): rows/s of a
 ``df.write`` of N rows into one ``rocketstore serve`` broker, at least once (batched sends)
 and exactly once (one half message per row, the decision file, an END_TRANSACTION per row).
-Goal: exactly-once ≥ 0.7 × at-least-once.
+Goal: exactly-once ≥ 0.7 × at-least-once. Beside them RocketMQ 4.9.7's own
+``TransactionMQProducer`` (``benchmarks/java/TxnProducerBench.java``: ``--java-threads``
+threads calling ``sendMessageInTransaction``, the local transaction answering COMMIT) sends
+the same number of rows of the same size into the same broker (skipped with ``--no-java`` or
+without the referee).
 
     .venv/bin/python benchmarks/bench_spark_sink.py --rows 50000 --json
 
@@ -29,6 +33,8 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=256, help="body bytes")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--java-threads", type=int, default=16)
+    ap.add_argument("--no-java", action="store_true")
     a = ap.parse_args()
     from tests.broker.conftest import start_server
     from tests.spark.test_sink_exactly_once import bodies_of, create_topics
@@ -70,10 +76,49 @@ def main() -> None:
         best = {g: max(v) for g, v in out["runs"].items()}
         out["best_rows_per_s"] = best
         out["ratio"] = round(best["exactly-once"] / best["at-least-once"], 3)
+        if not a.no_java:
+            for i in range(a.repeat):
+                topic = f"BenchJavaTxn{i}"
+                create_topics(srv.namesrv, 1, topic, topic + "Warm")
+                r = java_txn(srv.namesrv, topic, a, tmp)
+                if "rows_per_s" in r:
+                    n = sum(bodies_of(srv.namesrv, topic).values())
+                    assert n == a.rows and not r["failed"], ("java", n, r)
+                out["runs"].setdefault("java TransactionMQProducer", []).append(
+                    r.get("rows_per_s", r))
+            j = [v for v in out["runs"]["java TransactionMQProducer"]
+                 if isinstance(v, (int, float))]
+            if j:
+                best["java TransactionMQProducer"] = max(j)
+                out["exactly_once_vs_java"] = round(best["exactly-once"] / max(j), 3)
     finally:
         spark.stop()
         srv.stop()
     print(json.dumps(out) if a.json else out)
+
+
+def java_txn(namesrv: str, topic: str, a, tmp: str) -> dict:
+    """Run ``benchmarks/java/TxnProducerBench.java`` (compiled once into ``tmp``)."""
+    import subprocess
+    from tests import referee
+    referee.export_env()
+    try:
+        home = referee.home(referee.V4)
+    except BaseException as exc:  # pytest's skip outside pytest: no referee here
+        return {"error": f"no RocketMQ 4.9.7 referee: {exc}"}
+    classes = os.path.join(tmp, "java-classes")
+    if not os.path.exists(os.path.join(classes, "TxnProducerBench.class")):
+        subprocess.run([os.path.join(home, "javac-rmq"), "-d", classes,
+                        os.path.join(HERE, "java", "TxnProducerBench.java")],
+                       check=True, capture_output=True, timeout=300)
+    env = {**os.environ, "HOME": tmp, "CP_EXTRA": classes, "TOOLS_HEAP": "512m"}
+    r = subprocess.run([os.path.join(home, "java-run"), "TxnProducerBench", namesrv, topic,
+                        str(a.rows), str(a.size), str(a.java_threads)], env=env,
+                       capture_output=True, text=True, timeout=1800)
+    for line in reversed(r.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    return {"error": "TxnProducerBench printed no result", "output": (r.stdout + r.stderr)[-500:]}
 
 
 if __name__ == "__main__":
