@@ -43,29 +43,33 @@ PURE_TESTS := tests/remoting tests/format tests/durability/test_sync_deferred.py
 # sockets, timers, JVMs and Spark rather than use a core: MAIN_A (every test that uses the one
 # SparkSession of a run, tests/spark, kept in one process; the longest Spark-backed subprocess
 # tests; the gRPC client tests), MAIN_C (the longest suites against RocketMQ's own Java releases,
-# the referee, and the Java proxy cluster test: run after the pure-Python pass, in the same slot;
-# MAIN_A skips what MAIN_C runs) and MAIN_B (everything else: the
+# the referee: run after the pure-Python pass, in the same slot) and MAIN_B (everything else: the
 # whole tree minus MAIN_A and MAIN_C, so a new test file lands there by itself). Each process has
 # its own temp dir (one fresh parent per run); only MAIN_A writes .pytest_cache. MAIN_A reports
 # live, then the others' reports follow; `-rs` lists every skip with its reason; any part failing
 # fails the target.
 MAIN_A := tests/spark tests/cluster tests/test_readme.py tests/proxy
-MAIN_C := tests/controller tests/proxy/test_java_proxy_cluster.py tests/broker/test_mqadmin.py tests/broker/test_acl_java.py \
+MAIN_C := tests/controller tests/broker/test_mqadmin.py tests/broker/test_acl_java.py \
 	tests/broker/test_pop5_probe.py tests/ha/test_ha_java.py
+# single tests of MAIN_A's files that run in MAIN_C instead (MAIN_A deselects them), and files of
+# MAIN_A's directories that run in MAIN_B: the three slots kept near the same length
+MAIN_C_NODES := tests/spark/test_sink_exactly_once.py::test_java_broker_exactly_once_batch_and_killed_stream[5.3.3]
+MAIN_B_FROM_A := tests/proxy/test_java_proxy_cluster.py
 
 test: $(STAMP) referee
 	@tmp=$$(mktemp -d $${TMPDIR:-/tmp}/rocketstore-test.XXXXXX); \
 	nice -n 10 $(PYTHON) scripts/s3server/install.py > .s3server.log 2>&1 & s3=$$!; \
 	( ROCKETSTORE_PURE_PYTHON=1 $(PY) -m pytest -q -rs -p no:cacheprovider \
 		--basetemp=$$tmp/pure $(PURE_TESTS) > .pure-pass.log 2>&1; echo $$? > $$tmp/pure.rc; \
-	  $(PY) -m pytest -q -rs -p no:cacheprovider --basetemp=$$tmp/main-c \
-		$(MAIN_C) > .main-c.log 2>&1; echo $$? > $$tmp/main-c.rc ) & pc=$$!; \
-	$(PY) -m pytest -q -rs -p no:cacheprovider --basetemp=$$tmp/main-b \
-		$(addprefix --ignore=,$(MAIN_A) $(MAIN_C)) tests > .main-b.log 2>&1 & b=$$!; \
-	$(PY) -m pytest -q -rs --basetemp=$$tmp/main-a $(addprefix --ignore=,$(MAIN_C)) $(MAIN_A); a=$$?; \
+	  $(PY) -m pytest -q -rs --durations=10 -p no:cacheprovider --basetemp=$$tmp/main-c \
+		$(MAIN_C) '$(MAIN_C_NODES)' > .main-c.log 2>&1; echo $$? > $$tmp/main-c.rc ) & pc=$$!; \
+	$(PY) -m pytest -q -rs --durations=10 -p no:cacheprovider --basetemp=$$tmp/main-b \
+		$(addprefix --ignore=,$(MAIN_A) $(MAIN_C)) tests $(MAIN_B_FROM_A) > .main-b.log 2>&1 & b=$$!; \
+	$(PY) -m pytest -q -rs --durations=10 --basetemp=$$tmp/main-a $(addprefix --ignore=,$(MAIN_B_FROM_A)) \
+		--deselect '$(MAIN_C_NODES)' $(MAIN_A); a=$$?; \
 	wait $$b; rb=$$?; wait $$pc; p=$$(cat $$tmp/pure.rc); c=$$(cat $$tmp/main-c.rc); wait $$s3; \
 	echo "== S3 server set-up (scripts/s3server/install.py):"; cat .s3server.log; \
-	echo "== main suite, second process (all but $(MAIN_A) $(MAIN_C)):"; cat .main-b.log; \
+	echo "== main suite, second process (all but $(MAIN_A) $(MAIN_C), plus $(MAIN_B_FROM_A)):"; cat .main-b.log; \
 	echo "== main suite, the referee's longest suites ($(MAIN_C)):"; cat .main-c.log; \
 	echo "== pure-Python pass (ROCKETSTORE_PURE_PYTHON=1) of $(PURE_TESTS):"; cat .pure-pass.log; \
 	if test $$a -eq 0 && test $$rb -eq 0 && test $$c -eq 0 && test $$p -eq 0; then \
