@@ -70,9 +70,8 @@ class S3Server:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from tests.broker.conftest import free_port  # below the ephemeral range (see there)
+    return free_port()
 
 
 def start_s3_server(root: str, buckets=("tier",)) -> S3Server:

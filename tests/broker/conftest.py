@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -27,7 +28,23 @@ def metric(port: int, name: str) -> float | None:
     return None
 
 
+# Ports handed to servers started later (Java brokers, name servers, `serve` processes) come from
+# below the kernel's ephemeral range (ip_local_port_range, 32768-60999 by default): a port the
+# kernel gave out for "any free port" may be taken by an outbound connection before the server
+# binds it ("Address already in use" under load), one below that range only by another test's
+# random pick
+_FIXED_PORTS = (20000, 32000)
+
+
 def free_port() -> int:
+    for _ in range(200):
+        port = random.randrange(*_FIXED_PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -5,7 +5,7 @@ and to ours; the response codes must be equal and the remarks mean the same."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rocketstore.remoting import RequestCode, ResponseCode
@@ -77,9 +77,21 @@ def _meaning(code: int, remark: str | None) -> str:
     return f"code {code}"
 
 
-@settings(max_examples=24, deadline=None,
+DLQ_AT_QUEUE_3 = (RequestCode.SEND_MESSAGE, {
+    "producerGroup": "PG", "topic": "%RETRY%SRG", "defaultTopic": "TBW102",
+    "defaultTopicQueueNums": "4", "queueId": "3", "sysFlag": "0",
+    "bornTimestamp": "1700000000000", "flag": "0",
+    "properties": "UNIQ_KEY\x010A0B0C0D0E0F" + "0" * 20 + "\x02WAIT\x01true\x02",
+    "reconsumeTimes": "20", "unitMode": "false", "batch": "false"}, b"\x00")
+
+
+# derandomized: the same examples every run (CI answers the same question each time); the
+# example below is one a random run found (a retry past its limit goes to the DLQ, and RocketMQ
+# answers the queueId the request named, not the DLQ's queue 0)
+@settings(max_examples=24, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(requests())
+@example(DLQ_AT_QUEUE_3)
 def test_same_answers_as_rocketmq_497(brokers, req):
     java_addr, our_addr = brokers
     code, h, body = req

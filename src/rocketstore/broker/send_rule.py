@@ -106,6 +106,13 @@ class Whole:
     dlq: bool = False  # the topic is the dead-letter topic: created (1 queue) before the put
     transactional: bool = False  # stored as a half message
     why: str = ""  # what keeps it off the record route (for logs and tests)
+    # the queueId the answer names: RocketMQ answers the queue the request named, also when the
+    # send went to the dead-letter topic's queue 0 instead (None: the message's own queue)
+    answer_queue_id: int | None = None
+
+    @property
+    def answered_queue_id(self) -> int:
+        return self.message.queue_id if self.answer_queue_id is None else self.answer_queue_id
 
 
 Plan = Put | Whole | Refused
@@ -206,9 +213,11 @@ def plan_send(code: int, fields: Mapping[str, str], body: bytes, peer: str, rule
         raw_props = h.get("properties") or ""
         props = string_to_properties(raw_props)
         dlq = False
+        asked_qid = None
         if topic.startswith(RETRY_PREFIX):
             max_times = header_int(h, "maxReconsumeTimes", rules.max_reconsume_times)
             if reconsume >= max_times:  # a client-side retry at the limit → DLQ
+                asked_qid = qid
                 topic, qid, dlq = DLQ_PREFIX + topic[len(RETRY_PREFIX):], 0, True
     except _BadHeader as exc:
         if topics is None:  # a worker: the writer answers the malformed header
@@ -221,15 +230,16 @@ def plan_send(code: int, fields: Mapping[str, str], body: bytes, peer: str, rule
         if topic.startswith(RETRY_PREFIX):
             return Refused(ResponseCode.MESSAGE_ILLEGAL,
                            "batch request does not support retry group topic")
-        return Whole(msg, batch=True, dlq=dlq, why="batch")
+        return Whole(msg, batch=True, dlq=dlq, why="batch", answer_queue_id=asked_qid)
     props[PROPERTY_CLUSTER] = rules.cluster_name  # as RocketMQ: request-reply needs it
     if _transactional(props, sys_flag, reconsume):
         if rules.reject_transaction_message and topics is not None:
             return Refused(ResponseCode.NO_PERMISSION, "sending transaction message is forbidden")
-        return Whole(msg, dlq=dlq, transactional=True, why="transaction")
+        return Whole(msg, dlq=dlq, transactional=True, why="transaction",
+                     answer_queue_id=asked_qid)
     why = _not_plain(topic, qid, sys_flag, dq, raw_props, props) if not dlq else "dlq"
     if why:
-        return Whole(msg, dlq=dlq, why=why)
+        return Whole(msg, dlq=dlq, why=why, answer_queue_id=asked_qid)
     if rules.generate_uniq_key and PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in props:
         props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = create_uniq_key()
     try:

@@ -86,7 +86,8 @@ async def send(ctx: SendContext, conn: Any, cmd: RemotingCommand) -> RemotingCom
     ctx.stats.record_put(base.topic, 1, len(cmd.body), status_ok(code))
     if not status_ok(code):
         return cmd.response(code, remark=put_failure_remark(r.status, r.error))
-    return cmd.response(code, send_answer_header(r.msg_id or "", base.queue_id, r.queue_offset,
+    return cmd.response(code, send_answer_header(r.msg_id or "", plan.answered_queue_id,
+                                                 r.queue_offset,
                                                  recall, (msg.properties or {}).get(UNIQ_KEY)))
 
 
