@@ -41,9 +41,8 @@ SKIP_SPARK = os.environ.get("ROCKETSTORE_README_SKIP_SPARK") == "1"
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from tests.broker.conftest import free_port  # shared by every test process (see there)
+    return free_port()
 
 
 def _listens(port: int) -> bool:

@@ -1,6 +1,7 @@
 """Fixtures: a real ``rocketstore serve`` subprocess on 127.0.0.1 with free ports."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import random
@@ -8,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -31,23 +33,51 @@ def metric(port: int, name: str) -> float | None:
 # Ports handed to servers started later (Java brokers, name servers, `serve` processes) come from
 # below the kernel's ephemeral range (ip_local_port_range, 32768-60999 by default): a port the
 # kernel gave out for "any free port" may be taken by an outbound connection before the server
-# binds it ("Address already in use" under load), one below that range only by another test's
-# random pick
-_FIXED_PORTS = (20000, 32000)
+# binds it ("Address already in use" under load). Within that range they are handed out in turn
+# from one counter shared by every test process of the machine (a file under flock): the three
+# slots of `make test` and their xdist workers run at once, and independent random picks collided
+# (one slot's name server took the port another slot had just been given).
+_FIXED_PORTS = (15000, 32000)
+_PORT_COUNTER = os.path.join(tempfile.gettempdir(), f"rocketstore-test-ports-{os.getuid()}")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_block(n: int) -> int:
+    """The first of ``n`` consecutive free ports no other test process of this machine is given
+    (until the counter wraps after some 17,000 ports)."""
+    lo, hi = _FIXED_PORTS
+    fd = os.open(_PORT_COUNTER, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        raw = os.pread(fd, 32, 0).strip()
+        nxt = int(raw) if raw.isdigit() else random.randrange(lo, hi)
+        for _ in range(200):
+            if nxt + n > hi:
+                nxt = lo
+            start, nxt = nxt, nxt + n
+            if all(_bindable(q) for q in range(start, start + n)):
+                break
+        else:
+            raise RuntimeError(f"no {n} free consecutive ports in {lo}-{hi}")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(nxt).encode(), 0)
+        return start
+    finally:
+        os.close(fd)
 
 
 def free_port() -> int:
-    for _ in range(200):
-        port = random.randrange(*_FIXED_PORTS)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port p with p-2 .. p+1 free and given to no other test: any port may become a broker's
+    (``serve`` and RocketMQ's broker listen on port-2, the VIP channel, and port+1, HA, too)."""
+    return free_port_block(4) + 2
 
 
 @dataclass

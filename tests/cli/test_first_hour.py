@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 
@@ -129,9 +128,8 @@ def test_one_error_convention(tmp_path):
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from tests.broker.conftest import free_port  # shared by every test process (see there)
+    return free_port()
 
 
 def test_serve_warns_once_about_a_misspelt_broker_conf_key(tmp_path):

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 
 from tests import referee
-from tests.broker.conftest import free_port
+from tests.broker.conftest import free_port, free_port_block
 
 
 def rocketmq_home(version: str = referee.V4) -> str:
@@ -20,19 +20,7 @@ def rocketmq_home(version: str = referee.V4) -> str:
 
 def _free_port_block(n: int) -> int:
     """A port p such that p-2 .. p+n-1 are free (the Java broker uses listenPort-2 and +1)."""
-    for _ in range(50):
-        p = free_port()
-        ok = True
-        for q in range(p - 2, p + n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", q))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return p
-    raise RuntimeError("no free port block")
+    return free_port_block(n + 2) + 2
 
 
 def _wait_port(port: int, proc: subprocess.Popen, log: str, timeout: float = 90) -> None:
