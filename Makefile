@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench clean referee s3server
+.PHONY: setup demo test bench clean referee s3server etcd
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,12 @@ referee:
 # background (niced) while the suite runs; the S3 tests wait for it (tests/s3server.py).
 s3server:
 	@$(PYTHON) scripts/s3server/install.py
+
+# The etcd server under the replicated controller group's tests (controllerType=etcd): Debian's
+# etcd-server unpacked into ~/.cache/rocketstore/etcd (outside the repo, no root needed); seconds
+# when cached. When it cannot be fetched the reason is recorded and those tests skip with it.
+etcd:
+	@$(PYTHON) scripts/etcd/install.py
 
 demo: $(STAMP)
 	$(VENV)/bin/rocketstore demo
@@ -56,7 +62,7 @@ MAIN_C := tests/controller tests/broker/test_mqadmin.py tests/broker/test_acl_ja
 MAIN_C_NODES := tests/spark/test_sink_exactly_once.py::test_java_broker_exactly_once_batch_and_killed_stream[5.3.3]
 MAIN_B_FROM_A := tests/proxy/test_java_proxy_cluster.py
 
-test: $(STAMP) referee
+test: $(STAMP) referee etcd
 	@tmp=$$(mktemp -d $${TMPDIR:-/tmp}/rocketstore-test.XXXXXX); \
 	nice -n 10 $(PYTHON) scripts/s3server/install.py > .s3server.log 2>&1 & s3=$$!; \
 	( ROCKETSTORE_PURE_PYTHON=1 $(PY) -m pytest -q -rs -p no:cacheprovider \

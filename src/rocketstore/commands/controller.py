@@ -34,10 +34,13 @@ async def _run(cfg, as_json: bool) -> None:
             f"{exc.strerror or exc}") from exc
     svc, addr = running.service, running.address
     groups = len(svc.state.groups)
+    where = (f"etcd {cfg.etcdEndpoints}" if svc.group is not None else cfg.controllerStorePath)
     click.echo(json.dumps({"event": "ready", "controller": addr, "groups": groups,
-                           "store": cfg.controllerStorePath}) if as_json
-               else f"rocketstore controller on {addr}, {groups} broker group(s) from "
-                    f"{cfg.controllerStorePath} (Ctrl-C to stop)")
+                           "store": where, "replicated": svc.group is not None}) if as_json
+               else f"rocketstore controller on {addr}, "
+                    + (f"one of a group on {where} (campaigning for its lead)"
+                       if svc.group is not None else
+                       f"{groups} broker group(s) from {where}") + " (Ctrl-C to stop)")
     sys.stdout.flush()
     try:
         await until_signalled()
@@ -61,6 +64,7 @@ def command(config_path: str, port: int | None, log_level: str, as_json: bool) -
     configure(getattr(logging, log_level.upper(), logging.WARNING))
     try:
         cfg = ControllerConfig.load(config_path)
+        cfg.check_group()
     except OSError as exc:
         raise click.ClickException(f"cannot read {config_path}: {exc.strerror or exc}") from exc
     except ValueError as exc:

@@ -171,6 +171,7 @@ def _from_config(click_ctx: click.Context, path: str, port: int, kv_config_path:
         try:
             controller_cfg = ControllerConfig.from_properties(ctl_props)
             peer_port = self_peer_port(controller_cfg)
+            controller_cfg.check_group()
         except ValueError as exc:
             raise click.ClickException(f"{path}: {exc}") from exc
         if peer_port is not None:

@@ -18,10 +18,20 @@ controllerDLegerGroup          (none)       the group name GET_CONTROLLER_METADA
 controllerDLegerSelfId         n0           the id GET_CONTROLLER_METADATA answers as leader
 configBlackList                configBlackList;configStorePath;controllerStorePath
                                             keys UPDATE_CONTROLLER_CONFIG may not change
+controllerType                 DLedger      ``etcd`` (ours): a replicated group whose leader and
+                                            decisions live in etcd (``controller/etcd.py``);
+                                            any other value: one controller, its own leader
+etcdEndpoints                  (none)       (ours) the etcd members, ``host:port,host:port``
+etcdKeyPrefix                  /rocketstore/controller/<controllerDLegerGroup>
+                                            (ours) where the group keeps its keys
+etcdLeaseSeconds               3            (ours) the leader's lease: a dead leader is replaced
+                                            this long after its last renewal
 =============================  ===========  ====================================================
 
-Other RocketMQ keys (controllerType, controllerDLegerPeers, metrics…) are accepted and echoed by
-GET_CONTROLLER_CONFIG; a single rocketstore controller is its own leader.
+Other RocketMQ keys (controllerDLegerPeers, metrics…) are accepted and echoed by
+GET_CONTROLLER_CONFIG. Without ``controllerType=etcd`` a rocketstore controller is its own
+leader, so ``controllerDLegerPeers`` naming more than one peer is refused there (three such
+controllers would each decide alone); RocketMQ's DLedger and JRaft are not run.
 """
 from __future__ import annotations
 
@@ -32,7 +42,7 @@ from ..config import parse_properties
 
 _BOOL = {"enableElectUncleanMaster", "notifyBrokerRoleChanged"}
 _INT = {"listenPort", "scanNotActiveBrokerInterval", "scanInactiveMasterInterval",
-        "electMasterMaxRetryCount"}
+        "electMasterMaxRetryCount", "etcdLeaseSeconds"}
 
 
 @dataclass
@@ -49,6 +59,10 @@ class ControllerConfig:
     controllerDLegerGroup: str = "rocketstore"
     controllerDLegerSelfId: str = "n0"
     configBlackList: str = "configBlackList;configStorePath;controllerStorePath"
+    controllerType: str = "DLedger"
+    etcdEndpoints: str = ""
+    etcdKeyPrefix: str = ""
+    etcdLeaseSeconds: int = 3
     extra: dict[str, str] = field(default_factory=dict)  # keys we keep but do not act on
 
     @classmethod
@@ -79,11 +93,35 @@ class ControllerConfig:
                     n = int(value.strip())
                 except ValueError:
                     raise ValueError(f"{key}: {value!r} is not an integer") from None
-                if n < 0 or (key != "listenPort" and n == 0 and key.startswith("scan")):
+                if n < 0 or (key != "listenPort" and n == 0 and
+                             (key.startswith("scan") or key == "etcdLeaseSeconds")):
                     raise ValueError(f"{key}: {value!r} must be positive")
                 setattr(self, key, n)
             else:
                 setattr(self, key, value.strip())
+
+    @property
+    def replicated(self) -> bool:
+        return self.controllerType.strip().lower() == "etcd"
+
+    def peers(self) -> list[tuple[str, str]]:
+        """(id, host:port) of each ``controllerDLegerPeers`` entry (``n0-127.0.0.1:9878;...``)."""
+        out = []
+        for peer in self.extra.get("controllerDLegerPeers", "").split(";"):
+            ident, _, addr = peer.strip().partition("-")
+            if ident and addr:
+                out.append((ident, addr))
+        return out
+
+    def check_group(self) -> None:
+        """ValueError when the keys describe a group this controller cannot be part of."""
+        if self.replicated:
+            if not [e for e in self.etcdEndpoints.split(",") if e.strip()]:
+                raise ValueError("controllerType=etcd needs etcdEndpoints (host:port,host:port)")
+        elif len(self.peers()) > 1:
+            raise ValueError(
+                "controllerDLegerPeers names several controllers, but rocketstore does not run "
+                "DLedger: set controllerType=etcd and etcdEndpoints for a replicated group")
 
     def black_list(self) -> set[str]:
         return {k.strip() for k in self.configBlackList.split(";") if k.strip()}

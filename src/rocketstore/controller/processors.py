@@ -40,6 +40,7 @@ RocketMQ's controller codes (2000-2014).
 """
 from __future__ import annotations
 
+import asyncio
 from functools import partial
 from typing import Any, Awaitable, Callable
 
@@ -48,6 +49,7 @@ from ..remoting.command import RemotingCommand
 from ..remoting.fastjson import dumps, loads
 from .codes import ControllerRequest as Q
 from .codes import ControllerResponse as R
+from .etcd import NOT_LEADER_REMARK
 from .service import ControllerService, now_ms
 from .state import Result
 
@@ -119,10 +121,13 @@ async def get_replica_info(svc: ControllerService, conn: Any,
 
 async def get_metadata(svc: ControllerService, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
     cfg = svc.config
-    return cmd.response(R.SUCCESS, {
-        "group": cfg.controllerDLegerGroup, "controllerLeaderId": cfg.controllerDLegerSelfId,
-        "controllerLeaderAddress": svc.address, "isLeader": True,
-        "peers": f"{cfg.controllerDLegerSelfId}:{svc.address};"})
+    leader = await asyncio.to_thread(svc.leader) if svc.group is not None else svc.leader()
+    peers = cfg.peers() or [(cfg.controllerDLegerSelfId, svc.address)]
+    header: dict[str, Any] = {"group": cfg.controllerDLegerGroup, "isLeader": svc.leading,
+                              "peers": "".join(f"{i}:{a};" for i, a in peers)}
+    if leader is not None:  # no leader while a group elects: the fields stay out, as in RocketMQ
+        header["controllerLeaderId"], header["controllerLeaderAddress"] = leader
+    return cmd.response(R.SUCCESS, header)
 
 
 async def get_sync_state_data(svc: ControllerService, conn: Any,
@@ -192,6 +197,22 @@ TABLE: dict[int, Callable[..., Awaitable[RemotingCommand | None]]] = {
 }
 
 
+# what a controller of a replicated group answers when it does not lead (RocketMQ's followers
+# answer these too: heartbeats keep every node's view of liveness warm for a later lead)
+ANY_NODE = {Q.BROKER_HEARTBEAT, Q.CONTROLLER_GET_METADATA_INFO, Q.UPDATE_CONTROLLER_CONFIG,
+            Q.GET_CONTROLLER_CONFIG}
+
+
+def _leader_only(svc: ControllerService, fn: Callable[..., Awaitable[RemotingCommand | None]]
+                 ) -> Handler:
+    async def handler(conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
+        if not svc.leading:
+            return cmd.response(R.CONTROLLER_NOT_LEADER, remark=NOT_LEADER_REMARK)
+        return await fn(svc, conn, cmd)
+    return handler
+
+
 def handlers(svc: ControllerService) -> dict[int, Handler]:
     """The controller's ``code -> handler(conn, cmd)`` over one service."""
-    return {int(code): partial(fn, svc) for code, fn in TABLE.items()}
+    return {int(code): partial(fn, svc) if code in ANY_NODE else _leader_only(svc, fn)
+            for code, fn in TABLE.items()}

@@ -9,6 +9,11 @@ is re-elected. A broker's heartbeat connection closing or its heartbeat expiring
 group's master, triggers an election at once (``electMasterMaxRetryCount`` tries). A successful
 election — by the controller, a broker or mqadmin — is told to the group's live members with
 NOTIFY_BROKER_ROLE_CHANGED (oneway) when ``notifyBrokerRoleChanged``.
+
+With ``controllerType=etcd`` the journal is the group's log in etcd (``etcd.py``) and one more
+task runs: the campaign. Only the leader decides and runs the scans; it loads the state when it
+wins, and steps down (answering CONTROLLER_NOT_LEADER) the moment its lease cannot be renewed or
+a guarded write is refused.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from .codes import ControllerRequest as Q
 from .codes import ControllerResponse as R
 from .config import ControllerConfig
 from .heartbeat import DEFAULT_TIMEOUT_MS, BrokerLive, Heartbeats
+from .etcd import NOT_LEADER_REMARK, EtcdClient, EtcdGroup, EtcdUnavailable, NotLeader
 from .journal import Journal
 from .state import ReplicasInfo, Result
 
@@ -37,7 +43,10 @@ def now_ms() -> int:
 class ControllerService:
     def __init__(self, config: ControllerConfig) -> None:
         self.config = config
-        self.journal = Journal(config.controllerStorePath)
+        self.journal: Journal | EtcdGroup = Journal(config.controllerStorePath)
+        self.group: EtcdGroup | None = None  # controllerType=etcd
+        self.leading = True  # a single controller always leads
+        self.leader_since: float | None = None
         self.state = ReplicasInfo()
         self.heartbeats = Heartbeats()
         self.pool: ConnectionPool | None = None
@@ -48,23 +57,88 @@ class ControllerService:
 
     # -- lifecycle --------------------------------------------------------------------------------
     def open(self) -> None:
-        self.state = self.journal.open()
+        cfg = self.config
+        cfg.check_group()
+        if not cfg.replicated:
+            self.state = self.journal.open()
+            return
+        endpoints = [e.strip() for e in cfg.etcdEndpoints.split(",") if e.strip()]
+        prefix = cfg.etcdKeyPrefix or f"/rocketstore/controller/{cfg.controllerDLegerGroup}"
+        self.group = EtcdGroup(EtcdClient(endpoints), prefix, cfg.controllerDLegerSelfId,
+                               self.address, cfg.etcdLeaseSeconds)
+        self.journal = self.group
+        self.leading = False
 
     def start(self, address: str) -> None:
         self.address = address
-        # Liveness is not durable: after a restart every master gets one heartbeat timeout
-        # (RocketMQ brokers' default controllerHeartBeatTimeoutMills) to heartbeat again before
-        # it counts as dead, so a restarted controller does not depose a living master because
-        # a slave's heartbeat happened to arrive first. A master that really died while we were
-        # down is replaced when this grace expires.
-        now = now_ms()
-        for name, g in self.state.groups.items():
-            if g.master is not None:
-                self.heartbeats.beat(now, g.cluster, name, g.master, g.addr(g.master) or "",
-                                     None, DEFAULT_TIMEOUT_MS)
         self.pool = ConnectionPool()
+        if self.group is not None:
+            self.group.address = address
+            self._spawn(self._campaign())
+        else:
+            self._grace_masters()
         self._spawn(self._scan_heartbeats())
         self._spawn(self._scan_inactive_masters())
+
+    def _grace_masters(self) -> None:
+        # Liveness is not durable: after a restart (or a new leader's election) every master
+        # gets one heartbeat timeout (RocketMQ brokers' default controllerHeartBeatTimeoutMills)
+        # to heartbeat again before it counts as dead, so a controller does not depose a living
+        # master because a slave's heartbeat happened to arrive first. A master that really
+        # died meanwhile is replaced when this grace expires.
+        now = now_ms()
+        for name, g in self.state.groups.items():
+            if g.master is not None and not self.heartbeats.alive(now, g.cluster, name, g.master):
+                self.heartbeats.beat(now, g.cluster, name, g.master, g.addr(g.master) or "",
+                                     None, DEFAULT_TIMEOUT_MS)
+
+    # -- the replicated group ---------------------------------------------------------------------
+    async def _campaign(self) -> None:
+        group = self.group
+        assert group is not None
+        period = max(0.2, group.lease_s / 3)
+        while True:
+            try:
+                if not self.leading:
+                    if await asyncio.to_thread(group.campaign):
+                        try:
+                            state = await asyncio.to_thread(group.open)
+                        except (EtcdUnavailable, ValueError, KeyError) as exc:
+                            log.error("controller: won the lead but cannot load the state: %s", exc)
+                            await asyncio.to_thread(group.resign)
+                        else:
+                            self.state = state
+                            self._grace_masters()
+                            self.leading = True
+                            self.leader_since = time.time()
+                            log.warning("controller %s (%s) leads the group (%d records replayed, "
+                                        "seq %d)", group.self_id, self.address, group.replayed,
+                                        group.seq)
+                elif not await asyncio.to_thread(group.keepalive):
+                    await self.step_down("its lease expired")
+            except EtcdUnavailable as exc:
+                if self.leading:
+                    await self.step_down(str(exc))
+                else:
+                    log.warning("controller: cannot campaign: %s", exc)
+            await asyncio.sleep(period)
+
+    async def step_down(self, why: str) -> None:
+        if self.group is None or not self.leading:
+            return
+        self.leading = False
+        self.leader_since = None
+        log.warning("controller %s steps down: %s", self.group.self_id, why)
+        await asyncio.to_thread(self.group.resign)
+
+    def leader(self) -> tuple[str, str] | None:
+        """(id, address) of the group's leader (this node when it leads), None when unknown."""
+        if self.group is None or self.leading:
+            return (self.config.controllerDLegerSelfId, self.address)
+        try:
+            return self.group.leader()
+        except EtcdUnavailable:
+            return None
 
     async def stop(self) -> None:
         for t in list(self._tasks):
@@ -83,8 +157,16 @@ class ControllerService:
     # -- decisions --------------------------------------------------------------------------------
     def commit(self, res: Result) -> Result:
         """Make a decision's events durable, then apply them (the only way state changes)."""
+        if not self.leading:
+            return Result().fail(R.CONTROLLER_NOT_LEADER, NOT_LEADER_REMARK)
         if res.events:
-            self.journal.append(res.events)
+            try:
+                self.journal.append(res.events)
+            except NotLeader as exc:
+                self.leading = False
+                self.leader_since = None
+                log.warning("controller steps down: %s", exc)
+                return Result().fail(R.CONTROLLER_NOT_LEADER, NOT_LEADER_REMARK)
             for ev in res.events:
                 self.state.apply(ev)
             self.journal.maybe_compact(self.state)
@@ -134,7 +216,7 @@ class ControllerService:
         g = self.state.groups.get(info.broker_name)
         log.warning("controller: broker %s/%s id %s (%s) is inactive", info.cluster,
                     info.broker_name, info.broker_id, info.addr)
-        if g is not None and g.master == info.broker_id:
+        if g is not None and g.master == info.broker_id and self.leading:
             self._spawn(self._trigger_elect(info.broker_name))
 
     async def _trigger_elect(self, broker_name: str) -> None:
@@ -155,6 +237,8 @@ class ControllerService:
     async def _scan_heartbeats(self) -> None:
         while True:
             await asyncio.sleep(self.config.scanNotActiveBrokerInterval / 1000)
+            if not self.leading:
+                continue
             for info in self.heartbeats.expired(now_ms()):
                 if info.conn is not None and hasattr(info.conn, "abort"):
                     info.conn.abort()
@@ -163,6 +247,8 @@ class ControllerService:
     async def _scan_inactive_masters(self) -> None:
         while True:
             await asyncio.sleep(self.config.scanInactiveMasterInterval / 1000)
+            if not self.leading:
+                continue
             for name in self.state.need_reelect(self.alive):
                 await self._trigger_elect(name)
 
