@@ -14,6 +14,7 @@ import pytest
 
 from rocketstore.controller.codes import ControllerRequest as Q
 from rocketstore.controller.codes import ControllerResponse as R
+from tests import referee
 from tests.broker.conftest import free_port
 from tests.etcdserver import start_etcd_cluster
 
@@ -169,3 +170,64 @@ def test_several_peers_without_etcd_are_refused(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and "controllerType=etcd" in p.stderr, p.stderr
     assert not (tmp_path / "s").exists()  # nothing created
+
+
+@referee.skip_unless(referee.V5)
+def test_java_brokers_fail_over_under_our_group_after_its_leader_died(tmp_path, etcd, controllers):
+    """RocketMQ 5.3.3's brokers with ``controllerAddr`` naming all three controllers: they find
+    the leader through GET_CONTROLLER_METADATA, keep their roles when the leader is SIGKILLed,
+    and the next leader fails the group over when the master is SIGKILLed too; every
+    acknowledged message is read back."""
+    from tests.cluster import java_rocketmq as jr
+    from tests.ha.ha_helpers import wait_for
+    from tests.ha.test_ha_serve import read_all
+
+    from .test_java_brokers import TOPIC, namesrv_ids, send_some
+
+    home = referee.home(referee.V5)
+    nodes = _group(tmp_path, etcd, controllers)
+    leader = _wait_leader(nodes)
+    ns = jr.start_java_namesrv(home, str(tmp_path / "ns"))
+    procs = [ns]
+
+    def state(addr: str) -> dict:
+        r = call(addr, Q.CONTROLLER_GET_SYNC_STATE_DATA, {}, [BN])
+        return (body_of(r)["replicasInfoTable"].get(BN) or {}) if r.code == R.SUCCESS else {}
+    try:
+        addrs = ";".join(c.addr for c in nodes)
+        b1 = jr.controller_mode_broker(home, str(tmp_path / "b1"), ns.addr, addrs, BN)
+        procs.append(b1)
+        wait_for(lambda: state(leader.addr).get("masterBrokerId") == 1, 60, "the first master", 0.5)
+        b2 = jr.controller_mode_broker(home, str(tmp_path / "b2"), ns.addr, addrs, BN)
+        procs.append(b2)
+        wait_for(lambda: len(state(leader.addr).get("inSyncReplicas", [])) == 2, 60,
+                 "the slave to join the SyncStateSet", 0.5)
+        acked: dict[str, bytes] = {}
+        send_some(ns.addr, 100, 0, acked)
+
+        leader.kill()
+        new = _wait_leader([c for c in nodes if c is not leader], timeout=LEASE_S * 5 + 10)
+        st = state(new.addr)
+        assert (st["masterBrokerId"], st["masterAddress"], st["masterEpoch"]) == (1, b1.addr, 1)
+        assert sorted(r["brokerId"] for r in st["inSyncReplicas"]) == [1, 2]
+        # the brokers move their heartbeats to the new leader: both alive there
+        wait_for(lambda: all(r["alive"] for r in state(new.addr).get("inSyncReplicas", [])), 40,
+                 "the brokers to heartbeat the new leader", 0.5)
+
+        os.killpg(b1.proc.pid, signal.SIGKILL)
+        b1.proc.wait(10)
+        wait_for(lambda: state(new.addr).get("masterBrokerId") == 2, 40, "the new leader to elect", 0.2)
+        assert state(new.addr)["masterEpoch"] == 2
+        send_some(ns.addr, 50, 100, acked, deadline_s=60)
+        assert len(acked) == 150
+        wait_for(lambda: namesrv_ids(ns.addr).get(0) == b2.addr, 30,
+                 "the name server to show the new master as brokerId 0", 0.5)
+        found = wait_for(lambda: (lambda f: f if set(acked) <= set(f) else None)(read_all(ns.addr, TOPIC)),
+                         30, "every acknowledged message on the new master", 0.5)
+        assert all(found[k] == v for k, v in acked.items())
+    finally:
+        for p in reversed(procs):
+            try:
+                p.stop()
+            except Exception:  # noqa: BLE001
+                os.killpg(p.proc.pid, signal.SIGKILL)
