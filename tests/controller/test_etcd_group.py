@@ -183,6 +183,7 @@ def test_java_brokers_fail_over_under_our_group_after_its_leader_died(tmp_path, 
     from tests.ha.test_ha_serve import read_all
 
     from .test_java_brokers import TOPIC, namesrv_ids, send_some
+    from .test_mqadmin_java_control import mqadmin
 
     home = referee.home(referee.V5)
     nodes = _group(tmp_path, etcd, controllers)
@@ -204,6 +205,11 @@ def test_java_brokers_fail_over_under_our_group_after_its_leader_died(tmp_path, 
                  "the slave to join the SyncStateSet", 0.5)
         acked: dict[str, bytes] = {}
         send_some(ns.addr, 100, 0, acked)
+        # mqadmin 5.3.3 asked a follower names the leader, as against RocketMQ's DLedger group
+        follower = next(c for c in nodes if c is not leader)
+        meta = mqadmin(home, "getControllerMetaData", "-a", follower.addr)
+        assert f"#ControllerLeaderAddress\t{leader.addr}" in meta, meta
+        assert meta.count("#Peer:") == 3, meta
 
         leader.kill()
         new = _wait_leader([c for c in nodes if c is not leader], timeout=LEASE_S * 5 + 10)
