@@ -123,6 +123,9 @@ class TcpProxy:
             except OSError:
                 a.close()
                 continue
+            # the timeout is for connecting only: a quiet connection (oneway heartbeats get no
+            # answer) must stay open, not be closed by a recv timing out after 5 s
+            b.settimeout(None)
             self.conns += [a, b]
             threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
             threading.Thread(target=self._pipe, args=(b, a), daemon=True).start()
