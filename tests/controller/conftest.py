@@ -49,13 +49,13 @@ def write_conf(path: str, store: str, port: int | None = None, **extra) -> str:
     return path
 
 
-def start_controller(conf: str, log_path: str | None = None) -> Controller:
+def start_controller(conf: str, log_path: str | None = None, *args: str) -> Controller:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.join(os.path.dirname(__file__), "..", "..", "src"),
                                                     env.get("PYTHONPATH", "")] if p)
     err = open(log_path, "a") if log_path else subprocess.DEVNULL
     proc = subprocess.Popen([sys.executable, "-m", "rocketstore.cli", "controller", "--config", conf,
-                             "--json", "--log-level", "INFO"], stdout=subprocess.PIPE, stderr=err,
+                             "--json", "--log-level", "INFO", *args], stdout=subprocess.PIPE, stderr=err,
                             text=True, start_new_session=True, env=env)
     line = proc.stdout.readline()
     if not line:
@@ -69,8 +69,8 @@ def start_controller(conf: str, log_path: str | None = None) -> Controller:
 def controllers():
     started: list[Controller] = []
 
-    def start(conf: str, log_path: str | None = None) -> Controller:
-        c = start_controller(conf, log_path)
+    def start(conf: str, log_path: str | None = None, *args: str) -> Controller:
+        c = start_controller(conf, log_path, *args)
         started.append(c)
         return c
     yield start

@@ -236,3 +236,70 @@ def test_a_restarted_controller_gives_the_master_one_heartbeat_timeout(tmp_path,
         assert 9 < time.monotonic() - t0 < 14
         b2.c.close()
     asyncio.run(after_restart())
+
+
+def _scrape(url: str) -> dict[str, list[tuple[dict, float]]]:
+    """name -> [(labels, value)] of a Prometheus text page, parsed by prometheus-client."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+    with urllib.request.urlopen(url, timeout=10) as r:
+        text = r.read().decode()
+    out: dict[str, list[tuple[dict, float]]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
+
+
+def test_metrics_show_each_group_and_its_last_failover(tmp_path, controllers):
+    conf = write_conf(str(tmp_path / "controller.conf"), str(tmp_path / "store"),
+                      scanNotActiveBrokerInterval=500)
+    ctl = controllers(conf, str(tmp_path / "ctl.log"), "--metrics-port", "0")
+    url = ctl.ready["metrics"]
+    assert url.startswith("http://127.0.0.1:")
+
+    async def scenario():
+        b1, b2 = FakeBrokerLink(ctl.addr, "127.0.0.1:1001"), FakeBrokerLink(ctl.addr, "127.0.0.1:1002")
+        await b1.join()
+        await b1.ask(Q.CONTROLLER_ELECT_MASTER, {"clusterName": CL, "brokerName": BN,
+                                                "brokerId": 1, "designateElect": False})
+        await b2.join()
+        r = await b1.ask(Q.CONTROLLER_ALTER_SYNC_STATE_SET,
+                         {"brokerName": BN, "masterBrokerId": 1, "masterEpoch": 1},
+                         {"syncStateSet": [1, 2], "syncStateSetEpoch": 1})
+        assert r.code == R.SUCCESS
+        first = _scrape(url)
+        b1.c.close()  # the master's heartbeat connection dies
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 10:
+            r = await b2.ask(Q.CONTROLLER_GET_REPLICA_INFO, {"brokerName": BN})
+            if r.ext_fields.get("masterBrokerId") == "2":
+                break
+            await asyncio.sleep(0.05)
+        after = _scrape(url)
+        b2.c.close()
+        return first, after
+    first, after = asyncio.run(scenario())
+    lv = {"cluster": CL, "broker_name": BN}
+
+    def one(m, name):
+        vals = [v for labels, v in m.get(name, []) if all(labels.get(k) == x for k, x in lv.items())]
+        assert len(vals) == 1, (name, m.get(name))
+        return vals[0]
+    assert first["rocketstore_controller_leader"][0][1] == 1
+    assert (one(first, "rocketstore_controller_master_broker_id"),
+            one(first, "rocketstore_controller_master_epoch"),
+            one(first, "rocketstore_controller_sync_state_set_replicas"),
+            one(first, "rocketstore_controller_replicas_alive")) == (1, 1, 2, 2)
+    assert "rocketstore_controller_last_failover_info" not in first  # a first master is none
+    assert (one(after, "rocketstore_controller_master_broker_id"),
+            one(after, "rocketstore_controller_master_epoch"),
+            one(after, "rocketstore_controller_sync_state_set_replicas"),
+            one(after, "rocketstore_controller_replicas_alive")) == (2, 2, 1, 1)
+    [(info, _)] = after["rocketstore_controller_last_failover_info"]
+    assert (info["from_id"], info["to_id"], info["epoch"]) == ("1", "2", "2")
+    assert info["reason"] == "master 1: its heartbeat connection closed"
+    assert 0 <= one(after, "rocketstore_controller_last_failover_seconds") < 5
+    assert abs(one(after, "rocketstore_controller_last_failover_timestamp_seconds") - time.time()) < 60
+    assert after["rocketstore_controller_elections_total"][0][1] == 2

@@ -19,7 +19,7 @@ from tests.broker.conftest import free_port
 from tests.etcdserver import start_etcd_cluster
 
 from .conftest import body_of, call, write_conf
-from .test_controller_process import BN, CL, FakeBrokerLink
+from .test_controller_process import BN, CL, FakeBrokerLink, _scrape
 
 LEASE_S = 2
 
@@ -40,7 +40,7 @@ def _group(tmp_path, etcd, controllers, n: int = 3) -> list:
                           controllerType="etcd", etcdEndpoints=etcd.endpoints,
                           etcdLeaseSeconds=LEASE_S, controllerDLegerSelfId=f"n{i}",
                           controllerDLegerPeers=peers, scanNotActiveBrokerInterval=500)
-        out.append(controllers(conf, str(tmp_path / f"c{i}.log")))
+        out.append(controllers(conf, str(tmp_path / f"c{i}.log"), "--metrics-port", "0"))
     return out
 
 
@@ -99,6 +99,12 @@ def test_one_leader_followers_refuse_and_a_killed_leader_loses_nothing(tmp_path,
     b1, b2 = loop.run_until_complete(first())
     code, before, set_before = _replica(leader.addr)
     assert code == R.SUCCESS and set_before == {"syncStateSet": [1, 2], "syncStateSetEpoch": 2}
+    # /metrics: the leader shows the group, a follower says it does not lead and shows none
+    lead_m, foll_m = _scrape(leader.ready["metrics"]), _scrape(followers[0].ready["metrics"])
+    assert lead_m["rocketstore_controller_leader"][0][1] == 1
+    assert [v for _, v in lead_m["rocketstore_controller_master_epoch"]] == [1]
+    assert foll_m["rocketstore_controller_leader"][0][1] == 0
+    assert "rocketstore_controller_master_epoch" not in foll_m
 
     t0 = time.monotonic()
     leader.kill()  # SIGKILL: its lease stops being renewed

@@ -20,7 +20,7 @@ import click
 from ._common import until_signalled
 
 
-async def _run(cfg, as_json: bool) -> None:
+async def _run(cfg, as_json: bool, metrics_port: int | None) -> None:
     from ..controller import server
 
     try:
@@ -33,10 +33,24 @@ async def _run(cfg, as_json: bool) -> None:
             f"controller on {cfg.listenHost}:{cfg.listenPort} ({cfg.controllerStorePath}): "
             f"{exc.strerror or exc}") from exc
     svc, addr = running.service, running.address
+    metrics = None
+    if metrics_port is not None:
+        from ..ops.controller_metrics import ControllerCollector
+        from ..ops.metrics import MetricsServer, new_registry
+        registry = new_registry()
+        registry.register(ControllerCollector(svc))
+        metrics = MetricsServer(registry, cfg.listenHost, metrics_port)
+        try:
+            metrics.start()
+        except OSError as exc:
+            await running.close()
+            raise click.ClickException(
+                f"metrics on {cfg.listenHost}:{metrics_port}: {exc.strerror or exc}") from exc
     groups = len(svc.state.groups)
     where = (f"etcd {cfg.etcdEndpoints}" if svc.group is not None else cfg.controllerStorePath)
     click.echo(json.dumps({"event": "ready", "controller": addr, "groups": groups,
-                           "store": where, "replicated": svc.group is not None}) if as_json
+                           "store": where, "replicated": svc.group is not None,
+                           "metrics": metrics.url if metrics else None}) if as_json
                else f"rocketstore controller on {addr}, "
                     + (f"one of a group on {where} (campaigning for its lead)"
                        if svc.group is not None else
@@ -45,6 +59,8 @@ async def _run(cfg, as_json: bool) -> None:
     try:
         await until_signalled()
     finally:
+        if metrics is not None:
+            metrics.stop()
         await running.close()
     click.echo(json.dumps({"event": "stopped"}) if as_json else "stopped cleanly")
 
@@ -54,9 +70,13 @@ async def _run(cfg, as_json: bool) -> None:
               help="controller.conf: listenPort, controllerStorePath, enableElectUncleanMaster, "
                    "notifyBrokerRoleChanged, scanNotActiveBrokerInterval, ...")
 @click.option("--port", type=int, default=None, help="Overrides listenPort (0 = any free).")
+@click.option("--metrics-port", type=int, default=None,
+              help="Serve Prometheus /metrics here (0 = any free): each group's master, epochs, "
+                   "SyncStateSet, live replicas, last failover; whether this controller leads.")
 @click.option("--log-level", default="WARNING", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable status lines.")
-def command(config_path: str, port: int | None, log_level: str, as_json: bool) -> None:
+def command(config_path: str, port: int | None, metrics_port: int | None, log_level: str,
+            as_json: bool) -> None:
     """Run RocketMQ 5's controller (SyncStateSet, master epochs, broker ids)."""
     from ..controller.config import ControllerConfig
     from ..logsafe import configure
@@ -71,4 +91,4 @@ def command(config_path: str, port: int | None, log_level: str, as_json: bool) -
         raise click.ClickException(f"{config_path}: {exc}") from exc
     if port is not None:
         cfg.listenPort = port
-    asyncio.run(_run(cfg, as_json))
+    asyncio.run(_run(cfg, as_json, metrics_port))

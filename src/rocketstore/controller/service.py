@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from ..client.transport import ConnectionPool
@@ -34,6 +35,18 @@ from .journal import Journal
 from .state import ReplicasInfo, Result
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class Failover:
+    """The last change of a group's master, for operators (status, /metrics)."""
+    broker_name: str
+    at: float  # wall-clock time of the election
+    why: str  # what set it off: the master's heartbeat expired, its connection closed, ...
+    took_s: float | None  # from noticing the master gone to the election (None: none noticed)
+    from_id: int | None
+    to_id: int | None
+    epoch: int
 
 
 def now_ms() -> int:
@@ -53,6 +66,8 @@ class ControllerService:
         self.address = f"{config.listenHost}:{config.listenPort}"
         self._tasks: set[asyncio.Task] = set()
         self.elections = 0  # successful elections (status)
+        self.failovers: dict[str, Failover] = {}  # broker name -> its last master change
+        self._suspects: dict[str, tuple[float, str]] = {}  # broker name -> (noticed, why)
         self.notifications = 0
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -195,11 +210,14 @@ class ControllerService:
         return rank
 
     def elect(self, broker_name: str, broker_id: int | None, designate: bool) -> Result:
+        g = self.state.groups.get(broker_name)
+        old = g.master if g is not None else None
         res = self.commit(self.state.elect_master(
             broker_name, broker_id, designate, self.group_rank(broker_name),
             self.config.enableElectUncleanMaster))
         if res.code == R.SUCCESS:
             self.elections += 1
+            self._record_failover(broker_name, old, res, designate)
             log.warning("controller: %s elected broker %s (%s) master, epoch %s",
                         broker_name, res.header.get("masterBrokerId"),
                         res.header.get("masterAddress"), res.header.get("masterEpoch"))
@@ -207,16 +225,30 @@ class ControllerService:
                 self.notify_role_changed(res)
         return res
 
+    def _record_failover(self, broker_name: str, old: int | None, res: Result,
+                         designate: bool) -> None:
+        new = res.header.get("masterBrokerId")
+        suspect = self._suspects.pop(broker_name, None)
+        if old is None and suspect is None and not designate and broker_name not in self.failovers:
+            return  # a group's first master is no failover
+        why = suspect[1] if suspect else ("electMaster (designated)" if designate else "electMaster")
+        took = time.monotonic() - suspect[0] if suspect else None
+        self.failovers[broker_name] = Failover(
+            broker_name, time.time(), why, took, old, None if new is None else int(new),
+            int(res.header.get("masterEpoch") or 0))
+
     # -- brokers coming and going -----------------------------------------------------------------
     def connection_closed(self, conn: Any) -> None:
         for info in self.heartbeats.closed(conn):
-            self._broker_inactive(info)
+            self._broker_inactive(info, "its heartbeat connection closed")
 
-    def _broker_inactive(self, info: BrokerLive) -> None:
+    def _broker_inactive(self, info: BrokerLive, why: str) -> None:
         g = self.state.groups.get(info.broker_name)
-        log.warning("controller: broker %s/%s id %s (%s) is inactive", info.cluster,
-                    info.broker_name, info.broker_id, info.addr)
+        log.warning("controller: broker %s/%s id %s (%s) is inactive: %s", info.cluster,
+                    info.broker_name, info.broker_id, info.addr, why)
         if g is not None and g.master == info.broker_id and self.leading:
+            self._suspects.setdefault(info.broker_name,
+                                      (time.monotonic(), f"master {info.broker_id}: {why}"))
             self._spawn(self._trigger_elect(info.broker_name))
 
     async def _trigger_elect(self, broker_name: str) -> None:
@@ -242,7 +274,7 @@ class ControllerService:
             for info in self.heartbeats.expired(now_ms()):
                 if info.conn is not None and hasattr(info.conn, "abort"):
                     info.conn.abort()
-                self._broker_inactive(info)
+                self._broker_inactive(info, "its heartbeats expired")
 
     async def _scan_inactive_masters(self) -> None:
         while True:
@@ -250,6 +282,8 @@ class ControllerService:
             if not self.leading:
                 continue
             for name in self.state.need_reelect(self.alive):
+                self._suspects.setdefault(name, (time.monotonic(), "the master is not alive "
+                                                 "(found by the inactive-master scan)"))
                 await self._trigger_elect(name)
 
     # -- telling brokers --------------------------------------------------------------------------
