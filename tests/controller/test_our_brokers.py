@@ -46,10 +46,10 @@ def start_ctl_broker(workdir: str, ns: str, ctl: str, port: int, **keys) -> Proc
                    "--json", "--log-level", "INFO"], os.path.join(workdir, "serve.log"))
 
 
-def read_keys(ns: str) -> list[tuple[str, bytes]]:
+def read_keys(ns: str, queues: int = 2) -> list[tuple[str, bytes]]:
     out = []
     with PullConsumer("ctl-reader", ns) as c:
-        for q in range(2):
+        for q in range(queues):
             off = 0
             while True:
                 r = c.pull(TOPIC, q, off, 32)
