@@ -57,3 +57,20 @@ def test_serve_refuses_controller_mode_that_cannot_work(tmp_path, conf_text, por
     assert p.returncode == 2, p.stdout + p.stderr
     assert why in p.stderr and "Traceback" not in p.stderr, p.stderr
     assert not os.path.exists(store), "a refused start must create no store"
+
+
+def test_serve_refuses_a_store_of_another_broker_group(tmp_path):
+    """The store's brokerIdentity (RocketMQ's cluster#brokerName#id) names another group: the
+    broker does not start (it would take another replica's id), before any controller call."""
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "brokerIdentity").write_text("OtherCluster#broker-a#1")
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerName=broker-a\nenableControllerMode=true\n"
+                    "controllerAddr=127.0.0.1:9\n")
+    p = subprocess.run([sys.executable, "-m", "rocketstore.cli", "serve", "--store", str(store),
+                        "--config", str(conf), "--port", "10911", "--namesrv-port", "0"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "belongs to OtherCluster/broker-a" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert sorted(os.listdir(store)) == ["brokerIdentity"]  # nothing else created

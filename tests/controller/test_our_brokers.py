@@ -198,8 +198,17 @@ def test_our_group_fails_over_and_the_old_master_rejoins(controllers, tmp_path):
         wait_for(lambda: commitlog_bytes(str(tmp_path / "b1" / "store")) ==
                  commitlog_bytes(str(new.ready["store"])), 30, "the old master to catch up", 0.5)
 
-        # killed and restarted, the old master comes back as a slave
+        # killed and restarted, the old master comes back as a slave; in between, `rocketstore
+        # salvage` shows the stale write among what the cut set aside
         b[1].kill()
+        import subprocess
+        import sys
+        out = subprocess.run([sys.executable, "-m", "rocketstore.cli", "salvage", "--store",
+                              str(tmp_path / "b1" / "store"), "--dry-run", "--json"],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        events = json.loads(out.stdout)["events"]
+        assert events and events[0]["status"] == "dry run" and events[0]["found"] >= 1, events
         b[1] = start_ctl_broker(str(tmp_path / "b1"), ns.addr, ctl.addr, ports[0])
         procs.append(b[1])
         assert b[1].ready["role"] == "SLAVE" and b[1].ready["controller_broker_id"] == 1

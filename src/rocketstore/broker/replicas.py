@@ -128,6 +128,10 @@ class ControllerError(Exception):
         self.code = code
 
 
+class IdentityMismatch(Exception):
+    """The store's broker identity names another cluster or broker group: not started."""
+
+
 # -- the broker identity files (RocketMQ's BrokerMetadata / TempBrokerMetadata) -------------------
 def read_identity(path: str) -> list[str] | None:
     if not os.path.exists(path):
@@ -282,8 +286,8 @@ class ReplicasManager:
 
     def _check_identity(self, parts: list[str], path: str) -> None:
         if parts[0] != self.cluster or parts[1] != self.broker_name:
-            raise SystemExit(f"{path} belongs to {parts[0]}/{parts[1]}, not "
-                             f"{self.cluster}/{self.broker_name}: wrong store directory?")
+            raise IdentityMismatch(f"{path} belongs to {parts[0]}/{parts[1]}, not "
+                                   f"{self.cluster}/{self.broker_name}: wrong store directory?")
 
     def _role_from(self, resp: RemotingCommand, body: Any) -> Role | None:
         mid = resp.get_int("masterBrokerId")

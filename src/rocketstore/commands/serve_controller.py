@@ -60,7 +60,12 @@ async def serve_controller_mode(store_cfg: Any, broker_cfg: Any, cm: Any, as_jso
         await rm.stop()
         _say(as_json, {"event": "stopped"}, "stopped cleanly")
         return
-    starting.result()
+    from ..broker.replicas import IdentityMismatch
+    try:
+        starting.result()
+    except IdentityMismatch as exc:
+        await rm.stop()
+        raise click.ClickException(str(exc)) from None
     truncate: list[int] = []
     cut = asyncio.Event()
 
