@@ -85,6 +85,9 @@ class StoreConfig:
     # its oldest file) instead of RocketMQ's "start of the last file"; off = RocketMQ's behaviour
     ha_full_catch_up: bool = False
     ha_bind_host: str = "0.0.0.0"
+    # controller mode (RocketMQ 5's auto-switch HA): a store.ha.autoswitch.AutoSwitchSettings
+    # the broker's replica manager fills in; None = the 4.9 HA above
+    controller_ha: Any = None
     # the tiered store (store/tier/): None = off unless broker.conf's messageStorePlugIn names
     # RocketMQ's TieredMessageStore (then ``TierConfig.from_conf(extra)``); see ``tier_config``
     tier: "TierConfig | None" = None
@@ -373,7 +376,7 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
               "timer_congest_num_each_slot"),
     "ha": ("broker_role", "ha_listen_port", "ha_master_address", "ha_send_heartbeat_interval",
            "ha_housekeeping_interval", "ha_transfer_batch_size", "ha_slave_fallbehind_max",
-           "slave_timeout", "ha_full_catch_up", "ha_bind_host"),
+           "slave_timeout", "ha_full_catch_up", "ha_bind_host", "controller_ha"),
     "tiered": ("tier",),  # the tiered store's own keys live in TierConfig
 }
 _CAMEL_EXCEPTIONS = {v: k for k, v in {  # RocketMQ spells these "CommitLog" / "CRC"

@@ -296,6 +296,7 @@ _PUT_CODES = {
     "WHEEL_TIMER_MSG_ILLEGAL": ResponseCode.MESSAGE_ILLEGAL,  # RocketMQ 5's answers
     "WHEEL_TIMER_FLOW_CONTROL": ResponseCode.SYSTEM_ERROR,
     "WHEEL_TIMER_NOT_ENABLE": ResponseCode.SYSTEM_ERROR,
+    "IN_SYNC_REPLICAS_NOT_ENOUGH": ResponseCode.SYSTEM_ERROR,  # RocketMQ 5's answer
 }
 
 
@@ -326,6 +327,8 @@ def put_failure_remark(status: PutStatus, error: str | None, batch: bool = False
         return f"put messages failed: {status.name}"
     if status.name.startswith("WHEEL_TIMER"):  # RocketMQ 5's remark as it is
         return error or status.name
+    if status.name == "IN_SYNC_REPLICAS_NOT_ENOUGH":
+        return "in-sync replicas not enough"
     return f"put message failed: {status.name} {error or ''}"
 
 

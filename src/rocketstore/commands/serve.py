@@ -127,7 +127,9 @@ def _warn_unknown_keys(conf: str, extra: dict) -> None:
     """One warning per broker.conf key nobody reads, with the nearest known key."""
     from ..broker.conf_keys import unknown_keys
     from ..config import TIER_CONF_KEYS
-    for key, near in unknown_keys(extra, (*_CONF_KEYS, *_OWN_KEYS, *TIER_CONF_KEYS)):
+    from ..broker.replicas import ControllerModeConfig
+    for key, near in unknown_keys(extra, (*_CONF_KEYS, *_OWN_KEYS, *TIER_CONF_KEYS,
+                                          *ControllerModeConfig.KEYS)):
         hint = f" (did you mean {near!r}?)" if near else ""
         click.echo(f"warning: {conf}: unknown key {key!r} ignored{hint}", err=True)
 
@@ -136,11 +138,8 @@ def _warn_unknown_keys(conf: str, extra: dict) -> None:
 # rather than ignored, since running as a plain broker instead would mislead the operator (a
 # group that believes it fails over automatically, or a DLedger CommitLog that is not there)
 _UNSERVED_MODES = {
-    "enableControllerMode": "controller mode (RocketMQ 5's automatic failover) is served by "
-                            "`rocketstore controller` for RocketMQ's Java 5.x brokers; a "
-                            "rocketstore broker runs master/slave (brokerRole, brokerId, "
-                            "haMasterAddress) — see the README's controller section",
-    "enableDLegerCommitLog": "a DLedger CommitLog is not supported; use master/slave "
+    "enableDLegerCommitLog": "a DLedger CommitLog is not supported; use controller mode "
+                             "(enableControllerMode, controllerAddr) or master/slave "
                              "(brokerRole, brokerId, haMasterAddress)",
 }
 
@@ -362,15 +361,36 @@ def command(store_dir, host, port, namesrv_port, namesrv_addr, broker_name, conf
             broker_cfg.namesrv_port = None
     if not host_given:
         store_cfg.store_host = f"{host}:{broker_cfg.port}"
-    from ..broker.replication import check_role
-    try:  # RocketMQ's BrokerStartup: masters are id 0, a slave's id must be > 0
-        broker_cfg.broker_id = check_role(store_cfg.broker_role, broker_cfg.broker_id)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--config (brokerId)") from exc
+    controller_mode = None
+    if str(store_cfg.extra.get("enableControllerMode", "false")).strip().lower() == "true":
+        from ..broker.replicas import ControllerModeConfig
+        try:  # the controller gives the id and the role: brokerId / brokerRole are not read
+            controller_mode = ControllerModeConfig.from_conf(store_cfg.extra)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--config") from exc
+        if not broker_cfg.port:
+            raise click.BadParameter("controller mode needs a fixed listenPort (the controller "
+                                     "knows each replica by its address)",
+                                     param_hint="--port / listenPort")
+        broker_cfg.broker_id = 0  # until the controller gives one (brokerId=-1 is not read)
+    else:
+        from ..broker.replication import check_role
+        try:  # RocketMQ's BrokerStartup: masters are id 0, a slave's id must be > 0
+            broker_cfg.broker_id = check_role(store_cfg.broker_role, broker_cfg.broker_id)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--config (brokerId)") from exc
     _check_limits(store_cfg, broker_cfg)  # before anything touches the store
     # as RocketMQ 4.9.7's BrokerStartup: the HA socket is always listenPort + 1
     store_cfg.ha_listen_port = broker_cfg.port + 1 if broker_cfg.port else 0
     store_cfg.ha_bind_host = host
     from ..broker.eventloop import run as run_loop  # uvloop when installed
+    if controller_mode is not None:
+        if metrics_port is not None or console_port is not None:
+            raise click.BadParameter("not served in controller mode yet (the broker restarts "
+                                     "on a role change); leave them out",
+                                     param_hint="--metrics-port / --console")
+        from .serve_controller import serve_controller_mode
+        run_loop(serve_controller_mode(store_cfg, broker_cfg, controller_mode, as_json))
+        return
     run_loop(_serve(store_cfg, broker_cfg, as_json,
                     {"metrics_port": metrics_port, "console_port": console_port}))

@@ -99,7 +99,12 @@ def open_store(store: Any) -> None:
     if cfg.timer.timer_wheel_enable and not cfg.is_slave:  # a slave delivers nothing: its master does
         _start_timer(store)
     ha = cfg.ha
-    if ha.ha_listen_port is not None or cfg.is_slave or ha.broker_role == "SYNC_MASTER":
+    if ha.controller_ha is not None:  # controller mode: RocketMQ 5's auto-switch HA
+        from .ha.autoswitch import AutoSwitchHAService
+        store.ha = AutoSwitchHAService(cfg, store.commitlog, store.reput.wakeup, ha.controller_ha)
+        store.ha.start()
+        store.put_path.replicas = store.ha
+    elif ha.ha_listen_port is not None or cfg.is_slave or ha.broker_role == "SYNC_MASTER":
         from .ha import HAService
         store.ha = HAService(cfg, store.commitlog, store.reput.wakeup)
         store.ha.start()
