@@ -1,5 +1,6 @@
-"""The fault loop (``faults.py``) on a controller-mode group: RocketMQ 5.3.3's brokers (two
-replicas, ``allAckInSyncStateSet=true``) under three of our controllers on etcd, producers and a
+"""The fault loop (``faults.py``) on a controller-mode group: two replicas
+(``allAckInSyncStateSet=true``) — RocketMQ 5.3.3's brokers, and ours (``rocketstore serve`` in
+controller mode) — under three of our controllers on etcd, producers and a
 reader running throughout, and one fault after another: the master SIGKILLed, the master paused
 past its heartbeat timeout (SIGSTOP, then SIGCONT: a stale master wakes up), the leader
 controller SIGKILLed, the master cut off from every controller (a proxy the test controls), a
@@ -17,6 +18,7 @@ import pytest
 from rocketstore.controller.codes import ControllerRequest as Q
 from rocketstore.controller.codes import ControllerResponse as R
 from tests import referee
+from tests.broker.conftest import free_port
 from tests.cluster import java_rocketmq as jr
 from tests.ha.ha_helpers import TcpProxy, wait_for
 
@@ -29,14 +31,23 @@ BN, TOPIC = "broker-f", "FaultTopic"
 HB_TIMEOUT_MS = 6000  # the brokers' controllerHeartBeatTimeoutMills (controller_mode_broker)
 
 
-class Group:
-    """Two Java replicas, each talking to the controllers through proxies of its own (so one
-    replica alone can be cut off), and the three controllers."""
+def signal_broker(b, sig: int) -> None:
+    """A Java broker runs in a process group of its own (launcher + JVM); ours is one process."""
+    if isinstance(b, jr.JavaProc):
+        os.killpg(b.proc.pid, sig)
+    else:
+        b.proc.send_signal(sig)
 
-    def __init__(self, home, tmp, ns, nodes) -> None:
-        self.home, self.tmp, self.ns, self.nodes = home, tmp, ns, nodes
+
+class Group:
+    """Two replicas of ``kind`` ("java" or "ours"), each talking to the controllers through
+    proxies of its own (so one replica alone can be cut off), and the three controllers."""
+
+    def __init__(self, kind, home, tmp, ns, nodes) -> None:
+        self.kind, self.home, self.tmp, self.ns, self.nodes = kind, home, tmp, ns, nodes
         self.proxies: dict[str, list[TcpProxy]] = {}
-        self.brokers: dict[str, jr.JavaProc] = {}
+        self.brokers: dict = {}
+        self.ports: dict[str, int] = {}  # ours keep their listenPort across restarts
 
     def leader(self):
         return _wait_leader([c for c in self.nodes if c.proc.poll() is None], timeout=LEASE_S * 5 + 15)
@@ -45,9 +56,18 @@ class Group:
         if name not in self.proxies:
             self.proxies[name] = [TcpProxy(int(c.addr.rsplit(":", 1)[1])) for c in self.nodes]
         addrs = ";".join(f"127.0.0.1:{p.port}" for p in self.proxies[name])
-        self.brokers[name] = jr.controller_mode_broker(
-            self.home, os.path.join(self.tmp, name), self.ns.addr, addrs, BN,
-            extra={"haMaxTimeSlaveNotCatchup": "5000"})
+        workdir = os.path.join(self.tmp, name)
+        if self.kind == "java":
+            self.brokers[name] = jr.controller_mode_broker(
+                self.home, workdir, self.ns.addr, addrs, BN,
+                extra={"haMaxTimeSlaveNotCatchup": "5000"})
+        else:
+            from .test_our_brokers import start_ctl_broker
+            port = self.ports.setdefault(name, free_port())
+            self.brokers[name] = start_ctl_broker(
+                workdir, self.ns.addr, addrs, port, brokerName=BN,
+                controllerHeartBeatTimeoutMills=HB_TIMEOUT_MS, haMaxTimeSlaveNotCatchup=5000,
+                defaultTopicQueueNums=4)
 
     def state(self) -> dict:
         try:
@@ -73,7 +93,7 @@ class Group:
     def stop(self) -> None:
         for b in self.brokers.values():
             try:
-                os.killpg(b.proc.pid, signal.SIGCONT)
+                signal_broker(b, signal.SIGCONT)
                 b.stop()
             except Exception:  # noqa: BLE001
                 pass
@@ -84,7 +104,7 @@ class Group:
 
 def _kill_master(g: Group, log: list) -> None:
     name = g.master()
-    os.killpg(g.brokers[name].proc.pid, signal.SIGKILL)
+    signal_broker(g.brokers[name], signal.SIGKILL)
     g.brokers[name].proc.wait(10)
     wait_for(lambda: g.state().get("masterAddress") not in (None, g.brokers[name].addr), 40,
              "another master", 0.2)
@@ -94,13 +114,13 @@ def _kill_master(g: Group, log: list) -> None:
 
 def _pause_master(g: Group, log: list) -> None:
     name = g.master()
-    pid = g.brokers[name].proc.pid
-    os.killpg(pid, signal.SIGSTOP)
+    b = g.brokers[name]
+    signal_broker(b, signal.SIGSTOP)
     try:
-        wait_for(lambda: g.state().get("masterAddress") not in (None, g.brokers[name].addr),
+        wait_for(lambda: g.state().get("masterAddress") not in (None, b.addr),
                  HB_TIMEOUT_MS / 1000 + 30, "the paused master replaced", 0.2)
     finally:
-        os.killpg(pid, signal.SIGCONT)  # a stale master wakes up
+        signal_broker(b, signal.SIGCONT)  # a stale master wakes up
     log.append(f"SIGSTOP master {name} past its heartbeat timeout, SIGCONT")
 
 
@@ -128,22 +148,21 @@ def _cut_master(g: Group, log: list) -> None:
 def _pause_slave(g: Group, log: list) -> None:
     m = g.master()
     name = next(n for n in g.brokers if n != m)
-    pid = g.brokers[name].proc.pid
-    os.killpg(pid, signal.SIGSTOP)
+    signal_broker(g.brokers[name], signal.SIGSTOP)
     time.sleep(8)  # past haMaxTimeSlaveNotCatchup: the master shrinks its SyncStateSet
-    os.killpg(pid, signal.SIGCONT)
+    signal_broker(g.brokers[name], signal.SIGCONT)
     log.append(f"SIGSTOP slave {name} 8 s, SIGCONT")
 
 
 FAULTS = [_kill_master, _pause_master, _kill_leader_controller, _cut_master, _pause_slave]
 
 
-@pytest.fixture
-def group(tmp_path, etcd, controllers):  # noqa: F811 - the etcd fixture
+@pytest.fixture(params=["ours", "java"])
+def group(request, tmp_path, etcd, controllers):  # noqa: F811 - the etcd fixture
     home = referee.home(referee.V5)
     nodes = _group(tmp_path, etcd, controllers)
     ns = jr.start_java_namesrv(home, str(tmp_path / "ns"))
-    g = Group(home, str(tmp_path), ns, nodes)
+    g = Group(request.param, home, str(tmp_path), ns, nodes)
     yield g
     g.stop()
     ns.stop()

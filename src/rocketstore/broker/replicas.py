@@ -162,6 +162,7 @@ class ReplicasManager:
         self.broker_id: int | None = None
         self.leader: str | None = None
         self._ch: _Channel | None = None
+        self._hb: dict[str, _Channel] = {}  # heartbeat channels, one per controllerAddr entry
         self.role: Role | None = None
         self.sync_state_set: set[int] = set()
         self.sync_state_set_epoch = 0
@@ -251,6 +252,9 @@ class ReplicasManager:
                 pass
         if self._ch is not None:
             self._ch.close()
+        for ch in self._hb.values():
+            ch.close()
+        self._hb.clear()
 
     async def _register_id(self) -> None:
         if self.broker_id is not None:
@@ -378,13 +382,29 @@ class ReplicasManager:
                 "electionPriority": self.cfg.broker_election_priority}
 
     async def heartbeat(self) -> None:
-        ch = await self._channel()
-        cmd = RemotingCommand.request(Q.BROKER_HEARTBEAT, self.heartbeat_fields(), oneway=True,
-                                      language="JAVA")
-        if not ch.alive:
-            await ch.open(self.timeout_s)
-        assert ch.writer is not None
-        ch.writer.write(ch.codec.send(cmd))
+        """One oneway BROKER_HEARTBEAT to every address of ``controllerAddr``, as RocketMQ 5's
+        ReplicasManager sends them (not only to the leader: every controller of a group keeps
+        liveness, so a new leader knows at once who lives). ConnectionError when none took it."""
+        fields = self.heartbeat_fields()
+
+        async def one(addr: str) -> Exception | None:
+            ch = self._hb.get(addr)
+            if ch is None:
+                ch = self._hb[addr] = _Channel(addr)
+            try:
+                if not ch.alive:  # a dead or cut-off controller delays no other one
+                    await ch.open(self.timeout_s)
+                assert ch.writer is not None
+                ch.writer.write(ch.codec.send(RemotingCommand.request(
+                    Q.BROKER_HEARTBEAT, fields, oneway=True, language="JAVA")))
+                return None
+            except (OSError, ConnectionError, asyncio.TimeoutError) as exc:
+                ch.close()
+                return exc
+        errors = await asyncio.gather(*(one(a) for a in self.cfg.controller_addrs))
+        if all(e is not None for e in errors):
+            last = errors[-1]
+            raise ConnectionError(f"no controller took the heartbeat: {last}")
 
     async def _heartbeats(self) -> None:
         while True:

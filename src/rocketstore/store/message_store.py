@@ -76,6 +76,9 @@ class MessageStore:
     timer: TimerMessageStore | None
     ha: HAService | None
     clean_service: CleanService | None
+    # controller mode: the highest offset every SyncStateSet member holds (RocketMQ 5's confirm
+    # offset); consumers are served nothing above it (None: no such limit)
+    replicated_end: Callable[[], int] | None = None
 
     def __init__(self, cfg: StoreConfig) -> None:
         cfg = adopt_saved_sizes(cfg)
@@ -143,7 +146,15 @@ class MessageStore:
 
     # -- service callbacks ----------------------------------------------------------------------
     def _confirmed_offset(self) -> int:
-        return self.commitlog.flushed_offset() if self.cfg.sync_flush else self.commitlog.max_offset()
+        """Where dispatch (and so what consumers can be served) ends: flushed bytes under
+        SYNC_FLUSH, else every appended byte; in controller mode also no further than the
+        replicas' confirm offset, as RocketMQ 5's reput ends at ``getConfirmOffset()`` (with
+        readUnCommitted=false): a message the group could still lose in a failover is never
+        served, so no reader sees a (queue, offset) later taken by another message."""
+        end = self.commitlog.flushed_offset() if self.cfg.sync_flush else self.commitlog.max_offset()
+        if self.replicated_end is not None:
+            end = min(end, self.replicated_end())
+        return end
 
     def _on_logics_timestamp(self, ts: int) -> None:
         self.checkpoint.logics_msg_timestamp = ts

@@ -101,8 +101,10 @@ def open_store(store: Any) -> None:
     ha = cfg.ha
     if ha.controller_ha is not None:  # controller mode: RocketMQ 5's auto-switch HA
         from .ha.autoswitch import AutoSwitchHAService
-        store.ha = AutoSwitchHAService(cfg, store.commitlog, store.reput.wakeup, ha.controller_ha)
-        store.ha.start()
+        auto = AutoSwitchHAService(cfg, store.commitlog, store.reput.wakeup, ha.controller_ha)
+        store.ha = auto
+        store.replicated_end = lambda: auto.confirm_offset
+        auto.start()
         store.put_path.replicas = store.ha
     elif ha.ha_listen_port is not None or cfg.is_slave or ha.broker_role == "SYNC_MASTER":
         from .ha import HAService

@@ -194,7 +194,10 @@ class AutoSwitchHAService:
         members = [top if m == me else acks.get(m, 0) for m in self.sync_state_set] or [top]
         confirm = min(members)
         if confirm > self.confirm_offset or not self.settings.is_master:
+            moved = confirm > self.confirm_offset
             self.confirm_offset = confirm
+            if moved:
+                self._on_appended()  # dispatch may go on: consumers are served up to here
         if self.settings.all_ack_in_sync_state_set:
             self.group.ack(confirm)
         else:
@@ -588,7 +591,10 @@ class _SlaveClient:
                         self.received_bytes += size
                         svc.on_appended()
                     self.master_offset_seen = offset + size
-                    svc.confirm_offset = min(confirm, cl.max_offset())
+                    new_confirm = min(confirm, cl.max_offset())
+                    if new_confirm != svc.confirm_offset:
+                        svc.confirm_offset = new_confirm
+                        svc.on_appended()  # the slave dispatches up to the confirm offset too
             elif time.monotonic() - last_read > housekeeping_s:
                 raise OSError("master silent longer than haHousekeepingInterval")
             mine = cl.max_offset()
