@@ -45,7 +45,7 @@ PURE_TESTS := tests/remoting tests/format tests/durability/test_sync_deferred.py
 	tests/broker/test_worker_link.py tests/broker/test_workers.py::test_sends_and_pulls_through_two_workers \
 	tests/broker/test_workers.py::test_worker_records_equal_one_process_records
 
-# The main suite runs as three pytest processes side by side, because most tests wait on servers,
+# The main suite runs as four pytest processes side by side (MAIN_D below), because most tests wait on servers,
 # sockets, timers, JVMs and Spark rather than use a core: MAIN_A (every test that uses the one
 # SparkSession of a run, tests/spark, kept in one process; the longest Spark-backed subprocess
 # tests; the gRPC client tests), MAIN_C (the longest suites against RocketMQ's own Java releases,
@@ -57,6 +57,12 @@ PURE_TESTS := tests/remoting tests/format tests/durability/test_sync_deferred.py
 MAIN_A := tests/spark tests/cluster tests/test_readme.py tests/proxy
 MAIN_C := tests/controller tests/broker/test_mqadmin.py tests/broker/test_acl_java.py \
 	tests/broker/test_pop5_probe.py tests/ha/test_ha_java.py
+# MAIN_D: the controller-mode groups (our brokers, mixed groups, the etcd controller group, the
+# fault loop), a fourth process beside the others: their time is heartbeats, elections and JVM
+# starts, not cores. MAIN_C and MAIN_B skip these files.
+MAIN_D := tests/controller/test_our_brokers.py tests/controller/test_mixed_groups.py \
+	tests/controller/test_etcd_group.py tests/controller/test_fault_loop.py \
+	tests/controller/test_epoch_java.py
 # single tests of MAIN_A's files that run in MAIN_C instead (MAIN_A deselects them), and files of
 # MAIN_A's directories that run in MAIN_B: the three slots kept near the same length
 MAIN_C_NODES := tests/spark/test_sink_exactly_once.py::test_java_broker_exactly_once_batch_and_killed_stream[5.3.3]
@@ -68,20 +74,24 @@ test: $(STAMP) referee etcd
 	( ROCKETSTORE_PURE_PYTHON=1 $(PY) -m pytest -q -rs -p no:cacheprovider \
 		--basetemp=$$tmp/pure $(PURE_TESTS) > .pure-pass.log 2>&1; echo $$? > $$tmp/pure.rc; \
 	  $(PY) -m pytest -q -rs --durations=10 -p no:cacheprovider --basetemp=$$tmp/main-c \
-		$(MAIN_C) '$(MAIN_C_NODES)' > .main-c.log 2>&1; echo $$? > $$tmp/main-c.rc ) & pc=$$!; \
+		$(addprefix --ignore=,$(MAIN_D)) $(MAIN_C) '$(MAIN_C_NODES)' > .main-c.log 2>&1; \
+	  echo $$? > $$tmp/main-c.rc ) & pc=$$!; \
+	$(PY) -m pytest -q -rs --durations=10 -p no:cacheprovider --basetemp=$$tmp/main-d \
+		$(MAIN_D) > .main-d.log 2>&1 & d=$$!; \
 	$(PY) -m pytest -q -rs --durations=10 -p no:cacheprovider --basetemp=$$tmp/main-b \
-		$(addprefix --ignore=,$(MAIN_A) $(MAIN_C)) tests $(MAIN_B_FROM_A) > .main-b.log 2>&1 & b=$$!; \
+		$(addprefix --ignore=,$(MAIN_A) $(MAIN_C) $(MAIN_D)) tests $(MAIN_B_FROM_A) > .main-b.log 2>&1 & b=$$!; \
 	$(PY) -m pytest -q -rs --durations=10 --basetemp=$$tmp/main-a $(addprefix --ignore=,$(MAIN_B_FROM_A)) \
 		--deselect '$(MAIN_C_NODES)' $(MAIN_A); a=$$?; \
-	wait $$b; rb=$$?; wait $$pc; p=$$(cat $$tmp/pure.rc); c=$$(cat $$tmp/main-c.rc); wait $$s3; \
+	wait $$b; rb=$$?; wait $$d; rd=$$?; wait $$pc; p=$$(cat $$tmp/pure.rc); c=$$(cat $$tmp/main-c.rc); wait $$s3; \
 	echo "== S3 server set-up (scripts/s3server/install.py):"; cat .s3server.log; \
 	echo "== main suite, second process (all but $(MAIN_A) $(MAIN_C), plus $(MAIN_B_FROM_A)):"; cat .main-b.log; \
 	echo "== main suite, the referee's longest suites ($(MAIN_C)):"; cat .main-c.log; \
+	echo "== main suite, the controller-mode groups ($(MAIN_D)):"; cat .main-d.log; \
 	echo "== pure-Python pass (ROCKETSTORE_PURE_PYTHON=1) of $(PURE_TESTS):"; cat .pure-pass.log; \
-	if test $$a -eq 0 && test $$rb -eq 0 && test $$c -eq 0 && test $$p -eq 0; then \
+	if test $$a -eq 0 && test $$rb -eq 0 && test $$c -eq 0 && test $$rd -eq 0 && test $$p -eq 0; then \
 		rm -rf $$tmp; echo "== make test: all passed (temp dirs removed)"; \
 	else \
-		echo "== make test: main A exit $$a, main B exit $$rb, main C exit $$c, pure pass exit $$p (temp dirs kept: $$tmp)"; \
+		echo "== make test: main A exit $$a, main B exit $$rb, main C exit $$c, main D exit $$rd, pure pass exit $$p (temp dirs kept: $$tmp)"; \
 		exit 1; \
 	fi
 
