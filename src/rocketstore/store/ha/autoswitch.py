@@ -269,8 +269,8 @@ class AutoSwitchHAService:
         self._on_appended()
 
     def set_master_address(self, addr: str | None) -> None:
-        if self.client is not None and addr:
-            self.client.master_address = addr
+        """The name server's word on the master is ignored: in controller mode only the
+        controller names it (a name server may still list a dead master for a while)."""
 
     # -- operators ------------------------------------------------------------------------------
     def status(self) -> dict:
