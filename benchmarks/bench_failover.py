@@ -104,7 +104,8 @@ class KillGroup:
             self.ctl = jc.addr
         else:
             oc = start_controller(write_conf(os.path.join(tmp, "c.conf"), os.path.join(tmp, "cstore"),
-                                             scanNotActiveBrokerInterval=1000))
+                                             scanNotActiveBrokerInterval=1000),
+                                  os.path.join(tmp, "controller.log"))
             self.procs.append(oc)
             self.ctl = oc.addr
         self.ports = {"b1": free_port(), "b2": free_port()}
@@ -168,9 +169,18 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, max(0, int(round(q * (len(xs) - 1)))))]
 
 
-def kill_loop(home: str, kills: int) -> None:
-    with tempfile.TemporaryDirectory(prefix="failover-ours-") as t1, \
+def kill_loop(home: str, kills: int, keep: str | None) -> None:
+    import contextlib
+    if keep:  # the groups' directories (logs, stores) are kept for a look afterwards
+        os.makedirs(keep, exist_ok=True)
+        dirs = contextlib.nullcontext((tempfile.mkdtemp(dir=keep, prefix="ours-"),
+                                       tempfile.mkdtemp(dir=keep, prefix="java-")))
+    else:
+        dirs = contextlib.nullcontext(None)
+    with dirs as kept, tempfile.TemporaryDirectory(prefix="failover-ours-") as t1, \
             tempfile.TemporaryDirectory(prefix="failover-java-") as t2:
+        if kept:
+            t1, t2 = kept
         groups = {"ours": KillGroup("ours", home, t1), "java": KillGroup("java", home, t2)}
         times: dict[str, list[float]] = {"ours": [], "java": []}
         try:
@@ -193,13 +203,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--kills", type=int, default=0)
+    ap.add_argument("--keep", default=None, help="keep the --kills groups' directories here")
     args = ap.parse_args()
     referee.export_env()
     home = os.environ.get(referee.ENV[referee.V5])
     if not home:
         sys.exit(referee.reason(referee.V5))
     if args.kills:
-        kill_loop(home, args.kills)
+        kill_loop(home, args.kills, args.keep)
         return
     rows = []
     for i in range(args.rounds):

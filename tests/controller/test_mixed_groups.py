@@ -1,5 +1,6 @@
 """A group that mixes RocketMQ 5.3.3's own broker and ``rocketstore serve`` under RocketMQ
-5.3.3's own controller (ControllerStartup), both ways round, over the auto-switch HA wire:
+5.3.3's own controller (ControllerStartup; our name server), both ways round, over the auto-switch
+HA wire:
 
 1. our master, Java slave: the Java slave handshakes, replicates and is taken into the
    SyncStateSet by our master; with allAckInSyncStateSet a SEND_OK then means it acknowledged;
@@ -19,7 +20,7 @@ from rocketstore.controller.codes import ControllerRequest as Q
 from tests import referee
 from tests.cluster import java_rocketmq as jr
 from tests.ha.ha_helpers import wait_for
-from tests.ha.procs import free_port_block
+from tests.ha.procs import free_port_block, start_namesrv
 
 from .conftest import body_of, call
 from .test_java_brokers import BN, namesrv_ids, sync_state
@@ -60,7 +61,7 @@ def test_java_master_our_slave_then_our_master_java_slave(tmp_path):
         ctl = jr.start_java_controller(home, str(tmp_path / "ctl"),
                                        {"scanNotActiveBrokerInterval": "1000"})
         procs.append(ctl)
-        ns = jr.start_java_namesrv(home, str(tmp_path / "ns"))
+        ns = start_namesrv(str(tmp_path / "ns"))  # ours: one JVM less to start
         procs.append(ns)
         port = free_port_block()
         ours = start_ctl_broker(str(tmp_path / "ours"), ns.addr, ctl.addr, port,

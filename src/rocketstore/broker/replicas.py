@@ -452,6 +452,19 @@ class ReplicasManager:
             if new != self.sync_state_set:
                 await self.alter_sync_state_set(new)
 
+    def shrink_from_ha(self) -> None:
+        """A SyncStateSet member's HA connection closed (from the HA's threads): check the set
+        now rather than at the next checkSyncStateSetPeriod."""
+        loop = self._loop
+        if loop is not None:
+            loop.call_soon_threadsafe(lambda: loop.create_task(self._shrink_now()))
+
+    async def _shrink_now(self) -> None:
+        if self.is_master and self.ha is not None and self.ha.settings.is_master:
+            new = self.ha.maybe_shrink()
+            if new != self.sync_state_set:
+                await self.alter_sync_state_set(new)
+
     def expand_from_ha(self, new: set[int]) -> None:
         """The HA's proposal (from its threads) to add a caught-up slave."""
         loop = self._loop

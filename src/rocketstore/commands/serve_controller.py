@@ -93,7 +93,8 @@ async def serve_controller_mode(store_cfg: Any, broker_cfg: Any, cm: Any, as_jso
             in_sync_replicas=cm.in_sync_replicas, min_in_sync_replicas=cm.min_in_sync_replicas,
             sync_from_last_file=cm.sync_from_last_file, async_learner=cm.async_learner,
             ha_max_time_slave_not_catchup=cm.ha_max_time_slave_not_catchup,
-            on_truncate=on_truncate, on_expand=rm.expand_from_ha)
+            on_truncate=on_truncate, on_expand=rm.expand_from_ha,
+            on_slave_lost=rm.shrink_from_ha)
         scfg = dataclasses.replace(store_cfg, broker_role="SYNC_MASTER" if is_master else "SLAVE",
                                    ha_master_address=master_ha, controller_ha=settings)
         bcfg = dataclasses.replace(broker_cfg, broker_id=0 if is_master else rm.broker_id)

@@ -75,6 +75,7 @@ class AutoSwitchSettings:
     ha_max_time_slave_not_catchup: int = 15_000  # ms
     on_truncate: Callable[[int], None] | None = None  # a slave must cut its CommitLog here
     on_expand: Callable[[set[int]], None] | None = None  # propose a larger SyncStateSet
+    on_slave_lost: Callable[[], None] | None = None  # a slave's connection closed: check now
 
 
 class AutoSwitchHAService:
@@ -168,6 +169,9 @@ class AutoSwitchHAService:
             if conn in self.connections:
                 self.connections.remove(conn)
         self._recompute()
+        cb = self.settings.on_slave_lost
+        if cb is not None and not self._stop.is_set() and conn.slave_id in self.sync_state_set:
+            cb()  # as RocketMQ's removeConnection: the SyncStateSet shrinks at once
 
     @property
     def connection_count(self) -> int:
@@ -268,8 +272,8 @@ class AutoSwitchHAService:
         self._on_appended()
 
     def set_master_address(self, addr: str | None) -> None:
-        if self.client is not None and addr:
-            self.client.master_address = addr
+        """The name server's word on the master is ignored: in controller mode only the
+        controller names it (a name server may still list a dead master for a while)."""
 
     # -- operators ------------------------------------------------------------------------------
     def status(self) -> dict:
