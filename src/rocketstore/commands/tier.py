@@ -38,6 +38,11 @@ def _run(store_dir: str, config: str | None, as_json: bool, verify: bool) -> Non
             click.echo(f"  {q['topic']}/{q['queueId']}: offsets [{q['minOffset']}, {q['maxOffset']}), "
                        f"{q['commitLogSegments']} COMMIT_LOG segment(s), {q['commitLogBytes']} bytes")
         click.echo(f"  INDEX: {report['indexSegments']} segment(s), {report['indexBytes']} bytes")
+        for d in report["damaged"]:
+            click.echo(f"  damaged beyond repair: {d['topic']}/{d['queueId']} queue offset(s) "
+                       f"{','.join(map(str, d['queueOffsets']))} (flat offsets "
+                       f"{','.join(map(str, d['flatOffsets']))}), kept aside as {d['quarantine']}: "
+                       f"{d['reason']}")
         for p in report["problems"]:
             click.echo(p)
         if verify:

@@ -2,10 +2,12 @@
 metadata, credentials left out), a summary per queue, and a check of every queue's files.
 
 ``verify_tier`` checks, per queue: CONSUME_QUEUE segments contiguous and whole units only;
-each unit's record wholly in the COMMIT_LOG, with a message magic code, TOTALSIZE = the unit's
-size and PHYSICALOFFSET = the unit's flat offset; units back to back from the first; no bytes
+each unit's record wholly in the COMMIT_LOG and passing ``repair.record_ok`` (magic code,
+TOTALSIZE = the unit's size, PHYSICALOFFSET = the unit's flat offset, body CRC, topic); on S3
+each COMMIT_LOG object's whole-object checksum; units back to back from the first; no bytes
 in the COMMIT_LOG past the last unit. It never writes (a torn tail is reported, ``recover``
-cuts it on the next open).
+cuts it on the next open; damage is mended by the broker, ``repair``). Both reports list the
+quarantine manifests (``damaged``): records no local copy could mend, kept aside.
 """
 from __future__ import annotations
 
@@ -16,10 +18,12 @@ import struct
 from . import layout
 from .layout import LOCATION_FILE
 from .flat import FlatQueue
+from .repair import load_damage, record_ok
+from .s3 import TierChecksumError
 from .service import discover_queues, segment_sizes
 
 _UNIT = struct.Struct(">qiq")
-_MAGICS = (-626843481, -626843477)  # 0xDAA320A7 (v1), 0xDAA320AB (v2)
+
 def tier_config_of_store(store_dir: str):
     """The ``TierConfig`` a store last fed (keys from the environment for S3), or None."""
     from ...config import TierConfig
@@ -54,7 +58,16 @@ def verify_queue(fq: FlatQueue) -> list[str]:
     start = fq.min_offset * layout.CQ_UNIT
     cq = fq.cq.read(start, fq.cq.end - start)
     cl_base = fq.commitlog.min_offset if fq.commitlog.segs else 0
-    cl = fq.commitlog.read(cl_base, max(0, fq.commitlog.end - cl_base))
+    parts = []
+    for seg in fq.commitlog.segs:  # whole segments: S3 checks each object's checksum
+        key = fq.commitlog.key(seg.base)
+        try:
+            parts.append(fq.commitlog.backend.read(key, 0, seg.size))
+        except TierChecksumError:
+            problems.append(f"{fq.path} COMMIT_LOG: segment {seg.base} fails its whole-object "
+                            "checksum")
+            parts.append(fq.commitlog.backend.salvage(key)[:seg.size])
+    cl = b"".join(parts)
     expect = None
     for i in range(0, len(cq) - layout.CQ_UNIT + 1, layout.CQ_UNIT):
         qo = (start + i) // layout.CQ_UNIT
@@ -66,12 +79,11 @@ def verify_queue(fq: FlatQueue) -> list[str]:
             problems.append(f"{fq.path} queue offset {qo}: record [{phy}, {phy + size}) is not "
                             "wholly in the COMMIT_LOG")
             break
-        total, magic = struct.unpack_from(">ii", rec, 0)
-        if total != size or magic not in _MAGICS or \
-                int.from_bytes(rec[28:36], "big", signed=True) != phy:
-            problems.append(f"{fq.path} queue offset {qo}: record at {phy} has TOTALSIZE {total}, "
-                            f"magic {magic & 0xFFFFFFFF:#x}, PHYSICALOFFSET "
-                            f"{int.from_bytes(rec[28:36], 'big', signed=True)}")
+        if not record_ok(rec, phy, size, fq.topic):
+            total, magic = struct.unpack_from(">ii", rec, 0)
+            problems.append(f"{fq.path} queue offset {qo}: record at {phy} fails its checks "
+                            f"(TOTALSIZE {total}, magic {magic & 0xFFFFFFFF:#x}, PHYSICALOFFSET "
+                            f"{int.from_bytes(rec[28:36], 'big', signed=True)}, body CRC, topic)")
         expect = phy + size
     if expect is not None and fq.commitlog.end > expect:
         problems.append(f"{fq.path} COMMIT_LOG: {fq.commitlog.end - expect} byte(s) past the "
@@ -100,7 +112,8 @@ def tier_report(tcfg, backend=None, *, verify: bool = False) -> dict:
                        "commitLogBytes": max(0, fq.commitlog.end), "ok": not found})
     index = backend.list(f"{layout.cluster_dir(tcfg.broker_cluster_name)}/"
                          f"{layout.queue_path(tcfg.broker_name, layout.INDEX_TOPIC, 0)}/{layout.INDEX}")
+    damaged = [d.to_json() for d in load_damage(backend)]
     return {"backend": tcfg.backend, "base": tcfg.file_path, "cluster": tcfg.broker_cluster_name,
             "broker": tcfg.broker_name, "queues": queues,
             "indexSegments": len(index), "indexBytes": sum(sz for _, sz in index),
-            "problems": problems, "ok": not problems}
+            "damaged": damaged, "problems": problems, "ok": not problems}
