@@ -91,6 +91,19 @@ def verify_queue(fq: FlatQueue) -> list[str]:
     return problems
 
 
+def _queue_entry(fq: FlatQueue, verify: bool) -> tuple[dict, list[str]]:
+    if verify:
+        found = verify_queue(fq)
+    else:
+        fq.commitlog.load()
+        fq.cq.load()
+        fq.refresh_head()
+        found = []
+    return {"topic": fq.topic, "queueId": fq.queue_id, "minOffset": fq.min_offset,
+            "maxOffset": fq.max_offset, "commitLogSegments": len(fq.commitlog.segs),
+            "commitLogBytes": max(0, fq.commitlog.end), "ok": not found}, found
+
+
 def tier_report(tcfg, backend=None, *, verify: bool = False) -> dict:
     from .backend import open_backend
     backend = backend or open_backend(tcfg)
@@ -99,17 +112,9 @@ def tier_report(tcfg, backend=None, *, verify: bool = False) -> dict:
     for topic, qid in discover_queues(backend, tcfg.broker_cluster_name, tcfg.broker_name):
         fq = FlatQueue(backend, tcfg.broker_cluster_name, tcfg.broker_name, topic, qid,
                        *segment_sizes(tcfg))
-        if verify:
-            found = verify_queue(fq)
-        else:
-            fq.commitlog.load()
-            fq.cq.load()
-            fq.refresh_head()
-            found = []
+        entry, found = _queue_entry(fq, verify)
+        queues.append(entry)
         problems += found
-        queues.append({"topic": topic, "queueId": qid, "minOffset": fq.min_offset,
-                       "maxOffset": fq.max_offset, "commitLogSegments": len(fq.commitlog.segs),
-                       "commitLogBytes": max(0, fq.commitlog.end), "ok": not found})
     index = backend.list(f"{layout.cluster_dir(tcfg.broker_cluster_name)}/"
                          f"{layout.queue_path(tcfg.broker_name, layout.INDEX_TOPIC, 0)}/{layout.INDEX}")
     damaged = [d.to_json() for d in load_damage(backend)]
@@ -117,3 +122,38 @@ def tier_report(tcfg, backend=None, *, verify: bool = False) -> dict:
             "broker": tcfg.broker_name, "queues": queues,
             "indexSegments": len(index), "indexBytes": sum(sz for _, sz in index),
             "damaged": damaged, "problems": problems, "ok": not problems}
+
+
+def all_tier_queues(backend) -> list[tuple[str, str, str, int]]:
+    """(cluster, broker, topic, queue id) of every queue anywhere in a tier's base."""
+    out = set()
+    for key, _ in backend.list(""):
+        parts = key.split("/")
+        if len(parts) != 6 or parts[4] not in (layout.COMMIT_LOG, layout.CONSUME_QUEUE) \
+                or "_" not in parts[0]:
+            continue
+        cluster = parts[0].split("_", 1)[1]
+        if layout.cluster_dir(cluster) != parts[0] or layout.parse_file_name(parts[5]) is None:
+            continue
+        try:
+            out.add((cluster, parts[1], parts[2], int(parts[3])))
+        except ValueError:
+            continue
+    return sorted(out)
+
+
+def verify_tier_base(backend, where: str) -> dict:
+    """``verify_queue`` on every queue of every cluster and broker in a tier's base (what
+    ``rocketstore verify`` does given a tier instead of a store), with the quarantine
+    manifests."""
+    queues, problems = [], []
+    big = 1 << 62  # reading only: segment sizes limit writes
+    for cluster, broker, topic, qid in all_tier_queues(backend):
+        fq = FlatQueue(backend, cluster, broker, topic, qid, big, big)
+        entry, found = _queue_entry(fq, True)
+        queues.append({"cluster": cluster, "broker": broker, **entry})
+        problems += found
+    damaged = [d.to_json() for d in load_damage(backend)]
+    return {"tier": where, "queues": queues, "records": sum(max(0, q["maxOffset"] - q["minOffset"])
+                                                             for q in queues),
+            "damaged": damaged, "problems": problems, "ok": not problems and not damaged}
