@@ -185,3 +185,19 @@ def test_s3_damage_without_local_bytes_is_kept_aside_and_skipped(tmp_path, s3):
     assert len(copies) == 1 and open(copies[0], "rb").read() == damaged
     with open(seg, "rb") as fh:
         assert fh.read() == damaged  # rewritten with its own bytes: only its checksum is new
+
+
+def test_tier_verify_repair_mends_from_the_stopped_store(tmp_path):
+    cfg = posix_cfg(tmp_path)
+    tier, store = str(tmp_path / "tier"), str(tmp_path / "store")
+    with MessageStore(cfg) as s:
+        send(s, 60)
+        assert s.tier.wait_caught_up(30)
+    flip_body_byte(tier, CLUSTER, BROKER, 12)
+    r = cli("verify", "--store", store)
+    assert r.returncode == 1 and "queue offset 12" in r.stdout, r.stdout + r.stderr
+    r = cli("verify", "--store", store, "--repair")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 record(s) rewritten from the local CommitLog, 0 beyond repair" in r.stdout
+    with MessageStore(cfg) as s:
+        check_queue_matches(tier, CLUSTER, BROKER, s, TOPIC, 0, expect_count=60)
