@@ -70,15 +70,35 @@ def pull_all(store, start=0, end=100):
     return got
 
 
-def test_posix_damage_with_local_bytes_is_rewritten_from_them(tmp_path):
+def truncate_segment_of(tier_base, cluster, broker, qo) -> int:
+    """Cut the COMMIT_LOG segment holding ``qo``'s record just inside that record; returns how
+    many of the queue's records lost bytes (that one and those after it in the segment)."""
+    rows, _, _ = tier_queue(tier_base, cluster, broker, TOPIC, 0)
+    _, phy, rec, _ = rows[qo]
+    cl_dir = os.path.join(queue_dir(tier_base, cluster, broker, TOPIC, 0), "COMMIT_LOG")
+    segs = sorted((int(n[8:]), n) for n in os.listdir(cl_dir))
+    i = max(k for k, (base, _) in enumerate(segs) if base <= phy)
+    assert i + 1 < len(segs), "a sealed segment"
+    (base, name), end = segs[i], segs[i + 1][0]
+    os.truncate(os.path.join(cl_dir, name), phy - base + len(rec) // 2)
+    return sum(1 for _, p, _, _ in rows if phy <= p < end)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_posix_damage_with_local_bytes_is_rewritten_from_them(tmp_path, damage):
     cfg = posix_cfg(tmp_path, storage_level="FORCE")  # every pull reads the tier
     tier = str(tmp_path / "tier")
     with MessageStore(cfg) as s:
         send(s, 100)
         assert s.tier.wait_caught_up(30)
-        flip_body_byte(tier, CLUSTER, BROKER, 7)
+        if damage == "flip":
+            flip_body_byte(tier, CLUSTER, BROKER, 7)
+            hurt = 1
+        else:
+            hurt = truncate_segment_of(tier, CLUSTER, BROKER, 7)
+            assert hurt >= 1
         assert pull_all(s) == [(i, body(i)) for i in range(100)]
-        assert s.tier.metrics()["repaired_records"] == 1
+        assert s.tier.metrics()["repaired_records"] == hurt
         check_queue_matches(tier, CLUSTER, BROKER, s, TOPIC, 0, expect_count=100)
     assert not os.path.exists(os.path.join(tier, "quarantine"))
     r = cli("verify", "--store", str(tmp_path / "store"))
