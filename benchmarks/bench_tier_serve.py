@@ -14,6 +14,11 @@ off, and a pull of cold offsets (not on local disk) from a posix tier, our broke
    ``PullConsumer``, 32 a pull), twice (the second read is warm for both: read-ahead caches).
 
     .venv/bin/python benchmarks/bench_tier_serve.py --messages 100000 --pull-messages 20000 --json
+    .venv/bin/python benchmarks/bench_tier_serve.py --skip-send --skip-pull --network --json
+
+3. **Network send, tier on vs off** (``--network``): ``rocketstore serve`` with and without a
+   posix tier under RocketMQ 5.3.3's own ``producer-bench`` (16 synchronous senders, 1 KiB), its
+   last 10 s window, alternated ``--repeat`` times.
 """
 from __future__ import annotations
 
@@ -139,6 +144,49 @@ def cold_pull(work: str, n: int) -> dict:
     return out
 
 
+def network_send(work: str, tier_on: bool, seconds: int, threads: int) -> dict:
+    """``rocketstore serve`` (tier off, or on: a posix tier) under RocketMQ 5.3.3's
+    ``producer-bench`` (``-w threads``, 1 KiB): its last 10 s window of send TPS."""
+    import signal
+    import subprocess
+
+    from bench_vs_java import JAVA_TPS
+    from tests import referee
+    from tests.broker.conftest import start_server
+    from tests.ops.test_console_cluster import create_topic
+    referee.export_env()
+    root = os.path.join(work, "net")
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(root)
+    conf = os.path.join(root, "broker.conf")
+    lines = [f"brokerClusterName={CLUSTER}", f"brokerName={BROKER}"]
+    if tier_on:
+        lines += ["messageStorePlugIn=org.apache.rocketmq.tieredstore.TieredMessageStore",
+                  "tieredBackendServiceProvider=org.apache.rocketmq.tieredstore.provider.PosixFileSegment",
+                  f"tieredStoreFilePath={os.path.join(root, 'tier')}"]
+    with open(conf, "w") as fh:
+        fh.write("\n".join(lines + [""]))
+    srv = start_server(os.path.join(root, "store"), "--config", conf)
+    try:
+        create_topic(srv.namesrv, srv.broker, TOPIC, 8)
+        home = referee.home(referee.V5)
+        env = {**os.environ, "HOME": root, "BENCH_HEAP": "512m"}
+        p = subprocess.Popen([f"{home}/producer-bench", "-n", srv.namesrv, "-t", TOPIC, "-s", "1024",
+                              "-w", str(threads)], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        try:
+            out, _ = p.communicate(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGTERM)
+            out, _ = p.communicate(timeout=30)
+        windows = [int(w[0]) for w in JAVA_TPS.findall(out)]
+        res = {"tier": tier_on, "windows_tps": windows, "msgs_per_s": windows[-1] if windows else 0}
+        return res
+    finally:
+        srv.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=100_000)
@@ -147,6 +195,10 @@ def main() -> None:
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "rocketstore-bench-tier-serve"))
     ap.add_argument("--skip-send", action="store_true")
     ap.add_argument("--skip-pull", action="store_true")
+    ap.add_argument("--network", action="store_true",
+                    help="also: rocketstore serve under Java's producer-bench, tier off vs on")
+    ap.add_argument("--network-seconds", type=int, default=34)
+    ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     a.messages, a.pull_messages = (-(-n // 64) * 64 for n in (a.messages, a.pull_messages))
@@ -166,6 +218,14 @@ def main() -> None:
             res["send"] = {"runs": runs, "best_off": best["off"]["msgs_per_s"],
                            "best_on": best["on"]["msgs_per_s"],
                            "on_vs_off": round(best["on"]["msgs_per_s"] / best["off"]["msgs_per_s"], 2)}
+        if a.network:
+            runs = {"off": [], "on": []}
+            for _ in range(a.repeat):
+                for k in ("off", "on"):
+                    runs[k].append(network_send(a.work, k == "on", a.network_seconds, a.threads))
+            best = {k: max(r["msgs_per_s"] for r in v) for k, v in runs.items()}
+            res["network_send"] = {"runs": runs, "best_off": best["off"], "best_on": best["on"],
+                                   "on_vs_off": round(best["on"] / max(1, best["off"]), 2)}
         if not a.skip_pull:
             res["cold_pull"] = cold_pull(a.work, a.pull_messages)
     finally:
