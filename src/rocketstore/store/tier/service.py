@@ -424,14 +424,15 @@ class TierService:
         codes = sub.codes if sub.tags is not None else None
         count = max(max_msgs, 32) if codes is not None else max_msgs
         lost: set[int] | None = self.repair.lost(topic, qid)
-        for attempt in range(4):
-            if attempt == 3:
-                lost = None  # mending went nowhere: skip whatever is still bad
+        last = count + 2  # each round mends a segment or learns one offset is lost
+        for attempt in range(last + 1):
+            if attempt == last:
+                lost = None  # (never reached in practice) skip whatever is still bad
             try:
                 units, raws = self._window(fq, offset, count)
             except TierChecksumError as e:
-                if attempt == 3 or not self.mend(fq, key=e.key, rewrite=True,
-                                                 reason="whole-object checksum failed on read")[2]:
+                if attempt == last or not self.mend(fq, key=e.key, rewrite=True,
+                                                    reason="whole-object checksum failed on read")[2]:
                     raise
                 continue
             result, bad = self._answer(fq, offset, units, raws, sub, max_msgs, decode,
