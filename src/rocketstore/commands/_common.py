@@ -45,6 +45,35 @@ store_option = click.option("--store", "store_dir", required=True,
                             type=click.Path(file_okay=False), help="Store root directory.")
 
 
+tier_option = click.option(
+    "--option", "-o", "tier_opts", multiple=True, metavar="KEY=VALUE",
+    help="With a tier for --store (s3://bucket/prefix): objectStoreEndpoint, objectStoreAccessKey, "
+         "objectStoreSecretKey, objectStoreRegion, as the Spark tier source takes them (default: "
+         "AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION).")
+
+
+def tier_location(store_dir: str, pairs: tuple[str, ...], what: str) -> dict | None:
+    """When ``--store`` names a tier (a posix tier's base or ``s3://bucket/prefix``): its
+    options as the Spark tier source reads them (``spark.tier_options``), else None."""
+    from ..spark.tier_options import TIER_NAMES, is_tier_path, tier_options
+    given: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.ClickException(f"--option {pair!r}: give KEY=VALUE")
+        given[key.strip()] = value
+    if not is_tier_path(store_dir):
+        if given:
+            raise click.ClickException(f"--option is for a tier; {store_dir} is not one")
+        return None
+    names = tuple(n for n in TIER_NAMES if n not in ("path", "pushdown"))
+    try:
+        tier_options(given, names, what)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    return {"path": store_dir, **given}
+
+
 def emit_json(obj: Any) -> None:
     click.echo(json.dumps(obj, ensure_ascii=False, default=_default, indent=None))
 

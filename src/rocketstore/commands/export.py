@@ -10,7 +10,7 @@ import os
 
 import click
 
-from ._common import emit_json, json_option, progress, store_option
+from ._common import emit_json, json_option, progress, store_option, tier_location, tier_option
 
 
 @click.command("export")
@@ -26,17 +26,21 @@ from ._common import emit_json, json_option, progress, store_option
 @click.option("--max-files-per-trigger", type=int, default=None, help="Segments per micro-batch.")
 @click.option("--max-records-per-trigger", type=int, default=None, help="Messages per micro-batch.")
 @click.option("--check-crc", is_flag=True, help="Verify body CRCs while reading.")
+@tier_option
 @json_option
 def command(store_dir, out, fmt, follow, master, checkpoint, interval, max_files_per_trigger,
-            max_records_per_trigger, check_crc, as_json):
-    """Export every message of a store to Parquet (exactly once, incremental)."""
-    if not os.path.isdir(os.path.join(store_dir, "commitlog")):
+            max_records_per_trigger, check_crc, tier_opts, as_json):
+    """Export every message of a store (or of a tier: a posix tier's base directory or
+    s3://bucket/prefix) to Parquet (exactly once, incremental)."""
+    tier = tier_location(store_dir, tier_opts, "rocketstore export --option")
+    if tier is None and not os.path.isdir(os.path.join(store_dir, "commitlog")):
         raise click.ClickException(f"{store_dir}: not a store (no commitlog directory)")
     from ..spark.export_job import export, plan
     from ..spark.session import get_session
-    start, target = plan(store_dir, out, checkpoint)
+    start, target = plan(store_dir, out, checkpoint) if tier is None else (0, 0)
     spark = get_session(master, app_name="rocketstore-export")
-    with progress("export", total=None if follow else max(0, target - start), unit="bytes") as bar:
+    total = None if follow or tier is not None else max(0, target - start)
+    with progress("export", total=total, unit="bytes") as bar:
         state = {"done": 0}
 
         def on_progress(done: int, total: int) -> None:
@@ -46,10 +50,11 @@ def command(store_dir, out, fmt, follow, master, checkpoint, interval, max_files
         res = export(store_dir, out, follow=follow, spark=spark, checkpoint=checkpoint,
                      interval=interval, max_files_per_trigger=max_files_per_trigger,
                      max_records_per_trigger=max_records_per_trigger, check_crc=check_crc,
-                     on_progress=on_progress)
+                     on_progress=on_progress, tier_opts=tier)
     if as_json:
         emit_json(res.as_dict())
     else:
-        rng = f"{res.start_offset}..{res.end_offset}" if res.end_offset is not None else "nothing new"
+        rng = f"CommitLog {res.start_offset}..{res.end_offset}" if res.end_offset is not None \
+            else ("tier" if tier is not None else "nothing new")
         click.echo(f"exported {res.rows} message(s) in {res.batches} batch(es) to {out} "
-                   f"(CommitLog {rng}, {res.seconds:.1f}s)")
+                   f"({rng}, {res.seconds:.1f}s)")

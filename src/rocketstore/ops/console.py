@@ -119,7 +119,8 @@ class Console:
                   Route("/message/{msg_id}/body", self.message_body),
                   Route("/api/overview", self.api_overview), Route("/api/topics", self.api_topics),
                   Route("/api/groups", self.api_groups), Route("/api/messages", self.api_messages),
-                  Route("/api/tps", self.api_tps),
+                  Route("/api/tps", self.api_tps), Route("/tier", self.tier),
+                  Route("/api/tier", self.api_tier),
                   Mount("/static", StaticFiles(directory=os.path.join(HERE, "static")),
                         name="static")]
         if auth is not None:  # every page and API behind a sign-in (console_auth)
@@ -278,6 +279,9 @@ class Console:
         gvs = [g for g in self._src(request).groups() if name in g.topics]
         return self._page(request, "topic.html", active="topics", t=tv, groups=gvs)
 
+    def tier(self, request: Request) -> Response:
+        return self._page(request, "tier.html", active="tier", t=self._src(request).tier())
+
     def groups(self, request: Request) -> Response:
         show_system = request.query_params.get("system") == "1"
         gvs = self._src(request).groups()
@@ -350,6 +354,10 @@ class Console:
         except ValueError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         return JSONResponse(_plain(found))
+
+    def api_tier(self, request: Request) -> Response:
+        t = self._src(request).tier()
+        return JSONResponse({"available": False} if t is None else {"available": True, **t})
 
     def api_tps(self, request: Request) -> Response:
         try:

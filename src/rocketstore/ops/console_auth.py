@@ -210,6 +210,15 @@ class AclSource:
     def _group(self, group: str) -> bool:
         return may(self.account, RETRY_PREFIX + group, ANY)
 
+    def tier(self) -> dict | None:
+        """The tier's queues of the topics this account sees (the totals are the broker's)."""
+        t = self._src.tier()
+        if t is None:
+            return None
+        return {**t, "queues": [q for q in t["queues"] if self._topic(q["topic"])],
+                "damaged": [d for d in t["damaged"] if self._topic(d["topic"])],
+                "missing": [d for d in t["missing"] if self._topic(d["topic"])]}
+
     def overview(self) -> dict:
         """The broker's overview with the counts of what this account sees."""
         from .views import is_system_group

@@ -240,7 +240,9 @@ class BrokerCollector(Collector):
                  "Store-time age of the oldest message not in the tier yet."),
                 ("rocketstore_tier_index_pending_keys", "index_pending_keys",
                  "Keys waiting for the next INDEX segment."),
-                ("rocketstore_tier_index_segments", "index_segments", "INDEX segments in the tier.")):
+                ("rocketstore_tier_index_segments", "index_segments", "INDEX segments in the tier."),
+                ("rocketstore_tier_quarantined_segments", "quarantined_segments",
+                 "Copies of damaged tier segments kept under quarantine/ (records beyond repair).")):
             yield GaugeMetricFamily(name, doc, value=m[key])
         for name, key, doc in (
                 ("rocketstore_tier_uploaded_messages", "uploaded_messages",
@@ -254,7 +256,11 @@ class BrokerCollector(Collector):
                 ("rocketstore_tier_reads", "reads", "Pulls the tier answered (fall-throughs "
                  "and tieredStorageLevel reads)."),
                 ("rocketstore_tier_read_errors", "read_errors",
-                 "Records the tier should hold that were missing or failed their checks.")):
+                 "Records the tier should hold that were missing or failed their checks."),
+                ("rocketstore_tier_repaired_records", "repaired_records",
+                 "Damaged tier records rewritten from the local CommitLog."),
+                ("rocketstore_tier_repaired_segments", "repaired_segments",
+                 "Tier segments rewritten by a repair.")):
             yield CounterMetricFamily(name, doc, value=m[key])
         expired = CounterMetricFamily("rocketstore_tier_expired_segments", "Segments "
                                       "tieredStoreFileReservedTime deleted.", labels=["type"])

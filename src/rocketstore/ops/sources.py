@@ -150,6 +150,10 @@ class LocalSource:
         m = self._store().view_message_by_id(msg_id.strip())
         return m.body if m is not None and m.msg_id.upper() == msg_id.strip().upper() else None
 
+    def tier(self) -> dict | None:
+        """The tiered store (``views.tier_view``); None without one."""
+        return views.tier_view(self._store())
+
     # -- live -------------------------------------------------------------------------------
     def tps(self, since: float = 0.0) -> dict | None:
         return self.state.tps.series(since) if self.state.tps is not None else None
@@ -386,6 +390,11 @@ class RemoteSource:
         except (ValueError, ConnectionError, OSError):
             return None
         return m.body if m is not None and m.msg_id.upper() == msg_id.strip().upper() else None
+
+    def tier(self) -> dict | None:
+        """A broker's tier is not in what RocketMQ's remoting reports: console a broker's
+        own (``serve --console``) to see it."""
+        return None
 
     def find_by_offset(self, offset: int) -> list[views.MessageView]:
         raise ValueError("offset: a CommitLog offset names a message on one broker only; "

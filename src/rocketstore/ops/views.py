@@ -385,3 +385,38 @@ def find_by_time(store: Any, topic: str, begin: int, end: int, max_num: int = 64
             off = g.next_begin_offset
     found.sort(key=lambda m: (m.store_timestamp, m.commitlog_offset))
     return [message_view(m) for m in found[:max_num]]
+
+
+def tier_view(store: Any) -> dict | None:
+    """The tiered store as the console shows it (``store.tier``, store/tier/service.py): per
+    queue the local offsets beside the tier's and what waits for upload; upload lag in
+    messages, bytes and seconds; counters and errors; records kept aside beyond repair. None
+    without a tier. Where the tier is, never its credentials."""
+    tier = getattr(store, "tier", None)
+    if tier is None:
+        return None
+    from ..store.tier.service import tiered_topic
+    m, st = tier.metrics(), tier.status()
+    held = {(q["topic"], q["queueId"]): q for q in st["queues"]}
+    queues = []
+    for cq in sorted(store.cq_table, key=lambda c: (c.topic, c.queue_id)):
+        if not tiered_topic(cq.topic):
+            continue
+        q = held.pop((cq.topic, cq.queue_id), None)
+        lmin, lmax = cq.min_offset_in_queue(), cq.max_offset_in_queue()
+        tmax = q["maxOffset"] if q is not None and q["maxOffset"] >= 0 else None
+        queues.append({"topic": cq.topic, "queue_id": cq.queue_id, "local_min": lmin,
+                       "local_max": lmax, "tier_min": q["minOffset"] if tmax is not None else None,
+                       "tier_max": tmax, "tier_bytes": q["commitLogBytes"] if q else 0,
+                       "pending": max(0, lmax - (tmax if tmax is not None else lmin))})
+    for (topic, qid), q in sorted(held.items()):  # in the tier only (e.g. the topic was deleted)
+        queues.append({"topic": topic, "queue_id": qid, "local_min": None, "local_max": None,
+                       "tier_min": q["minOffset"], "tier_max": q["maxOffset"],
+                       "tier_bytes": q["commitLogBytes"], "pending": 0})
+    return {"backend": st["backend"], "where": tier._where(), "storage_level": st["storageLevel"],
+            "lag_messages": m["lag_messages"], "lag_bytes": m["lag_bytes"],
+            "lag_seconds": m["lag_seconds"], "uploaded_messages": m["uploaded_messages"],
+            "uploaded_bytes": m["uploaded_bytes"], "upload_errors": m["upload_errors"],
+            "read_errors": m["read_errors"], "retries": m["retries"], "reads": m["reads"],
+            "repaired_records": m["repaired_records"], "error": st["error"],
+            "missing": st["missing"], "damaged": st["damaged"], "queues": queues}

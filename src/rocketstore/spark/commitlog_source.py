@@ -246,7 +246,7 @@ class CommitLogDataSource(DataSource):
         if self._network():
             from .network_source import NetworkReader
             return NetworkReader(self.options, schema)
-        from .tier_source import is_tier_path
+        from .tier_options import is_tier_path
         if is_tier_path(self.options.get("path")):  # a tier's base directory or s3://bucket/prefix
             from .tier_source import PlainTierReader, TierReader
             plain = str(self.options.get("pushdown", "true")).lower() == "false"
@@ -259,7 +259,7 @@ class CommitLogDataSource(DataSource):
         if self._network():
             from .network_source import NetworkStreamReader
             return NetworkStreamReader(self.options, schema)
-        from .tier_source import is_tier_path
+        from .tier_options import is_tier_path
         if is_tier_path(self.options.get("path")):  # follow a growing tier (tier_stream)
             from .tier_stream import TierStreamReader
             return TierStreamReader(self.options, schema)

@@ -125,22 +125,38 @@ def export(root: str, out: str, *, follow: bool = False, spark=None, master: str
            checkpoint: str | None = None, interval: str = "1 second",
            max_files_per_trigger: int | None = None, max_records_per_trigger: int | None = None,
            check_crc: bool = False, on_progress: Callable[[int, int], None] | None = None,
-           should_stop: Callable[[], bool] | None = None) -> ExportResult:
+           should_stop: Callable[[], bool] | None = None,
+           tier_opts: dict | None = None) -> ExportResult:
     """Export ``root`` to Parquet under ``out`` (see module doc).
 
-    ``on_progress(done_bytes, total_bytes)`` is called as batches complete; ``should_stop``
-    ends a ``follow`` run cleanly (Ctrl-C does too).
+    ``root`` may be a tier instead of a store (a posix tier's base, ``s3://bucket/prefix``):
+    the tier stream (``tier_stream``) reads it, ``tier_opts`` carry its ``objectStore*``
+    options (as the tier source takes them). ``on_progress(done_bytes, total_bytes)`` is
+    called as batches of a store complete; ``should_stop`` ends a ``follow`` run cleanly
+    (Ctrl-C does too).
     """
+    from .tier_options import TIER_NAMES, is_tier_path, tier_options
+    tier = is_tier_path(root)
     # absolute on the driver: executors of a cluster run in other directories
-    root, out = os.path.abspath(root), _absolute_uri(out)
+    root, out = (root if "://" in root else os.path.abspath(root)), _absolute_uri(out)
     checkpoint = _absolute_uri(checkpoint) if checkpoint else checkpoint
-    if not os.path.isdir(os.path.join(root, "commitlog")):
-        raise FileNotFoundError(f"{root}: not a store (no commitlog directory)")
+    if tier:
+        given = {k: v for k, v in (tier_opts or {}).items() if k != "path"}
+        tier_options(given, tuple(n for n in TIER_NAMES if n not in ("path", "pushdown")),
+                     "export of a tier")
+        if max_files_per_trigger is not None:
+            raise ValueError("max_files_per_trigger is for a store; a tier takes "
+                             "max_records_per_trigger (per queue)")
+        opts = {**given, "maxRecordsPerTrigger": max_records_per_trigger}
+        first = target = 0
+    else:
+        if not os.path.isdir(os.path.join(root, "commitlog")):
+            raise FileNotFoundError(f"{root}: not a store (no commitlog directory)")
+        first, target = plan(root, out, checkpoint)
+        opts = {"maxFilesPerTrigger": max_files_per_trigger,
+                "maxRecordsPerTrigger": max_records_per_trigger,
+                "checkCRC": "true" if check_crc else None}
     spark = spark or get_session(master)
-    first, target = plan(root, out, checkpoint)
-    opts = {"maxFilesPerTrigger": max_files_per_trigger,
-            "maxRecordsPerTrigger": max_records_per_trigger,
-            "checkCRC": "true" if check_crc else None}
     t0 = time.monotonic()
     q, ck = export_query(spark, root, out, checkpoint=checkpoint, follow=follow,
                          interval=interval, options=opts)

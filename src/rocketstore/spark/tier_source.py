@@ -22,35 +22,8 @@ from ..format.batch import STOP_CORRUPT, decode_records
 from ..store.tier import layout
 from .arrow_columns import arrow_schema, to_batches
 from .read_options import _columns
-
-TIER_OPTIONS = ("path", "objectstoreendpoint", "objectstoreaccesskey", "objectstoresecretkey",
-                "objectstoreregion", "pushdown", "checkcrc")
-
-
-def is_tier_path(path: str | None) -> bool:
-    """``s3://...``, or a directory holding ``<md5(cluster)[:8]>_<cluster>`` directories."""
-    import os
-    if not path:
-        return False
-    if path.startswith(("s3://", "s3a://")):
-        return True
-    try:
-        names = os.listdir(path)
-    except OSError:
-        return False
-    hits = [n for n in names if "_" in n and layout.cluster_dir(n.split("_", 1)[1]) == n]
-    return bool(hits) and not os.path.isdir(os.path.join(path, "commitlog"))
-
-
-def open_tier_backend(opts: dict):
-    path = opts["path"]
-    if path.startswith(("s3://", "s3a://")):
-        from ..store.tier.s3 import S3Backend, s3_filesystem
-        fs = s3_filesystem(opts.get("objectstoreendpoint", ""), opts.get("objectstoreaccesskey", ""),
-                           opts.get("objectstoresecretkey", ""), opts.get("objectstoreregion", ""))
-        return S3Backend.from_url(path.replace("s3a://", "s3://", 1), fs)
-    from ..store.tier.posix import PosixBackend
-    return PosixBackend(path)
+from .tier_options import (TIER_NAMES, TIER_OPTIONS, is_tier_path, open_tier_backend,  # noqa: F401
+                           tier_options)
 
 
 @dataclass(frozen=True)
@@ -89,17 +62,7 @@ class PlainTierReader(DataSourceReader):
     """The tier reader without filter pushdown (sessions with Python filter pushdown off)."""
 
     def __init__(self, options: dict, schema) -> None:
-        self.opts = {str(k).lower(): v for k, v in options.items()}
-        unknown = sorted(set(self.opts) - set(TIER_OPTIONS))
-        if unknown:
-            import difflib
-            near = difflib.get_close_matches(unknown[0], TIER_OPTIONS, n=1)
-            raise ValueError(f"rocketmq tier source: unknown option {unknown[0]!r}"
-                             + (f" (did you mean {near[0]!r}?)" if near else ""))
-        path = str(self.opts.get("path") or "")
-        if not path.startswith(("s3://", "s3a://")):  # made absolute on the driver
-            import os
-            self.opts["path"] = os.path.abspath(path)
+        self.opts = tier_options(options)
         self.check_crc = str(self.opts.get("checkcrc", "false")).lower() == "true"
         self.columns = _columns(schema)
         self.schema = arrow_schema(self.columns)

@@ -19,25 +19,21 @@ that many messages per queue in one micro-batch). Offsets a retention pass delet
 """
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import Iterator
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from ..errors import CorruptRecordError, RocketStoreError
 from ..format.batch import STOP_CORRUPT, decode_records
 from ..store.tier.flat import FlatQueue
 from .arrow_columns import arrow_schema, to_batches
 from .read_options import _bool, _columns
-from .tier_source import TIER_OPTIONS, list_tier_segments, open_tier_backend
+from .tier_options import TIER_NAMES, open_tier_backend, tier_options
+from .tier_source import list_tier_segments
 
-# the options as users spell them (Spark hands them over lowercased)
-STREAM_NAMES = ("path", "objectStoreEndpoint", "objectStoreAccessKey", "objectStoreSecretKey",
-                "objectStoreRegion", "pushdown", "checkCrc", "topic", "startingOffsets",
-                "maxRecordsPerTrigger", "failOnDataLoss")
-STREAM_OPTIONS = tuple(n.lower() for n in STREAM_NAMES)
-assert set(TIER_OPTIONS) <= set(STREAM_OPTIONS)
+STREAM_NAMES = TIER_NAMES + ("topic", "startingOffsets", "maxRecordsPerTrigger", "failOnDataLoss")
 _BIG = 1 << 62  # reading only: a queue's segment size limits writes, not reads
 READ_UNITS = 4096
 
@@ -69,19 +65,9 @@ def _open_queue(backend, key: str) -> FlatQueue:
     return fq
 
 
-class TierStreamReader(DataSourceStreamReader):
+class TierStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict, schema) -> None:
-        self.opts = {str(k).lower(): v for k, v in options.items()}
-        unknown = sorted(set(self.opts) - set(STREAM_OPTIONS))
-        if unknown:
-            near = difflib.get_close_matches(unknown[0], STREAM_OPTIONS, n=1)
-            hint = f" (did you mean {STREAM_NAMES[STREAM_OPTIONS.index(near[0])]!r}?)" \
-                if near else ""
-            raise ValueError(f"rocketmq tier stream: unknown option {unknown[0]!r}{hint}")
-        path = str(self.opts.get("path") or "")
-        if not path.startswith(("s3://", "s3a://")):
-            import os
-            self.opts["path"] = os.path.abspath(path)
+        self.opts = tier_options(options, STREAM_NAMES, "rocketmq tier stream")
         topics = str(self.opts.get("topic") or "").strip()
         self.topics = {t.strip() for t in topics.split(",") if t.strip()} or None
         self.starting = str(self.opts.get("startingoffsets") or "earliest").strip().lower()
@@ -93,6 +79,7 @@ class TierStreamReader(DataSourceStreamReader):
         if self.max_records is not None and self.max_records <= 0:
             raise ValueError(f"maxRecordsPerTrigger must be positive, not {per!r}")
         self.fail_on_data_loss = _bool(self.opts.get("failondataloss"), True)
+        self._pinned: dict | None = None
         self.columns = _columns(schema)
         self.schema = arrow_schema(self.columns)
 
@@ -119,8 +106,13 @@ class TierStreamReader(DataSourceStreamReader):
         pick = 0 if self.starting == "earliest" else 1
         return {k: b[pick] for k, b in bounds.items()}
 
+    def prepareForTriggerAvailableNow(self) -> None:
+        """``availableNow``: the ends now, reached in batches of ``maxRecordsPerTrigger``."""
+        self._pinned = {k: hi for k, (lo, hi) in self._bounds().items()}
+
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
-        end = {k: hi for k, (lo, hi) in self._bounds().items()}
+        end = dict(self._pinned) if self._pinned is not None else \
+            {k: hi for k, (lo, hi) in self._bounds().items()}
         if self.max_records is not None and start:
             for k, at in start.items():
                 if k in end:

@@ -1,6 +1,6 @@
 """The tier when the object store misbehaves (a proxy the test steers in front of a real S3
 server: connections refused, HTTP 503, stalls, PUTs whose answer is lost), large segments
-going up as multipart uploads, and records that fail their checks on read."""
+going up as multipart uploads (damaged records: test_tier_repair.py)."""
 from __future__ import annotations
 
 import logging
@@ -12,7 +12,6 @@ from rocketstore.config import StoreConfig, TierConfig
 from rocketstore.format.message import Message
 from rocketstore.store.message_store import MessageStore
 from rocketstore.store.tier.s3 import TierBackendError
-from rocketstore.store.tier.service import TierReadError
 
 from ...s3server import start_s3_server
 from .s3proxy import S3Proxy
@@ -96,39 +95,6 @@ def test_large_segment_goes_up_as_a_multipart_upload(tmp_path, s3):
                             expect_count=12)
     assert any(r.startswith("POST ") and "uploads" in r for r in proxy.requests), proxy.requests
     assert any(r.startswith("PUT ") and "partNumber=2" in r for r in proxy.requests)
-
-
-def test_corrupt_record_in_the_tier_is_an_error_never_a_skip(tmp_path):
-    cfg = store_cfg(tmp_path, file_reserved_time=0)
-    with MessageStore(cfg) as s:
-        put(s, 100, queues=1)
-        assert s.tier.wait_caught_up(30)
-        rows, _, _ = tier_queue(str(tmp_path / "tier"), PCLUSTER, PBROKER, "TierT", 0)
-        expected = local_records(s, "TierT", 0)
-    # flip one body byte of queue offset 7's record in the flat COMMIT_LOG
-    qo, phy, rec, _ = rows[7]
-    cl_dir = os.path.join(queue_dir(str(tmp_path / "tier"), PCLUSTER, PBROKER, "TierT", 0),
-                          "COMMIT_LOG")
-    segs = sorted((int(n[8:]), n) for n in os.listdir(cl_dir))
-    base, name = [x for x in segs if x[0] <= phy][-1]
-    assert rec.find(b"body-00007-") > 0
-    at = phy - base + rec.find(b"body-00007-") + 3  # inside the body: its CRC no longer holds
-    with open(os.path.join(cl_dir, name), "r+b") as fh:
-        fh.seek(at)
-        b = fh.read(1)
-        fh.seek(at)
-        fh.write(bytes([b[0] ^ 0xFF]))
-    with MessageStore(cfg) as s:
-        assert s.clean_expired_files(force=True) > 0
-        local_min = s.cq_table.find("TierT", 0).min_offset_in_queue()
-        assert local_min > 7
-        r = s.get_message("g", "TierT", 0, 0, 32, decode=False)  # stops before the bad one
-        assert len(r.buffers) == 7 and r.next_begin_offset == 7
-        with pytest.raises(TierReadError, match="queue offset 7"):
-            s.get_message("g", "TierT", 0, 7, 32, decode=False)
-        r = s.get_message("g", "TierT", 0, 8, 4, decode=False)  # after it: served again
-        assert [bytes(b)[36:] for b in r.buffers] == [e[36:] for _, e, _ in expected[8:12]]
-        assert s.tier.read_errors == 2
 
 
 def test_s3_segments_are_capped_at_64_mib():

@@ -1,7 +1,7 @@
 """The one storage interface the tier writes through (``posix.PosixBackend``, ``s3.S3Backend``).
 
 Keys are ``/``-separated paths relative to the tier's base (``layout.segment_key``). A segment
-is written only at its end (``append(key, position, data)`` with ``position`` = its current
+is written only at its end (a repair replaces it whole: ``replace``) (``append(key, position, data)`` with ``position`` = its current
 size, or a shorter size after a cut: the bytes past ``position`` are dropped), so a backend
 that cannot append (S3) may rewrite the object. Every ``append`` is durable when it returns.
 """
@@ -31,6 +31,16 @@ class Backend(Protocol):
         ...
 
     def delete(self, key: str) -> None:
+        ...
+
+    def replace(self, key: str, data: bytes) -> None:
+        """Make the segment ``data`` at once: a reader or a crash sees the old bytes or the new,
+        never a mix (a repair rewrites a segment in place with it)."""
+        ...
+
+    def salvage(self, key: str) -> bytes:
+        """The object's bytes as they are, without the whole-object check a full read does
+        (S3): what a repair starts from when that check fails."""
         ...
 
 

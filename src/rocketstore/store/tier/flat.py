@@ -295,21 +295,21 @@ class FlatQueue:
                              f"not {queue_offset}")
         units = []
         chunk: list[bytes] = []
-        chunk_at = None
+        chunk_len = 0  # bytes in ``chunk`` (kept as it grows: summing it per record is quadratic)
         pos = self.commitlog.end
         cl = self.commitlog
         for rec, tag in zip(records, tags):
-            last = cl.segs[-1]
-            seg_used = last.size + sum(len(c) for c in chunk)
+            seg_used = cl.segs[-1].size + chunk_len
             if seg_used and seg_used + len(rec) > cl.max_size:  # roll: flush this chunk first
                 if chunk:
                     cl.append(b"".join(chunk))
-                    chunk = []
+                    chunk, chunk_len = [], 0
                 cl.segs.append(Seg(cl.end, 0))
                 pos = cl.end
             rec = rewrite_physical_offset(rec, pos)
             written.append((pos, rec))
             chunk.append(rec)
+            chunk_len += len(rec)
             units.append(_UNIT.pack(pos, len(rec), tag))
             pos += len(rec)
         if chunk:

@@ -15,7 +15,12 @@ every log line here) has the access and secret keys scrubbed out. Calls time out
 ``objectStoreRequestTimeout`` seconds, so a stalled server is an error, not a hang. Retrying is
 safe: ``append`` writes ``old[:position] + data`` whatever the object holds beyond
 ``position``, so a PUT that reached the server but whose answer was lost is simply written
-again. **Multipart:** pyarrow's output stream sends an object above its part size (10 MiB) as
+again. **Whole-object checksum:** the AWS SDK under pyarrow sends a CRC64NVME of the whole object
+with every upload (S3's flexible checksums; versitygw stores it beside the object) and checks
+it on every GET of a whole object; a mismatch that survives the retries raises
+``TierChecksumError`` (the service then repairs the segment, ``repair``). A ranged GET carries
+no checksum: a record read from the middle of a segment is checked by its own CRC instead, and
+``salvage`` reads a damaged object in ranges. **Multipart:** pyarrow's output stream sends an object above its part size (10 MiB) as
 a multipart upload (a single PUT below it); a failed part aborts the whole upload, so the
 object is the old one or the new one, never a mix.
 """
@@ -39,6 +44,19 @@ _FINAL = ("ACCESS_DENIED", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesN
 
 class TierBackendError(OSError):
     """The object store failed a call after every retry."""
+
+
+class TierChecksumError(TierBackendError):
+    """An object's bytes do not match the whole-object checksum the server keeps for it."""
+
+    def __init__(self, message: str, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+# the AWS SDK under pyarrow, when a whole-object GET fails the object's stored checksum
+_CHECKSUM = "checksums mismatch"
+SALVAGE_PART = 8 << 20  # bytes per ranged GET when salvaging (a range carries no checksum)
 
 
 def s3_filesystem(endpoint: str = "", access_key: str = "", secret_key: str = "", region: str = "",
@@ -94,6 +112,9 @@ class S3Backend:
                 raise
             except OSError as e:
                 msg = self.scrub(f"{type(e).__name__}: {e}")
+                if attempt == self.attempts and _CHECKSUM in msg:
+                    raise TierChecksumError(f"object store: {self.root}/{key} fails its "
+                                            f"whole-object checksum ({msg})", key) from None
                 if attempt == self.attempts or any(m in msg for m in _FINAL):
                     raise TierBackendError(f"object store: {what} {self.root}/{key} failed "
                                            f"{attempt} time(s), last: {msg}") from None
@@ -163,6 +184,18 @@ class S3Backend:
 
     def truncate(self, key: str, size: int) -> None:
         self._put(key, self.read(key, 0, size))
+
+    def replace(self, key: str, data: bytes) -> None:
+        self._put(key, bytes(data))  # a PUT is atomic: the old object or the new one
+
+    def salvage(self, key: str) -> bytes:
+        """The object in ranged GETs (at least two), so the SDK checks no whole-object
+        checksum: the bytes as the server holds them, damaged or not."""
+        n = self.size(key)
+        if n <= 1:
+            return self.read(key, 0, n) if n else b""
+        step = min(SALVAGE_PART, (n + 1) // 2)
+        return b"".join(self.read(key, pos, min(step, n - pos)) for pos in range(0, n, step))
 
     def delete(self, key: str) -> None:
         def rm():

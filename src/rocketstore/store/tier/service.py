@@ -11,7 +11,9 @@ open), so nothing is uploaded twice or skipped after a crash; the metadata JSON 
 after each round for operators and RocketMQ.
 
 ``get_message`` serves reads the local store can no longer answer (its CommitLog segments were
-removed): ``MessageStore.get_message`` falls through to it.
+removed): ``MessageStore.get_message`` falls through to it. A record that fails its checks there
+(or a segment its whole-object checksum, on upload too) is mended from the local CommitLog while
+it holds the record, else kept aside and skipped (``repair``).
 """
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ from . import layout
 from .backend import Backend, open_backend
 from .flat import FlatQueue
 from .index import TierIndex
+from .repair import TierRepair, checked_record
+from .s3 import TierChecksumError
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +60,6 @@ def segment_sizes(tcfg) -> tuple[int, int]:
     if tcfg.backend == "s3":
         cl, cq = min(cl, S3_SEGMENT_CAP), min(cq, S3_SEGMENT_CAP)
     return cl, cq
-
-
-class TierReadError(OSError):
-    """A record the tier should hold is missing or fails its checks."""
 
 
 class TierDispatcher:
@@ -107,12 +107,13 @@ class TierService:
         self.grown: dict[tuple[str, int], int] = {}
         self.last_upload: dict[tuple[str, int], float] = {}
         self.wake = threading.Event()
-        self.lock = threading.Lock()  # one upload round at a time
+        self.lock = threading.RLock()  # one upload round (or repair) at a time
         self.last_error: str | None = None
         self.cut_on_recover: dict[str, tuple[int, int]] = {}
         self.missing: dict[tuple[str, int], tuple[int, int]] = {}  # queues whose files vanished
         self.missing_error: str | None = None
         self.index = TierIndex(self.backend, self.cluster, self.broker, store_root, tcfg)
+        self.repair = TierRepair(self.backend, self._local_record)
         self.expired = {"COMMIT_LOG": 0, "CONSUME_QUEUE": 0, "INDEX": 0}  # deleted by retention
         self._last_clean = time.monotonic()
         self.read_errors = 0
@@ -142,6 +143,7 @@ class TierService:
         except (OSError, ValueError, AttributeError):
             pass
         found = discover_queues(self.backend, self.cluster, self.broker)
+        self.repair.load()
         for key, (lo, hi) in sorted(known.items()):
             if hi > lo and key not in found:
                 # the metadata says the tier held these messages and the backend has no file
@@ -327,7 +329,12 @@ class TierService:
                 log.error("tier %s: the record of queue offset %d is not in the local CommitLog",
                           fq.path, at)
                 break
-            written = fq.append(at, records, tags)
+            try:
+                written = fq.append(at, records, tags)
+            except TierChecksumError as e:  # the segment appended to fails its checksum
+                self.mend(fq, key=e.key, reason="whole-object checksum failed on upload",
+                          rewrite=True)
+                written = fq.append(at, records, tags)
             self.uploaded_messages += len(written)
             self.uploaded_bytes += sum(len(r) for _, r in written)
             self.index.add(fq, self.topic_ids[topic], written)
@@ -406,41 +413,112 @@ class TierService:
 
     def get_message(self, topic: str, qid: int, offset: int, max_msgs: int,
                     subscription: str | None, decode: bool, local_max: int) -> GetMessageResult | None:
-        """The messages from queue ``offset`` out of the tier; None when it holds none there."""
+        """The messages from queue ``offset`` out of the tier; None when it holds none there.
+        Every record is checked (``repair.record_ok``); a damaged one is mended from the local
+        CommitLog (``mend``) and served, or, beyond repair, skipped as RocketMQ skips a record
+        it cannot read (``MESSAGE_WAS_REMOVING`` when nothing else is found)."""
         fq = self.queues.get((topic, qid))
         if fq is None or not (fq.min_offset <= offset < fq.max_offset):
             return None
-        lo, hi = fq.min_offset, max(fq.max_offset, local_max)
         sub = Subscription.parse(subscription)
         codes = sub.codes if sub.tags is not None else None
-        units, raws = self._window(fq, offset, max(max_msgs, 32) if codes is not None else max_msgs)
-        pairs = [(u, r) for u, r in zip(units, raws) if codes is None or u[2] in codes]
-        keep = [u for u, _ in pairs]
-        result = GetMessageResult(GetStatus.NO_MATCHED_MESSAGE, offset + len(units), lo, hi)
-        for u, raw in pairs[:max_msgs]:
-            # every record read from the tier is checked (TOTALSIZE, magic, PHYSICALOFFSET =
-            # its flat offset, body CRC): a bad one ends the batch, never silently skipped
+        count = max(max_msgs, 32) if codes is not None else max_msgs
+        lost: set[int] | None = self.repair.lost(topic, qid)
+        last = count + 2  # each round mends a segment or learns one offset is lost
+        for attempt in range(last + 1):
+            if attempt == last:
+                lost = None  # (never reached in practice) skip whatever is still bad
+            try:
+                units, raws = self._window(fq, offset, count)
+            except TierChecksumError as e:
+                if attempt == last or not self.mend(fq, key=e.key, rewrite=True,
+                                                    reason="whole-object checksum failed on read")[2]:
+                    raise
+                continue
+            result, bad = self._answer(fq, offset, units, raws, sub, max_msgs, decode,
+                                       max(fq.max_offset, local_max), lost)
+            if bad is None:
+                self.reads += 1
+                return result
+            qo, unit = bad
+            _, gone, found = self.mend(fq, phy=unit[0], reason=f"record of queue offset {qo} "
+                                       "failed its checks on read")
+            assert lost is not None
+            lost |= set(gone)
+            if not found:
+                lost.add(qo)  # no segment holds it (the unit is bad, or its segment went)
+        raise AssertionError("unreachable")
+
+    def _answer(self, fq, offset, units, raws, sub, max_msgs, decode, hi, lost):
+        """(result, None), or (None, (queue offset, unit)) of the first damaged record not in
+        ``lost`` (None: skip every damaged one)."""
+        codes = sub.codes if sub.tags is not None else None
+        result = GetMessageResult(GetStatus.NO_MATCHED_MESSAGE, offset + len(units),
+                                  fq.min_offset, hi)
+        for i, (u, raw) in enumerate(zip(units, raws)):
+            if codes is not None and u[2] not in codes:
+                continue
+            if len(result.buffers) >= max_msgs:
+                result.next_begin_offset = offset + i
+                break
             msg = self._checked(fq, u, raw)
             if msg is None:
-                qo = offset + units.index(u)
+                if lost is not None and offset + i not in lost:
+                    return None, (offset + i, u)
                 self.read_errors += 1
                 if not result.buffers:
-                    raise TierReadError(f"tier {fq.path}: the record of queue offset {qo} "
-                                        f"(flat offset {u[0]}, {u[1]} bytes) is missing or "
-                                        "corrupt in the tier")
-                result.next_begin_offset = qo
-                return result
+                    result.status = GetStatus.MESSAGE_WAS_REMOVING
+                continue
             if sub.tags is not None and msg.tags not in sub.tags:
                 continue
             result.buffers.append(raw)
             if decode:
                 result.messages.append(msg)
             result.status = GetStatus.FOUND
-        if len(keep) > max_msgs:  # the next pull starts after the last unit returned
-            last = keep[max_msgs - 1]
-            result.next_begin_offset = offset + units.index(last) + 1
-        self.reads += 1
-        return result
+        return result, None
+
+    def mend(self, fq: FlatQueue, *, reason: str, phy: int | None = None, key: str | None = None,
+             rewrite: bool = False) -> tuple[list[int], list[int], bool]:
+        """Repair the flat COMMIT_LOG segment holding flat offset ``phy`` (or named ``key``)
+        from the local CommitLog (``repair.TierRepair.repair_segment``). Returns (queue offsets
+        mended, queue offsets beyond repair, whether such a segment was found)."""
+        with self.lock:
+            fq.resync()
+            seg = next((s for s in fq.commitlog.segs
+                        if (phy is not None and s.base <= phy < s.end)
+                        or (key is not None and fq.commitlog.key(s.base) == key)), None)
+            if seg is None:
+                return [], [], False
+            mended, lost = self.repair.repair_segment(fq, seg, reason, rewrite)
+            self._ahead.pop(fq.path, None)
+            return mended, lost, True
+
+    def verify_and_repair(self) -> dict:
+        """Check every record in the tier (and, on S3, every segment's checksum); mend what the
+        local CommitLog still holds. Returns {queue path: (mended, beyond repair)}."""
+        out = {}
+        with self.lock:
+            for fq in list(self.queues.values()):
+                fq.resync()
+                mended, lost = self.repair.repair_queue(fq, "found by tier verify")
+                if mended or lost:
+                    out[fq.path] = (mended, lost)
+                self._ahead.pop(fq.path, None)
+        return out
+
+    def _local_record(self, topic: str, qid: int, qo: int) -> tuple[bytes, int] | None:
+        """The local store's record of queue offset ``qo`` and its tags code, if it has it."""
+        cq = self.cq_table.find(topic, qid)
+        if cq is None or not cq.min_offset_in_queue() <= qo < cq.max_offset_in_queue():
+            return None
+        units = cq.read_units(qo, 1)
+        if units is None or len(units) == 0:
+            return None
+        off, size = int(units["offset"][0]), int(units["size"][0])
+        raw = self.commitlog.read_record(off)
+        if raw is None or len(raw) != size:
+            return None
+        return bytes(raw), int(units["tags_code"][0])
 
     def _window(self, fq, offset: int, count: int) -> tuple[list, list]:
         """``count`` units from ``offset`` and their records. With read-ahead
@@ -476,15 +554,7 @@ class TierService:
 
     @staticmethod
     def _checked(fq, unit, raw):
-        if raw is None or len(raw) != unit[1] or len(raw) < 36:
-            return None
-        if int.from_bytes(raw[28:36], "big", signed=True) != unit[0]:
-            return None
-        try:
-            msg = decode_message(raw, 0, check_crc=True)
-        except Exception:  # noqa: BLE001 - any damage reads as "not there"
-            return None
-        return msg if getattr(msg, "topic", None) == fq.topic else None
+        return checked_record(raw, unit[0], unit[1], fq.topic)
 
     # -- storage level (RocketMQ's TieredMessageStore.fetchFromCurrentStore) -------------------
     @property
@@ -551,6 +621,9 @@ class TierService:
                 "uploaded_messages": self.uploaded_messages, "uploaded_bytes": self.uploaded_bytes,
                 "upload_errors": self.upload_errors, "reads": self.reads,
                 "read_errors": self.read_errors, "expired_segments": dict(self.expired),
+                "repaired_records": self.repair.repaired_records,
+                "repaired_segments": self.repair.repaired_segments,
+                "quarantined_segments": len(self.repair.damage),
                 "index_pending_keys": len(self.index.pending), "index_segments": len(self.index.segs),
                 "retries": getattr(self.backend, "retries", 0)}
 
@@ -558,7 +631,9 @@ class TierService:
         return {"backend": self.tcfg.backend, "cluster": self.cluster, "broker": self.broker,
                 "missing": [{"topic": t, "queueId": q, "minOffset": lo, "maxOffset": hi}
                             for (t, q), (lo, hi) in sorted(self.missing.items())],
-                "error": self.last_error, "readErrors": self.read_errors, "storageLevel": self.level, "expired": dict(self.expired),
+                "error": self.last_error, "readErrors": self.read_errors,
+                "repairedRecords": self.repair.repaired_records,
+                "damaged": [d.to_json() for d in self.repair.damage], "storageLevel": self.level, "expired": dict(self.expired),
                 "indexSegments": len(self.index.segs), "indexPending": len(self.index.pending),
                 "queues": [{"topic": t, "queueId": q, "minOffset": fq.min_offset,
                             "maxOffset": fq.max_offset, "commitLogBytes": max(0, fq.commitlog.end)}
