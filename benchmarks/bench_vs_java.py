@@ -101,10 +101,14 @@ def stop(proc: subprocess.Popen | None) -> None:
 class OurBroker:
     name = "rocketstore"
 
-    def __init__(self, workdir: str, sync: bool, workers: int | None = None) -> None:
+    def __init__(self, workdir: str, sync: bool, workers: int | None = None,
+                 src: str | None = None) -> None:
         self.dir = os.path.join(workdir, f"ours-{workers}" if workers else "ours")
         if workers:
             self.name = f"rocketstore:{workers}"
+        self.src = src  # another copy of the package (PYTHONPATH), e.g. a build before a change
+        if src:
+            self.name += f"@{os.path.basename(src.rstrip('/'))}"
         self.sync = sync
         self.workers = workers  # serve --workers (None: the default, one per core)
         self.proc: subprocess.Popen | None = None
@@ -118,7 +122,8 @@ class OurBroker:
              str(port), "--namesrv-port", str(ns), "--json", "--default-topic-queue-nums", "8",
              "-o", "mapped_file_size_commitlog=1073741824", "-o", f"flush_disk_type={flush}",
              *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            env={**os.environ, "PYTHONPATH": self.src} if self.src else None)
         ready = json.loads(self.proc.stdout.readline())
         self.namesrv = ready["namesrv"]
         self.pids = [self.proc.pid] + child_pids(self.proc.pid)  # the worker processes too
@@ -155,10 +160,10 @@ class JavaBroker:
         log = open(os.path.join(self.dir, "java.log"), "w")
         self.procs.append(subprocess.Popen([f"{self.home}/namesrv", "-c", ns_conf], env=env,
                                            stdout=log, stderr=subprocess.STDOUT))
-        wait_port(ns_port)
+        wait_port(ns_port, 180)  # a loaded machine starts a JVM slowly
         self.procs.append(subprocess.Popen([f"{self.home}/broker", "-c", conf], env=env,
                                            stdout=log, stderr=subprocess.STDOUT))
-        wait_port(port)
+        wait_port(port, 180)
         time.sleep(3)  # registration with the name server
         self.namesrv = f"127.0.0.1:{ns_port}"
         self.pids = [p.pid for p in self.procs]
@@ -557,9 +562,11 @@ def bench_broker(broker, clients: list[str], senders: list[int], seconds: float,
 
 
 def make_broker(name: str, workdir: str, sync: bool, java_home: str | None):
-    kind, _, workers = name.partition(":")  # ours:N = serve --workers N
+    """java, ours, ours:N (serve --workers N), ours@SRC or ours:N@SRC (the package from SRC)."""
+    name, _, src = name.partition("@")
+    kind, _, workers = name.partition(":")
     return JavaBroker(workdir, sync, java_home) if kind == "java" \
-        else OurBroker(workdir, sync, int(workers) if workers else None)
+        else OurBroker(workdir, sync, int(workers) if workers else None, src or None)
 
 
 def interleaved(brokers: list[str], senders: list[int], reps: int, seconds: float,
@@ -578,7 +585,17 @@ def interleaved(brokers: list[str], senders: list[int], reps: int, seconds: floa
                     if d.startswith("ours"):
                         shutil.rmtree(os.path.join(workdir, d), ignore_errors=True)
                 broker = make_broker(name, workdir, sync, java_home)
-                broker.start()
+                try:
+                    broker.start()
+                except Exception as exc:  # e.g. a JVM that did not start in time: noted
+                    broker.stop()
+                    for s in ss:
+                        cell = f"{s} threads {'SYNC' if sync else 'ASYNC'}_FLUSH"
+                        runs.setdefault(broker.name, {}).setdefault(cell, []).append(
+                            {"error": f"broker did not start: {exc}"})
+                    print(f"rep {rep + 1}", broker.name, "did not start:", exc, file=sys.stderr,
+                          flush=True)
+                    continue
                 try:
                     for s in ss:
                         cell = f"{s} threads {'SYNC' if sync else 'ASYNC'}_FLUSH"
