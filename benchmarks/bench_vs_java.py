@@ -571,15 +571,20 @@ def make_broker(name: str, workdir: str, sync: bool, java_home: str | None):
 
 def interleaved(brokers: list[str], senders: list[int], reps: int, seconds: float,
                 java_home: str, workdir: str, profile: str | None) -> dict:
-    """Issue 36's point 5 in one run: for each repetition, each broker in turn (fresh store)
-    takes RocketMQ's benchmark Producer at each of ``senders`` threads ASYNC_FLUSH, then each
-    broker SYNC_FLUSH at 16 threads; medians over the repetitions, ratios to Java."""
+    """Issue 36's point 5 in one run: for each repetition, each broker in turn (fresh store;
+    the order turned by one each repetition) takes RocketMQ's benchmark Producer at each of
+    ``senders`` threads ASYNC_FLUSH, then each broker SYNC_FLUSH at 16 threads; medians over
+    the repetitions, ratios to Java."""
     cells = [(False, s) for s in senders] + [(True, 16)]
     runs: dict[str, dict[str, list[dict]]] = {}
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     for rep in range(reps):
         for sync in (False, True):
             ss = [s for sy, s in cells if sy == sync]
-            for name in brokers:
+            # the order turns each repetition, so no broker always follows the same one (whose
+            # dirty pages the kernel may still be writing back); and those are written first
+            for name in brokers[rep % len(brokers):] + brokers[:rep % len(brokers)]:
+                os.sync()
                 shutil.rmtree(os.path.join(workdir, "java"), ignore_errors=True)
                 for d in os.listdir(workdir):
                     if d.startswith("ours"):
@@ -609,7 +614,13 @@ def interleaved(brokers: list[str], senders: list[int], reps: int, seconds: floa
                             file=sys.stderr, flush=True)
                 finally:
                     broker.stop()
-    med = lambda xs: sorted(xs)[len(xs) // 2] if xs else float("nan")
+    def med(xs: list) -> float:
+        """The median (of two middle values, their mean); nan for none."""
+        v = sorted(xs)
+        if not v:
+            return float("nan")
+        mid = len(v) // 2
+        return v[mid] if len(v) % 2 else round((v[mid - 1] + v[mid]) / 2, 3)
     summary: dict[str, dict[str, dict]] = {}
     for bname, by_cell in runs.items():
         for cell, rs in by_cell.items():
@@ -638,7 +649,7 @@ def interleaved(brokers: list[str], senders: list[int], reps: int, seconds: floa
                         f" | {cr} |")
     profiles = {f"{b} {c}": r[0]["profile"] for b, bc in runs.items() for c, r in bc.items()
                 if r and "profile" in r[0]}
-    return {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+    return {"started": started, "ended": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
             "cpus": os.cpu_count(), "load_avg_end": os.getloadavg(), "reps": reps,
             "summary": summary, "runs": runs, "profiles": profiles, "table": "\n".join(rows)}
 
