@@ -16,6 +16,12 @@ seconds are reported):
 Usage:
   python benchmarks/bench_vs_java.py [--brokers ours,java] [--clients java,python,cpp]
       [--seconds 12] [--senders 1,8,16] [--sync] [--backlog 200000] [--json out.json]
+  python benchmarks/bench_vs_java.py --reps 3 [--brokers ours@SRC1,ours@SRC2,java] [--profile DIR]
+      issue 36's table: the Java Producer only, brokers interleaved (order turned each
+      repetition), ASYNC_FLUSH at --senders and SYNC_FLUSH at 16, medians, ratios to Java, broker
+      CPU per message by process (writer, workers, the reput thread; py-spy on PATH names it);
+      --profile: py-spy record of each of our broker processes for one window, summarized
+Brokers: java, ours, ours:N (serve --workers N), ours@SRC (the package from the directory SRC).
 Needs ROCKETMQ_HOME (``/work/rmq-java`` here) for the Java broker and clients; without it the
 Java parts are skipped with a note. Everything binds 127.0.0.1 and is stopped by PID.
 """
