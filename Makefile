@@ -42,7 +42,8 @@ demo: $(STAMP)
 PURE_TESTS := tests/remoting tests/format tests/durability/test_sync_deferred.py \
 	tests/store/test_put_nowait.py tests/store/test_put_encoded_many.py tests/store/test_dispatch_feed.py tests/store/test_store_scenarios.py \
 	tests/broker/test_lifecycle.py tests/broker/test_send_checks.py tests/broker/test_client_broker.py tests/broker/test_local_sends.py \
-	tests/broker/test_worker_link.py tests/broker/test_workers.py::test_sends_and_pulls_through_two_workers \
+	tests/broker/test_worker_link.py tests/broker/test_put_batch.py \
+	tests/broker/test_workers.py::test_sends_and_pulls_through_two_workers \
 	tests/broker/test_workers.py::test_worker_records_equal_one_process_records
 
 # The main suite runs as four pytest processes side by side (MAIN_D below), because most tests wait on servers,

@@ -17,7 +17,7 @@ CHECKED = ["-p", "rocketstore.format", "-p", "rocketstore.remoting",
            "-m", "rocketstore.broker.services.puts",
            "-m", "rocketstore.broker.services.writer", "-m", "rocketstore.broker.services.syncflush",
            "-p", "rocketstore.broker.workers",
-           "-m", "rocketstore.store.put_path"]
+           "-m", "rocketstore.store.put_path", "-m", "rocketstore.broker.wiring"]
 
 
 def test_mypy_finds_no_error():

@@ -188,8 +188,11 @@ def check_put_topic(topics: TopicLookup, put_topic: str, queue_id: int,
 
 
 def plan_send(code: int, fields: Mapping[str, str], body: bytes, peer: str, rules: SendRules,
-              topics: TopicLookup | None = None, now_ms: int | None = None) -> Plan:
-    """What a send request becomes (see the module text). Raises nothing for any header."""
+              topics: TopicLookup | None = None, now_ms: int | None = None,
+              uniq_key: Callable[[], str] = create_uniq_key) -> Plan:
+    """What a send request becomes (see the module text). Raises nothing for any header.
+    ``now_ms`` is the born time of a header without one (None: the clock); ``uniq_key`` makes
+    the UNIQ_KEY of a message without one (tests pass a deterministic one)."""
     h = send_fields(fields)
     batch = is_batch(code, h)
     topic = h.get("topic") or ""
@@ -241,7 +244,7 @@ def plan_send(code: int, fields: Mapping[str, str], body: bytes, peer: str, rule
     if why:
         return Whole(msg, dlq=dlq, why=why, answer_queue_id=asked_qid)
     if rules.generate_uniq_key and PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in props:
-        props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = create_uniq_key()
+        props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_key()
     try:
         enc = encode_message(msg, props, born_timestamp=born, born_host=peer,
                              store_host=rules.store_host, max_body_size=rules.max_message_size)

@@ -22,7 +22,7 @@ import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..format.batch import parse_delay_levels
 from ..remoting.codes import PERM_READ, RequestCode
@@ -48,14 +48,26 @@ from .state.stats import BrokerStats
 from .state.subgroups import SubscriptionGroupManager
 from .state.topics import TopicConfigManager, create_cluster_topics, learn_topic
 
+if TYPE_CHECKING:
+    from ..config import StoreConfig
+    from ..store.message_store import MessageStore
+    from .acl.service import PlainPermissionManager
+    from .namesrv.registration import NameServerRegistration
+    from .namesrv.routes import LocalRoutePerms, RouteTable
+    from .server import RemotingServer
+    from .services.slave_sync import SlaveSynchronize
+    from .services.transaction import (TransactionalMessageCheckService,
+                                       TransactionalMessageService)
+    from .workers.pool import FastPuts, WorkerPool
+
 log = logging.getLogger(__name__)
 
 
 class Broker:
-    def __init__(self, store_config: Any, config: BrokerConfig | None = None) -> None:
+    def __init__(self, store_config: StoreConfig, config: BrokerConfig | None = None) -> None:
         self.config = config or BrokerConfig()
         self.store_config = store_config
-        self.store: Any = None
+        self.store: MessageStore | None = None  # opened by start()
         self.delay_levels_ms = parse_delay_levels(store_config.message_delay_level)
         config_dir = os.path.join(store_config.store_path_root_dir, "config")
         self.topics = TopicConfigManager(config_dir, self.config.default_topic_queue_nums)
@@ -75,33 +87,33 @@ class Broker:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.hold: PullHoldService | None = None
         self.schedule: ScheduleMessageService | None = None
-        self.transactions: Any = None  # transaction.TransactionalMessageService, once started
-        self.transaction_check: Any = None
+        self.transactions: TransactionalMessageService | None = None  # once started
+        self.transaction_check: TransactionalMessageCheckService | None = None
         self.writer: PutWriter | None = None
         self.puts: Puts | None = None  # the one way a message goes into the store
         self.locks = RebalanceLockManager()
-        self.servers: list[Any] = []
+        self.servers: list[RemotingServer] = []
         self.contexts: dict[str, Any] = {}  # kind -> the context its processors take
         self.extensions: list[Any] = []  # started after the servers, stopped first (gRPC)
-        self.registration: Any = None  # NameServerRegistration when --namesrv is given
-        self.route_perms: Any = None  # namesrv.routes.LocalRoutePerms of the in-process name server
-        self.handler_wrappers: list[Callable[[dict], dict]] = []  # e.g. ops.stats.instrument
+        self.registration: NameServerRegistration | None = None  # when --namesrv is given
+        self.route_perms: LocalRoutePerms | None = None  # of the in-process name server
+        self.handler_wrappers: list[Callable[[dict[int, Any]], dict[int, Any]]] = []  # e.g. ops.stats.instrument
         self.put_observers: list[Callable[[float], None]] = []  # put seconds (workers' fast path)
-        self.workers: Any = None  # workers.pool.WorkerPool when serverWorkerProcesses > 1
-        self.fast_puts: Any = None  # workers.pool.FastPuts: the plain sends' fast path
-        self.acl: Any = None  # acl.service.PlainPermissionManager when aclEnable
-        self.route_table: Any = None  # namesrv.routes.RouteTable of the in-process name server
-        self.slave_sync: Any = None  # services.slave_sync.SlaveSynchronize on a SLAVE
+        self.workers: WorkerPool | None = None  # when serverWorkerProcesses > 1
+        self.fast_puts: FastPuts | None = None  # the plain sends' fast path
+        self.acl: PlainPermissionManager | None = None  # when aclEnable
+        self.route_table: RouteTable | None = None  # of the in-process name server
+        self.slave_sync: SlaveSynchronize | None = None  # on a SLAVE
         self.fast_port: int | None = None  # the VIP remoting port (listenPort - 2) when it listens
         self.pop_service: PopService | None = None  # RocketMQ 5 pop: both doors' one state
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
 
     # -- what the wiring hands on ---------------------------------------------------------------
     @property
     def store_host(self) -> str:
         return self.store_config.store_host
 
-    async def run(self, fn: Callable, *args: Any) -> Any:
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run a blocking store call on the executor."""
         assert self.loop is not None
         return await self.loop.run_in_executor(self.executor, fn, *args)
@@ -218,6 +230,7 @@ class Broker:
     async def _start_servers(self) -> None:
         from .acl import service as acl_service
         from .namesrv import context as namesrv_context
+        from .namesrv import routes as namesrv_routes
         from .server import RemotingServer
 
         self.topics.persist()
@@ -248,7 +261,9 @@ class Broker:
             self.store_config.store_host = f"{self.config.host}:{broker_srv.port}"
         if self.workers is not None:
             await self.workers.start_workers(self._worker_settings())
-            self.fast_puts = self.workers.fast if self.workers.settings.fast_sends else None
+            settings = self.workers.settings
+            self.fast_puts = self.workers.fast if settings is not None and settings.fast_sends \
+                else None
         else:
             settings = self._worker_settings(acl_checked_here=True)
             if settings.fast_sends:  # the workers' fast path on our own connections
@@ -262,7 +277,7 @@ class Broker:
         self.servers.append(broker_srv)
         await self._start_fast_port(handlers)
         if self.config.namesrv_port is not None:
-            local = namesrv_context.LocalBroker(self.config, self.store_config, self.topics,
+            local = namesrv_routes.LocalBroker(self.config, self.store_config, self.topics,
                                                 lambda: self.ha_server_addr)
             ns_ctx = namesrv_context.build(local)
             self.route_perms = ns_ctx.perms
@@ -287,6 +302,7 @@ class Broker:
                 subgroups=self.subgroups, run=self.run)
             self.slave_sync.start()
         else:
+            assert self.puts is not None and self.transaction_check is not None
             self.schedule = ScheduleMessageService(
                 self.store, self.delay_offsets, self.delay_levels_ms, self.puts.put_blocking,
                 self.run, self.config.schedule_poll_interval_ms / 1000.0)
@@ -296,6 +312,7 @@ class Broker:
             self.pop_service.start()
         for ext in self.extensions:
             await ext.start()
+        assert self.loop is not None
         self._tasks.append(self.loop.create_task(self._housekeeping(), name="housekeeping"))
         log.info("broker %s listening on %s:%s, name server on %s", self.config.broker_name,
                  self.config.host, self.config.port, self.config.namesrv_port)
@@ -369,6 +386,7 @@ class Broker:
         tcfg = TransactionConfig(c.transaction_timeout_ms, c.transaction_check_interval_ms,
                                  c.transaction_check_max,
                                  int(getattr(self.store_config, "file_reserved_time", 72)))
+        assert self.puts is not None
         self.transactions = TransactionalMessageService(self.store, self.topics, self.offsets,
                                                         self.puts.put_blocking, tcfg)
         self.transaction_check = TransactionalMessageCheckService(
@@ -433,9 +451,10 @@ class Broker:
 
         # each step on its own (RocketMQ schedules them apart): a state file that cannot be
         # written (a full disk) must not stop consumer and producer expiry
-        steps = [(self.offsets.persist, True), (self.delay_offsets.persist, True),
-                 (self.subgroups.persist, True), (expire_consumers, False),
-                 (self.filters.persist, True), (self.producers.scan_expired, False)]
+        steps: list[tuple[Callable[[], object], bool]] = [
+            (self.offsets.persist, True), (self.delay_offsets.persist, True),
+            (self.subgroups.persist, True), (expire_consumers, False),
+            (self.filters.persist, True), (self.producers.scan_expired, False)]
         while True:
             await asyncio.sleep(interval)
             for fn, blocking in steps:
@@ -473,7 +492,7 @@ class Broker:
             t.cancel()
         if self.slave_sync is not None:
             await self.slave_sync.stop()
-        if self.acl is not None:
+        if self.acl is not None and self.acl.watcher is not None:
             self.acl.watcher.stop()
         ns_acl = getattr(self, "_namesrv_acl", None)
         if ns_acl is not None and ns_acl is not self.acl:

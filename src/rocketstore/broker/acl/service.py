@@ -81,6 +81,7 @@ class PlainPermissionManager:
         self.default_file = os.path.normpath(os.path.abspath(default_file))
         self._lock = threading.Lock()
         self.snapshot = AclSnapshot()
+        self.watcher: AclFileWatchService | None = None  # started by ``start_acl``
 
     def load(self) -> None:
         """(Re)read every file; the default file is created empty when missing, as RocketMQ
@@ -246,7 +247,7 @@ def start_acl(cfg: Any, store_config: Any) -> PlainPermissionManager:
     manager.load()
     watcher = AclFileWatchService(manager, cfg.acl_watch_interval_ms / 1000.0)
     watcher.start()
-    manager.watcher = watcher  # type: ignore[attr-defined]
+    manager.watcher = watcher
     return manager
 
 

@@ -98,7 +98,7 @@ class Puts:
             r = self.store.put_message(job.messages[0], nowait=nowait, defer_sync=defer)
         return None if r is None else [r]
 
-    def inline(self) -> tuple[Callable[..., object], ...]:
+    def inline(self) -> tuple[Callable[..., list[PutMessageResult] | None], ...]:
         """The put functions ``PutWriter`` may try on the event loop first."""
         return (self._call,)
 

@@ -6,9 +6,11 @@ Every worker accepts on the same listening socket (the kernel hands each connect
 them; a worker that dies leaves the socket and its queued connections to the others). Per
 client connection the worker cuts frames and decodes headers with the compiled codec, then:
 
-* a plain send (``send_rule.plan_send`` answers ``Put``) is encoded into its CommitLog record here and goes to
-  the writer as a PUT; the writer's RESULT comes back and the worker encodes the response —
-  or, for FALLBACK, sends the original frame to the writer after all;
+* a plain send (``send_rule.plan_send`` answers ``Put``) is encoded into its CommitLog record
+  here and goes to the writer as a PUT — a read's sends are planned and encoded in one call,
+  ``put_batch.link_puts`` (compiled: ``_speedups.pyx``); the writer's RESULT comes back and
+  the worker encodes the response — or, for FALLBACK, sends the original frame to the writer
+  after all;
 * every other frame (pulls, heartbeats, admin, batches, a client's answer to a broker request)
   goes to the writer whole (FRAME) and its answers come back whole (FRAME) to be written.
 
@@ -39,27 +41,14 @@ from ...remoting.command import RemotingCommand
 from ...remoting.connection import RemotingConnection, cut_frame
 from ...remoting.header import decode_header
 from ..send_order import SendOrder
-from ..send_rule import SEND_CODES, Put, SendRules, plan_send, send_answer_header
+from ..send_rule import SendRules, send_answer_header
 from . import link as L
 from .outbox import Outbox
+from .put_batch import link_puts
 
 log = logging.getLogger("rocketstore.worker")
 _CODEC = RemotingConnection()  # only its frame encoder is used (no state)
 MAX_PUTS = 1024  # a client's sends in flight before its socket is not read (as MAX_INFLIGHT)
-
-
-def link_put(cmd: RemotingCommand, peer: str, seq: int, conn: int,
-             rules: SendRules) -> L.Put | None:
-    """The PUT a plain send becomes (the send rule planned it ``Put``; the writer checks its
-    topic), or None: the frame goes to the writer whole."""
-    if not rules.fast_sends or cmd.code not in SEND_CODES or cmd.is_response:
-        return None
-    plan = plan_send(cmd.code, cmd.ext_fields, cmd.body or b"", peer, rules)
-    if not isinstance(plan, Put):
-        return None
-    rec = plan.record
-    return L.Put(seq, conn, rec.queue_id, rec.sys_flag, rec.store_ts_pos, plan.body_len,
-                 plan.default_queue_nums, plan.props_off, rec.topic, rec.data)
 
 
 class ClientConn(asyncio.Protocol):
@@ -75,8 +64,9 @@ class ClientConn(asyncio.Protocol):
         self.partial_since: float | None = None
         self.out: list[bytes] = []
         # PUTs the writer has not answered (fast), the sends held behind them (waiting:
-        # (cmd, frame, put), in order)
-        self.order: SendOrder[None, tuple[RemotingCommand, bytes, L.Put | None]] = SendOrder()
+        # (cmd, frame, seq, link PUT message or None), in order)
+        self.order: SendOrder[None, tuple[RemotingCommand, bytes, int, bytes | None]] = \
+            SendOrder()
         self.held = False  # reading paused: too many puts in flight (MAX_PUTS)
         self.writer_paused = False  # reading paused by the writer (its MAX_INFLIGHT)
 
@@ -93,6 +83,10 @@ class ClientConn(asyncio.Protocol):
         buf += data
         pos = 0
         w = self.w
+        # one pass cuts the read's frames (a non-send is not decoded), one call plans and
+        # encodes its sends (``put_batch.link_puts``), one pass hands them on in order
+        frames: list[tuple[int, int, RemotingCommand | None]] = []
+        broken: ProtocolError | None = None
         try:
             while True:
                 cut = cut_frame(buf, pos, FRAME_MAX_LENGTH)
@@ -103,29 +97,45 @@ class ClientConn(asyncio.Protocol):
                 pos = end
                 if stype == 1 and len(header) >= 2 and int.from_bytes(
                         header[:2], "big", signed=True) not in SEND_REQUEST_CODES:
-                    w.forward(self.id, buf, raw_start, end)  # not a send: no need to decode
+                    frames.append((raw_start, end, None))  # not a send: no need to decode
                     continue
                 cmd = decode_header(header, stype, body)
                 if cmd.code not in SEND_REQUEST_CODES or cmd.is_response:
-                    w.forward(self.id, buf, raw_start, end)
-                    continue
-                put = None
-                try:
-                    put = link_put(cmd, self.peer, next(w.seqs), self.id, w.settings)
-                except Exception:  # whatever it is, the writer's send processor answers
-                    log.debug("send from %s handled whole by the writer", self.peer,
-                              exc_info=True)
-                frame = bytes(buf[raw_start:end])
-                order = self.order
-                if order.waiting or (put is None and order.fast):
-                    order.waiting.append((cmd, frame, put))  # after the PUTs ahead of it
+                    frames.append((raw_start, end, None))
                 else:
-                    self._send(cmd, frame, put)
-                if order.fast + len(order.waiting) >= MAX_PUTS and not self.held:
-                    self.held = True
-                    self._reading()
+                    frames.append((raw_start, end, cmd))
         except ProtocolError as exc:
-            log.info("broker: closing %s: %s", self.peer, exc)
+            broken = exc  # the frames before it are handled, then the connection closes
+        sends = [(c.code, c.ext_fields, c.body or b"") for _, _, c in frames if c is not None]
+        puts: list[bytes | None] = []
+        seq0 = w.next_seq
+        if sends:
+            w.next_seq += len(sends)
+            try:
+                puts = link_puts(sends, self.peer, w.settings, seq0, self.id)
+            except Exception:  # whatever it is, the writer's send processor answers
+                log.debug("sends from %s handled whole by the writer", self.peer,
+                          exc_info=True)
+                puts = [None] * len(sends)
+        i = 0
+        order = self.order
+        for raw_start, end, send in frames:
+            if send is None:
+                w.forward(self.id, buf, raw_start, end)
+                continue
+            put = puts[i]
+            seq = seq0 + i
+            i += 1
+            frame = bytes(buf[raw_start:end])
+            if order.waiting or (put is None and order.fast):
+                order.waiting.append((send, frame, seq, put))  # after the PUTs ahead of it
+            else:
+                self._send(send, frame, seq, put)
+            if order.fast + len(order.waiting) >= MAX_PUTS and not self.held:
+                self.held = True
+                self._reading()
+        if broken is not None:
+            log.info("broker: closing %s: %s", self.peer, broken)
             self.abort(protocol_error=True)
             return
         if pos:
@@ -135,25 +145,26 @@ class ClientConn(asyncio.Protocol):
         elif pos or self.partial_since is None:  # a new frame begun
             self.partial_since = time.monotonic()
 
-    def _send(self, cmd: RemotingCommand, frame: bytes, put: L.Put | None) -> None:
-        """A send to the writer: as a PUT (the fast path) or, ``put`` None, its frame whole."""
+    def _send(self, cmd: RemotingCommand, frame: bytes, seq: int, put: bytes | None) -> None:
+        """A send to the writer: as a PUT (``put``: the link message, the fast path) or,
+        ``put`` None, its frame whole."""
         w = self.w
         if put is None:
             w.send_parts([L.frame_head(self.id, len(frame)), frame])
             return
-        w.pending[put.seq] = (self, cmd, frame)
-        w.send_parts(L.put_msg(put))
+        w.pending[seq] = (self, cmd, frame)
+        w.send(put)
         self.order.fast += 1
 
     def _send_waiting(self) -> None:
         """Send what waited, in order, up to the next frame that must wait again."""
         waiting = self.order.waiting
         while waiting and not self.closed:
-            cmd, frame, put = waiting[0]
+            cmd, frame, seq, put = waiting[0]
             if put is None and self.order.fast:
                 return
             waiting.popleft()
-            self._send(cmd, frame, put)
+            self._send(cmd, frame, seq, put)
 
     def _reading(self) -> None:
         """Pause or resume reading this client as the two reasons say."""
@@ -254,7 +265,7 @@ class Worker(Outbox):
         self.conns: dict[int, ClientConn] = {}
         self.pending: dict[int, tuple[ClientConn, RemotingCommand, bytes]] = {}
         self.ids = itertools.count(1)
-        self.seqs = itertools.count(1)
+        self.next_seq = 1  # the sequence number of the next send (``put_batch.link_puts``)
         self.loop = loop
         self.link: asyncio.Transport | None = None
         self.server: asyncio.AbstractServer | None = None
