@@ -34,8 +34,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..controller.codes import ControllerRequest as Q
-from ..controller.codes import ControllerResponse as R
+from ..remoting.controller_codes import ControllerRequest as Q
+from ..remoting.controller_codes import ControllerResponse as R
 from ..remoting.command import RemotingCommand
 from ..remoting.fastjson import dumps, loads
 from .namesrv.registration import _Channel

@@ -1,48 +1,8 @@
-"""The controller's request and response codes, as RocketMQ 5.3.3's ``RequestCode`` and
-``ResponseCode`` number them (checked with ``javap -constants`` against rocketmq-remoting-5.3.3)."""
+"""The controller's request and response codes; they live with the other remoting codes
+(``remoting/controller_codes.py``) because brokers in controller mode speak them too."""
 from __future__ import annotations
 
-from enum import IntEnum
+from ..remoting.controller_codes import (FIRST_BROKER_CONTROLLER_ID, ControllerRequest,
+                                         ControllerResponse)
 
-
-class ControllerRequest(IntEnum):
-    BROKER_HEARTBEAT = 904
-    CONTROLLER_ALTER_SYNC_STATE_SET = 1001
-    CONTROLLER_ELECT_MASTER = 1002
-    CONTROLLER_REGISTER_BROKER = 1003
-    CONTROLLER_GET_REPLICA_INFO = 1004
-    CONTROLLER_GET_METADATA_INFO = 1005
-    CONTROLLER_GET_SYNC_STATE_DATA = 1006
-    GET_BROKER_EPOCH_CACHE = 1007  # served by brokers, not by the controller
-    NOTIFY_BROKER_ROLE_CHANGED = 1008  # controller -> broker, oneway
-    UPDATE_CONTROLLER_CONFIG = 1009
-    GET_CONTROLLER_CONFIG = 1010
-    CLEAN_BROKER_DATA = 1011
-    CONTROLLER_GET_NEXT_BROKER_ID = 1012
-    CONTROLLER_APPLY_BROKER_ID = 1013
-
-
-class ControllerResponse(IntEnum):
-    SUCCESS = 0
-    SYSTEM_ERROR = 1
-    REQUEST_CODE_NOT_SUPPORTED = 3
-    NO_PERMISSION = 16
-    CONTROLLER_FENCED_MASTER_EPOCH = 2000
-    CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH = 2001
-    CONTROLLER_INVALID_MASTER = 2002
-    CONTROLLER_INVALID_REPLICAS = 2003
-    CONTROLLER_MASTER_NOT_AVAILABLE = 2004
-    CONTROLLER_INVALID_REQUEST = 2005
-    CONTROLLER_BROKER_NOT_ALIVE = 2006
-    CONTROLLER_NOT_LEADER = 2007
-    CONTROLLER_BROKER_METADATA_NOT_EXIST = 2008
-    CONTROLLER_INVALID_CLEAN_BROKER_METADATA = 2009
-    CONTROLLER_BROKER_NEED_TO_BE_REGISTERED = 2010
-    CONTROLLER_MASTER_STILL_EXIST = 2011
-    CONTROLLER_ELECT_MASTER_FAILED = 2012
-    CONTROLLER_ALTER_SYNC_STATE_SET_FAILED = 2013
-    CONTROLLER_BROKER_ID_INVALID = 2014
-
-
-#: MixAll.FIRST_BROKER_CONTROLLER_ID: the first id the controller hands out in a group
-FIRST_BROKER_CONTROLLER_ID = 1
+__all__ = ["FIRST_BROKER_CONTROLLER_ID", "ControllerRequest", "ControllerResponse"]
