@@ -31,6 +31,7 @@ BROKER: dict[int, tuple[str, Callable[..., Awaitable[Any]]]] = {
     C.RECALL_MESSAGE: ("send", recall.recall),
     # consumers (PullContext)
     C.PULL_MESSAGE: ("pull", pull.pull),
+    C.LITE_PULL_MESSAGE: ("pull", pull.pull),  # RocketMQ 5's DefaultLitePullConsumer
     C.CHECK_CLIENT_CONFIG: ("pull", sql92.check_config),
     # RocketMQ 5 pop consumers (PopContext; one pop state with the gRPC door)
     C.POP_MESSAGE: ("pop", pop.pop),
@@ -39,6 +40,7 @@ BROKER: dict[int, tuple[str, Callable[..., Awaitable[Any]]]] = {
     C.CHANGE_MESSAGE_INVISIBLETIME: ("pop", pop.change_invisible),
     C.NOTIFICATION: ("pop", pop.notification),
     C.POLLING_INFO: ("pop", pop.polling_info),
+    C.PEEK_MESSAGE: ("pop", pop.peek),
     # RocketMQ 5 server-side rebalance (AssignmentContext)
     C.QUERY_ASSIGNMENT: ("assignment", assignment.query_assignment),
     C.SET_MESSAGE_REQUEST_MODE: ("assignment", assignment.set_request_mode),
