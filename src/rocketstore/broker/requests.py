@@ -65,6 +65,7 @@ BROKER: dict[int, tuple[str, Callable[..., Awaitable[Any]]]] = {
     C.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: ("admin", topics.topic_list),
     C.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: ("admin", topics.system_topics),
     C.DELETE_TOPIC_IN_BROKER: ("admin", topics.delete_topic),
+    C.CLEAN_UNUSED_TOPIC: ("admin", topics.clean_unused_topic),
     C.QUERY_TOPIC_CONSUME_BY_WHO: ("admin", topics.consume_by_who),
     C.QUERY_CONSUME_QUEUE: ("admin", topics.query_consume_queue),
     C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: ("admin", groups.update_group),
