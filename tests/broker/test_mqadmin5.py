@@ -82,6 +82,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "updateKvConfig": ("updateKvConfig -n {ns} -s ORDER_TOPIC_CONFIG -k " + NEW_TOPIC
                        + " -v broker-a:2", "same"),
     "deleteKvConfig": ("deleteKvConfig -n {ns} -s ORDER_TOPIC_CONFIG -k " + NEW_TOPIC, "same"),
+    "updateOrderConfPut": ("updateOrderConf -n {ns} -t " + NEW_TOPIC + " -v broker-a:2 -m put",
+                           "same"),
+    "updateOrderConfGet": ("updateOrderConf -n {ns} -t " + NEW_TOPIC + " -m get", "same"),
+    "updateOrderConfDelete": ("updateOrderConf -n {ns} -t " + NEW_TOPIC + " -m delete", "same"),
     "updateNamesrvConfig": ("updateNamesrvConfig -n {ns} -k orderMessageEnable -v true", "same"),
     "deleteSubGroup": ("deleteSubGroup -n {ns} -b {broker} -g OpsNewCG", "same"),
     "deleteTopic": ("deleteTopic -n {ns} -c DefaultCluster -t " + NEW_TOPIC, "same"),
