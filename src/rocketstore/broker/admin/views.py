@@ -300,7 +300,7 @@ def runtime_info(store: Any, store_config: Any, broker_config: Any, stats: Any,
     info: dict[str, Any] = {
         "brokerVersionDesc": version_desc, "brokerVersion": version,
         # RocketMQ 5: whether the broker serves as a master (clusterList's #ACTIVATED)
-        "brokerActive": str(str(getattr(store_config, "broker_role", "")).upper() != "SLAVE").lower(),
+        "brokerActive": str(getattr(store_config, "broker_role", "") != "SLAVE").lower(),
         "bootTimestamp": boot,
         "runtime": f"[ {up_s // 86400} days, {up_s // 3600 % 24} hours, "
                    f"{up_s // 60 % 60} minutes, {up_s % 60} seconds ]",

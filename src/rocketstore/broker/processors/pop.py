@@ -1,7 +1,7 @@
 """RocketMQ 5's pop consumption over remoting: POP_MESSAGE (200050), ACK_MESSAGE (200051),
-BATCH_ACK_MESSAGE (200151), CHANGE_MESSAGE_INVISIBLETIME (200053), NOTIFICATION (200054) and
-POLLING_INFO (200055), PEEK_MESSAGE (200052), with 5.3.3's headers, answers and codes, over the broker's one
-``PopService`` (the gRPC door's state too).
+BATCH_ACK_MESSAGE (200151), CHANGE_MESSAGE_INVISIBLETIME (200053), NOTIFICATION (200054),
+POLLING_INFO (200055) and PEEK_MESSAGE (200052), with 5.3.3's headers, answers and codes, over
+the broker's one ``PopService`` (the gRPC door's state too).
 
 Theory of operation. POP_MESSAGE pops from the group's retry queue and the topic's queues
 (``queueId`` -1: all of them) under one pop time; when nothing is there it long-polls on the

@@ -1,5 +1,6 @@
 """PULL_MESSAGE (11) and RocketMQ 5's LITE_PULL_MESSAGE (361, the same request from a
-``DefaultLitePullConsumer``; refused when ``litePullMessageEnable`` is off) with tag subscriptions, the commit-offset flag and long polling.
+``DefaultLitePullConsumer``; refused when ``litePullMessageEnable`` is off) with tag
+subscriptions, the commit-offset flag and long polling.
 
 Theory of operation: the handler reads the queue through ``store.get_message`` on the executor
 and maps the store's ``GetStatus`` to RocketMQ's pull response codes (as 4.9's
