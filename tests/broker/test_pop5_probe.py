@@ -20,6 +20,8 @@ pytestmark = pytest.mark.interop
 FEATURES = ["pop_ack", "batch_ack", "change_invisible", "revive_once", "orderly_pop",
             "forged_handle", "notification", "recall_timer", "pop_push_consumer",
             "topic_attributes", "heartbeat_v2"]
+CLIENT_FEATURES = ["client_lite_pull_subscribe", "client_lite_pull_assign", "client_request_reply",
+                   "client_peek"]
 SETTINGS = {"recallMessageEnable": "true"}
 
 
@@ -61,7 +63,10 @@ def run_probe(probe, namesrv: str, tmp_path, suffix: str, only: str | None = Non
     return results, codes
 
 
-def test_pop_probe_ours_passes_what_java_passes(probe, tmp_path):
+def both_brokers(probe, tmp_path, features: list[str], only: str | None = None
+                 ) -> tuple[dict[str, str], dict[str, str], dict[str, str], dict[str, str]]:
+    """The probe against the Java 5.3.3 broker, then against ours: (java, java codes, ours,
+    our codes), the table printed."""
     from tests.cluster.java_rocketmq import start_java_broker, start_java_namesrv
 
     home, _ = probe
@@ -70,7 +75,7 @@ def test_pop_probe_ours_passes_what_java_passes(probe, tmp_path):
     try:
         broker = start_java_broker(home, str(tmp_path / "jbroker"), ns.addr, "broker-j",
                                    extra=SETTINGS)
-        java, java_codes = run_probe(probe, ns.addr, tmp_path, "j")
+        java, java_codes = run_probe(probe, ns.addr, tmp_path, "j", only)
     finally:
         if broker is not None:
             broker.stop()
@@ -79,16 +84,33 @@ def test_pop_probe_ours_passes_what_java_passes(probe, tmp_path):
     conf.write_text("".join(f"{k}={v}\n" for k, v in SETTINGS.items()))
     srv = start_server(str(tmp_path / "store"), "--config", str(conf))
     try:
-        ours, our_codes = run_probe(probe, srv.namesrv, tmp_path, "o")
+        ours, our_codes = run_probe(probe, srv.namesrv, tmp_path, "o", only)
     finally:
         assert srv.stop() == 0, srv.log()
-    print("feature           java  rocketstore")
-    for f in FEATURES:
-        print(f"{f:17} {java.get(f, '-')[:4]:5} {ours.get(f, '-')[:4]}")
+    print("feature                     java  rocketstore")
+    for f in features:
+        print(f"{f:27} {java.get(f, '-')[:4]:5} {ours.get(f, '-')[:4]}")
+    return java, java_codes, ours, our_codes
+
+
+def test_pop_probe_ours_passes_what_java_passes(probe, tmp_path):
+    java, java_codes, ours, our_codes = both_brokers(probe, tmp_path, FEATURES)
     assert set(java) == set(FEATURES), java
     for f in FEATURES:
         if java[f] == "PASS":
             assert ours.get(f) == "PASS", (f, ours.get(f))
+    assert our_codes == java_codes
+
+
+def test_remoting_clients_ours_passes_what_java_passes(probe, tmp_path):
+    """RocketMQ 5.3.3's DefaultLitePullConsumer (subscribe: poll, commit, a second consumer
+    resumes; assign: seek, seekToBegin/End, commit, committed), request-reply (request, a
+    consumer replying on the reply topic, a reply for a requester that is gone) and PEEK_MESSAGE
+    against both brokers: Java passes each (the probe's own checks), ours must too, same codes."""
+    java, java_codes, ours, our_codes = both_brokers(probe, tmp_path, CLIENT_FEATURES,
+                                                     ",".join(CLIENT_FEATURES))
+    assert java == {f: "PASS" for f in CLIENT_FEATURES}, java
+    assert ours == java
     assert our_codes == java_codes
 
 

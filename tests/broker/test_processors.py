@@ -356,3 +356,65 @@ def test_bad_headers_are_refused_by_the_processor_not_the_store(tmp_path, code):
             with pytest.raises(ValueError):
                 await w.call(fn, kind, code, {"topic": "T", "queueId": "x"})
     run(go())
+
+
+def test_lite_pull_is_a_pull_and_lite_pull_message_enable_refuses_it(tmp_path):
+    """LITE_PULL_MESSAGE (361, RocketMQ 5's DefaultLitePullConsumer) answers as PULL_MESSAGE;
+    with ``litePullMessageEnable`` off it is refused with NO_PERMISSION, as RocketMQ's broker."""
+    fields = {"consumerGroup": "G", "topic": "T", "queueId": 0, "queueOffset": 0,
+              "maxMsgNums": 32, "sysFlag": 0, "commitOffset": 0}
+
+    async def go(enabled: bool):
+        async with World(tmp_path / str(enabled), lite_pull_message_enable=enabled) as w:
+            await w.call(send.send, "send", RequestCode.SEND_MESSAGE, send_fields("T"), b"lp")
+            await w.read("T")
+            kind, fn = requests.BROKER[RequestCode.LITE_PULL_MESSAGE]
+            return await w.call(fn, kind, RequestCode.LITE_PULL_MESSAGE, fields)
+
+    r = run(go(True))
+    assert r.code == ResponseCode.SUCCESS and decode_message(r.body, 0).body == b"lp"
+    r = run(go(False))
+    assert r.code == ResponseCode.NO_PERMISSION and "lite pull consumer is forbidden" in r.remark
+
+
+def test_clean_unused_topic_drops_the_queues_of_topics_no_longer_in_the_table(tmp_path):
+    async def go():
+        async with World(tmp_path) as w:
+            for t in ("Kept", "Gone"):
+                await w.call(send.send, "send", RequestCode.SEND_MESSAGE, send_fields(t), b"x")
+                await w.read(t)
+            w.broker.topics.delete("Gone")  # the table forgot it, its queues are still there
+            kind, fn = requests.BROKER[RequestCode.CLEAN_UNUSED_TOPIC]
+            r = await w.call(fn, kind, RequestCode.CLEAN_UNUSED_TOPIC)
+            assert r.code == ResponseCode.SUCCESS
+            queues = w.broker.store.topics()
+            assert "Gone" not in queues and "Kept" in queues
+            assert [m.body for m in await w.read("Kept")] == [b"x"]
+    run(go())
+
+
+def test_peek_reads_without_popping(tmp_path):
+    """PEEK_MESSAGE (200052): the records from where the group's pops stand, twice the same;
+    PULL_NOT_FOUND on an empty queue; TOPIC_NOT_EXIST, INVALID_PARAMETER as RocketMQ 5.3.3."""
+    async def go():
+        async with World(tmp_path) as w:
+            for body in (b"p0", b"p1"):
+                await w.call(send.send, "send", RequestCode.SEND_MESSAGE, send_fields("T"), body)
+            await w.read("T")
+            kind, fn = requests.BROKER[RequestCode.PEEK_MESSAGE]
+
+            async def peek(topic: str, qid: int) -> RemotingCommand:
+                return await w.call(fn, kind, RequestCode.PEEK_MESSAGE, {
+                    "consumerGroup": "G", "topic": topic, "queueId": qid, "maxMsgNums": 32})
+
+            for _ in range(2):
+                r = await peek("T", -1)
+                assert r.code == ResponseCode.SUCCESS
+                first = decode_message(r.body, 0)
+                second = decode_message(r.body, first.store_size)
+                assert (first.body, second.body) == (b"p0", b"p1")
+            assert (await peek("T", 1)).code == ResponseCode.PULL_NOT_FOUND
+            assert (await peek("Nope", -1)).code == ResponseCode.TOPIC_NOT_EXIST
+            assert (await peek("T", 9)).code == ResponseCode.INVALID_PARAMETER
+            assert w.broker.offsets.query("G", "T", 0) < 0  # nothing committed
+    run(go())

@@ -99,6 +99,9 @@ def receive(ep: str, topic: str, group: str, want: str, invisible_s: str, ack: s
             rounds: str = "40", tag: str = "*", batch: str = "32") -> list:
     c = SimpleConsumer(_cfg(ep), group, {topic: FilterExpression(tag)}, await_duration=2)
     c.startup()
+    # RocketMQ's Java proxy answers a receive with INTERNAL_ERROR until the client's settings
+    # reached it over the telemetry stream, which this client opens in the background
+    time.sleep(float(os.environ.get("RMQ_SETTLE_S", "0")))
     out = []
     try:
         for _ in range(int(rounds)):

@@ -64,7 +64,7 @@ def cluster(tmp_path_factory):
                                            extra=PROXY_SETTINGS)
         started.append(proxy)
         yield {"home": home, "cp": f"{classes}:{cp}", "ns": ns.addr, "endpoint": endpoint,
-               "ours": ours, "work": work, "proxy": proxy}
+               "ours": ours, "work": work, "proxy": proxy, "jbroker": jb.addr}
     finally:
         if "ours" in locals():
             assert ours.stop() == 0, ours.log()
@@ -108,3 +108,49 @@ def test_java_grpc_client_through_the_proxy_ours_passes_what_java_passes(cluster
             assert ours[s] == "PASS", (s, ours[s])
     unsupported = [ln for ln in cluster["ours"].log().splitlines() if "not supported" in ln]
     assert not unsupported, unsupported[:10]
+
+
+def _topic_on(broker: str, namesrv: str, topic: str) -> None:
+    """A 2-queue topic on one broker, waited for until the name server routes it."""
+    import time
+
+    from ..broker import admin_wire as w
+
+    r = w.call(broker, 17, {"topic": topic, "readQueueNums": 2, "writeQueueNums": 2, "perm": 6,
+                            "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"})
+    assert r.code == 0, r.remark
+    deadline = time.monotonic() + 60
+    while w.call(namesrv, 105, {"topic": topic}).code != 0:
+        assert time.monotonic() < deadline, f"{topic} never routed"
+        time.sleep(0.3)
+
+
+def test_python_grpc_client_through_the_proxy(cluster, tmp_path, monkeypatch):
+    """rocketstore's Python 5.x gRPC client (PyPI ``rocketmq-python-client``, the driver of
+    ``test_python_client``) through RocketMQ's Java proxy: normal sends, then a SimpleConsumer
+    receives and acks them all and a further receive finds nothing; on a topic of the Java
+    broker (the expected outcome) and on one of ours, through the same proxy."""
+    from .conftest import client_python, run_script
+
+    py = client_python()
+    ep = cluster["endpoint"]
+    monkeypatch.setenv("RMQ_SETTLE_S", "3")
+    got = {}
+    for name, broker in (("java", cluster["jbroker"]), ("ours", cluster["ours"].broker)):
+        topic = f"PyProxy_{name}"
+        _topic_on(broker, cluster["ns"], topic)
+        sent, received, again = run_script(
+            py, tmp_path, ("produce", ep, topic, 6, "normal"),
+            ("receive", ep, topic, f"G_py_{name}", 6, 30, "ack"),
+            ("receive", ep, topic, f"G_py_{name}", 1, 30, "ack", 1))
+        got[name] = (sent, received, again)
+    for name, (sent, received, again) in got.items():
+        assert len({s["message_id"] for s in sent}) == 6, name
+        by_id = {g["message_id"]: g for g in received}
+        assert set(by_id) == {s["message_id"] for s in sent}, (name, received)
+        for s in sent:
+            g = by_id[s["message_id"]]
+            assert (g["body"], g["tag"], g["keys"], g["attempt"], g["topic"]) == (
+                s["body"], f"Tag{s['i'] % 2}", [f"key-{s['i']}"], 1, f"PyProxy_{name}"), name
+            assert g["properties"].get("seq") == str(s["i"]), name
+        assert again == [], (name, again)

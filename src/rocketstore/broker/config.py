@@ -38,6 +38,7 @@ class BrokerConfig:
     transaction_check_max: int = 15  # transactionCheckMax: checks before it is given up
     reject_transaction_message: bool = False  # rejectTransactionMessage
     recall_message_enable: bool = False  # recallMessageEnable: RECALL_MESSAGE (370) is served
+    lite_pull_message_enable: bool = True  # litePullMessageEnable: LITE_PULL_MESSAGE (361) served
     grpc_port: int | None = None  # RocketMQ 5.x gRPC (rocketstore.proxy); None = off, 0 = any
     grpc_min_invisible_time_ms: int = 10_000  # minInvisibleTimeMillsForRecv of the 5.x proxy
     namesrv_addr: str | None = None  # outside name servers to register with ("h1:9876;h2:9876")

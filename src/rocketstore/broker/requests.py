@@ -31,6 +31,7 @@ BROKER: dict[int, tuple[str, Callable[..., Awaitable[Any]]]] = {
     C.RECALL_MESSAGE: ("send", recall.recall),
     # consumers (PullContext)
     C.PULL_MESSAGE: ("pull", pull.pull),
+    C.LITE_PULL_MESSAGE: ("pull", pull.pull),  # RocketMQ 5's DefaultLitePullConsumer
     C.CHECK_CLIENT_CONFIG: ("pull", sql92.check_config),
     # RocketMQ 5 pop consumers (PopContext; one pop state with the gRPC door)
     C.POP_MESSAGE: ("pop", pop.pop),
@@ -39,6 +40,7 @@ BROKER: dict[int, tuple[str, Callable[..., Awaitable[Any]]]] = {
     C.CHANGE_MESSAGE_INVISIBLETIME: ("pop", pop.change_invisible),
     C.NOTIFICATION: ("pop", pop.notification),
     C.POLLING_INFO: ("pop", pop.polling_info),
+    C.PEEK_MESSAGE: ("pop", pop.peek),
     # RocketMQ 5 server-side rebalance (AssignmentContext)
     C.QUERY_ASSIGNMENT: ("assignment", assignment.query_assignment),
     C.SET_MESSAGE_REQUEST_MODE: ("assignment", assignment.set_request_mode),
@@ -63,6 +65,7 @@ BROKER: dict[int, tuple[str, Callable[..., Awaitable[Any]]]] = {
     C.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: ("admin", topics.topic_list),
     C.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: ("admin", topics.system_topics),
     C.DELETE_TOPIC_IN_BROKER: ("admin", topics.delete_topic),
+    C.CLEAN_UNUSED_TOPIC: ("admin", topics.clean_unused_topic),
     C.QUERY_TOPIC_CONSUME_BY_WHO: ("admin", topics.consume_by_who),
     C.QUERY_CONSUME_QUEUE: ("admin", topics.query_consume_queue),
     C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: ("admin", groups.update_group),

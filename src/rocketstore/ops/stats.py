@@ -47,8 +47,9 @@ class HandlerLatency:
         for code in _PUT_CODES:
             if code in out:
                 out[code] = self._wrap_put(out[code])
-        if RequestCode.PULL_MESSAGE in out:
-            out[RequestCode.PULL_MESSAGE] = self._wrap_pull(out[RequestCode.PULL_MESSAGE])
+        for code in (RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE):
+            if code in out:
+                out[code] = self._wrap_pull(out[code])
         return out
 
     def _wrap_put(self, handler: Handler) -> Handler:

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Sequence
 
+from ..broker.state.subgroups import max_reconsume_times
 from .convert import ValidationError
 from .protocol import pb
 
@@ -59,12 +60,8 @@ class BrokerPieces:
         return cfg
 
     def max_reconsume_times(self, group: str) -> int:
-        """How often a message of ``group`` is retried (retryMaxTimes; the broker's
-        maxReconsumeTimes when the group has no config)."""
-        cfg = self.subgroups.get(group) if self.subgroups is not None else None
-        if cfg is not None and cfg.retry_max_times >= 0:
-            return cfg.retry_max_times
-        return self.config.max_reconsume_times
+        """How often a message of ``group`` is retried (``subgroups.max_reconsume_times``)."""
+        return max_reconsume_times(self.subgroups, group, self.config.max_reconsume_times)
 
 
 def check_topic(name: str) -> None:

@@ -94,6 +94,8 @@ class RequestCode(IntEnum):
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
     ADD_WRITE_PERM_OF_BROKER = 327
     # RocketMQ 5: pop consumption (the broker's POP state, shared with the gRPC door)
+    CLEAN_UNUSED_TOPIC = 316
+    LITE_PULL_MESSAGE = 361
     RECALL_MESSAGE = 370
     GET_TOPIC_CONFIG = 351  # RocketMQ 5: one topic's config (attributes), as the proxy reads it
     GET_SUBSCRIPTIONGROUP_CONFIG = 352

@@ -1,3 +1,4 @@
+import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.*;
 import java.util.concurrent.*;
@@ -8,6 +9,7 @@ import org.apache.rocketmq.client.consumer.AckStatus;
 import org.apache.rocketmq.client.consumer.PopCallback;
 import org.apache.rocketmq.client.consumer.PopResult;
 import org.apache.rocketmq.client.consumer.PopStatus;
+import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
@@ -15,7 +17,12 @@ import org.apache.rocketmq.client.exception.MQBrokerException;
 import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.impl.MQClientAPIImpl;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.RequestCallback;
 import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.client.utils.MessageUtil;
+import org.apache.rocketmq.common.message.MessageAccessor;
+import org.apache.rocketmq.common.message.MessageDecoder;
+import org.apache.rocketmq.remoting.protocol.header.PeekMessageRequestHeader;
 import org.apache.rocketmq.common.TopicConfig;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageConst;
@@ -98,11 +105,16 @@ public class Pop5Probe {
         features.put("pop_push_consumer", Pop5Probe::popPushConsumer);
         features.put("topic_attributes", Pop5Probe::topicAttributes);
         features.put("heartbeat_v2", Pop5Probe::heartbeatV2);
+        // 5.x remoting clients beyond POP (run on their own: "client_" features)
+        features.put("client_lite_pull_subscribe", Pop5Probe::litePullSubscribe);
+        features.put("client_lite_pull_assign", Pop5Probe::litePullAssign);
+        features.put("client_request_reply", Pop5Probe::requestReply);
+        features.put("client_peek", Pop5Probe::peek);
         // the two halves of a crash test: pop without ack; (broker killed, restarted) revive
         features.put("crash_pop", Pop5Probe::crashPop);
         features.put("crash_revive", Pop5Probe::crashRevive);
         for (Map.Entry<String, Callable<String>> f : features.entrySet()) {
-            if (only == null && f.getKey().startsWith("crash_")) continue;
+            if (only == null && (f.getKey().startsWith("crash_") || f.getKey().startsWith("client_"))) continue;
             if (only != null && !Arrays.asList(only).contains(f.getKey())) continue;
             String why;
             try {
@@ -582,6 +594,215 @@ public class Pop5Probe {
         String none = expectNone(t, g, false, 3000);
         if (none != null) return "recalled message delivered: " + none;
         System.out.println("CODE recall_delivered " + recallCode(t, rb.getRecallHandle()));
+        return null;
+    }
+
+    // -- 5.x remoting clients: lite pull, request-reply, peek ---------------------------------------
+    static DefaultLitePullConsumer litePull(String g, String instance) {
+        DefaultLitePullConsumer c = new DefaultLitePullConsumer(g);
+        c.setNamesrvAddr(producer.getNamesrvAddr());
+        c.setInstanceName(instance + suffix);
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.setAutoCommit(false);
+        c.setPollTimeoutMillis(500);
+        return c;
+    }
+
+    /** Poll until n messages came or timeoutMs passed; bodies in the order polled. */
+    static List<String> pollN(DefaultLitePullConsumer c, int n, long timeoutMs) {
+        List<String> out = new ArrayList<>();
+        long end = System.currentTimeMillis() + timeoutMs;
+        while (out.size() < n && System.currentTimeMillis() < end) {
+            for (MessageExt m : c.poll(500)) out.add(body(m));
+        }
+        return out;
+    }
+
+    /** Subscribe mode: a group's lite-pull consumer reads the topic, commits; a second consumer
+     *  of the group starts where the first committed (the broker's offsets). */
+    static String litePullSubscribe() throws Exception {
+        String t = topic("lps", 2), g = "PopG_lps_" + suffix;
+        List<String> sent = send(t, 6, false);
+        DefaultLitePullConsumer c = litePull(g, "lps1");
+        c.subscribe(t, "*");
+        c.start();
+        long committed = 0;
+        try {
+            List<String> got = pollN(c, 6, 30000);
+            if (!new TreeSet<>(got).equals(new TreeSet<>(sent)) || got.size() != 6) return "polled " + got;
+            c.commitSync();
+            Set<MessageQueue> mine = c.assignment();
+            c.commit(mine, true);
+            for (MessageQueue mq : mine) committed += c.committed(mq);
+        } finally {
+            c.shutdown();
+        }
+        if (committed != 6) return "committed " + committed;
+        List<String> more = send(t, 2, false);
+        DefaultLitePullConsumer c2 = litePull(g, "lps2");
+        c2.subscribe(t, "*");
+        c2.start();
+        try {
+            List<String> got = pollN(c2, 2, 15000);
+            for (MessageExt m : c2.poll(1000)) got.add(body(m)); // and nothing more
+            if (!new TreeSet<>(got).equals(new TreeSet<>(more)) || got.size() != 2) return "second consumer polled " + got;
+        } finally {
+            c2.shutdown();
+        }
+        return null;
+    }
+
+    /** Assign mode: seek, seekToBegin, commit a chosen offset, read it back. */
+    static String litePullAssign() throws Exception {
+        String t = topic("lpa", 2), g = "PopG_lpa_" + suffix;
+        List<String> sent = send(t, 4, true);
+        MessageQueue mq = new MessageQueue(t, brokerName, 0);
+        DefaultLitePullConsumer c = litePull(g, "lpa");
+        c.start();
+        try {
+            c.assign(Collections.singletonList(mq));
+            c.seek(mq, 2);
+            List<String> got = pollN(c, 2, 15000);
+            if (!got.equals(sent.subList(2, 4))) return "after seek 2 " + got;
+            c.seekToBegin(mq);
+            got = pollN(c, 4, 15000);
+            if (!got.equals(sent)) return "after seekToBegin " + got;
+            Map<MessageQueue, Long> at = new HashMap<>();
+            at.put(mq, 3L);
+            c.commitSync(at, true);
+            long committed = c.committed(mq);
+            if (committed != 3) return "committed " + committed;
+            System.out.println("CODE lite_pull_min_max " + api.getMinOffset(addr, mq, 5000) + " "
+                + api.getMaxOffset(addr, mq, 5000));
+            c.seekToEnd(mq);
+            List<String> late = send(t, 1, true);
+            got = pollN(c, 1, 15000);
+            if (!got.equals(late)) return "after seekToEnd " + got;
+            try {
+                c.seek(new MessageQueue(t, brokerName, 1), 0);
+                return "seek on a queue not assigned was accepted";
+            } catch (MQClientException e) {
+                // as documented: the queue must be assigned first
+            }
+        } finally {
+            c.shutdown();
+        }
+        return null;
+    }
+
+    static volatile MessageExt lastRequest;
+
+    /** DefaultMQProducer.request: a consumer answers with MessageUtil.createReplyMessage on
+     *  <cluster>_REPLY_TOPIC (SEND_REPLY_MESSAGE_V2, 325), the broker pushes it to the requester
+     *  (PUSH_REPLY_MESSAGE_TO_CLIENT, 326). A reply for a requester that is gone: the code. */
+    static String requestReply() throws Exception {
+        String t = topic("rr", 1), g = "PopG_rr_" + suffix;
+        DefaultMQProducer replier = new DefaultMQProducer("PopProbeReplier" + suffix);
+        replier.setNamesrvAddr(producer.getNamesrvAddr());
+        replier.setInstanceName("replier" + suffix);
+        replier.start();
+        CountDownLatch warm = new CountDownLatch(1);
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer(g);
+        c.setNamesrvAddr(producer.getNamesrvAddr());
+        c.setInstanceName("rr" + suffix);
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.subscribe(t, "*");
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, context) -> {
+            for (MessageExt m : msgs) {
+                if (MessageUtil.getReplyToClient(m) == null) {
+                    warm.countDown();
+                    continue;
+                }
+                lastRequest = m;
+                try {
+                    replier.send(MessageUtil.createReplyMessage(m, ("re:" + body(m)).getBytes(StandardCharsets.UTF_8)), 5000);
+                } catch (Exception e) {
+                    System.out.println("replier failed " + e);
+                }
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        c.start();
+        try {
+            long t0 = System.currentTimeMillis();
+            while (c.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable().isEmpty()
+                && System.currentTimeMillis() - t0 < 30000) Thread.sleep(100);
+            send(t, 1, true); // the consumer is pulling once it got a plain message
+            if (!warm.await(30, TimeUnit.SECONDS)) return "the replying consumer got nothing";
+            // the broker pushes a reply to the requester's connection, which it knows from the
+            // requester's heartbeat (a client sends one at start, every 30 s, and when it meets
+            // a new topic's route)
+            producer.getDefaultMQProducerImpl().getMqClientFactory().sendHeartbeatToAllBrokerWithLock();
+            for (int i = 0; i < 2; i++) {
+                String b = "ping" + i;
+                // RocketMQ 5.3.3's request(msg, timeout) returns on the request's send (its latch
+                // is counted down by the send callback: a RequestTimeoutException at once), and
+                // request(msg, callback, timeout) calls onSuccess(null) then, and onSuccess(reply)
+                // when the reply comes: the reply is the first non-null message
+                CompletableFuture<Message> reply = new CompletableFuture<>();
+                producer.request(new Message(t, "TagA", b.getBytes(StandardCharsets.UTF_8)), new RequestCallback() {
+                    public void onSuccess(Message m) { if (m != null) reply.complete(m); }
+                    public void onException(Throwable e) { reply.completeExceptionally(e); }
+                }, 20000);
+                Message r = reply.get(25, TimeUnit.SECONDS);
+                if (r == null) return "no reply to " + b;
+                if (!("re:" + b).equals(new String(r.getBody(), StandardCharsets.UTF_8)))
+                    return "reply body " + new String(r.getBody(), StandardCharsets.UTF_8);
+                if (!r.getTopic().endsWith("_REPLY_TOPIC")) return "reply topic " + r.getTopic();
+                if (!"reply".equals(r.getProperty(MessageConst.PROPERTY_MESSAGE_TYPE)))
+                    return "reply type " + r.getProperty(MessageConst.PROPERTY_MESSAGE_TYPE);
+            }
+            Message orphan = MessageUtil.createReplyMessage(lastRequest, "late".getBytes(StandardCharsets.UTF_8));
+            MessageAccessor.putProperty(orphan, MessageConst.PROPERTY_MESSAGE_REPLY_TO_CLIENT, "gone@" + suffix);
+            String code;
+            try {
+                code = "0 " + replier.send(orphan, 5000).getSendStatus();
+            } catch (MQBrokerException e) {
+                code = Integer.toString(e.getResponseCode());
+            } catch (MQClientException e) { // retried, then given up: the broker's code
+                code = Integer.toString(e.getResponseCode());
+            }
+            System.out.println("CODE reply_requester_gone " + code);
+        } finally {
+            c.shutdown();
+            replier.shutdown();
+        }
+        return null;
+    }
+
+    static RemotingCommand peekCmd(String t, String g, int qid) throws Exception {
+        PeekMessageRequestHeader h = new PeekMessageRequestHeader();
+        h.setConsumerGroup(g);
+        h.setTopic(t);
+        h.setQueueId(qid);
+        h.setMaxMsgNums(32);
+        RemotingCommand req = RemotingCommand.createRequestCommand(RequestCode.PEEK_MESSAGE, h);
+        return api.getRemotingClient().invokeSync(addr, req, 5000);
+    }
+
+    static List<String> peeked(String t, String g, int qid) throws Exception {
+        RemotingCommand r = peekCmd(t, g, qid);
+        List<String> out = new ArrayList<>();
+        if (r.getCode() != 0 || r.getBody() == null) return out;
+        for (MessageExt m : MessageDecoder.decodes(ByteBuffer.wrap(r.getBody()))) out.add(body(m));
+        return out;
+    }
+
+    /** PEEK_MESSAGE (200052, the broker's PeekMessageProcessor; no client method): the records
+     *  from where the group's pops stand, nothing popped. */
+    static String peek() throws Exception {
+        String t = topic("peek", 2), g = "PopG_peek_" + suffix;
+        List<String> sent = send(t, 3, true);
+        System.out.println("CODE peek_no_topic " + peekCmd("NoSuchTopic_" + suffix, g, -1).getCode());
+        System.out.println("CODE peek_bad_queue " + peekCmd(t, g, 5).getCode());
+        System.out.println("CODE peek_empty_queue " + peekCmd(t, g, 1).getCode());
+        List<String> all = peeked(t, g, -1);
+        if (!all.equals(sent)) return "peek -1 " + all;
+        List<String> q0 = peeked(t, g, 0);
+        if (!q0.equals(sent)) return "peek again, queue 0 " + q0;
+        List<MessageExt> got = popN(t, g, 3, 60000, 10000, false);
+        if (got.size() != 3) return "popped " + got.size();
+        System.out.println("CODE peek_after_pop " + peekCmd(t, g, -1).getCode());
         return null;
     }
 }

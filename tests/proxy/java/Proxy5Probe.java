@@ -81,6 +81,8 @@ public class Proxy5Probe {
         features.put("sql_filter", Proxy5Probe::sqlFilter);
         features.put("push_consumer", Proxy5Probe::push);
         features.put("retry_to_dlq", Proxy5Probe::dlq);
+        // benchmarks/bench_pop.py: only when named
+        features.put("bench_pop", Proxy5Probe::benchPop);
         // the retry scenario waits on the broker's revive most of its time: it runs beside the others
         ExecutorService side = Executors.newSingleThreadExecutor();
         List<Future<?>> waits = new ArrayList<>();
@@ -92,6 +94,7 @@ public class Proxy5Probe {
         }
         for (Map.Entry<String, Callable<String>> f : features.entrySet()) {
             if (only != null && !Arrays.asList(only).contains(f.getKey())) continue;
+            if (only == null && f.getKey().startsWith("bench_")) continue;
             if (!f.getKey().equals("retry_to_dlq")) runOne(f.getKey(), f.getValue());
         }
         for (Future<?> w : waits) w.get();
@@ -178,6 +181,58 @@ public class Proxy5Probe {
     }
 
     // -- scenarios -------------------------------------------------------------------------------
+    /** POP receive+ack throughput through the proxy: BENCH_N (system property, default 2000)
+     *  1 KiB messages sent first (8 sends in flight), then BENCH_CONSUMERS SimpleConsumers (default
+     *  4) receive 32 at a time and ack each (async) until all are acked; prints
+     *  "BENCH pop n=N send_ms=... recv_ack_ms=...". */
+    static String benchPop() throws Exception {
+        int n = Integer.getInteger("BENCH_N", 2000), consumers = Integer.getInteger("BENCH_CONSUMERS", 4);
+        String t = topic("bench", "NORMAL"), g = group("bench", false, 16);
+        byte[] kb = new byte[1024];
+        Arrays.fill(kb, (byte) 'x');
+        List<SimpleConsumer> cs = new ArrayList<>();
+        for (int i = 0; i < consumers; i++) cs.add(simple(g, t, FilterExpression.SUB_ALL));
+        long t0 = System.currentTimeMillis();
+        try (Producer p = producer(t)) {
+            Semaphore inflight = new Semaphore(8);
+            List<CompletableFuture<?>> fs = new ArrayList<>();
+            for (int i = 0; i < n; i++) {
+                inflight.acquire();
+                CompletableFuture<?> f = p.sendAsync(provider.newMessageBuilder().setTopic(t).setBody(kb).build())
+                    .whenComplete((r, e) -> inflight.release());
+                fs.add(f);
+            }
+            for (CompletableFuture<?> f : fs) f.get(60, TimeUnit.SECONDS);
+        }
+        long sendMs = System.currentTimeMillis() - t0;
+        AtomicInteger acked = new AtomicInteger();
+        Set<String> seen = ConcurrentHashMap.newKeySet();
+        ExecutorService pool = Executors.newFixedThreadPool(consumers);
+        long t1 = System.currentTimeMillis();
+        long deadline = t1 + 300000;
+        List<Future<?>> runs = new ArrayList<>();
+        for (SimpleConsumer c : cs) {
+            runs.add(pool.submit(() -> {
+                while (acked.get() < n && System.currentTimeMillis() < deadline) {
+                    List<CompletableFuture<Void>> acks = new ArrayList<>();
+                    for (MessageView mv : c.receive(32, Duration.ofSeconds(60))) {
+                        seen.add(mv.getMessageId().toString());
+                        acks.add(c.ackAsync(mv).thenRun(acked::incrementAndGet));
+                    }
+                    for (CompletableFuture<Void> a : acks) a.get(30, TimeUnit.SECONDS);
+                }
+                return null;
+            }));
+        }
+        for (Future<?> r : runs) r.get();
+        long recvMs = System.currentTimeMillis() - t1;
+        pool.shutdown();
+        for (SimpleConsumer c : cs) c.close();
+        System.out.println("BENCH pop n=" + n + " consumers=" + consumers + " send_ms=" + sendMs
+            + " recv_ack_ms=" + recvMs + " distinct=" + seen.size());
+        return seen.size() == n ? null : "received " + seen.size() + " of " + n;
+    }
+
     static String normal() throws Exception {
         String t = topic("normal", "NORMAL"), g = group("normal", false, 16);
         SimpleConsumer c = simple(g, t, FilterExpression.SUB_ALL);

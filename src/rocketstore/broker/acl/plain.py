@@ -201,7 +201,7 @@ def request_resources(cmd: RemotingCommand) -> dict[str, int]:
             add(topic, PUB)
     elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
         add(_retry(f.get("group")), SUB)
-    elif code == RequestCode.PULL_MESSAGE:
+    elif code in (RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE):
         add(f.get("topic"), SUB)
         add(_retry(f.get("consumerGroup")), SUB)
     elif code == RequestCode.QUERY_MESSAGE:

@@ -86,6 +86,21 @@ async def delete_topic(ctx: AdminContext, conn: Any, cmd: RemotingCommand) -> Re
     return cmd.response(ResponseCode.SUCCESS)
 
 
+async def clean_unused_topic(ctx: AdminContext, conn: Any, cmd: RemotingCommand
+                             ) -> RemotingCommand:
+    """CLEAN_UNUSED_TOPIC (316, ``mqadmin cleanUnusedTopic``), as RocketMQ's
+    ``cleanUnusedTopic``: the ConsumeQueues of every topic the topic table no longer holds
+    (system topics kept) are dropped, as ``delete_topic`` drops one; the CommitLog keeps the
+    messages until they expire."""
+    def clean() -> int:
+        keep = {tc.topic_name for tc in ctx.topics.topics()}
+        unused = [t for t in ctx.store.topics()
+                  if t not in keep and not views.is_system_topic(t, ctx.config)]
+        return sum(ctx.store.delete_topic(t) for t in unused)
+    await ctx.run(clean)
+    return cmd.response(ResponseCode.SUCCESS)
+
+
 async def consume_by_who(ctx: AdminContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
     topic = cmd.require_str("topic")
     groups = views.groups_of_topic(ctx.offsets, ctx.consumers, topic)

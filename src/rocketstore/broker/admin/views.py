@@ -299,6 +299,8 @@ def runtime_info(store: Any, store_config: Any, broker_config: Any, stats: Any,
     up_s = max(0, (now - boot) // 1000)
     info: dict[str, Any] = {
         "brokerVersionDesc": version_desc, "brokerVersion": version,
+        # RocketMQ 5: whether the broker serves as a master (clusterList's #ACTIVATED)
+        "brokerActive": str(getattr(store_config, "broker_role", "") != "SLAVE").lower(),
         "bootTimestamp": boot,
         "runtime": f"[ {up_s // 86400} days, {up_s // 3600 % 24} hours, "
                    f"{up_s // 60 % 60} minutes, {up_s % 60} seconds ]",
@@ -314,6 +316,12 @@ def runtime_info(store: Any, store_config: Any, broker_config: Any, stats: Any,
         "EndTransactionQueueSize": 0, "EndTransactionThreadPoolQueueCapacity": 100000,
         "sendThreadPoolQueueHeadWaitTimeMills": 0, "pullThreadPoolQueueHeadWaitTimeMills": 0,
         "queryThreadPoolQueueHeadWaitTimeMills": 0,
+        # RocketMQ 5's pop acks and lite pulls have queues of their own (clusterList prints
+        # the ack queue's size and wait; "N" when a broker has none)
+        "ackThreadPoolQueueSize": 0, "ackThreadPoolQueueCapacity": 100000,
+        "ackThreadPoolQueueHeadWaitTimeMills": 0,
+        "litePullThreadPoolQueueSize": 0, "litePullThreadPoolQueueCapacity": 100000,
+        "litePullThreadPoolQueueHeadWaitTimeMills": 0,
         "remainTransientStoreBufferNumbs": 2147483647,
         "remainHowManyDataToFlush": human_bytes(max(0, _unflushed(store))),
         "putMessageEntireTimeMax": 0, "getMessageEntireTimeMax": 0,
@@ -343,6 +351,7 @@ def runtime_info(store: Any, store_config: Any, broker_config: Any, stats: Any,
         info["getFoundTps"] = stats.tps_string(stats.get_found)
         info["getMissTps"] = stats.tps_string(stats.get_miss)
         info["getTransferedTps"] = stats.tps_string(stats.get_transferred)
+        info["getTransferredTps"] = info["getTransferedTps"]  # RocketMQ 5's spelling
         found, miss = stats.get_found, stats.get_miss
         info["getTotalTps"] = " ".join(f"{found.rate(w) + miss.rate(w):.1f}" for w in (10, 60, 600))
         n = stats.put_msgs.total

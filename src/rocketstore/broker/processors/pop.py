@@ -1,7 +1,7 @@
 """RocketMQ 5's pop consumption over remoting: POP_MESSAGE (200050), ACK_MESSAGE (200051),
-BATCH_ACK_MESSAGE (200151), CHANGE_MESSAGE_INVISIBLETIME (200053), NOTIFICATION (200054) and
-POLLING_INFO (200055), with 5.3.3's headers, answers and codes, over the broker's one
-``PopService`` (the gRPC door's state too).
+BATCH_ACK_MESSAGE (200151), CHANGE_MESSAGE_INVISIBLETIME (200053), NOTIFICATION (200054),
+POLLING_INFO (200055) and PEEK_MESSAGE (200052), with 5.3.3's headers, answers and codes, over
+the broker's one ``PopService`` (the gRPC door's state too).
 
 Theory of operation. POP_MESSAGE pops from the group's retry queue and the topic's queues
 (``queueId`` -1: all of them) under one pop time; when nothing is there it long-polls on the
@@ -220,6 +220,62 @@ def _found_response(ctx: PopContext, cmd: RemotingCommand, topic: str, queues: l
     if fifo:
         fields["orderCountInfo"] = ";".join(counts)
     return cmd.response(ResponseCode.SUCCESS, fields, remark="FOUND", body=bytes(body))
+
+
+# -- PEEK_MESSAGE -------------------------------------------------------------------------------
+async def peek(ctx: PopContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    """PEEK_MESSAGE (200052), as RocketMQ 5.3.3's ``PeekMessageProcessor``: up to ``maxMsgNums``
+    records from where the group's pops stand (the topic's queues, ``queueId`` -1: all, then the
+    group's pop retry queue), unfiltered; nothing is popped, locked or committed. SUCCESS with the
+    records and ``restNum``, else PULL_NOT_FOUND."""
+    group = cmd.require_str("consumerGroup")
+    topic = cmd.require_str("topic")
+    queue_id = cmd.require_int("queueId")
+    max_nums = cmd.require_int("maxMsgNums")
+    tc = ctx.topics.get(topic)
+    if tc is None:
+        return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
+                            remark=f"topic[{topic}] not exist, apply first please!")
+    if not tc.perm & PERM_READ:
+        return cmd.response(ResponseCode.NO_PERMISSION,
+                            remark=f"the topic[{topic}] peeking message is forbidden")
+    refused = _check_queue(ctx, cmd, topic, queue_id, -1) if queue_id >= 0 else None
+    if refused is None:
+        refused = _group_refusal(ctx, cmd, group)
+    if refused is not None:
+        return refused
+    return await ctx.run(_peek, ctx, cmd, group, topic, queue_id, max(max_nums, 0))
+
+
+def _peek(ctx: PopContext, cmd: RemotingCommand, group: str, topic: str, queue_id: int,
+          max_nums: int) -> RemotingCommand:
+    store = ctx.store
+    queues = [(topic, q) for q in
+              ([queue_id] if queue_id >= 0 else range(ctx.topics.get(topic).read_queue_nums))]
+    retry_topic = pop_retry_topic(group, topic)
+    retry = ctx.topics.get(retry_topic)
+    if retry is not None:
+        queues.extend((retry_topic, q) for q in range(retry.read_queue_nums))
+    body = bytearray()
+    n = rest = 0
+    for t, q in queues:
+        at = ctx.offsets.query(group, t, q)
+        if at < 0:
+            at = store.get_min_offset_in_queue(t, q)
+        rest += store.get_max_offset_in_queue(t, q) - at
+        if n >= max_nums:
+            continue
+        g = store.get_message(group, t, q, at, max_nums - n, None)
+        if g.status.name in ("OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY"):  # stale offset
+            g = store.get_message(group, t, q, g.next_begin_offset, max_nums - n, None)
+        for m in (g.messages if g.status.name == "FOUND" else []):
+            body += record_bytes(m)
+            n += 1
+    if not n:
+        return cmd.response(ResponseCode.PULL_NOT_FOUND, {"restNum": rest},
+                            remark="NO_MESSAGE_IN_QUEUE")
+    return cmd.response(ResponseCode.SUCCESS, {"restNum": rest}, remark="FOUND",
+                        body=bytes(body))
 
 
 # -- ACK_MESSAGE, BATCH_ACK_MESSAGE -------------------------------------------------------------

@@ -1,4 +1,6 @@
-"""PULL_MESSAGE (11) with tag subscriptions, the commit-offset flag and long polling.
+"""PULL_MESSAGE (11) and RocketMQ 5's LITE_PULL_MESSAGE (361, the same request from a
+``DefaultLitePullConsumer``; refused when ``litePullMessageEnable`` is off) with tag
+subscriptions, the commit-offset flag and long polling.
 
 Theory of operation: the handler reads the queue through ``store.get_message`` on the executor
 and maps the store's ``GetStatus`` to RocketMQ's pull response codes (as 4.9's
@@ -18,7 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ...remoting.codes import (PERM_READ, PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION,
-                               PULL_FLAG_SUSPEND, ResponseCode)
+                               PULL_FLAG_SUSPEND, RequestCode, ResponseCode)
 from ...remoting.command import RemotingCommand
 from ..replication import suggest_broker_id
 from .sql92 import PullRefused, pull_subscription
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from ..contexts import PullContext
 
 MAX_PULL_MSGS = 1024  # cap of maxMsgNums
+FORBIDDEN_BROKER = 1  # ForbiddenType.BROKER_FORBIDDEN
 
 
 def pull_code(status_name: str, queue_offset: int) -> int:
@@ -56,6 +59,10 @@ async def pull(ctx: PullContext, conn: Any, cmd: RemotingCommand) -> RemotingCom
     offset = cmd.require_int("queueOffset")
     max_nums = max(1, min(cmd.get_int("maxMsgNums", 32) or 32, MAX_PULL_MSGS))
     sys_flag = cmd.get_int("sysFlag", 0) or 0
+    if cmd.code == RequestCode.LITE_PULL_MESSAGE and not ctx.config.lite_pull_message_enable:
+        return cmd.response(ResponseCode.NO_PERMISSION, {"forbiddenType": FORBIDDEN_BROKER},
+                            remark=f"the broker[{ctx.config.host}] for lite pull consumer is "
+                                   f"forbidden")
     tc = ctx.topics.get(topic)
     if tc is None:
         return cmd.response(ResponseCode.TOPIC_NOT_EXIST,

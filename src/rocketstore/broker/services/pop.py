@@ -44,6 +44,7 @@ from ...format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_MAX_RECONSUME
 from ...filter.bloom import BloomFilter
 from ..eventloop import cancel_and_wait
 from ..state.filters import ConsumerFilterData, ExpressionMessageFilter
+from ..state.subgroups import max_reconsume_times
 from ..state.topics import ensure_topic
 from .pop_state import (CK_TAG, REVIVE_GROUP, RETRY_PREFIX, Checkpoint, PopState,
                         pop_retry_topic, revive_topic)
@@ -178,12 +179,8 @@ class PopService:
 
     # -- group settings --------------------------------------------------------------------------
     def max_reconsume_times(self, group: str) -> int:
-        """How often a message of ``group`` is retried (retryMaxTimes; the broker's
-        maxReconsumeTimes when the group has no config)."""
-        cfg = self.subgroups.get(group) if self.subgroups is not None else None
-        if cfg is not None and cfg.retry_max_times >= 0:
-            return cfg.retry_max_times
-        return self.config.max_reconsume_times
+        """How often a message of ``group`` is retried (``subgroups.max_reconsume_times``)."""
+        return max_reconsume_times(self.subgroups, group, self.config.max_reconsume_times)
 
     # -- pop -------------------------------------------------------------------------------------
     def get(self, group: str, topic: str, qid: int, offset: int, n: int, expr: Any) -> Any:

@@ -89,6 +89,17 @@ class SubscriptionGroupConfig:
         return cfg
 
 
+def max_reconsume_times(subgroups: "SubscriptionGroupManager | None", group: str,
+                        default: int) -> int:
+    """How often a message of ``group`` is retried: the group's ``retryMaxTimes``, else
+    ``default`` (the broker's ``maxReconsumeTimes``) when the group has no config. Both doors
+    (POP over remoting and the gRPC service) ask this one place."""
+    cfg = subgroups.get(group) if subgroups is not None else None
+    if cfg is not None and cfg.retry_max_times >= 0:
+        return cfg.retry_max_times
+    return default
+
+
 class SubscriptionGroupManager:
     FILE = "subscriptionGroup.json"
 

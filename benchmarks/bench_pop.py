@@ -1,0 +1,89 @@
+"""POP receive+ack throughput through RocketMQ's Java proxy: our broker vs the Java broker behind it.
+
+One RocketMQ 5 cluster as ``tests/proxy/test_java_proxy_cluster.py`` builds it: RocketMQ 5.3.3's
+name server, a Java 5.3.3 broker (``broker-j``) and ``rocketstore serve`` (``broker-o``, one
+worker process) in ``DefaultCluster``, one Java proxy (``proxyMode=cluster``) in front. RocketMQ's
+5.x Java gRPC client (``rocketmq-client-java`` 5.2.0, ``Proxy5Probe``'s ``bench_pop``) sends N
+1 KiB messages to a topic of one broker, then SimpleConsumers receive 32 at a time and ack each
+message until all are acked: the proxy turns those into POP_MESSAGE and ACK_MESSAGE on the
+broker holding the topic. Run for the Java broker, then for ours (one at a time, same proxy);
+prints msg/s of the receive+ack phase (and of the send phase) and ours / Java.
+
+    .venv/bin/python benchmarks/bench_pop.py --messages 2000 --consumers 4
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.broker.conftest import start_server  # noqa: E402
+from tests.cluster.java_rocketmq import (start_java_broker, start_java_namesrv,  # noqa: E402
+                                        start_java_proxy)
+
+HOME = os.path.expanduser(os.environ.get("ROCKETMQ5_HOME", "~/.cache/rocketstore/referee/5.3.3"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--messages", type=int, default=2000)
+    ap.add_argument("--consumers", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=1, help="runs per broker (best kept)")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-pop-"))
+    client_cp = Path(HOME, "client-java-classpath").read_text().strip()
+    cp = f"{client_cp}:{Path(HOME, 'classpath').read_text().strip()}"
+    classes = work / "classes"
+    src = ROOT / "tests" / "proxy" / "java" / "Proxy5Probe.java"
+    subprocess.run(["javac", "-nowarn", "-encoding", "UTF-8", "-cp", cp, "-d", str(classes),
+                    str(src)], check=True, capture_output=True)
+    started, ours = [], None
+    try:
+        ns = start_java_namesrv(HOME, str(work / "ns"))
+        started.append(ns)
+        started.append(start_java_broker(HOME, str(work / "jbroker"), ns.addr, "broker-j"))
+        conf = work / "broker.conf"
+        conf.write_text("brokerClusterName=DefaultCluster\n")
+        ours = start_server(str(work / "store"), "--config", str(conf), "--broker-name",
+                            "broker-o", "--namesrv", ns.addr, "--workers", "1")
+        proxy, endpoint = start_java_proxy(HOME, str(work / "proxy"), ns.addr)
+        started.append(proxy)
+        results: dict[str, tuple[float, float]] = {}
+        for rnd in range(args.rounds):
+            for name, broker in (("java", "broker-j"), ("rocketstore", "broker-o")):
+                r = subprocess.run(
+                    ["timeout", "600", "java", "-Xmx512m", f"-Duser.home={work}",
+                     f"-DBENCH_N={args.messages}", f"-DBENCH_CONSUMERS={args.consumers}",
+                     "-cp", f"{classes}:{cp}", "Proxy5Probe", endpoint, ns.addr, broker,
+                     f"b{name[0]}{rnd}", "bench_pop"], capture_output=True, text=True)
+                m = re.search(r"BENCH pop n=(\d+) consumers=\d+ send_ms=(\d+) recv_ack_ms=(\d+)",
+                              r.stdout)
+                if not m or "PASS bench_pop" not in r.stdout:
+                    sys.exit(f"{name}: {r.stdout[-3000:]}{r.stderr[-3000:]}")
+                n, send_ms, recv_ms = (int(x) for x in m.groups())
+                rate = (n * 1000 / max(recv_ms, 1), n * 1000 / max(send_ms, 1))
+                if name not in results or rate[0] > results[name][0]:
+                    results[name] = rate
+        print(f"POP receive+ack through RocketMQ 5.3.3's proxy, {args.messages} x 1 KiB, "
+              f"{args.consumers} SimpleConsumers (best of {args.rounds})")
+        print(f"{'broker':12} {'recv+ack msg/s':>15} {'send msg/s':>11}")
+        for name, (recv, send) in results.items():
+            print(f"{name:12} {recv:15.0f} {send:11.0f}")
+        print(f"rocketstore / java: receive+ack {results['rocketstore'][0] / results['java'][0]:.2f}x, "
+              f"send {results['rocketstore'][1] / results['java'][1]:.2f}x")
+    finally:
+        if ours is not None:
+            ours.stop()
+        for p in reversed(started):
+            p.stop()
+
+
+if __name__ == "__main__":
+    main()
