@@ -63,7 +63,8 @@ MAIN_C := tests/controller tests/broker/test_mqadmin.py tests/broker/test_acl_ja
 # starts, not cores. MAIN_C and MAIN_B skip these files.
 MAIN_D := tests/controller/test_our_brokers.py tests/controller/test_mixed_groups.py \
 	tests/controller/test_etcd_group.py tests/controller/test_fault_loop.py \
-	tests/controller/test_epoch_java.py tests/broker/test_mqadmin5.py
+	tests/controller/test_epoch_java.py tests/broker/test_mqadmin5.py \
+	tests/controller/test_java_brokers.py tests/controller/test_mqadmin_java_control.py
 # single tests of MAIN_A's files that run in MAIN_C instead (MAIN_A deselects them), and files of
 # MAIN_A's directories that run in MAIN_B: the three slots kept near the same length
 MAIN_C_NODES := tests/spark/test_sink_exactly_once.py::test_java_broker_exactly_once_batch_and_killed_stream[5.3.3]
