@@ -28,6 +28,13 @@ After ``transactionCheckMax`` checks it goes to TRANS_CHECK_MAX_TIME_TOPIC, as 4
 settled offsets only move past records that are done or copied forward, so a restart (even a
 SIGKILL) loses no undecided half message; at worst a producer is asked twice.
 
+Batches (rocketstore's own, ``transactionBatchEnable``; RocketMQ refuses a prepared batch): a
+SEND_BATCH_MESSAGE whose header and messages are all prepared is stored as one half message per
+entry, in one append (``processors.send``), and a batched END_TRANSACTION
+(``end_transactions``) decides many half records with the same checks and the same
+exactly-once rule as one by one, putting their committed copies in one append and their op
+records in another. Check-back sees only single half messages either way.
+
 Exactly once, where RocketMQ can commit twice: every half copy of one transaction shares its
 UNIQ_KEY. Before committing, the service asks whether that transaction was already decided —
 in memory for decisions made since start, otherwise through the index: a COMMIT_TYPE record with
@@ -289,6 +296,106 @@ class TransactionalMessageService:
             return ResponseCode.SYSTEM_ERROR, "The transaction state table offset wrong"
         with self._lock_for(half):
             return self._decide(half, req.commit_or_rollback)
+
+    def end_transactions(self, group: str, entries: list[tuple[int, int]], state: int
+                         ) -> list[tuple[int, str | None]]:
+        """END_TRANSACTION of many half messages at once (rocketstore's batched form, see
+        ``processors.transaction``): ``entries`` are (tranStateTableOffset, commitLogOffset)
+        pairs, all ended with ``state``. Each is checked and decided as ``end_transaction``
+        would, but the committed copies go in with one append and the op records with
+        another. A (response code, remark) per entry."""
+        if state not in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE):
+            return [(ResponseCode.SYSTEM_ERROR, f"commitOrRollback {state} cannot be batched")
+                    for _ in entries]
+        out: list[tuple[int, str | None]] = [(ResponseCode.SUCCESS, None)] * len(entries)
+        halves: list[tuple[int, MessageExt]] = []
+        for i, (queue_offset, cl_offset) in enumerate(entries):
+            half = self._look(cl_offset)
+            if half is None or half.topic != HALF_TOPIC:
+                out[i] = ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed"
+            elif half.properties.get(PROPERTY_PRODUCER_GROUP) != group:
+                out[i] = ResponseCode.SYSTEM_ERROR, "The producer group wrong"
+            elif half.queue_offset != queue_offset:
+                out[i] = ResponseCode.SYSTEM_ERROR, "The transaction state table offset wrong"
+            else:
+                halves.append((i, half))
+        locks = sorted({id(self._lock_for(h)): self._lock_for(h) for _, h in halves}.items())
+        for _, lock in locks:  # in one order: no two batches wait for each other
+            lock.acquire()
+        try:
+            self._decide_many(halves, state, out)
+        finally:
+            for _, lock in reversed(locks):
+                lock.release()
+        return out
+
+    def _decide_many(self, halves: list[tuple[int, MessageExt]], state: int,
+                     out: list[tuple[int, str | None]]) -> None:
+        """``_decide`` for many halves (their locks held): two appends instead of 2N puts."""
+        from ...format.message import encode_message
+        cfg = self.store.cfg
+        todo: list[tuple[int, MessageExt]] = []
+        seen: set[str] = set()
+        for i, half in halves:
+            prior = self.decision(half)
+            if prior is None and half.uniq_key in seen:
+                prior = state  # the same transaction twice in one batch: decided by the first
+            if prior is not None:
+                if prior not in (state, TRANSACTION_NOT_TYPE):
+                    out[i] = (ResponseCode.SYSTEM_ERROR, f"transaction {half.uniq_key} was "
+                              f"already {'committed' if prior == TRANSACTION_COMMIT_TYPE else 'rolled back'}")
+                continue
+            if half.uniq_key:
+                seen.add(half.uniq_key)
+            todo.append((i, half))
+        if state == TRANSACTION_COMMIT_TYPE and todo:
+            now = int(time.time() * 1000)
+            recs, where = [], []
+            for i, half in todo:
+                m = committed_message(half)
+                try:
+                    recs.append(encode_message(
+                        m, m.all_properties(), born_timestamp=m.born_timestamp or now,
+                        born_host=m.born_host or cfg.store_host,
+                        store_host=m.store_host or cfg.store_host,
+                        max_body_size=cfg.max_message_size))
+                    where.append((i, half))
+                except ValueError as exc:
+                    out[i] = ResponseCode.MESSAGE_ILLEGAL, f"commit of {half.uniq_key} failed: {exc}"
+            results = self.store.append(recs) if recs else []
+            for (i, half), r in zip(where, results):
+                if r.status.name not in _STORED:
+                    code = ResponseCode.MESSAGE_ILLEGAL if r.status.name in (
+                        "MESSAGE_ILLEGAL", "PROPERTIES_SIZE_EXCEEDED") else ResponseCode.SYSTEM_ERROR
+                    out[i] = code, f"commit of {half.uniq_key} failed: {r.status.name} {r.error or ''}"
+        for i, half in todo:
+            if out[i][0] == ResponseCode.SUCCESS:
+                self._remember(half, state)
+        self._write_ops([h for i, h in halves if out[i][0] == ResponseCode.SUCCESS])
+
+    def _write_ops(self, halves: list[MessageExt]) -> None:
+        """``_write_op_once`` for many half records: their op records in one append."""
+        from ...format.message import encode_message
+        known = self._known_ops()
+        cfg = self.store.cfg
+        recs, keys = [], []
+        for half in halves:
+            key = (half.queue_id, half.queue_offset)
+            if key in known or key in keys or half.queue_offset < self.offsets.query(
+                    SYS_GROUP, HALF_TOPIC, half.queue_id):
+                continue
+            m = op_message(half)
+            recs.append(encode_message(m, m.all_properties(), born_timestamp=m.born_timestamp,
+                                       born_host=cfg.store_host, store_host=cfg.store_host,
+                                       max_body_size=cfg.max_message_size))
+            keys.append(key)
+        if not recs:
+            return
+        for key, r in zip(keys, self.store.append(recs)):
+            if r.status.name in _STORED:
+                known.add(key)
+            else:  # the check service asks again; the decision answers it
+                log.error("op record for half offset %d not written: %s", key[1], r.status.name)
 
     def _decide(self, half: MessageExt, state: int) -> tuple[int, str | None]:
         prior = self.decision(half)
