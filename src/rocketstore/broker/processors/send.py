@@ -162,4 +162,7 @@ async def _send_batch(ctx: SendContext, cmd: RemotingCommand, base: Message,
     if not status_ok(code):
         return cmd.response(code, remark=put_failure_remark(r.status, r.error, batch=True))
     ids = r.msg_ids or [r.msg_id or ""]
+    if transactional:
+        assert ctx.transactions is not None
+        ctx.transactions.remember_halves(msgs, r)
     return cmd.response(code, send_answer_header(",".join(ids), base.queue_id, r.queue_offset))
