@@ -105,3 +105,23 @@ def test_same_answers_as_rocketmq_497(brokers, req):
             assert (key in got.ext_fields) == (key in want.ext_fields), (key, want, got)
         if int(h.get("queueId", h.get("e", "-1"))) >= 0:
             assert got.ext_fields["queueId"] == want.ext_fields["queueId"]
+
+
+def test_prepared_batch_mixed_with_plain_refused_as_rocketmq_refuses_it(brokers):
+    """A SEND_BATCH_MESSAGE whose header says PREPARED: RocketMQ refuses every such batch
+    (MESSAGE_ILLEGAL); ours takes one only when all its messages are prepared (rocketstore's
+    transactionBatchEnable), so one that mixes in a plain message gets RocketMQ's answer."""
+    from rocketstore.remoting.message_batch import BatchEntry, encode_batch
+    java_addr, our_addr = brokers
+    prepared = {"TRAN_MSG": "true", "PGROUP": "PG", "WAIT": "true"}
+    body = encode_batch([BatchEntry(b"p0", {**prepared, "UNIQ_KEY": "0A" * 16}, 0),
+                         BatchEntry(b"n1", {"WAIT": "true", "UNIQ_KEY": "0B" * 16}, 0)])
+    h = {"producerGroup": "PG", "topic": "SR_A", "defaultTopic": "TBW102",
+         "defaultTopicQueueNums": "4", "queueId": "0", "sysFlag": "4",
+         "bornTimestamp": "1700000000000", "flag": "0",
+         "properties": "TRAN_MSG\x01true\x02PGROUP\x01PG\x02WAIT\x01true\x02",
+         "reconsumeTimes": "0", "unitMode": "false", "batch": "true"}
+    h = {SEND_V1_TO_V2[k]: v for k, v in h.items()}
+    want = raw(java_addr, RequestCode.SEND_BATCH_MESSAGE, dict(h), body, timeout=15)
+    got = raw(our_addr, RequestCode.SEND_BATCH_MESSAGE, dict(h), body, timeout=15)
+    assert want.code == got.code == ResponseCode.MESSAGE_ILLEGAL, (want.remark, got.remark)

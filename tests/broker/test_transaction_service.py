@@ -259,3 +259,52 @@ def test_which_sends_are_half_messages():
     assert not is_transactional(m(TRAN_MSG="false")) and not is_transactional(m())
     # a pre-4.6.1 client re-sending a consumed transactional message for a delayed retry
     assert not is_transactional(m(reconsume=1, TRAN_MSG="true", DELAY="3"))
+
+
+def test_batched_end_merges_op_records_and_the_check_settles_them(env):
+    """A batch of half records (rocketstore's transactionBatchEnable) ended by one batched
+    END_TRANSACTION: one committed copy each, op records merged as RocketMQ 5 writes them
+    ("o1,o2,...,"); the check then settles every half and op record, and after a restart a
+    repeated END_TRANSACTION still commits nothing twice. The half records kept from the put
+    (``remember_halves``) read the same as the store's own."""
+    msgs = [env.svc.half_message(Message(
+        topic="Real", body=f"b{i}".encode(), queue_id=1, born_timestamp=env.born,
+        sys_flag=TRANSACTION_PREPARED_TYPE,
+        properties={"TRAN_MSG": "true", "PGROUP": "PG", "UNIQ_KEY": create_uniq_key()}))
+        for i in range(300)]
+    r = env.store.put_messages(msgs)
+    assert r.status.name == "PUT_OK" and env.store.wait_dispatched(5)
+    env.svc.remember_halves(msgs, r)
+    entries = [(r.queue_offset + i, env.store.look_message_by_offset(
+        int(mid[-16:], 16)).commitlog_offset) for i, mid in enumerate(r.msg_ids)]
+    for q, c in entries[:5]:
+        kept, stored = env.svc._recent[c], env.store.look_message_by_offset(c)
+        assert (kept.properties, kept.body, kept.queue_offset, kept.born_timestamp,
+                kept.sys_flag) == (stored.properties, stored.body, stored.queue_offset,
+                                   stored.born_timestamp, stored.sys_flag)
+    out = env.svc.end_transactions("PG", entries[:290], TRANSACTION_COMMIT_TYPE)
+    assert out == [(0, None)] * 290
+    out = env.svc.end_transactions("PG", entries[290:] + entries[:1], TRANSACTION_ROLLBACK_TYPE)
+    assert [c for c, _ in out] == [0] * 10 + [1]  # the committed one stays committed
+    got = _all(env, "Real", 1)
+    assert sorted(m.body for m in got) == sorted(f"b{i}".encode() for i in range(290))
+    ops = env.real(OP_TOPIC, 0)
+    named = [int(o) for op in ops for o in op.body.decode().split(",") if o]
+    assert sorted(named) == list(range(300)) and len(ops) == 3  # 256 + 34, then 10
+    assert env.check(lambda: later()) == []
+    assert env.offsets.query(SYS_GROUP, HALF_TOPIC, 0) == 300
+    assert env.offsets.query(SYS_GROUP, OP_TOPIC, 0) == 3
+    env.reopen()
+    out = env.svc.end_transactions("PG", entries[:3], TRANSACTION_COMMIT_TYPE)
+    assert out == [(0, None)] * 3
+    assert len(_all(env, "Real", 1)) == 290
+
+
+def _all(env, topic: str, qid: int) -> list:
+    assert env.store.wait_dispatched(5)
+    out: list = []
+    while True:
+        got = env.store.get_message("CG", topic, qid, len(out), 32).messages or []
+        if not got:
+            return out
+        out += got

@@ -14,7 +14,9 @@ does) and answers with one of three typed plans:
   here (the CLUSTER property, a ``UNIQ_KEY`` when missing, born host = the client, born time =
   the header's or now, store host = the broker's), so the store only appends it.
 * ``Whole(...)`` — everything else goes to the store's message put path (which applies delay
-  levels, timer wheels and batch encoding): a batch, a delayed, timer or transactional message, a
+  levels, timer wheels and batch encoding): a batch (``transactional`` when its header says
+  PREPARED: a batch of half messages, see ``processors.send``), a delayed, timer or
+  transactional message, a
   client-side retry at its limit (rerouted to ``%DLQ%``), a record the encoder refused (the put
   path then gives the answer).
 
@@ -233,6 +235,12 @@ def plan_send(code: int, fields: Mapping[str, str], body: bytes, peer: str, rule
         if topic.startswith(RETRY_PREFIX):
             return Refused(ResponseCode.MESSAGE_ILLEGAL,
                            "batch request does not support retry group topic")
+        if _transactional(props, sys_flag, reconsume):  # a batch of half messages: ours only
+            if rules.reject_transaction_message and topics is not None:
+                return Refused(ResponseCode.NO_PERMISSION,
+                               "sending transaction message is forbidden")
+            return Whole(msg, batch=True, dlq=dlq, transactional=True, why="transaction batch",
+                         answer_queue_id=asked_qid)
         return Whole(msg, batch=True, dlq=dlq, why="batch", answer_queue_id=asked_qid)
     props[PROPERTY_CLUSTER] = rules.cluster_name  # as RocketMQ: request-reply needs it
     if _transactional(props, sys_flag, reconsume):

@@ -145,9 +145,13 @@ class AsyncProducer:
 
     async def send_batch(self, topic: str, messages: Sequence[Message | bytes], *,
                          queue_id: int | None = None, sharding_key: object = None,
-                         mq: MessageQueue | None = None) -> SendResult:
+                         mq: MessageQueue | None = None, sys_flag: int = 0,
+                         batch_properties: Mapping[str, str] | None = None) -> SendResult:
         """Send many messages to one queue in one request (no delay levels in a batch);
-        ``mq`` names the queue exactly (broker and queue id) when several brokers serve it."""
+        ``mq`` names the queue exactly (broker and queue id) when several brokers serve it.
+        ``sys_flag`` and ``batch_properties`` go into the request header (a batch of half
+        messages: PREPARED and ``TRAN_MSG``, which only a broker with
+        ``transactionBatchEnable`` takes)."""
         if not messages:
             raise ValueError("empty batch")
         entries, ids = [], []
@@ -160,9 +164,10 @@ class AsyncProducer:
             entries.append(BatchEntry(bytes(m.body), props, m.flag))
         mq = mq or await self._pick(topic, queue_id, sharding_key)
         header = {"producerGroup": self.group, "topic": topic, "defaultTopic": "TBW102",
-                  "defaultTopicQueueNums": 4, "queueId": mq.queue_id, "sysFlag": 0,
+                  "defaultTopicQueueNums": 4, "queueId": mq.queue_id, "sysFlag": sys_flag,
                   "bornTimestamp": int(time.time() * 1000), "flag": 0,
-                  "properties": properties_to_string({PROPERTY_WAIT_STORE_MSG_OK: "true"}),
+                  "properties": properties_to_string({PROPERTY_WAIT_STORE_MSG_OK: "true",
+                                                      **(batch_properties or {})}),
                   "reconsumeTimes": 0, "unitMode": False, "batch": True}
         return await self._send(mq, RequestCode.SEND_BATCH_MESSAGE,
                                 {SEND_V1_TO_V2[k]: v for k, v in header.items()},

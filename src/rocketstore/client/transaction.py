@@ -33,6 +33,7 @@ import enum
 import inspect
 import json
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping, Sequence, Union
 
@@ -57,6 +58,83 @@ async def end_transaction_at(instance: ClientInstance, addr: str, header: dict) 
     EndTransactionRequestHeader fields (producerGroup, tranStateTableOffset, commitLogOffset,
     commitOrRollback, fromTransactionCheck, msgId, transactionId)."""
     await instance.invoke(addr, RequestCode.END_TRANSACTION, header)
+
+
+# -- rocketstore's batched transactions (``transactionBatchEnable``; RocketMQ has none) --------
+TRANSACTION_BATCH_KEY = "transactionBatchEnable"  # in GET_BROKER_CONFIG's answer
+_BATCH_SUPPORT: dict[str, tuple[bool, float]] = {}  # broker address -> (answer, when)
+BATCH_SUPPORT_TTL_S = 60.0
+
+
+async def transaction_batch_supported(instance: ClientInstance, addr: str) -> bool:
+    """Whether the broker at ``addr`` takes a batch of half messages and a batched
+    END_TRANSACTION: its GET_BROKER_CONFIG says ``transactionBatchEnable=true``. A RocketMQ
+    broker has no such key, and a broker that does not answer counts as one without (asked
+    again after ``BATCH_SUPPORT_TTL_S``)."""
+    known = _BATCH_SUPPORT.get(addr)
+    now = time.monotonic()
+    if known is not None and now - known[1] < BATCH_SUPPORT_TTL_S:
+        return known[0]
+    try:
+        resp = await instance.invoke(addr, RequestCode.GET_BROKER_CONFIG)
+        text = (resp.body or b"").decode("utf-8", "replace")
+        ok = any(line.strip() == f"{TRANSACTION_BATCH_KEY}=true" for line in text.splitlines())
+    except Exception as exc:  # ACL without admin rights, an old broker...: one at a time
+        log.info("GET_BROKER_CONFIG of %s: %s; half messages go one by one", addr, exc)
+        ok = False
+    _BATCH_SUPPORT[addr] = (ok, now)
+    return ok
+
+
+@dataclass
+class HalfRef:
+    """Where a half message is stored: what END_TRANSACTION names."""
+
+    queue_offset: int  # in RMQ_SYS_TRANS_HALF_TOPIC (tranStateTableOffset)
+    commitlog_offset: int
+    msg_id: str  # its UNIQ_KEY (the transaction id)
+
+
+async def send_half_batch(producer: AsyncProducer, topic: str, messages: Sequence[Message],
+                          mq: Any) -> list[HalfRef]:
+    """Send ``messages`` as half messages of ``producer``'s group in one SEND_BATCH_MESSAGE
+    (only to a broker where ``transaction_batch_supported``); where each was stored."""
+    group = producer.group
+    prepared = []
+    for m in messages:
+        props = dict(m.properties or {})
+        props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+        props[PROPERTY_TRANSACTION_PREPARED] = "true"
+        props[PROPERTY_PRODUCER_GROUP] = group
+        prepared.append(Message(topic=topic, body=m.body, tags=m.tags, keys=m.keys,
+                                properties=props, flag=m.flag))
+    r = await producer.send_batch(topic, prepared, mq=mq, sys_flag=TRANSACTION_PREPARED_TYPE,
+                                  batch_properties={PROPERTY_TRANSACTION_PREPARED: "true",
+                                                    PROPERTY_PRODUCER_GROUP: group})
+    offsets = r.offset_msg_id.split(",")
+    ids = r.msg_ids
+    if len(offsets) != len(prepared) or len(ids) != len(prepared):
+        raise RuntimeError(f"a batch of {len(prepared)} half messages was answered with "
+                           f"{len(offsets)} message ids")
+    return [HalfRef(r.queue_offset + i, parse_message_id(off)[1], uid)
+            for i, (off, uid) in enumerate(zip(offsets, ids))]
+
+
+async def end_transactions_at(instance: ClientInstance, addr: str, group: str,
+                              halves: Sequence[HalfRef], commit: bool) -> None:
+    """One batched END_TRANSACTION for ``halves`` on the broker at ``addr`` (only where
+    ``transaction_batch_supported``); raises ``BrokerError`` when any entry failed."""
+    import struct
+    if not halves:
+        return
+    first = halves[0]
+    header = {"producerGroup": group, "tranStateTableOffset": first.queue_offset,
+              "commitLogOffset": first.commitlog_offset,
+              "commitOrRollback": TRANSACTION_COMMIT_TYPE if commit else TRANSACTION_ROLLBACK_TYPE,
+              "fromTransactionCheck": False, "msgId": first.msg_id,
+              "transactionId": first.msg_id, "batchEntries": len(halves)}
+    body = b"".join(struct.pack(">qq", h.queue_offset, h.commitlog_offset) for h in halves)
+    await instance.invoke(addr, RequestCode.END_TRANSACTION, header, body)
 
 
 class LocalTransactionState(enum.Enum):

@@ -91,6 +91,7 @@ _CONF_KEYS = {"listenPort": ("port", int), "brokerName": ("broker_name", str),
                                            lambda v: v.lower() == "true"),
               "recallMessageEnable": ("recall_message_enable", _bool),
               "litePullMessageEnable": ("lite_pull_message_enable", _bool),
+              "transactionBatchEnable": ("transaction_batch_enable", _bool),
               "grpcServerPort": ("grpc_port", int),
               "minInvisibleTimeMillsForRecv": ("grpc_min_invisible_time_ms", int),
               "namesrvAddr": ("namesrv_addr", str),
@@ -121,7 +122,7 @@ _CONF_KEYS = {"listenPort": ("port", int), "brokerName": ("broker_name", str),
 
 # keys of our own (not RocketMQ's) that broker.conf may hold
 _OWN_KEYS = ("serverWorkerProcesses", "serverFastSends", "kvConfigPath", "grpcServerPort",
-             "minInvisibleTimeMillsForRecv")
+             "minInvisibleTimeMillsForRecv", "transactionBatchEnable")
 
 
 def _warn_unknown_keys(conf: str, extra: dict) -> None:

@@ -311,10 +311,14 @@ class HalvesSent(WriterCommitMessage):
 
 
 async def _send_halves(batches: Iterator, o: SinkOptions, batch: str) -> HalvesSent:
-    """Send every row as a half message, one request each (RocketMQ stores no transactional
-    batch), up to ``sendPipeline`` x 16 in flight; a failed send fails the task, whose halves
-    the decision then rolls back."""
-    from ..format.message import TRANSACTION_PREPARED_TYPE
+    """Send every row as a half message. To a broker that takes batches of half messages
+    (rocketstore's ``transactionBatchEnable``, read from its GET_BROKER_CONFIG) rows go as the
+    at-least-once sink sends them: per queue, ``sendBatchSize`` rows a request, ``sendPipeline``
+    requests in flight. To any other broker (RocketMQ's: it stores no transactional batch) one
+    request per row, up to ``sendPipeline`` x 16 in flight. A failed send fails the task, whose
+    halves the decision then rolls back."""
+    from ..client.transaction import send_half_batch, transaction_batch_supported
+    from ..format.message import TRANSACTION_PREPARED_TYPE, parse_message_id
     from . import sink_transactions as st
 
     task = st.new_task_uuid()
@@ -325,30 +329,61 @@ async def _send_halves(batches: Iterator, o: SinkOptions, batch: str) -> HalvesS
     rr = itertools.count()
     queues: dict[str, list[MessageQueue]] = {}
     inflight: set[asyncio.Task] = set()
-    limit = o.pipeline * 16
+    batched: dict[str, bool] = {}  # broker name -> takes batches of half messages
+    open_batches: dict[tuple, tuple[list[Message], int]] = {}
 
-    async def pick(topic: str, qid, broker) -> MessageQueue:
-        return await _pick_queue(producer, queues, rr, topic, qid, broker)
+    async def room(limit: int) -> None:
+        while len(inflight) >= limit:
+            done, _ = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                inflight.discard(t)
+                t.result()
+
+    async def can_batch(mq: MessageQueue) -> bool:
+        if mq.broker_name not in batched:
+            addr = await producer.instance.broker_addr(mq)
+            batched[mq.broker_name] = await transaction_batch_supported(producer.instance, addr)
+        return batched[mq.broker_name]
+
+    def prepared(m: Message) -> Message:
+        return Message(topic=m.topic, body=m.body, tags=m.tags, keys=m.keys, flag=m.flag,
+                       properties=st.prepared_properties(m.properties or {}, o.group, tag))
 
     async def one(topic: str, mq: MessageQueue, m: Message) -> None:
-        from ..format.message import parse_message_id
         r = await producer.send(topic, m.body, tags=m.tags, keys=m.keys,
-                                properties=st.prepared_properties(m.properties or {}, o.group,
-                                                                  tag),
-                                mq=mq, sys_flag=TRANSACTION_PREPARED_TYPE)
+                                properties=prepared(m).properties, mq=mq,
+                                sys_flag=TRANSACTION_PREPARED_TYPE)
         _, cl_off = parse_message_id(r.offset_msg_id)
         out.halves.append(st.Half(topic, mq.broker_name, r.queue_offset, cl_off, r.msg_id))
+
+    async def many(topic: str, mq: MessageQueue, msgs: list[Message]) -> None:
+        refs = await send_half_batch(producer, topic, [prepared(m) for m in msgs], mq)
+        out.halves.extend(st.Half(topic, mq.broker_name, h.queue_offset, h.commitlog_offset,
+                                  h.msg_id) for h in refs)
+
+    async def ship(topic: str, qid, broker, msgs: list[Message]) -> None:
+        mq = await _pick_queue(producer, queues, rr, topic, qid, broker)
+        if await can_batch(mq):
+            await room(o.pipeline)
+            inflight.add(asyncio.ensure_future(many(topic, mq, msgs)))
+            return
+        for m in msgs:
+            await room(o.pipeline * 16)
+            inflight.add(asyncio.ensure_future(one(topic, mq, m)))
 
     try:
         for b in batches:
             for topic, qid, broker, m in _messages(b, o):
-                while len(inflight) >= limit:
-                    done, _ = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
-                    for t in done:
-                        inflight.discard(t)
-                        t.result()
-                mq = await pick(topic, qid, broker)
-                inflight.add(asyncio.ensure_future(one(topic, mq, m)))
+                key = (topic, qid, broker)
+                msgs, size = open_batches.get(key, ([], 0))
+                if msgs and (len(msgs) >= o.batch_size or size + len(m.body) > o.batch_bytes):
+                    await ship(topic, qid, broker, msgs)
+                    msgs, size = [], 0
+                msgs.append(m)
+                open_batches[key] = (msgs, size + len(m.body) + 200)
+        for (topic, qid, broker), (msgs, _) in open_batches.items():
+            if msgs:
+                await ship(topic, qid, broker, msgs)
         if inflight:
             await asyncio.gather(*inflight)
     except BaseException:

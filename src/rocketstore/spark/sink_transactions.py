@@ -4,7 +4,12 @@ Theory of operation (``deliveryGuarantee=exactly-once``). Every row goes out as 
 message (sysFlag PREPARED, ``TRAN_MSG=true``, ``PGROUP=<producer group>``) carrying
 ``RS_SPARK_TXN = <sink id>/<batch>/<task uuid>``: the sink (its state directory), the Spark
 batch (a streaming batch id, or ``w-<uuid>`` for one ``df.write``) and the task attempt that
-sent it. A task's commit message lists its half messages. The driver's commit then
+sent it. A task's commit message lists its half messages. To a broker that advertises
+``transactionBatchEnable=true`` in GET_BROKER_CONFIG (``rocketstore serve``) a task sends its
+halves as batches (one SEND_BATCH_MESSAGE of up to ``sendBatchSize`` half messages, each stored
+as its own half message with its own offsets) and the driver ends them with batched
+END_TRANSACTIONs (``END_BATCH`` a request); to RocketMQ's brokers, which refuse both, one
+request per half and per END_TRANSACTION, many in flight. The driver's commit then
 
 1. reads ``<state>/committed/<batch>.json``; when it is absent (the batch's first commit), writes
    it — the task uuids whose rows the batch delivers — atomically (temporary file, fsync,
@@ -226,15 +231,22 @@ def prepared_properties(props: dict, group: str, tag: str) -> dict:
     return p
 
 
+END_BATCH = 512  # half messages per batched END_TRANSACTION
+
+
 async def end_halves(ci, group: str, halves: list[Half], commit: bool,
                      concurrency: int = 128) -> int:
-    """END_TRANSACTION for each half; how many the broker did not acknowledge (its check
-    settles those from the record)."""
-    from ..client.transaction import end_transaction_at
+    """End every half: to a broker that takes batched END_TRANSACTIONs (rocketstore's
+    ``transactionBatchEnable``) ``END_BATCH`` halves a request, else one END_TRANSACTION each
+    (RocketMQ's brokers); up to ``concurrency`` requests in flight either way. How many the
+    broker did not acknowledge (its check settles those from the record)."""
+    from ..client.transaction import (HalfRef, end_transaction_at, end_transactions_at,
+                                      transaction_batch_supported)
 
     sem = asyncio.Semaphore(concurrency)
     addrs: dict[tuple[str, str], str] = {}
     failed = 0
+    verb = "COMMIT" if commit else "ROLLBACK"
 
     async def addr_of(h: Half) -> str:
         key = (h.topic, h.broker)
@@ -245,7 +257,7 @@ async def end_halves(ci, group: str, halves: list[Half], commit: bool,
             addrs[key] = r.brokers[h.broker]
         return addrs[key]
 
-    async def one(h: Half) -> None:
+    async def one(addr: str, h: Half) -> None:
         nonlocal failed
         header = {"producerGroup": group, "tranStateTableOffset": h.queue_offset,
                   "commitLogOffset": h.commitlog_offset,
@@ -254,13 +266,37 @@ async def end_halves(ci, group: str, halves: list[Half], commit: bool,
                   "fromTransactionCheck": False, "msgId": h.msg_id, "transactionId": h.msg_id}
         async with sem:
             try:
-                await end_transaction_at(ci, await addr_of(h), header)
+                await end_transaction_at(ci, addr, header)
             except Exception as exc:  # the broker's check asks again; the record answers
                 failed += 1
-                log.warning("END_TRANSACTION %s of %s on %s: %s",
-                            "COMMIT" if commit else "ROLLBACK", h.msg_id, h.broker, exc)
+                log.warning("END_TRANSACTION %s of %s on %s: %s", verb, h.msg_id, h.broker, exc)
 
-    await asyncio.gather(*(one(h) for h in halves))
+    async def chunk(addr: str, hs: list[Half]) -> None:
+        nonlocal failed
+        async with sem:
+            try:
+                await end_transactions_at(ci, addr, group, [
+                    HalfRef(h.queue_offset, h.commitlog_offset, h.msg_id) for h in hs], commit)
+            except Exception as exc:  # as above: the check settles what was not ended
+                failed += len(hs)
+                log.warning("END_TRANSACTION %s of %d half messages on %s: %s", verb, len(hs),
+                            hs[0].broker, exc)
+
+    by_addr: dict[str, list[Half]] = {}
+    for h in halves:
+        try:
+            by_addr.setdefault(await addr_of(h), []).append(h)
+        except Exception as exc:
+            failed += 1
+            log.warning("END_TRANSACTION %s of %s: no address for %s: %s", verb, h.msg_id,
+                        h.broker, exc)
+    jobs = []
+    for addr, hs in by_addr.items():
+        if await transaction_batch_supported(ci, addr):
+            jobs += [chunk(addr, hs[i:i + END_BATCH]) for i in range(0, len(hs), END_BATCH)]
+        else:
+            jobs += [one(addr, h) for h in hs]
+    await asyncio.gather(*jobs)
     return failed
 
 

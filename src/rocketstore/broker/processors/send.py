@@ -31,6 +31,7 @@ from ...format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_MAX_RECONSUME
 from ...remoting.codes import ResponseCode
 from ...remoting.command import RemotingCommand
 from ...remoting.message_batch import decode_batch
+from ...store.results import PutStatus
 from ..send_rule import (BadHeader, Put, Refused, SendRules, pick_queue_id, plan_send, put_code,
                          put_failure_remark, send_answer_header, send_topic, status_ok)
 from ..state.topics import DLQ_PREFIX, RETRY_PREFIX, ensure_topic
@@ -73,7 +74,7 @@ async def send(ctx: SendContext, conn: Any, cmd: RemotingCommand) -> RemotingCom
         ensure_topic(ctx.topics, ctx.config, msg.topic, 1)
     try:
         if plan.batch:
-            return await _send_batch(ctx, cmd, msg)
+            return await _send_batch(ctx, cmd, msg, plan.transactional)
         recall = None if plan.transactional else \
             recall_handle(ctx, msg.topic, msg.properties or {}, int(time.time() * 1000))
         if plan.transactional:  # stored as a half message (transaction.py)
@@ -127,8 +128,17 @@ async def send_back(ctx: SendContext, conn: Any, cmd: RemotingCommand) -> Remoti
     return cmd.response(ResponseCode.SUCCESS)
 
 
-async def _send_batch(ctx: SendContext, cmd: RemotingCommand, base: Message
-                      ) -> RemotingCommand:
+async def _send_batch(ctx: SendContext, cmd: RemotingCommand, base: Message,
+                      transactional: bool = False) -> RemotingCommand:
+    """A batch; with ``transactional`` (the header says PREPARED) a batch of half messages,
+    rocketstore's own (``transactionBatchEnable``): every entry must be prepared too, and each
+    is stored as its own half message, in one append — END_TRANSACTION and the check then
+    treat each as if it had been sent alone. RocketMQ refuses a prepared batch with
+    MESSAGE_ILLEGAL; so do we when the option is off, and for a batch that mixes prepared and
+    plain messages either way (a plain batch carrying a prepared entry included)."""
+    if transactional and (ctx.transactions is None or not ctx.config.transaction_batch_enable):
+        return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
+                            remark=put_failure_remark(PutStatus.MESSAGE_ILLEGAL, None, True))
     entries = decode_batch(cmd.body, max_bytes=ctx.store_config.max_message_size)
     if not entries:
         raise ValueError("empty message batch")
@@ -137,9 +147,14 @@ async def _send_batch(ctx: SendContext, cmd: RemotingCommand, base: Message
         p = dict(e.properties)  # the header's properties describe the batch, not each message
         if PROPERTY_DELAY_TIME_LEVEL in p and p[PROPERTY_DELAY_TIME_LEVEL] not in ("", "0"):
             raise ValueError("a batch cannot carry delayed messages")
-        if p.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true":
-            raise ValueError("a batch cannot carry transactional messages")
+        if (p.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true") != transactional:
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark=put_failure_remark(
+                PutStatus.MESSAGE_ILLEGAL, None, True) + ": a batch mixes prepared and plain "
+                "messages")
         msgs.append(replace(base, body=e.body, properties=p, flag=e.flag))
+    if transactional:
+        assert ctx.transactions is not None
+        msgs = [ctx.transactions.half_message(m) for m in msgs]
     r = await ctx.puts.put_batch(msgs)
     code = put_code(r.status)
     ctx.stats.record_put(base.topic, len(msgs), sum(len(m.body) for m in msgs),
@@ -147,4 +162,7 @@ async def _send_batch(ctx: SendContext, cmd: RemotingCommand, base: Message
     if not status_ok(code):
         return cmd.response(code, remark=put_failure_remark(r.status, r.error, batch=True))
     ids = r.msg_ids or [r.msg_id or ""]
+    if transactional:
+        assert ctx.transactions is not None
+        ctx.transactions.remember_halves(msgs, r)
     return cmd.response(code, send_answer_header(",".join(ids), base.queue_id, r.queue_offset))

@@ -1,8 +1,15 @@
 """END_TRANSACTION (37): a producer's COMMIT or ROLLBACK of a half message, handed to the
-transaction service (``services.transaction``, which also runs the checks)."""
+transaction service (``services.transaction``, which also runs the checks).
+
+rocketstore's batched form (``transactionBatchEnable``; RocketMQ has none): the header has
+``batchEntries`` = N beside RocketMQ's fields, and the body N big-endian pairs
+(tranStateTableOffset int64, commitLogOffset int64), all ended with the header's
+commitOrRollback. The answer is SUCCESS when every entry was ended, else the first failure's
+code, with "k of N failed: ..." as remark (the check settles those)."""
 from __future__ import annotations
 
 import logging
+import struct
 from typing import TYPE_CHECKING, Any
 
 from ...remoting.codes import ResponseCode
@@ -15,11 +22,42 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+BATCH_FIELD = "batchEntries"
+_ENTRY = struct.Struct(">qq")
+
+
+def encode_entries(entries: list[tuple[int, int]]) -> bytes:
+    """The batched END_TRANSACTION's body."""
+    return b"".join(_ENTRY.pack(q, c) for q, c in entries)
+
+
+def decode_entries(body: bytes | None, n: int) -> list[tuple[int, int]]:
+    body = body or b""
+    if n <= 0 or len(body) != n * _ENTRY.size:
+        raise ValueError(f"batchEntries={n} but the body holds {len(body)} bytes "
+                         f"(want {_ENTRY.size} per entry)")
+    return [_ENTRY.unpack_from(body, i * _ENTRY.size) for i in range(n)]
+
+
 async def end_transaction(ctx: SendContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
     req = EndTransactionRequest.from_command(cmd)
     service = ctx.transactions
     if service is None:
         return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, remark="broker is starting")
+    n = cmd.get_int(BATCH_FIELD, None)
+    if n is not None:
+        if not ctx.config.transaction_batch_enable:
+            return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                remark="batched END_TRANSACTION is off (transactionBatchEnable)")
+        entries = decode_entries(cmd.body, n)  # a ValueError is answered as a bad header
+        results = await ctx.run(service.end_transactions, req.producer_group, entries,
+                                req.commit_or_rollback)
+        bad = [(c, r) for c, r in results if c != ResponseCode.SUCCESS]
+        if not bad:
+            return cmd.response(ResponseCode.SUCCESS)
+        log.warning("END_TRANSACTION %s of %d half messages from %s: %d failed, first: %s",
+                    _STATE_NAMES.get(req.commit_or_rollback), n, conn.peer, len(bad), bad[0][1])
+        return cmd.response(bad[0][0], remark=f"{len(bad)} of {n} failed: {bad[0][1]}")
     result = await ctx.run(service.end_transaction, req)
     if result is None:
         return None

@@ -7,7 +7,9 @@ Records (all ordinary CommitLog records; nothing here is a file of its own)::
                                     NOT_TYPE, REAL_TOPIC / REAL_QID naming where it goes on commit
     RMQ_SYS_TRANS_OP_HALF_TOPIC q0  one record per decided half message: TAGS "d", body = the
                                     half message's queue offset in ASCII; KEYS = the transaction
-                                    id (the half message's UNIQ_KEY: our addition, see below)
+                                    id (the half message's UNIQ_KEY: our addition, see below);
+                                    a batched END_TRANSACTION writes RocketMQ 5's merged form,
+                                    body "o1,o2,...," (up to OP_MERGE), KEYS every txid
     <REAL_TOPIC> q<REAL_QID>        the committed copy: sysFlag COMMIT_TYPE,
                                     preparedTransactionOffset = the half record's CommitLog offset
     TRANS_CHECK_MAX_TIME_TOPIC q0   half messages given up after transactionCheckMax checks
@@ -28,6 +30,13 @@ After ``transactionCheckMax`` checks it goes to TRANS_CHECK_MAX_TIME_TOPIC, as 4
 settled offsets only move past records that are done or copied forward, so a restart (even a
 SIGKILL) loses no undecided half message; at worst a producer is asked twice.
 
+Batches (rocketstore's own, ``transactionBatchEnable``; RocketMQ refuses a prepared batch): a
+SEND_BATCH_MESSAGE whose header and messages are all prepared is stored as one half message per
+entry, in one append (``processors.send``), and a batched END_TRANSACTION
+(``end_transactions``) decides many half records with the same checks and the same
+exactly-once rule as one by one, putting their committed copies in one append and their op
+records in another. Check-back sees only single half messages either way.
+
 Exactly once, where RocketMQ can commit twice: every half copy of one transaction shares its
 UNIQ_KEY. Before committing, the service asks whether that transaction was already decided —
 in memory for decisions made since start, otherwise through the index: a COMMIT_TYPE record with
@@ -47,6 +56,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+from ...format.message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as PROPERTY_UNIQ_KEY
 from ...format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERTY_PRODUCER_GROUP,
                                PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, PROPERTY_TAGS,
                                PROPERTY_TRANSACTION_PREPARED, PROPERTY_WAIT_STORE_MSG_OK,
@@ -71,6 +81,8 @@ PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
 MAX_PROCESS_TIME_MS = 60_000  # one queue's share of a check pass
 OP_BATCH = 32
 MAX_REMEMBERED = 100_000  # decisions kept in memory (older ones are found through the index)
+RECENT_MAX = 65_536  # half records of batches kept for a batched END_TRANSACTION
+OP_MERGE = 256  # half offsets per op record of a batched END_TRANSACTION (KEYS stay < 32 KiB)
 _STORED = ("PUT_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
 _STATE_NAMES = {TRANSACTION_COMMIT_TYPE: "COMMIT", TRANSACTION_ROLLBACK_TYPE: "ROLLBACK"}
 
@@ -188,6 +200,17 @@ class CheckRequest:
     command: RemotingCommand
 
 
+def op_offsets(m: MessageExt) -> list[int]:
+    """The half queue offsets an op record names: one (RocketMQ 4.9: "12") or many (RocketMQ 5
+    and our batched END_TRANSACTION: "12,13,14,"); none for anything else."""
+    if m.tags != REMOVE_TAG:
+        return []
+    try:
+        return [int(p) for p in m.body.decode("ascii").split(",") if p]
+    except (UnicodeDecodeError, ValueError):
+        return []
+
+
 class _OpScan:
     """The op queue read from its settled offset: which half offsets are decided, and which op
     records are done with (their half record lies before the settled half offset)."""
@@ -198,6 +221,7 @@ class _OpScan:
         self.removed: dict[int, list[int]] = {}
         self.seen: set[int] = set()  # every half offset an op record read so far names
         self.done: list[int] = []
+        self.pending: dict[int, int] = {}  # op record -> how many of its halves are unsettled
         self.exhausted = False
         self.fill()
 
@@ -211,23 +235,28 @@ class _OpScan:
             self.exhausted = True
             return
         for m in msgs:
-            try:
-                half_off = int(m.body.decode("ascii")) if m.tags == REMOVE_TAG else -1
-            except (UnicodeDecodeError, ValueError):
-                half_off = -1
-            if half_off >= 0:
-                self.seen.add(half_off)
-            if half_off < self.half_offset:  # settled already, or not an op record
+            offs = op_offsets(m)
+            self.seen.update(offs)
+            live = [o for o in offs if o >= self.half_offset]
+            if not live:  # settled already, or not an op record
                 self.done.append(m.queue_offset)
-            else:
-                self.removed.setdefault(half_off, []).append(m.queue_offset)
+                continue
+            self.pending[m.queue_offset] = len(live)
+            for o in live:
+                self.removed.setdefault(o, []).append(m.queue_offset)
         self.next = max(self.next, g.next_begin_offset, msgs[-1].queue_offset + 1)
 
     def pop(self, half_off: int) -> bool:
         ops = self.removed.pop(half_off, None)
         if ops is None:
             return False
-        self.done.extend(ops)
+        for q in ops:  # an op record is done once every half it names is
+            left = self.pending.get(q, 1) - 1
+            if left <= 0:
+                self.pending.pop(q, None)
+                self.done.append(q)
+            else:
+                self.pending[q] = left
         return True
 
     def find(self, half_off: int) -> bool:
@@ -262,6 +291,10 @@ class TransactionalMessageService:
         self._caught_up = False
         self._op_offsets: set[tuple[int, int]] | None = None  # half records with an op record,
         # from the settled op offsets on (loaded on first use, pruned as the check settles)
+        # half records of recent batches as stored (CommitLog offset -> record): a batched
+        # END_TRANSACTION takes them from here instead of reading and decoding each again
+        self._recent: OrderedDict[int, MessageExt] = OrderedDict()
+        self._recent_lock = threading.Lock()
 
     # -- prepare ----------------------------------------------------------------------------------
     def half_message(self, msg: Message) -> Message:
@@ -270,6 +303,31 @@ class TransactionalMessageService:
             if self.topics.get(topic) is None:
                 self.topics.create(topic, 1)
         return to_half(msg)
+
+    def remember_halves(self, halves: list[Message], result: Any) -> None:
+        """A stored batch of half records (``halves`` as put, ``result`` the put's), kept for
+        ``end_transactions``: the record each would read back, for those that carried their
+        UNIQ_KEY and born timestamp (as every send does)."""
+        from ...format.message import parse_message_id
+        ids = result.msg_ids or []
+        if len(ids) != len(halves):
+            return
+        host = self.store.cfg.store_host
+        with self._recent_lock:
+            for i, (m, mid) in enumerate(zip(halves, ids)):
+                props = m.all_properties()
+                if PROPERTY_UNIQ_KEY not in props or m.born_timestamp is None:
+                    continue  # the store fills these in: only a read shows them
+                off = parse_message_id(mid)[1]
+                self._recent[off] = MessageExt(
+                    topic=m.topic, body=bytes(m.body), properties=props, queue_id=m.queue_id,
+                    queue_offset=result.queue_offset + i, commitlog_offset=off, store_size=0,
+                    body_crc=0, flag=m.flag, sys_flag=m.sys_flag,
+                    born_timestamp=m.born_timestamp, born_host=m.born_host or host,
+                    store_timestamp=result.store_timestamp, store_host=m.store_host or host,
+                    reconsume_times=m.reconsume_times, prepared_transaction_offset=0, msg_id=mid)
+            while len(self._recent) > RECENT_MAX:
+                self._recent.popitem(last=False)
 
     # -- END_TRANSACTION ------------------------------------------------------------------------
     def end_transaction(self, req: EndTransactionRequest) -> tuple[int, str | None] | None:
@@ -289,6 +347,125 @@ class TransactionalMessageService:
             return ResponseCode.SYSTEM_ERROR, "The transaction state table offset wrong"
         with self._lock_for(half):
             return self._decide(half, req.commit_or_rollback)
+
+    def end_transactions(self, group: str, entries: list[tuple[int, int]], state: int
+                         ) -> list[tuple[int, str | None]]:
+        """END_TRANSACTION of many half messages at once (rocketstore's batched form, see
+        ``processors.transaction``): ``entries`` are (tranStateTableOffset, commitLogOffset)
+        pairs, all ended with ``state``. Each is checked and decided as ``end_transaction``
+        would, but the committed copies go in with one append and the op records with
+        another. A (response code, remark) per entry."""
+        if state not in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE):
+            return [(ResponseCode.SYSTEM_ERROR, f"commitOrRollback {state} cannot be batched")
+                    for _ in entries]
+        out: list[tuple[int, str | None]] = [(ResponseCode.SUCCESS, None)] * len(entries)
+        halves: list[tuple[int, MessageExt]] = []
+        with self._recent_lock:
+            recent = [self._recent.pop(c, None) for _, c in entries]
+        for i, (queue_offset, cl_offset) in enumerate(entries):
+            half = recent[i] or self._look(cl_offset)
+            if half is None or half.topic != HALF_TOPIC:
+                out[i] = ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed"
+            elif half.properties.get(PROPERTY_PRODUCER_GROUP) != group:
+                out[i] = ResponseCode.SYSTEM_ERROR, "The producer group wrong"
+            elif half.queue_offset != queue_offset:
+                out[i] = ResponseCode.SYSTEM_ERROR, "The transaction state table offset wrong"
+            else:
+                halves.append((i, half))
+        n_locks = len(self._locks)
+        picked = sorted({hash(h.uniq_key or h.commitlog_offset) % n_locks for _, h in halves})
+        for k in picked:  # in one order: no two batches wait for each other
+            self._locks[k].acquire()
+        try:
+            self._decide_many(halves, state, out)
+        finally:
+            for k in reversed(picked):
+                self._locks[k].release()
+        return out
+
+    def _decide_many(self, halves: list[tuple[int, MessageExt]], state: int,
+                     out: list[tuple[int, str | None]]) -> None:
+        """``_decide`` for many halves (their locks held): two appends instead of 2N puts."""
+        from ...format.message import encode_message
+        cfg = self.store.cfg
+        todo: list[tuple[int, MessageExt]] = []
+        seen: set[str] = set()
+        for i, half in halves:
+            uniq = half.uniq_key
+            prior = self.decision(half)
+            if prior is None and uniq in seen:
+                prior = state  # the same transaction twice in one batch: decided by the first
+            if prior is not None:
+                if prior not in (state, TRANSACTION_NOT_TYPE):
+                    out[i] = (ResponseCode.SYSTEM_ERROR, f"transaction {uniq} was "
+                              f"already {'committed' if prior == TRANSACTION_COMMIT_TYPE else 'rolled back'}")
+                continue
+            if uniq:
+                seen.add(uniq)
+            todo.append((i, half))
+        if state == TRANSACTION_COMMIT_TYPE and todo:
+            now = int(time.time() * 1000)
+            recs, where = [], []
+            for i, half in todo:
+                m = committed_message(half)
+                try:
+                    recs.append(encode_message(
+                        m, m.all_properties(), born_timestamp=m.born_timestamp or now,
+                        born_host=m.born_host or cfg.store_host,
+                        store_host=m.store_host or cfg.store_host,
+                        max_body_size=cfg.max_message_size))
+                    where.append((i, half))
+                except ValueError as exc:
+                    out[i] = ResponseCode.MESSAGE_ILLEGAL, f"commit of {half.uniq_key} failed: {exc}"
+            results = self.store.append(recs) if recs else []
+            for (i, half), r in zip(where, results):
+                if r.status.name not in _STORED:
+                    code = ResponseCode.MESSAGE_ILLEGAL if r.status.name in (
+                        "MESSAGE_ILLEGAL", "PROPERTIES_SIZE_EXCEEDED") else ResponseCode.SYSTEM_ERROR
+                    out[i] = code, f"commit of {half.uniq_key} failed: {r.status.name} {r.error or ''}"
+        self._remember_many([h for i, h in todo if out[i][0] == ResponseCode.SUCCESS], state)
+        self._write_ops([h for i, h in halves if out[i][0] == ResponseCode.SUCCESS])
+
+    def _write_ops(self, halves: list[MessageExt]) -> None:
+        """``_write_op_once`` for many half records: their op records in one append."""
+        from ...format.message import encode_message
+        known = self._known_ops()
+        cfg = self.store.cfg
+        keys: list[tuple[tuple[int, int], str]] = []
+        seen: set[tuple[int, int]] = set()
+        settled: dict[int, int] = {}
+        for half in halves:
+            key = (half.queue_id, half.queue_offset)
+            if half.queue_id not in settled:
+                settled[half.queue_id] = self.offsets.query(SYS_GROUP, HALF_TOPIC, half.queue_id)
+            if key in known or key in seen or half.queue_offset < settled[half.queue_id]:
+                continue
+            seen.add(key)
+            keys.append((key, half.uniq_key or ""))
+        groups: list[list[tuple[tuple[int, int], str]]] = []
+        for qid in sorted({k[0] for k, _ in keys}):
+            mine = [e for e in keys if e[0][0] == qid]
+            groups += [mine[i:i + OP_MERGE] for i in range(0, len(mine), OP_MERGE)]
+        recs = []
+        for g in groups:  # RocketMQ 5's merged op record: "o1,o2,...,"; KEYS: the txids
+            props = {PROPERTY_TAGS: REMOVE_TAG, PROPERTY_WAIT_STORE_MSG_OK: "false"}
+            txids = " ".join(t for _, t in g if t)
+            if txids:
+                props[PROPERTY_KEYS] = txids
+            m = Message(topic=OP_TOPIC, body="".join(f"{k[1]}," for k, _ in g).encode(),
+                        properties=props, queue_id=g[0][0][0],
+                        born_timestamp=int(time.time() * 1000))
+            recs.append(encode_message(m, m.all_properties(), born_timestamp=m.born_timestamp,
+                                       born_host=cfg.store_host, store_host=cfg.store_host,
+                                       max_body_size=cfg.max_message_size))
+        if not recs:
+            return
+        for g, r in zip(groups, self.store.append(recs)):
+            if r.status.name in _STORED:
+                known.update(k for k, _ in g)
+            else:  # the check service asks again; the decision answers it
+                log.error("op record for %d half offsets from %d not written: %s", len(g),
+                          g[0][0][1], r.status.name)
 
     def _decide(self, half: MessageExt, state: int) -> tuple[int, str | None]:
         prior = self.decision(half)
@@ -332,10 +509,7 @@ class TransactionalMessageService:
             ops = [m for m in self._query(OP_TOPIC, txid) if txid in m.keys]
         known = self._known_ops()
         for m in ops:
-            try:
-                known.add((m.queue_id, int(m.body.decode("ascii"))))
-            except (UnicodeDecodeError, ValueError):
-                pass
+            known.update((m.queue_id, o) for o in op_offsets(m))
         if commits or ops:
             state = TRANSACTION_COMMIT_TYPE if commits else TRANSACTION_ROLLBACK_TYPE
         elif (half.queue_id, half.queue_offset) in known:
@@ -371,6 +545,16 @@ class TransactionalMessageService:
             return
         with self._decided_lock:
             self._decided.setdefault(half.uniq_key, state)
+            while len(self._decided) > MAX_REMEMBERED:
+                self._decided.popitem(last=False)
+                self._evicted = True
+
+    def _remember_many(self, halves: list[MessageExt], state: int) -> None:
+        with self._decided_lock:
+            for half in halves:
+                uniq = half.uniq_key
+                if uniq:
+                    self._decided.setdefault(uniq, state)
             while len(self._decided) > MAX_REMEMBERED:
                 self._decided.popitem(last=False)
                 self._evicted = True
