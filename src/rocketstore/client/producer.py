@@ -173,14 +173,20 @@ class AsyncProducer:
                                 {SEND_V1_TO_V2[k]: v for k, v in header.items()},
                                 encode_batch(entries), ",".join(ids))
 
-    async def _send(self, mq: MessageQueue, code: int, header: dict, body: bytes,
-                    msg_id: str) -> SendResult:
+    async def send_addr(self, mq: MessageQueue) -> str:
+        """The broker a send to ``mq`` goes to; a topic not created yet: its broker from TBW102's
+        route (the broker creates the topic on the first send)."""
         try:
-            addr = await self.instance.broker_addr(mq)
-        except BrokerError as exc:  # a topic not created yet: its broker from TBW102's route
+            return await self.instance.broker_addr(mq)
+        except BrokerError as exc:
             addr = (await self.instance.route(DEFAULT_TOPIC)).brokers.get(mq.broker_name)
             if addr is None:
                 raise exc
+            return addr
+
+    async def _send(self, mq: MessageQueue, code: int, header: dict, body: bytes,
+                    msg_id: str) -> SendResult:
+        addr = await self.send_addr(mq)
         resp = await self.instance.invoke(addr, code, header, body, ok=tuple(_SEND_OK_CODES))
         return SendResult(_SEND_OK_CODES[resp.code], msg_id, resp.get_str("msgId") or "", mq,
                           resp.get_int("queueOffset", -1) or 0)

@@ -341,7 +341,7 @@ async def _send_halves(batches: Iterator, o: SinkOptions, batch: str) -> HalvesS
 
     async def can_batch(mq: MessageQueue) -> bool:
         if mq.broker_name not in batched:
-            addr = await producer.instance.broker_addr(mq)
+            addr = await producer.send_addr(mq)  # the topic may not exist yet
             batched[mq.broker_name] = await transaction_batch_supported(producer.instance, addr)
         return batched[mq.broker_name]
 
