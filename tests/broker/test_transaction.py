@@ -296,9 +296,9 @@ def test_our_transaction_producer_against_java_broker(tmp_path):
     try:
         # 4.9.7 checks a half older than transactionTimeOut even when its COMMIT is on the way
         # and stores a second copy when the check is answered COMMIT too (its at-least-once
-        # transactions): 5 s keeps a loaded machine's late END_TRANSACTION ahead of the check
+        # transactions): 10 s keeps a loaded machine's late END_TRANSACTION ahead of the check
         broker = start_java_broker(home, str(tmp_path / "broker"), ns.addr, "broker-j",
-                                   extra={"transactionTimeOut": 5000,
+                                   extra={"transactionTimeOut": 10000,
                                           "transactionCheckInterval": 1000})
         asked = []
         with TransactionProducer("PG_jb", ns.addr,
