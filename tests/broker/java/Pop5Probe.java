@@ -663,6 +663,14 @@ public class Pop5Probe {
             c.assign(Collections.singletonList(mq));
             c.seek(mq, 2);
             List<String> got = pollN(c, 2, 15000);
+            if (!got.equals(sent.subList(2, 4))) {
+                // RocketMQ's client starts pulling from the stored offset the moment a queue is
+                // assigned: a pull already on the wire when seek() runs may still be delivered
+                // (seen on a loaded machine, against Java's broker too). Drain it, seek again.
+                for (MessageExt m : c.poll(1000)) got.add(body(m));
+                c.seek(mq, 2);
+                got = pollN(c, 2, 15000);
+            }
             if (!got.equals(sent.subList(2, 4))) return "after seek 2 " + got;
             c.seekToBegin(mq);
             got = pollN(c, 4, 15000);
