@@ -143,7 +143,7 @@ def test_unsealed_keys_survive_a_restart_once_each(tmp_path, monkeypatch, chunk)
         assert len(s.tier.index.pending) == 30 + 15 + 30  # KEYS, "even", UNIQ_KEY
         assert s.tier.seal_index()
     with MessageStore(c) as s:
-        assert s.tier.index.pending == []
+        assert len(s.tier.index.pending) == 0
     segs = index_segments(str(tmp_path / "tier"))
     assert [b for b, _ in segs] == [0, len(segs[0][1])]
     counts = [sum(len(r) for r in parse_index(d)[1].values()) for _, d in segs]
@@ -172,3 +172,35 @@ def test_torn_index_segment_is_dropped_and_rebuilt(tmp_path):
         assert s.tier.seal_index()
         assert {m.body for m in s.query_message("TierIx", "even", 100).messages} == \
             {b"body-%05d" % i for i in range(0, 20, 2)}
+
+
+def test_batch_indexing_gives_the_keys_record_by_record_indexing_gives(tmp_path):
+    """The upload indexes a whole batch at once (``add_written``); ``add`` (the catch-up after a
+    crash) goes record by record. Same keys, same order, whatever KEYS holds: repeated keys,
+    runs of spaces, a KEYS piece equal to the UNIQ_KEY. Each slot's run is newest first."""
+    odd_keys = ["a a", "  b   c ", "dup dup dup", "", "x", "solo"]
+    with MessageStore(cfg(tmp_path)) as s:
+        for i, k in enumerate(odd_keys * 4):
+            r = s.put_message(Message("TierIx", b"b%d" % i, keys=k or None, queue_id=0))
+            assert r.ok, r
+        assert s.wait_dispatched(10) and s.tier.wait_caught_up(30)
+        sent = [decode_message(bytes(s.commitlog.read_record(s.read_consume_queue(
+            "TierIx", 0, qo, 1)[0][0])), 0).uniq_key for qo in range(len(odd_keys) * 4)]
+        batch = [tuple(it) for it in s.tier.index.pending]
+        fq = s.tier.queues[("TierIx", 0)]
+        s.tier.index.pending = type(s.tier.index.pending)()
+        s.tier.index.pending_marks[fq.path] = 0
+        assert s.tier.index.catch_up(fq, s.tier.topic_ids["TierIx"]) == len(odd_keys) * 4
+        one_by_one = [tuple(it) for it in s.tier.index.pending]
+        assert batch == one_by_one
+        # expected independently: UNIQ_KEY, then each distinct non-blank KEYS piece, per message
+        want = []
+        for i, k in enumerate(odd_keys * 4):
+            ks = [sent[i]] + [p for p in dict.fromkeys(k.split()) if p != sent[i]]
+            want += [abs(java_hash(f"TierIx#{x}")) for x in ks]
+        assert [b[0] for b in batch] == want
+        assert s.tier.seal_index()
+    (_, _), runs = parse_index(index_segments(str(tmp_path / "tier"))[0][1])
+    for items in runs.values():  # newest first: flat offsets descend along a run
+        offs = [it[3] for it in items]
+        assert offs == sorted(offs, reverse=True)

@@ -20,17 +20,38 @@ import logging
 import struct
 import threading
 from dataclasses import dataclass
+from typing import NamedTuple, Sequence
+
+import numpy as np
 
 from . import layout
 from .backend import Backend
 
 log = logging.getLogger(__name__)
 _UNIT = struct.Struct(">qiq")
+_UNIT_DTYPE = np.dtype([("phy", ">i8"), ("size", ">i4"), ("tag", ">i8")])
 PHYS_POS = 28  # PHYSICALOFFSET in a CommitLog record
 
 
 def rewrite_physical_offset(record: bytes, offset: int) -> bytes:
     return record[:PHYS_POS] + offset.to_bytes(8, "big", signed=True) + record[PHYS_POS + 8:]
+
+
+class Written(NamedTuple):
+    """Records just appended to a flat COMMIT_LOG: ``blob`` holds them back to back from flat
+    offset ``base`` (PHYSICALOFFSET rewritten); ``offsets`` is where each starts."""
+    base: int
+    blob: bytes
+    offsets: np.ndarray
+
+    def __len__(self) -> int:  # the records written
+        return len(self.offsets)
+
+    def records(self) -> list[tuple[int, bytes]]:
+        """(flat offset, record) pairs."""
+        rel = (self.offsets - self.base).tolist()
+        ends = rel[1:] + [len(self.blob)]
+        return [(self.base + a, self.blob[a:b]) for a, b in zip(rel, ends)]
 
 
 @dataclass
@@ -272,11 +293,13 @@ class FlatQueue:
         self.cq.init(queue_offset * layout.CQ_UNIT)
 
     # -- write --------------------------------------------------------------------------------
-    def append(self, queue_offset: int, records: list[bytes], tags: list[int]) -> list[tuple[int, bytes]]:
+    def append(self, queue_offset: int, records: Sequence[bytes | memoryview],
+               tags: Sequence[int]) -> Written:
         """Append the records of queue offsets ``queue_offset ..`` (must be ``max_offset``).
-        Returns each record as written (PHYSICALOFFSET rewritten) with its flat offset."""
-        if not records:
-            return []
+        Returns them as written (PHYSICALOFFSET rewritten): one contiguous run of the flat
+        COMMIT_LOG (a roll starts the next segment where the last one ends)."""
+        if not len(records):
+            return Written(max(0, self.commitlog.end), b"", np.zeros(0, dtype=np.int64))
         with self.lock:
             if self._dirty:
                 raise RuntimeError(f"{self.path}: resync() after a failed append")
@@ -288,33 +311,43 @@ class FlatQueue:
                 self._dirty = True
                 raise
 
-    def _append(self, queue_offset: int, records: list[bytes], tags: list[int]) -> list[tuple[int, bytes]]:
-        written: list[tuple[int, bytes]] = []
+    def _append(self, queue_offset: int, records: Sequence[bytes | memoryview],
+                tags: Sequence[int]) -> Written:
+        """Per batch, not per record: one join of the records, their PHYSICALOFFSETs and
+        CONSUME_QUEUE units written with numpy, one backend append per segment touched."""
         if self.max_offset != queue_offset:
             raise ValueError(f"{self.path}: tier holds up to {self.max_offset}, "
                              f"not {queue_offset}")
-        units = []
-        chunk: list[bytes] = []
-        chunk_len = 0  # bytes in ``chunk`` (kept as it grows: summing it per record is quadratic)
-        pos = self.commitlog.end
         cl = self.commitlog
-        for rec, tag in zip(records, tags):
-            seg_used = cl.segs[-1].size + chunk_len
-            if seg_used and seg_used + len(rec) > cl.max_size:  # roll: flush this chunk first
-                if chunk:
-                    cl.append(b"".join(chunk))
-                    chunk, chunk_len = [], 0
+        blob = bytearray().join(records)
+        sizes = np.fromiter((len(r) for r in records), dtype=np.int64, count=len(records))
+        rel = np.zeros(len(sizes), dtype=np.int64)  # each record's start within ``blob``
+        np.cumsum(sizes[:-1], out=rel[1:])
+        base = cl.end
+        # where the current segment fills up: the records from there go to new segments
+        cuts = []  # indexes of the records that start a new segment
+        used = cl.segs[-1].size
+        start_rel = 0
+        if used + len(blob) > cl.max_size:
+            for i, size in enumerate(sizes.tolist()):
+                seg_used = used + int(rel[i]) - start_rel
+                if seg_used and seg_used + size > cl.max_size:
+                    cuts.append(i)
+                    used, start_rel = 0, int(rel[i])
+        pos = base + rel
+        arr = np.frombuffer(blob, dtype=np.uint8)
+        arr[(rel + PHYS_POS)[:, None] + np.arange(8)] = \
+            pos.astype(">i8").view(np.uint8).reshape(-1, 8)
+        bounds = [0, *(int(rel[i]) for i in cuts), len(blob)]
+        mv = memoryview(blob)
+        for k in range(len(bounds) - 1):
+            if k:
                 cl.segs.append(Seg(cl.end, 0))
-                pos = cl.end
-            rec = rewrite_physical_offset(rec, pos)
-            written.append((pos, rec))
-            chunk.append(rec)
-            chunk_len += len(rec)
-            units.append(_UNIT.pack(pos, len(rec), tag))
-            pos += len(rec)
-        if chunk:
-            cl.append(b"".join(chunk))
-        data = b"".join(units)
+            if bounds[k + 1] > bounds[k]:
+                cl.append(mv[bounds[k]:bounds[k + 1]])
+        units = np.empty(len(sizes), dtype=_UNIT_DTYPE)
+        units["phy"], units["size"], units["tag"] = pos, sizes, np.asarray(tags, dtype=np.int64)
+        data = units.tobytes()
         per = self.cq.max_size
         while data:  # CQ segments hold whole units
             last = self.cq.segs[-1]
@@ -324,7 +357,7 @@ class FlatQueue:
                 room = per
             self.cq.append(data[:room])
             data = data[room:]
-        return written
+        return Written(base, bytes(blob), pos)
 
     # -- read ---------------------------------------------------------------------------------
     def units(self, queue_offset: int, count: int) -> list[tuple[int, int, int]]:

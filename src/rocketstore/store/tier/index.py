@@ -36,9 +36,13 @@ import os
 import struct
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from ...format.hashing import java_hash
-from ...format.message import decode_message
+import numpy as np
+
+from ...format.batch import decode_records
+from ...format.hashing import java_hash, java_hash_many
+from ...format.message import KEY_SEPARATOR, decode_message
 from ..checkpoint import atomic_write
 from . import layout
 
@@ -71,8 +75,7 @@ def tier_key_hash(topic: str, key: str) -> int:
     return -h if h < 0 else h
 
 
-@dataclass
-class Item:
+class Item(NamedTuple):
     hash: int
     topic_id: int
     queue_id: int
@@ -92,25 +95,70 @@ def message_keys(msg) -> list[str]:
     return out
 
 
-def build_segment(items: list[Item], slots: int) -> tuple[bytes, int, int]:
-    """One sealed INDEX segment of ``items`` (in arrival order); returns (bytes, begin, end)."""
-    begin = min(i.store_timestamp for i in items)
-    end = max(i.store_timestamp for i in items)
-    runs: dict[int, list[Item]] = {}
-    for it in items:
-        runs.setdefault(it.hash % slots, []).append(it)
-    slot_table = bytearray(slots * SLOT)
-    body = []
-    pos = HEADER + slots * SLOT
-    for s in range(slots):
-        run = runs.get(s, ())
-        _SLOT.pack_into(slot_table, s * SLOT, pos, len(run) * ITEM)
-        for it in reversed(run):  # a slot's chain is walked newest first
-            body.append(_ITEM.pack(it.hash, it.topic_id, it.queue_id, it.offset, it.size,
-                                   (it.store_timestamp - begin) // 1000))
-        pos += len(run) * ITEM
-    header = _HEADER.pack(END_MAGIC, begin, end, len(runs), len(items))
-    return header + bytes(slot_table) + b"".join(body), begin, end
+_ITEM_DTYPE = np.dtype([("hash", ">i4"), ("topic_id", ">i4"), ("queue_id", ">i4"),
+                        ("offset", ">i8"), ("size", ">i4"), ("diff", ">i4")])
+assert _ITEM_DTYPE.itemsize == ITEM
+_SLOT_DTYPE = np.dtype([("pos", ">i4"), ("len", ">i4")])
+_PENDING_DTYPE = np.dtype([("hash", "<i8"), ("topic_id", "<i4"), ("queue_id", "<i4"),
+                           ("offset", "<i8"), ("size", "<i4"), ("store_timestamp", "<i8")])
+
+
+class PendingItems:
+    """The items not sealed yet, in arrival order, as columns (chunks of a structured array:
+    a batch of keys costs one array, not an object per key)."""
+
+    def __init__(self) -> None:
+        self._chunks: list[np.ndarray] = []
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __bool__(self) -> bool:
+        return self._n > 0
+
+    def append(self, it: Item) -> None:
+        self.extend(np.array([tuple(it)], dtype=_PENDING_DTYPE))
+
+    def extend(self, chunk: np.ndarray) -> None:
+        if len(chunk):
+            self._chunks.append(chunk)
+            self._n += len(chunk)
+
+    def array(self) -> np.ndarray:
+        if len(self._chunks) > 1:
+            self._chunks = [np.concatenate(self._chunks)]
+        return self._chunks[0] if self._chunks else np.zeros(0, dtype=_PENDING_DTYPE)
+
+    def __iter__(self):
+        return (Item(*row) for row in self.array().tolist())
+
+    def snapshot(self) -> np.ndarray:
+        return np.concatenate(self._chunks) if self._chunks else np.zeros(0, dtype=_PENDING_DTYPE)
+
+
+def build_segment(items, slots: int) -> tuple[bytes, int, int]:
+    """One sealed INDEX segment of ``items`` (``PendingItems`` or a list of ``Item``, in arrival
+    order); returns (bytes, begin, end). Each slot's run holds its items newest first (a chain
+    is walked that way); an empty slot holds the position the next run would start at."""
+    a = items.array() if isinstance(items, PendingItems) else \
+        np.array([tuple(i) for i in items], dtype=_PENDING_DTYPE)
+    n = len(a)
+    ts = a["store_timestamp"]
+    begin, end = int(ts.min()), int(ts.max())
+    slot = a["hash"] % slots
+    order = np.lexsort((-np.arange(n), slot))  # by slot, newest first within one
+    counts = np.bincount(slot, minlength=slots)
+    table = np.empty(slots, dtype=_SLOT_DTYPE)
+    table["pos"] = HEADER + slots * SLOT + ITEM * (np.cumsum(counts) - counts)
+    table["len"] = counts * ITEM
+    body = np.empty(n, dtype=_ITEM_DTYPE)
+    s = a[order]
+    body["hash"], body["topic_id"], body["queue_id"] = s["hash"], s["topic_id"], s["queue_id"]
+    body["offset"], body["size"] = s["offset"], s["size"]
+    body["diff"] = (s["store_timestamp"] - begin) // 1000
+    header = _HEADER.pack(END_MAGIC, begin, end, int(np.count_nonzero(counts)), n)
+    return header + table.tobytes() + body.tobytes(), begin, end
 
 
 @dataclass
@@ -134,7 +182,7 @@ class TierIndex:
         self.rolling_ms = tcfg.index_rolling_idle_interval
         self.mark_path = os.path.join(store_root, "config", WATERMARK_FILE)
         self.segs: list[IndexSeg] = []
-        self.pending: list[Item] = []
+        self.pending = PendingItems()
         self.pending_since = 0.0
         self.pending_marks: dict[str, int] = {}  # queue path -> flat offset indexed (pending)
         self.marks: dict[str, int] = {}  # queue path -> flat offset the segments cover
@@ -218,6 +266,43 @@ class TierIndex:
                                          msg.store_timestamp))
             self.pending_marks[fq.path] = off + len(rec)
 
+    def add_written(self, fq, topic_id: int, written) -> None:
+        """``add`` per batch: the records ``FlatQueue.append`` just wrote (one contiguous run,
+        ``flat.Written``) decoded as columns at once and their keys hashed at once; the same
+        keys, in the same order, as ``add`` gives record by record."""
+        if not len(written):
+            return
+        recs = decode_records(written.blob, base_offset=written.base)
+        n = len(recs.pos)
+        if n < len(written):  # a record the columns cannot read: the record-by-record way
+            self.add(fq, topic_id, written.records())
+            return
+        keys: list[str] = []
+        owner: list[int] = []
+        for i, (u, k) in enumerate(zip(recs.uniq_keys(), recs.keys())):
+            ks = [u] if u else []
+            if k:
+                for piece in k.split(KEY_SEPARATOR):
+                    if piece and piece.strip() and piece not in ks:
+                        ks.append(piece)
+            keys += ks
+            owner += [i] * len(ks)
+        if keys:
+            prefix = fq.topic + "#"
+            h = java_hash_many([prefix + k for k in keys]).astype(np.int64)
+            keep = h != -0x80000000  # ``tier_key_hash``: RocketMQ cannot index it, nor do we
+            own = np.asarray(owner, dtype=np.int64)[keep]
+            chunk = np.empty(int(keep.sum()), dtype=_PENDING_DTYPE)
+            chunk["hash"] = np.abs(h[keep])
+            chunk["topic_id"], chunk["queue_id"] = topic_id, fq.queue_id
+            chunk["offset"] = written.offsets[own]
+            chunk["size"] = recs.size[own]
+            chunk["store_timestamp"] = recs.store_timestamp[own]
+            if not self.pending:
+                self.pending_since = time.monotonic()
+            self.pending.extend(chunk)
+        self.pending_marks[fq.path] = written.base + len(written.blob)
+
     def due(self) -> bool:
         if not self.pending:
             return False
@@ -234,7 +319,7 @@ class TierIndex:
         self.backend.append(self.key(base), 0, data)
         seg = IndexSeg(base, len(data), begin, end, self.slots)
         self.segs.append(seg)
-        self.pending = []
+        self.pending = PendingItems()
         self._save_marks()
         return seg
 
@@ -258,9 +343,10 @@ class TierIndex:
         h = tier_key_hash(topic, key)
         if h < 0:
             return []
-        pending, segs = list(self.pending), list(self.segs)  # the uploader changes both
-        out = [it for it in reversed(pending)
-               if it.hash == h and begin <= it.store_timestamp <= end]
+        pending, segs = self.pending.snapshot(), list(self.segs)  # the uploader changes both
+        ts = pending["store_timestamp"]
+        hit = pending[(pending["hash"] == h) & (ts >= begin) & (ts <= end)]
+        out = [Item(*row) for row in reversed(hit.tolist())]
         for seg in reversed(segs):
             if seg.end < begin or seg.begin > end:
                 continue

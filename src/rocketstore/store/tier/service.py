@@ -317,18 +317,15 @@ class TierService:
             units = cq.read_units(at, min(self.read_batch, lmax - at))
             if units is None or len(units) == 0:
                 break
-            records, tags = [], []
-            for off, size, tag in zip(units["offset"].tolist(), units["size"].tolist(),
-                                      units["tags_code"].tolist()):
-                raw = self.commitlog.read_record(off)
-                if raw is None or len(raw) != size:
-                    break
-                records.append(bytes(raw))
-                tags.append(tag)
+            views = self.commitlog.read_record_views(units["offset"].tolist(),
+                                                     units["size"].tolist())
+            whole = next((i for i, v in enumerate(views) if v is None), len(views))
+            records = views[:whole]  # up to the first record the CommitLog no longer holds whole
             if not records:
                 log.error("tier %s: the record of queue offset %d is not in the local CommitLog",
                           fq.path, at)
                 break
+            tags = units["tags_code"][:whole]
             try:
                 written = fq.append(at, records, tags)
             except TierChecksumError as e:  # the segment appended to fails its checksum
@@ -336,8 +333,8 @@ class TierService:
                           rewrite=True)
                 written = fq.append(at, records, tags)
             self.uploaded_messages += len(written)
-            self.uploaded_bytes += sum(len(r) for _, r in written)
-            self.index.add(fq, self.topic_ids[topic], written)
+            self.uploaded_bytes += len(written.blob)
+            self.index.add_written(fq, self.topic_ids[topic], written)
             at += len(records)
             sent += len(records)
             if len(records) < len(units):
