@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench clean referee s3server etcd
+.PHONY: bench-s3a setup demo test bench clean referee s3server etcd
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,14 @@ s3server:
 # when cached. When it cannot be fetched the reason is recorded and those tests skip with it.
 etcd:
 	@$(PYTHON) scripts/etcd/install.py
+
+# Spark's own S3 connector for the tier benchmark's Parquet-on-S3 baseline (bench_tier.py
+# --parquet): hadoop-aws 3.5.0 (PySpark's hadoop-client version) and the AWS SDK bundle it names,
+# resolved with Maven into ~/.m2 (about 650 MB once). Benchmarks only; no test needs it.
+bench-s3a:
+	for a in org.apache.hadoop:hadoop-aws:3.5.0 software.amazon.awssdk:bundle:2.35.4 \
+	         software.amazon.s3.analyticsaccelerator:analyticsaccelerator-s3:1.3.1; do \
+		mvn -q -B dependency:get -Dartifact=$$a -Dtransitive=false || exit 1; done
 
 demo: $(STAMP)
 	$(VENV)/bin/rocketstore demo

@@ -50,6 +50,45 @@ def upload(cfg, tcfg) -> dict:
             "upload_msgs_per_s": round(n / up), "index_seal_s": round(seal, 2)}
 
 
+S3A_JARS = (  # what `make bench-s3a` resolves (hadoop-aws for the hadoop-client 3.5.0 PySpark ships)
+    "org/apache/hadoop/hadoop-aws/3.5.0/hadoop-aws-3.5.0.jar",
+    "software/amazon/awssdk/bundle/2.35.4/bundle-2.35.4.jar",
+    "software/amazon/s3/analyticsaccelerator/analyticsaccelerator-s3/1.3.1/"
+    "analyticsaccelerator-s3-1.3.1.jar",
+)
+
+
+def s3a_conf(srv) -> dict:
+    """Spark's own S3 connector (hadoop-aws, ``s3a://``) pointed at the test S3 server."""
+    repo = os.path.expanduser("~/.m2/repository")
+    jars = [os.path.join(repo, j) for j in S3A_JARS]
+    missing = [j for j in jars if not os.path.exists(j)]
+    if missing:
+        sys.exit(f"--parquet needs {missing[0]}: run `make bench-s3a` first")
+    h = "spark.hadoop.fs.s3a."
+    return {"spark.jars": ",".join(jars), h + "endpoint": srv.endpoint,
+            h + "endpoint.region": "us-east-1", h + "path.style.access": "true",
+            h + "connection.ssl.enabled": "false", h + "access.key": srv.access_key,
+            h + "secret.key": srv.secret_key,
+            h + "aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"}
+
+
+def parquet_on_s3(spark, store: str, work: str, srv):
+    """The store's rows as Parquet (written by Spark from the local file source), copied into
+    the bucket with pyarrow, read back by Spark through ``s3a://``."""
+    from pyarrow import fs
+    local = os.path.join(work, "parquet")
+    t = time.perf_counter()
+    spark.read.format("rocketmq").load(store).write.mode("overwrite").parquet(local)
+    s3 = fs.S3FileSystem(endpoint_override=srv.endpoint, access_key=srv.access_key,
+                         secret_key=srv.secret_key, scheme="http", region="us-east-1")
+    fs.copy_files(local, "tier/parquet", source_filesystem=fs.LocalFileSystem(),
+                  destination_filesystem=s3)
+    print(f"parquet written and copied to s3://tier/parquet in {time.perf_counter() - t:.1f}s",
+          file=sys.stderr)
+    return spark.read.parquet("s3a://tier/parquet")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size-mib", type=int, default=256)
@@ -59,6 +98,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--skip-s3", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--parquet", action="store_true",
+                    help="also Spark reading Parquet of the same rows from the same S3 server "
+                         "(s3a://; needs `make bench-s3a`, which resolves hadoop-aws from Maven)")
     a = ap.parse_args()
     t0 = time.perf_counter()
     cfg = generate(a.store, a.size_mib << 20, 256 << 20)
@@ -86,8 +128,10 @@ def main() -> None:
             object_store_secret_key=srv.secret_key, **common))
     try:
         from rocketstore.spark import get_session
-        spark = get_session(a.master, conf={"spark.driver.memory": "2g",
-                                            "spark.sql.shuffle.partitions": "4"})
+        conf = {"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "4"}
+        if a.parquet and srv is not None:
+            conf.update(s3a_conf(srv))
+        spark = get_session(a.master, conf=conf)
         sources = {"local_commitlog": spark.read.format("rocketmq").load(a.store),
                    "posix_tier": spark.read.format("rocketmq").load(os.path.join(work, "posix"))}
         if srv is not None:
@@ -96,6 +140,8 @@ def main() -> None:
                                   .option("objectStoreAccessKey", srv.access_key)
                                   .option("objectStoreSecretKey", srv.secret_key)
                                   .load("s3://tier/bench"))
+        if a.parquet and srv is not None:
+            sources["s3_parquet"] = parquet_on_s3(spark, a.store, work, srv)
         scans = {}
         for name, df in sources.items():
             n = df.count()

@@ -180,11 +180,45 @@ def network_send(work: str, tier_on: bool, seconds: int, threads: int) -> dict:
             os.killpg(p.pid, signal.SIGTERM)
             out, _ = p.communicate(timeout=30)
         windows = [int(w[0]) for w in JAVA_TPS.findall(out)]
+        cpu = tree_cpu_seconds(srv.proc.pid)  # the broker's processes, before they exit
         res = {"tier": tier_on, "windows_tps": windows, "msgs_per_s": windows[-1] if windows else 0}
-        return res
     finally:
         srv.stop()
+    try:
+        stored = stored_messages(os.path.join(root, "store"), TOPIC)
+        # CPU per stored message: what the tier costs the broker, whatever else runs on the
+        # machine (the TPS windows swing with the load; this does not)
+        res.update(stored=stored, broker_cpu_s=round(cpu, 2),
+                   cpu_us_per_msg=round(cpu / stored * 1e6, 1) if stored else None)
+        return res
+    finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its descendants (``/proc``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as fh:
+                    f = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(d)] = (int(f[1]), (int(f[11]) + int(f[12])) / tick)  # ppid, utime+stime
+    tree, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        tree.add(p)
+        todo += [c for c, (pp, _) in stats.items() if pp == p and c not in tree]
+    return sum(stats[p][1] for p in tree if p in stats)
+
+
+def stored_messages(store: str, topic: str) -> int:
+    """Messages of ``topic`` in the store (its ConsumeQueues' max offsets), read after stop."""
+    with MessageStore(StoreConfig(store_path_root_dir=store)) as s:
+        return sum(cq.max_offset_in_queue() for cq in s.cq_table if cq.topic == topic)
 
 
 def main() -> None:
@@ -224,8 +258,12 @@ def main() -> None:
                 for k in ("off", "on"):
                     runs[k].append(network_send(a.work, k == "on", a.network_seconds, a.threads))
             best = {k: max(r["msgs_per_s"] for r in v) for k, v in runs.items()}
+            cpu = {k: min(r["cpu_us_per_msg"] for r in v if r["cpu_us_per_msg"])
+                   for k, v in runs.items()}
             res["network_send"] = {"runs": runs, "best_off": best["off"], "best_on": best["on"],
-                                   "on_vs_off": round(best["on"] / max(1, best["off"]), 2)}
+                                   "on_vs_off": round(best["on"] / max(1, best["off"]), 2),
+                                   "cpu_us_per_msg": cpu,
+                                   "cpu_off_vs_on": round(cpu["off"] / cpu["on"], 2)}
         if not a.skip_pull:
             res["cold_pull"] = cold_pull(a.work, a.pull_messages)
     finally:

@@ -6,7 +6,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rocketstore.errors import CorruptRecordError
-from rocketstore.format.hashing import crc32_masked, index_key_hash, java_hash, java_hash_many
+from rocketstore.format.hashing import (crc32_masked, index_key_hash, java_hash, java_hash_many,
+                                       java_hash_many_py)
 from rocketstore.format.layouts import offset_to_name
 from rocketstore.format.message import (BLANK, BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE,
                                         MESSAGE_MAGIC_CODE_V2, Message, PropertiesTooLarge,
@@ -27,6 +28,7 @@ JAVA_HASHES = {"Aa": 2112, "BB": 2112, "AaTopic#Aa": -10606476, "BBTopic#BB": -1
 def test_java_hash_reference_values(s, h):
     assert java_hash(s) == h
     assert int(java_hash_many([s])[0]) == h
+    assert int(java_hash_many_py([s])[0]) == h
 
 
 def test_index_hash_min_value_rule_and_slots():
@@ -50,6 +52,7 @@ def test_crc_and_names_reference_values():
 @given(st.lists(st.text(max_size=20), max_size=30))
 def test_vectorised_hash_equals_scalar(strings):
     assert java_hash_many(strings).tolist() == [java_hash(s) for s in strings]
+    assert java_hash_many_py(strings).tolist() == [java_hash(s) for s in strings]
 
 
 def _encode(msg, born="127.0.0.1:0", store="127.0.0.1:8123", qo=0, phys=0, ts=1):

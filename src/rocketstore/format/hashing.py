@@ -82,7 +82,18 @@ def _pow31(n: int) -> np.ndarray:
 
 
 def java_hash_many(strings: Sequence[str]) -> np.ndarray:
-    """``java_hash`` of every string, as an int32 array (vectorised over code units)."""
+    """``java_hash`` of every string, as an int32 array: the compiled twin string by string
+    (~0.2 µs a key), else vectorised with numpy over code units (~1.2 µs a key)."""
+    n = len(strings)
+    if n == 0:
+        return np.zeros(0, dtype=np.int32)
+    if _speedups is not None:
+        return np.fromiter(map(java_hash, strings), dtype=np.int32, count=n)
+    return java_hash_many_py(strings)
+
+
+def java_hash_many_py(strings: Sequence[str]) -> np.ndarray:
+    """``java_hash_many`` with numpy alone (the pure path)."""
     n = len(strings)
     if n == 0:
         return np.zeros(0, dtype=np.int32)
