@@ -28,7 +28,8 @@ nothing was left to send): ``maybe_shrink`` drops members silent or behind longe
 epoch is proposed for the SyncStateSet (``on_expand``). The confirm offset is the lowest offset
 every SyncStateSet member holds; with ``allAckInSyncStateSet`` a SYNC put waits for it, else for
 ``inSyncReplicas`` replicas (itself included). Fewer than ``minInSyncReplicas`` members:
-IN_SYNC_REPLICAS_NOT_ENOUGH.
+IN_SYNC_REPLICAS_NOT_ENOUGH, answered before the append (``before_write``) as RocketMQ 5's
+CommitLog does: a refused put writes nothing.
 """
 from __future__ import annotations
 
@@ -212,6 +213,15 @@ class AutoSwitchHAService:
 
     def slave_ok(self, end_offset: int) -> bool:
         return len(self.sync_state_set) >= self.settings.min_in_sync_replicas
+
+    def before_write(self) -> PutStatus | None:
+        """RocketMQ 5's CommitLog check before it appends a SYNC put in controller mode: fewer
+        SyncStateSet members than ``minInSyncReplicas`` refuses the put, nothing written.
+        (RocketMQ counts the larger of the set in force and one being proposed; a proposal is
+        not counted here, so a put refused after its append cannot happen that way.)"""
+        if self.settings.is_master and not self.slave_ok(0):
+            return PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH
+        return None
 
     def replica_status(self, end_offset: int) -> PutStatus:
         ev = threading.Event()
