@@ -13,6 +13,7 @@ import asyncio
 import os
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from rocketstore.client.consumer import decode_messages
 from rocketstore.client.transport import RemotingClient
@@ -31,11 +32,14 @@ pytestmark = referee.skip_unless(referee.V5)
 OURS, JAVA = "isr-ours", "isr-java"
 
 
-def members(ctl: str, group: str) -> set[int]:
+def state(ctl: str, group: str) -> dict:
     r = call(ctl, Q.CONTROLLER_GET_SYNC_STATE_DATA, {}, [group])
     assert r.code == 0, r.remark
-    info = body_of(r)["replicasInfoTable"].get(group) or {}
-    return {m["brokerId"] for m in info.get("inSyncReplicas", [])}
+    return body_of(r)["replicasInfoTable"].get(group) or {}
+
+
+def members(ctl: str, group: str) -> set[int]:
+    return {m["brokerId"] for m in state(ctl, group).get("inSyncReplicas", [])}
 
 
 def _invoke(addr: str, code: int, header: dict, body: bytes = b"") -> RemotingCommand:
@@ -90,21 +94,32 @@ def test_in_sync_replicas_not_enough_refused_before_the_write_like_java(controll
         ctl = controllers(write_conf(str(tmp_path / "controller.conf"), str(tmp_path / "cstore"),
                                      scanNotActiveBrokerInterval=1000), str(tmp_path / "ctl.log"))
         keys = {"brokerName": OURS, "minInSyncReplicas": 2}
-        om = start_ctl_broker(str(tmp_path / "om"), ns.addr, ctl.addr, free_port_block(), **keys)
-        procs.append(om)
-        os_ = start_ctl_broker(str(tmp_path / "os"), ns.addr, ctl.addr, free_port_block(), **keys)
-        procs.append(os_)
         jkeys = {"minInSyncReplicas": "2", "haMaxTimeSlaveNotCatchup": "3000",
                  "haSendHeartbeatInterval": "1000"}
-        jm = jr.controller_mode_broker(home, str(tmp_path / "jm"), ns.addr, ctl.addr, JAVA, extra=jkeys)
-        procs.append(jm)
-        wait_for(lambda: members(ctl.addr, JAVA) == {1}, 60, "the Java master", 0.5)
-        js = jr.controller_mode_broker(home, str(tmp_path / "js"), ns.addr, ctl.addr, JAVA, extra=jkeys)
-        procs.append(js)
-        groups = {OURS: (om, os_, str(tmp_path / "om" / "store"), "IsrOurs"),
-                  JAVA: (jm, js, str(tmp_path / "jm" / "store"), "IsrJava")}
-        for g in groups:
+        # the two JVMs boot side by side (whichever registers first is the Java master) while
+        # our two brokers start
+        pool = ThreadPoolExecutor(2)
+        java = [pool.submit(jr.controller_mode_broker, home, str(tmp_path / f"j{i}"), ns.addr,
+                            ctl.addr, JAVA, extra=jkeys) for i in (1, 2)]
+        try:
+            om = start_ctl_broker(str(tmp_path / "om"), ns.addr, ctl.addr, free_port_block(), **keys)
+            procs.append(om)
+            os_ = start_ctl_broker(str(tmp_path / "os"), ns.addr, ctl.addr, free_port_block(), **keys)
+            procs.append(os_)
+        finally:  # every JVM that started is stopped at the end, whatever failed
+            errors = [f.exception() for f in java]
+            procs.extend(f.result() for f in java if f.exception() is None)
+            pool.shutdown()
+        for e in errors:
+            if e is not None:
+                raise e
+        for g in (OURS, JAVA):
             wait_for(lambda: members(ctl.addr, g) == {1, 2}, 60, f"{g}: both in the SyncStateSet", 0.5)
+        jmaster = state(ctl.addr, JAVA)["masterAddress"]
+        jm, js = sorted(procs[-2:], key=lambda p: p.addr != jmaster)
+        groups = {OURS: (om, os_, str(tmp_path / "om" / "store"), "IsrOurs"),
+                  JAVA: (jm, js, os.path.join(os.path.dirname(jm.log_path), "store"), "IsrJava")}
+        master_id = {g: state(ctl.addr, g)["masterBrokerId"] for g in groups}
 
         answers = {}
         for g, (master, slave, store, topic) in groups.items():
@@ -113,7 +128,7 @@ def test_in_sync_replicas_not_enough_refused_before_the_write_like_java(controll
                 assert code == ResponseCode.SUCCESS, (g, code)
             os.killpg(slave.proc.pid, signal.SIGKILL) if g == JAVA else slave.proc.kill()
             slave.proc.wait(10)
-            wait_for(lambda: members(ctl.addr, g) == {1}, 30, f"{g}: the SyncStateSet to shrink", 0.2)
+            wait_for(lambda: members(ctl.addr, g) == {master_id[g]}, 30, f"{g}: the SyncStateSet to shrink", 0.2)
             # the master hears the controller's answer to its shrink a moment after the
             # controller shows it: sends are refused from then on (one acknowledged before
             # that is expected back too)
