@@ -90,6 +90,7 @@ class AutoSwitchHAService:
         self.group = GroupTransfer(cfg.slave_timeout)
         self.connections: list[_MasterConnection] = []
         self._lock = threading.Lock()
+        self._confirm_lock = threading.Lock()
         self.sync_state_set: set[int] = set(settings.sync_state_set) | (
             {settings.broker_id} if settings.is_master else set())
         self.caught_up: dict[int, float] = {}  # slave id -> time.time() it was last caught up
@@ -180,6 +181,12 @@ class AutoSwitchHAService:
 
     # -- the put path's face --------------------------------------------------------------------
     def wake(self) -> None:
+        """After each append. A master recomputes its confirm offset here, as RocketMQ 5's
+        master computes it whenever the reput asks: a put that waits for no replica (``WAIT``
+        "false") on a master alone in its SyncStateSet is served at once, not at the next
+        waiting put."""
+        if self.settings.is_master:
+            self._recompute()
         for c in list(self.connections):
             c.wake()
 
@@ -198,11 +205,12 @@ class AutoSwitchHAService:
         me = self.settings.broker_id
         members = [top if m == me else acks.get(m, 0) for m in self.sync_state_set] or [top]
         confirm = min(members)
-        if confirm > self.confirm_offset or not self.settings.is_master:
+        with self._confirm_lock:  # threads race here (puts, HA reads): never move it back
             moved = confirm > self.confirm_offset
-            self.confirm_offset = confirm
-            if moved:
-                self._on_appended()  # dispatch may go on: consumers are served up to here
+            if moved or not self.settings.is_master:
+                self.confirm_offset = confirm
+        if moved:
+            self._on_appended()  # dispatch may go on: consumers are served up to here
         if self.settings.all_ack_in_sync_state_set:
             self.group.ack(confirm)
         else:
