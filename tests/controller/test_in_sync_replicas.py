@@ -128,7 +128,8 @@ def test_in_sync_replicas_not_enough_refused_before_the_write_like_java(controll
                 assert code == ResponseCode.SUCCESS, (g, code)
             os.killpg(slave.proc.pid, signal.SIGKILL) if g == JAVA else slave.proc.kill()
             slave.proc.wait(10)
-            wait_for(lambda: members(ctl.addr, g) == {master_id[g]}, 30, f"{g}: the SyncStateSet to shrink", 0.2)
+            wait_for(lambda: members(ctl.addr, g) == {master_id[g]}, 30,
+                     f"{g}: the SyncStateSet to shrink", 0.2)
             # the master hears the controller's answer to its shrink a moment after the
             # controller shows it: sends are refused from then on (one acknowledged before
             # that is expected back too)

@@ -100,7 +100,8 @@ def test_our_brokers_fail_over_under_a_three_node_java_controller_group(tmp_path
         print(f"controller leader {dead.addr} (first leader {first_leader}) killed; "
               f"{new_leader} leads after {time.monotonic() - t_ctl:.2f} s")
         # the group's state survived (a new leader answers once it has replayed its log)
-        wait_for(lambda: group_state(nodes).get("masterBrokerId") == m1, 30, "the group at the new leader", 0.3)
+        wait_for(lambda: group_state(nodes).get("masterBrokerId") == m1, 30,
+                 "the group at the new leader", 0.3)
         wait_for(lambda: all(r["alive"] for r in group_state(nodes).get("inSyncReplicas", [])), 30,
                  "the brokers' heartbeats at the new leader", 0.5)
         send_n(ns.addr, 20, "c", acked)
@@ -113,7 +114,8 @@ def test_our_brokers_fail_over_under_a_three_node_java_controller_group(tmp_path
                  "the new controller leader to elect the last broker", 0.2)
         send_n(ns.addr, 20, "d", acked)
         print(f"second failover: sends accepted {time.monotonic() - t_kill:.2f} s after the kill")
-        wait_for(lambda: namesrv_ids(ns.addr).get(0) == b[other].addr, 30, "the last broker as brokerId 0", 0.3)
+        wait_for(lambda: namesrv_ids(ns.addr).get(0) == b[other].addr, 30,
+                 "the last broker as brokerId 0", 0.3)
         got = read_keys(ns.addr)
         keys = [k for k, _ in got]
         assert len(keys) == len(set(keys)), "a message served twice"

@@ -26,8 +26,8 @@ past it. The replica status wins over the flush status, as in RocketMQ. With
 ``replica_wait_offset`` set and the caller waits without holding a thread.
 
 IN_SYNC_REPLICAS_NOT_ENOUGH is decided before the append (``Replicas.before_write``), as
-RocketMQ 5's CommitLog does. Nothing is written for any status but PUT_OK, FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT and
-SLAVE_NOT_AVAILABLE. Delayed messages
+RocketMQ 5's CommitLog does. Nothing is written for any status but PUT_OK, FLUSH_DISK_TIMEOUT,
+FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE. Delayed messages
 (``DELAY`` property) go to ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` with ``REAL_TOPIC`` and
 ``REAL_QID``, as RocketMQ 4.9's CommitLog does; timer messages (``TIMER_DELIVER_MS`` /
 ``TIMER_DELAY_SEC`` / ``TIMER_DELAY_MS``) go to ``rmq_sys_wheel_timer`` (``store/timer/``).

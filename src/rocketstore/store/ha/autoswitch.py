@@ -225,8 +225,8 @@ class AutoSwitchHAService:
     def before_write(self) -> PutStatus | None:
         """RocketMQ 5's CommitLog check before it appends a SYNC put in controller mode: fewer
         SyncStateSet members than ``minInSyncReplicas`` refuses the put, nothing written.
-        (RocketMQ counts the larger of the set in force and one being proposed; a proposal is
-        not counted here, so a put refused after its append cannot happen that way.)"""
+        (RocketMQ also counts a set still being proposed to the controller; only the set in
+        force counts here, so a put let through is not refused after its append for that.)"""
         if self.settings.is_master and not self.slave_ok(0):
             return PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH
         return None
