@@ -126,7 +126,10 @@ def test_in_sync_replicas_not_enough_refused_before_the_write_like_java(controll
             for body in (b"kept-", b"kept2-"):  # acknowledged by both replicas
                 code, _ = send_direct(master.addr, topic, body + g.encode())
                 assert code == ResponseCode.SUCCESS, (g, code)
-            os.killpg(slave.proc.pid, signal.SIGKILL) if g == JAVA else slave.proc.kill()
+            if g == JAVA:
+                os.killpg(slave.proc.pid, signal.SIGKILL)  # the launcher's process group
+            else:
+                slave.proc.kill()
             slave.proc.wait(10)
             wait_for(lambda: members(ctl.addr, g) == {master_id[g]}, 30,
                      f"{g}: the SyncStateSet to shrink", 0.2)
