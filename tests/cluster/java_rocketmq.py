@@ -141,6 +141,40 @@ def start_java_controller(home: str, workdir: str, extra: dict | None = None) ->
     return JavaProc(proc, f"127.0.0.1:{port}", log)
 
 
+def start_java_controller_group(home: str, workdir: str, n: int = 3,
+                                extra: dict | None = None) -> list[JavaProc]:
+    """RocketMQ 5's ControllerStartup as a DLedger group of ``n`` peers (``n0`` .. ``n{n-1}``), each
+    on a free port (a peer's controller requests and DLedger share that port), started side by
+    side; ``";".join(p.addr for p in group)`` is the brokers' ``controllerAddr``."""
+    ports = [free_port() for _ in range(n)]
+    peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(ports))
+    procs: list[tuple[subprocess.Popen, str, int]] = []
+    for i, port in enumerate(ports):
+        d = os.path.join(workdir, f"n{i}")
+        os.makedirs(d, exist_ok=True)
+        conf = os.path.join(d, "controller.conf")
+        with open(conf, "w") as fh:
+            fh.write("\n".join([
+                "controllerDLegerGroup=group1", f"controllerDLegerPeers={peers}",
+                f"controllerDLegerSelfId=n{i}", f"controllerStorePath={d}/store",
+                *(f"{k}={v}" for k, v in (extra or {}).items()), ""]))
+        log = os.path.join(d, "controller.log")
+        procs.append((_spawn(home, "controller", conf, log, {"CONTROLLER_HEAP": "128m",
+                                                              "JAVA_OPT_EXT": f"-Duser.home={d}"}),
+                      log, port))
+    out = []
+    try:
+        for proc, log, port in procs:
+            _wait_port(port, proc, log)
+            out.append(JavaProc(proc, f"127.0.0.1:{port}", log))
+    except Exception:
+        for proc, _, _ in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    return out
+
+
 def controller_mode_broker(home: str, workdir: str, namesrv: str, controller: str, name: str,
                            cluster: str = "DefaultCluster", extra: dict | None = None) -> JavaProc:
     """A RocketMQ 5 broker in controller mode: the controller gives it its id and role."""

@@ -15,6 +15,7 @@
 | the store is a SLAVE (brokerRole)                       | SERVICE_NOT_AVAILABLE      |
 | SYNC_MASTER, no slave in reach (haSlaveFallbehindMax)   | SLAVE_NOT_AVAILABLE        |
 | SYNC_MASTER, no slave acknowledgement in slave_timeout  | FLUSH_SLAVE_TIMEOUT        |
+| controller mode, SyncStateSet below minInSyncReplicas   | IN_SYNC_REPLICAS_NOT_ENOUGH|
 | timer message: bad value, beyond timerMaxDelaySec,      | WHEEL_TIMER_MSG_ILLEGAL    |
 | cancel for a past time; timer store disabled            | WHEEL_TIMER_NOT_ENABLE     |
 
@@ -24,8 +25,9 @@ past it. The replica status wins over the flush status, as in RocketMQ. With
 ``defer_replica_wait`` (the broker's event loop) the put returns at once with
 ``replica_wait_offset`` set and the caller waits without holding a thread.
 
-Nothing is written for any status but PUT_OK, FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT and
-SLAVE_NOT_AVAILABLE. Delayed messages
+IN_SYNC_REPLICAS_NOT_ENOUGH is decided before the append (``Replicas.before_write``), as
+RocketMQ 5's CommitLog does. Nothing is written for any status but PUT_OK, FLUSH_DISK_TIMEOUT,
+FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE. Delayed messages
 (``DELAY`` property) go to ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` with ``REAL_TOPIC`` and
 ``REAL_QID``, as RocketMQ 4.9's CommitLog does; timer messages (``TIMER_DELIVER_MS`` /
 ``TIMER_DELAY_SEC`` / ``TIMER_DELAY_MS``) go to ``rmq_sys_wheel_timer`` (``store/timer/``).
@@ -62,6 +64,8 @@ class Replicas(Protocol):
     """What the put path asks of the store's HA service (``store.ha.HAService``)."""
 
     def wake(self) -> None: ...
+
+    def before_write(self) -> PutStatus | None: ...
 
     def replica_status(self, end_offset: int) -> PutStatus: ...
 
@@ -206,6 +210,11 @@ class PutPath:
         own end offset to wait for, as a put of its own would have). ``atomic``: the records
         are one message batch (all or nothing); else records too large together for a segment
         go in one at a time."""
+        replicas = self.replicas
+        if replicas is not None and self.sync_master and any(waits):
+            refused = replicas.before_write()  # controller mode: IN_SYNC_REPLICAS_NOT_ENOUGH
+            if refused is not None:
+                return self._refuse_waiting(recs, waits, refused, store_host, nowait, defer_sync)
         try:
             res = self.commitlog.append(recs, nowait=nowait)
         except RecordTooLarge as exc:
@@ -239,6 +248,22 @@ class PutPath:
                                         replica_wait_offset=end if w and replica_end is not None
                                         else None))
             start = end
+        return out
+
+    def _refuse_waiting(self, recs: list[EncodedMessage], waits: list[bool], status: PutStatus,
+                        store_host: str, nowait: bool, defer_sync: bool
+                        ) -> list[PutMessageResult] | None:
+        """Refuse, unwritten, the records that wait for replicas; append the others (records
+        of one put whose ``WAIT`` property is "false" need no replica, as in RocketMQ)."""
+        out = [PutMessageResult(status, error="in-sync replicas not enough") for _ in recs]
+        keep = [i for i, w in enumerate(waits) if not w]
+        if keep:
+            rs = self._append([recs[i] for i in keep], [False] * len(keep), store_host, nowait,
+                              defer_sync, atomic=False)
+            if rs is None:
+                return None
+            for i, r in zip(keep, rs):
+                out[i] = r
         return out
 
     def _encode_and_append(self, msgs: list[Message], batch: bool, nowait: bool,

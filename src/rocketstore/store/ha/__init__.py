@@ -94,6 +94,11 @@ class HAService:
         for conn in self.connections:
             conn.wake()
 
+    def before_write(self) -> PutStatus | None:
+        """No check before the append in 4.9 HA (SLAVE_NOT_AVAILABLE comes after it, as in
+        RocketMQ 4.9)."""
+        return None
+
     def slave_ok(self, end_offset: int) -> bool:
         """RocketMQ's ``isSlaveOK``: a slave is connected and not too far behind."""
         return (self.connection_count > 0

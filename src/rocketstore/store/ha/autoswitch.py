@@ -28,7 +28,8 @@ nothing was left to send): ``maybe_shrink`` drops members silent or behind longe
 epoch is proposed for the SyncStateSet (``on_expand``). The confirm offset is the lowest offset
 every SyncStateSet member holds; with ``allAckInSyncStateSet`` a SYNC put waits for it, else for
 ``inSyncReplicas`` replicas (itself included). Fewer than ``minInSyncReplicas`` members:
-IN_SYNC_REPLICAS_NOT_ENOUGH.
+IN_SYNC_REPLICAS_NOT_ENOUGH, answered before the append (``before_write``) as RocketMQ 5's
+CommitLog does: a refused put writes nothing.
 """
 from __future__ import annotations
 
@@ -89,6 +90,7 @@ class AutoSwitchHAService:
         self.group = GroupTransfer(cfg.slave_timeout)
         self.connections: list[_MasterConnection] = []
         self._lock = threading.Lock()
+        self._confirm_lock = threading.Lock()
         self.sync_state_set: set[int] = set(settings.sync_state_set) | (
             {settings.broker_id} if settings.is_master else set())
         self.caught_up: dict[int, float] = {}  # slave id -> time.time() it was last caught up
@@ -179,6 +181,12 @@ class AutoSwitchHAService:
 
     # -- the put path's face --------------------------------------------------------------------
     def wake(self) -> None:
+        """After each append. A master recomputes its confirm offset here, as RocketMQ 5's
+        master computes it whenever the reput asks: a put that waits for no replica (``WAIT``
+        "false") on a master alone in its SyncStateSet is served at once, not at the next
+        waiting put."""
+        if self.settings.is_master:
+            self._recompute()
         for c in list(self.connections):
             c.wake()
 
@@ -197,11 +205,12 @@ class AutoSwitchHAService:
         me = self.settings.broker_id
         members = [top if m == me else acks.get(m, 0) for m in self.sync_state_set] or [top]
         confirm = min(members)
-        if confirm > self.confirm_offset or not self.settings.is_master:
+        with self._confirm_lock:  # threads race here (puts, HA reads): never move it back
             moved = confirm > self.confirm_offset
-            self.confirm_offset = confirm
-            if moved:
-                self._on_appended()  # dispatch may go on: consumers are served up to here
+            if moved or not self.settings.is_master:
+                self.confirm_offset = confirm
+        if moved:
+            self._on_appended()  # dispatch may go on: consumers are served up to here
         if self.settings.all_ack_in_sync_state_set:
             self.group.ack(confirm)
         else:
@@ -212,6 +221,15 @@ class AutoSwitchHAService:
 
     def slave_ok(self, end_offset: int) -> bool:
         return len(self.sync_state_set) >= self.settings.min_in_sync_replicas
+
+    def before_write(self) -> PutStatus | None:
+        """RocketMQ 5's CommitLog check before it appends a SYNC put in controller mode: fewer
+        SyncStateSet members than ``minInSyncReplicas`` refuses the put, nothing written.
+        (RocketMQ also counts a set still being proposed to the controller; only the set in
+        force counts here, so a put let through is not refused after its append for that.)"""
+        if self.settings.is_master and not self.slave_ok(0):
+            return PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH
+        return None
 
     def replica_status(self, end_offset: int) -> PutStatus:
         ev = threading.Event()
