@@ -125,12 +125,17 @@ def check_shape(obj: Any, shape: dict[str, str], optional: dict[str, str] | None
 
 
 def call(addr: str, code: int, fields: dict | None = None, body: bytes = b"",
-         timeout: float = 60.0) -> RemotingCommand:
-    """Send one request on a new connection, return the response."""
+         timeout: float = 60.0, credentials: tuple[str, str] | None = None) -> RemotingCommand:
+    """Send one request on a new connection (signed with (access key, secret key) as RocketMQ's
+    ``AclClientRPCHook`` signs, when given), return the response."""
+    from rocketstore.remoting.signing import sign_request
     host, port = addr.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=timeout) as s:
         codec = RemotingConnection()
-        s.sendall(codec.send(RemotingCommand.request(code, fields or {}, body, language="JAVA")))
+        cmd = RemotingCommand.request(code, fields or {}, body, language="JAVA")
+        if credentials is not None:
+            sign_request(cmd, *credentials)
+        s.sendall(codec.send(cmd))
         while True:
             r = codec.next_command()
             if r is not NEED_DATA:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 import os
 import subprocess
 import sys
@@ -386,3 +387,49 @@ def test_push_consumer_with_credentials_and_a_retry(acl_server):
     finally:
         pc.shutdown()
     assert seen[:2] == [(b"retry-me", 0), (b"retry-me", 1)]
+
+
+def test_pop_codes_need_what_pull_needs(acl_server):
+    """RocketMQ's remoting ACL (4.9.7 and 5.3.3) names no resource for the POP codes, so a
+    consumer without SUB on a topic could pop it over remoting. Ours checks the topic and the
+    group's retry resource on POP, ACK, PEEK, CHANGE_INVISIBLE, NOTIFICATION, POLLING_INFO and
+    each entry of a BATCH_ACK, as for PULL."""
+    from rocketstore.remoting.codes import RequestCode, ResponseCode
+
+    from .admin_wire import call
+    with AdminClient(namesrv=acl_server.namesrv, credentials=ADMIN) as admin:
+        for t in ("topicA", "topicB"):
+            admin.create_topic(t, 2, 2)
+    creds = (USER.access_key, USER.secret_key)
+    now = int(time.time() * 1000)
+
+    def pop(topic, group, code=RequestCode.POP_MESSAGE):
+        return call(acl_server.broker, code,
+                    {"consumerGroup": group, "topic": topic, "queueId": 0, "maxMsgNums": 1,
+                     "invisibleTime": 20_000, "pollTime": 0, "bornTime": now, "initMode": 1,
+                     "expType": "TAG", "exp": "*", "order": "false", "offset": 0,
+                     "extraInfo": "0 1 20000 0 0 b 0 0", "attemptId": "x"}, credentials=creds)
+
+    for code in (RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE, RequestCode.PEEK_MESSAGE,
+                 RequestCode.CHANGE_MESSAGE_INVISIBLETIME, RequestCode.NOTIFICATION,
+                 RequestCode.POLLING_INFO):
+        r = pop("topicA", "groupB", code)  # topicA=DENY
+        assert r.code == ResponseCode.SYSTEM_ERROR, (code, r.code, r.remark)  # an AclException
+        assert "No default permission for topic:topicA" in r.remark, r.remark
+        r = pop("topicB", "groupA", code)  # groupA=DENY
+        assert r.code == ResponseCode.SYSTEM_ERROR, (code, r.code, r.remark)  # an AclException
+        assert "No default permission for group:groupA" in r.remark, r.remark
+    r = pop("topicB", "groupB")  # both allowed: the POP itself answers (nothing to pop)
+    assert "AclException" not in (r.remark or ""), r.remark
+    r = pop("topicB", "groupB", RequestCode.POLLING_INFO)
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    unsigned = call(acl_server.broker, RequestCode.POP_MESSAGE,
+                    {"consumerGroup": "groupB", "topic": "topicB", "queueId": 0, "maxMsgNums": 1,
+                     "invisibleTime": 20_000, "pollTime": 0, "bornTime": now, "initMode": 1})
+    assert "No accessKey is configured" in unsigned.remark, unsigned.remark
+    body = json.dumps({"acks": [{"c": "groupB", "t": "topicB", "r": "0", "so": 0, "q": 0,
+                                 "rq": 0, "pt": now, "it": 20_000, "b": "AQ=="},
+                                {"c": "groupB", "t": "topicA", "r": "0", "so": 0, "q": 0,
+                                 "rq": 0, "pt": now, "it": 20_000, "b": "AQ=="}]}).encode()
+    r = call(acl_server.broker, RequestCode.BATCH_ACK_MESSAGE, {}, body, credentials=creds)
+    assert r.code == ResponseCode.SYSTEM_ERROR and "topic:topicA" in r.remark, r.remark

@@ -220,7 +220,33 @@ def request_resources(cmd: RemotingCommand) -> dict[str, int]:
     elif code == RequestCode.UPDATE_CONSUMER_OFFSET:
         add(_retry(f.get("consumerGroup")), SUB)
         add(f.get("topic"), SUB)
+    elif code in POP_CODES:
+        # ours: RocketMQ's remoting ACL (4.9.7's PlainAccessValidator, 5.3.3's
+        # DefaultAuthorizationContextBuilder) names no resource for the POP codes, so a
+        # consumer without SUB on a topic pops it through remoting; here POP needs what PULL
+        # needs. A retry topic is the group's, as for SEND_MESSAGE.
+        topic = f.get("topic")
+        if topic is not None and topic.startswith(RETRY_PREFIX):
+            add(_retry(f.get("consumerGroup")), SUB)
+        else:
+            add(topic, SUB)
+        add(_retry(f.get("consumerGroup")), SUB)
+    elif code == RequestCode.BATCH_ACK_MESSAGE:
+        try:
+            acks = load_json_text((cmd.body or b"").decode("utf-8") or "{}").get("acks") or ()
+            for a in acks:
+                topic = a.get("t") or a.get("topic")
+                group = a.get("c") or a.get("consumerGroup")
+                add(_retry(group) if str(topic or "").startswith(RETRY_PREFIX) else topic, SUB)
+                add(_retry(group), SUB)
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise AclError(f"cannot read the batch ack body: {exc}", AT_PARSE) from exc
     return out
+
+
+POP_CODES = frozenset({RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE, RequestCode.PEEK_MESSAGE,
+                       RequestCode.CHANGE_MESSAGE_INVISIBLETIME, RequestCode.NOTIFICATION,
+                       RequestCode.POLLING_INFO})
 
 
 def parse_request(cmd: RemotingCommand, peer: str | None) -> AccessRequest:
