@@ -116,23 +116,45 @@ async def serve_controller_mode(store_cfg: Any, broker_cfg: Any, cm: Any, as_jso
             await asyncio.sleep(1.0)
             continue
         rm.ha = broker.store.ha
-        event = {"event": "ready" if first else "role", "broker": bcfg.broker_addr,
-                 "namesrv": bcfg.namesrv_addr if bcfg.namesrv_port is None
-                 else f"{bcfg.host}:{bcfg.namesrv_port}",
-                 "namesrv_listening": bcfg.namesrv_port is not None, "store": root,
-                 "role": scfg.broker_role, "broker_id": bcfg.broker_id,
-                 "controller_broker_id": rm.broker_id, "master_epoch": role.master_epoch,
-                 "master": role.master_addr, "ha": broker.ha_server_addr,
-                 "controller": rm.leader}
-        _say(as_json, event,
-             f"rocketstore broker on {bcfg.broker_addr} in controller mode: {scfg.broker_role} "
-             f"(controller id {rm.broker_id}, master epoch {role.master_epoch}), store {root}")
-        first = False
-        waits = {loop.create_task(stop.wait()), loop.create_task(rm.role_changed.wait()),
-                 loop.create_task(cut.wait())}
-        _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        for t in pending:
-            t.cancel()
+        extra: dict = {}
+        while True:
+            event = {"event": "ready" if first else "role", "broker": bcfg.broker_addr,
+                     "namesrv": bcfg.namesrv_addr if bcfg.namesrv_port is None
+                     else f"{bcfg.host}:{bcfg.namesrv_port}",
+                     "namesrv_listening": bcfg.namesrv_port is not None, "store": root,
+                     "role": scfg.broker_role, "broker_id": bcfg.broker_id,
+                     "controller_broker_id": rm.broker_id, "master_epoch": role.master_epoch,
+                     "master": role.master_addr, "ha": broker.ha_server_addr,
+                     "controller": rm.leader, **extra}
+            _say(as_json, event,
+                 f"rocketstore broker on {bcfg.broker_addr} in controller mode: "
+                 f"{scfg.broker_role} (controller id {rm.broker_id}, master epoch "
+                 f"{role.master_epoch}), store {root}")
+            first = False
+            waits = {loop.create_task(stop.wait()), loop.create_task(rm.role_changed.wait()),
+                     loop.create_task(cut.wait())}
+            _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for t in pending:
+                t.cancel()
+            new_role = rm.role
+            if stop.is_set() or truncate or not broker.is_slave or new_role is None \
+                    or new_role.master_id != rm.broker_id:
+                break
+            # a slave named master: promoted in place (store and listeners kept)
+            rm.role_changed.clear()
+            role = new_role
+            timings: dict[str, float] = {}
+            t0 = loop.time()
+            try:
+                await broker.promote(role.master_epoch, set(rm.sync_state_set), timings)
+            except Exception:  # noqa: BLE001 - the restart below is the way back
+                log.exception("controller mode: in-place promotion failed; restarting as master")
+                break
+            log.warning("controller mode: promoted in place in %.3f s: %s",
+                        loop.time() - t0, timings)
+            scfg, bcfg = broker.store_config, broker.config
+            extra = {"promoted_in_place": True, "promotion_s": round(loop.time() - t0, 4),
+                     "promotion_steps": timings}
         rm.ha = None
         if not stop.is_set():
             broker.config.shutdown_grace_s = min(broker.config.shutdown_grace_s, 0.5)
