@@ -204,8 +204,13 @@ class AutoSwitchHAService:
 
     # -- the put path's face --------------------------------------------------------------------
     def wake(self) -> None:
+        """After every append. The confirm offset moves here too: a put nobody waits on
+        (the timer's re-puts, a master whose SyncStateSet is itself alone) must still be
+        served to consumers."""
         for c in list(self.connections):
             c.wake()
+        if self.settings.is_master:
+            self._recompute()
 
     def _acks(self) -> dict[int, int]:
         out: dict[int, int] = {}
