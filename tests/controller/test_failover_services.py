@@ -7,13 +7,16 @@ UNKNOW until the master is dead). The master is SIGKILLed; the slave is promoted
 timer message is on its topic exactly once — none delivered twice by the new master's wheel
 (it does not re-enqueue what the old one delivered), each at or after its due time — and each
 undecided transaction is checked back from the new master and resolved: the committed ones
-delivered once, the rolled-back ones never."""
+delivered once, the rolled-back ones never. The slave serves ``--metrics-port`` and
+``--console``; both show its role and epoch before and after the promotion."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
 import time
+import urllib.request
 
 from rocketstore.client.consumer import PullConsumer
 from rocketstore.client.producer import Producer
@@ -46,6 +49,21 @@ def pull_all(ns: str, topic: str, queues: int = 2) -> list:
     return out
 
 
+def ops_view(ready: dict) -> tuple[str, int, int]:
+    """(role, epoch, broker id) as /metrics says them, checked against the console's overview."""
+    text = urllib.request.urlopen(ready["metrics"], timeout=10).read().decode()
+    role = next(line.split('"')[1] for line in text.splitlines()
+                if line.startswith("rocketstore_ha_role{"))
+    epoch = next(int(float(line.split()[-1])) for line in text.splitlines()
+                 if line.startswith("rocketstore_ha_master_epoch "))
+    over = json.loads(urllib.request.urlopen(ready["console"].rstrip("/") + "/api/overview",
+                                             timeout=10).read())
+    b = over["brokers"][0]
+    assert (b["role"], b["epoch"]) == (role, epoch), (b, role, epoch)
+    assert over["replication"]["controller_mode"] is True
+    return role, epoch, b["id"]
+
+
 def test_timers_and_undecided_transactions_survive_a_failover(controllers, tmp_path):
     procs: list[Proc] = []
     tx_producer = None
@@ -58,7 +76,10 @@ def test_timers_and_undecided_transactions_survive_a_failover(controllers, tmp_p
         b1 = start_ctl_broker(str(tmp_path / "b1"), ns.addr, ctl.addr, free_port_block(), **keys)
         procs.append(b1)
         wait_for(lambda: sync_state(ctl.addr).get("masterBrokerId") == 1, 30, "b1 master", 0.2)
-        b2 = start_ctl_broker(str(tmp_path / "b2"), ns.addr, ctl.addr, free_port_block(), **keys)
+        b2 = start_ctl_broker(str(tmp_path / "b2"), ns.addr, ctl.addr, free_port_block(),
+                              "--metrics-port", "0", "--console", "0", **keys)
+        assert b2.ready["role"] == "SLAVE" and b2.ready["metrics"] and b2.ready["console"]
+        assert ops_view(b2.ready) == ("SLAVE", 1, 2)
         procs.append(b2)
         wait_for(lambda: len(sync_state(ctl.addr).get("inSyncReplicas", [])) == 2, 40,
                  "b2 in the SyncStateSet", 0.2)
@@ -117,6 +138,10 @@ def test_timers_and_undecided_transactions_survive_a_failover(controllers, tmp_p
         wait_for(lambda: sync_state(ctl.addr).get("masterBrokerId") == 2, 30, "b2 elected", 0.1)
         wait_for(lambda: namesrv_ids(ns.addr).get(0) == b2.addr, 30, "b2 as brokerId 0", 0.1)
         print(f"b2 registered as master {time.monotonic() - t_kill:.2f} s after the kill")
+        promoted = json.loads(b2.proc.stdout.readline())  # the role line: in place
+        assert promoted["role"] == "SYNC_MASTER" and promoted["promoted_in_place"], promoted
+        assert promoted["broker_id"] == 0 and promoted["master_epoch"] == 2
+        assert ops_view(b2.ready) == ("SYNC_MASTER", 2, 0)
 
         # every timer message delivered, then (after a further wheel turn) still exactly once
         def timers():

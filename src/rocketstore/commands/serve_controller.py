@@ -37,7 +37,8 @@ def _say(as_json: bool, event: dict, text: str) -> None:
     sys.stdout.flush()
 
 
-async def serve_controller_mode(store_cfg: Any, broker_cfg: Any, cm: Any, as_json: bool) -> None:
+async def serve_controller_mode(store_cfg: Any, broker_cfg: Any, cm: Any, as_json: bool,
+                                ops_ports: dict | None = None) -> None:
     from ..broker.replicas import ReplicasManager, epoch_cache_body, ha_address
     from ..broker.wiring import Broker
     from ..controller.codes import ControllerRequest as Q
@@ -79,6 +80,9 @@ async def serve_controller_mode(store_cfg: Any, broker_cfg: Any, cm: Any, as_jso
         return cmd.response(0, body=epoch_cache_body(rm, rm.ha))
 
     first = True
+    ops: Any = None  # --metrics-port / --console: started with the first broker, kept
+    urls: dict[str, str] = {}
+    want_ops = bool(ops_ports) and any(v is not None for v in (ops_ports or {}).values())
     while not stop.is_set():
         role = rm.role
         assert role is not None and rm.broker_id is not None
@@ -105,6 +109,17 @@ async def serve_controller_mode(store_cfg: Any, broker_cfg: Any, cm: Any, as_jso
         broker.handler_wrappers.append(lambda h: {**h, int(Q.NOTIFY_BROKER_ROLE_CHANGED):
                                                   rm.notify_handler,
                                                   int(Q.GET_BROKER_EPOCH_CACHE): epoch_cache})
+        if want_ops:
+            if ops is None:
+                try:  # metrics and console: opt-in, from the ``ops`` extra
+                    from ..ops import OpsServices
+                    ops = OpsServices(broker, host=bcfg.host, **(ops_ports or {}))
+                except ImportError as exc:
+                    await rm.stop()
+                    raise click.ClickException(f"--metrics-port and --console need the ops "
+                                               f"extra (pip install 'rocketstore[ops]'): {exc}")
+            else:
+                ops.attach(broker)
         cut.clear()
         truncate.clear()
         try:
@@ -116,7 +131,18 @@ async def serve_controller_mode(store_cfg: Any, broker_cfg: Any, cm: Any, as_jso
             await asyncio.sleep(1.0)
             continue
         rm.ha = broker.store.ha
-        extra: dict = {}
+        if ops is not None:
+            if not urls:
+                try:
+                    urls = ops.start()
+                except OSError as exc:
+                    await broker.stop()
+                    await rm.stop()
+                    raise click.ClickException(f"cannot serve metrics/console on {bcfg.host} "
+                                               f"({ops_ports}): {exc.strerror or exc}") from exc
+            else:
+                ops.follow(broker)
+        extra: dict = dict(urls)
         while True:
             event = {"event": "ready" if first else "role", "broker": bcfg.broker_addr,
                      "namesrv": bcfg.namesrv_addr if bcfg.namesrv_port is None
@@ -153,8 +179,8 @@ async def serve_controller_mode(store_cfg: Any, broker_cfg: Any, cm: Any, as_jso
             log.warning("controller mode: promoted in place in %.3f s: %s",
                         loop.time() - t0, timings)
             scfg, bcfg = broker.store_config, broker.config
-            extra = {"promoted_in_place": True, "promotion_s": round(loop.time() - t0, 4),
-                     "promotion_steps": timings}
+            extra = {**urls, "promoted_in_place": True,
+                     "promotion_s": round(loop.time() - t0, 4), "promotion_steps": timings}
         rm.ha = None
         if not stop.is_set():
             broker.config.shutdown_grace_s = min(broker.config.shutdown_grace_s, 0.5)
@@ -167,5 +193,7 @@ async def serve_controller_mode(store_cfg: Any, broker_cfg: Any, cm: Any, as_jso
             EpochCache(cm.epoch_path(root)).truncate_suffix_by_offset(point)
             log.warning("controller mode: CommitLog cut at %d%s", point,
                         f", {ev.bytes} byte(s) kept in {ev.path}" if ev is not None else "")
+    if ops is not None:
+        await loop.run_in_executor(None, ops.stop)
     await rm.stop()
     _say(as_json, {"event": "stopped"}, "stopped cleanly")
