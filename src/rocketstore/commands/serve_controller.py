@@ -5,17 +5,21 @@ Theory of operation. The replica manager registers and learns the first role; th
 starts as that role — a master as SYNC_MASTER with brokerId 0, a slave as SLAVE with its
 controller id, following the master's HA socket (listenPort + 1 of the master's address) — with
 the store's auto-switch HA (``store.ha.autoswitch``). When the controller names another master
-(a higher master epoch, pushed or polled), the broker is stopped and started again in this
-process with the new role: a promoted slave opens its store as master (recovery cuts a torn
-last message, a new epoch entry starts at its max offset) and so starts everything a master
-runs (timer, transaction checks, pop revive, sends accepted, registration as brokerId 0); a
-deposed master comes back as a slave. A slave whose CommitLog diverges from the master's
+(a higher master epoch, pushed or polled) and names this slave, it is promoted in place
+(``Broker.promote``: store and listeners kept; the HA client stops, a torn last message is
+cut, a new epoch entry starts at the max offset, the master's handlers replace the slave
+refusals, brokerId 0 is registered at once, then timer, delayed delivery, transaction checks
+and pop revive start); a promotion that fails falls back to the restart below. Any other role
+change stops the broker and starts it again in this process with the new role: a deposed
+master comes back as a slave, a slave follows a new master. ``--metrics-port`` /
+``--console`` (``ops.OpsServices``) start with the first broker and follow each restarted one. A slave whose CommitLog diverges from the master's
 history is stopped, its tail set aside in ``<store>/quarantine/`` and cut
 (``autoswitch.cut_tail``), and started again. Heartbeats to the controller go on throughout
 (the replica manager lives outside the broker).
 
 stdout (``--json``): the ``ready`` line once the first role runs, then a ``role`` line for
-each change, ``stopped`` at the end.
+each change (an in-place promotion: ``promoted_in_place``, ``promotion_s`` and each step's
+seconds in ``promotion_steps``), ``stopped`` at the end.
 """
 from __future__ import annotations
 
