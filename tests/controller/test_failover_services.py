@@ -8,12 +8,14 @@ timer message is on its topic exactly once — none delivered twice by the new m
 (it does not re-enqueue what the old one delivered), each at or after its due time — and each
 undecided transaction is checked back from the new master and resolved: the committed ones
 delivered once, the rolled-back ones never. The slave serves ``--metrics-port`` and
-``--console``; both show its role and epoch before and after the promotion."""
+``--console`` (both show its role and epoch before and after the promotion) and
+``--grpc-port`` (restarted on the master's state, on the same port)."""
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket
 import threading
 import time
 import urllib.request
@@ -77,7 +79,8 @@ def test_timers_and_undecided_transactions_survive_a_failover(controllers, tmp_p
         procs.append(b1)
         wait_for(lambda: sync_state(ctl.addr).get("masterBrokerId") == 1, 30, "b1 master", 0.2)
         b2 = start_ctl_broker(str(tmp_path / "b2"), ns.addr, ctl.addr, free_port_block(),
-                              "--metrics-port", "0", "--console", "0", **keys)
+                              "--metrics-port", "0", "--console", "0", "--grpc-port", "0",
+                              **keys)
         assert b2.ready["role"] == "SLAVE" and b2.ready["metrics"] and b2.ready["console"]
         assert ops_view(b2.ready) == ("SLAVE", 1, 2)
         procs.append(b2)
@@ -142,6 +145,9 @@ def test_timers_and_undecided_transactions_survive_a_failover(controllers, tmp_p
         assert promoted["role"] == "SYNC_MASTER" and promoted["promoted_in_place"], promoted
         assert promoted["broker_id"] == 0 and promoted["master_epoch"] == 2
         assert ops_view(b2.ready) == ("SYNC_MASTER", 2, 0)
+        assert promoted["grpc"] == b2.ready["grpc"]  # the gRPC service, restarted on its port
+        host, _, port = promoted["grpc"].rpartition(":")
+        socket.create_connection((host, int(port)), timeout=5).close()
 
         # every timer message delivered, then (after a further wheel turn) still exactly once
         def timers():

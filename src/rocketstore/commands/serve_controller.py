@@ -156,6 +156,8 @@ async def serve_controller_mode(store_cfg: Any, broker_cfg: Any, cm: Any, as_jso
                      "controller_broker_id": rm.broker_id, "master_epoch": role.master_epoch,
                      "master": role.master_addr, "ha": broker.ha_server_addr,
                      "controller": rm.leader, **extra}
+            if bcfg.grpc_port is not None:
+                event["grpc"] = f"{bcfg.host}:{bcfg.grpc_port}"
             _say(as_json, event,
                  f"rocketstore broker on {bcfg.broker_addr} in controller mode: "
                  f"{scfg.broker_role} (controller id {rm.broker_id}, master epoch "
