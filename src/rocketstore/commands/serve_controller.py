@@ -11,11 +11,11 @@ cut, a new epoch entry starts at the max offset, the master's handlers replace t
 refusals, brokerId 0 is registered at once, then timer, delayed delivery, transaction checks
 and pop revive start); a promotion that fails falls back to the restart below. Any other role
 change stops the broker and starts it again in this process with the new role: a deposed
-master comes back as a slave, a slave follows a new master. ``--metrics-port`` /
-``--console`` (``ops.OpsServices``) start with the first broker and follow each restarted one. A slave whose CommitLog diverges from the master's
-history is stopped, its tail set aside in ``<store>/quarantine/`` and cut
+master comes back as a slave, a slave follows a new master. A slave whose CommitLog diverges
+from the master's history is stopped, its tail set aside in ``<store>/quarantine/`` and cut
 (``autoswitch.cut_tail``), and started again. Heartbeats to the controller go on throughout
-(the replica manager lives outside the broker).
+(the replica manager lives outside the broker). ``--metrics-port`` / ``--console``
+(``ops.OpsServices``) start with the first broker and follow each restarted one.
 
 stdout (``--json``): the ``ready`` line once the first role runs, then a ``role`` line for
 each change (an in-place promotion: ``promoted_in_place``, ``promotion_s`` and each step's
