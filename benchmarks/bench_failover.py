@@ -140,6 +140,7 @@ class KillGroup:
         else:
             b.proc.kill()
         t0 = time.monotonic()
+        self.last_kill_wall = time.time()  # for matching the logs (--keep)
         sent = None
         p = Producer("bench-failover", self.ns.addr, retries=0, timeout_s=3).start()
         while time.monotonic() - t0 < 120 and sent is None:
@@ -188,8 +189,8 @@ def kill_loop(home: str, kills: int, keep: str | None) -> None:
                 for kind, g in groups.items():
                     t = g.kill_master()
                     times[kind].append(t)
-                    print(json.dumps({"group": kind, "kill": i + 1, "first_send_s": round(t, 3)}),
-                          flush=True)
+                    print(json.dumps({"group": kind, "kill": i + 1, "first_send_s": round(t, 3),
+                                      "killed_at": round(g.last_kill_wall, 3)}), flush=True)
         finally:
             for g in groups.values():
                 g.close()

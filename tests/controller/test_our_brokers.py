@@ -17,6 +17,7 @@ import os
 import signal
 import threading
 import time
+import urllib.request
 
 from rocketstore.client.consumer import PullConsumer
 from rocketstore.client.producer import Producer
@@ -29,7 +30,7 @@ from .test_java_brokers import BN, namesrv_ids, sync_state
 TOPIC = "CtlOurTopic"
 
 
-def start_ctl_broker(workdir: str, ns: str, ctl: str, port: int, **keys) -> Proc:
+def start_ctl_broker(workdir: str, ns: str, ctl: str, port: int, *args: str, **keys) -> Proc:
     os.makedirs(workdir, exist_ok=True)
     conf = dict(brokerClusterName="DefaultCluster", brokerName=BN, listenPort=port,
                 brokerIP1="127.0.0.1", namesrvAddr=ns, enableControllerMode="true",
@@ -44,7 +45,7 @@ def start_ctl_broker(workdir: str, ns: str, ctl: str, port: int, **keys) -> Proc
     import sys
     return _start([sys.executable, "-m", "rocketstore.cli", "serve", "--store",
                    os.path.join(workdir, "store"), "--config", path, "--host", "127.0.0.1",
-                   "--json", "--log-level", "INFO"], os.path.join(workdir, "serve.log"))
+                   "--json", "--log-level", "INFO", *args], os.path.join(workdir, "serve.log"))
 
 
 def read_keys(ns: str, queues: int = 2) -> list[tuple[str, bytes]]:
@@ -125,7 +126,8 @@ def test_our_group_fails_over_and_the_old_master_rejoins(controllers, tmp_path):
         ports = [free_port_block() for _ in range(3)]
         b = {}
         for i, port in enumerate(ports, 1):
-            b[i] = start_ctl_broker(str(tmp_path / f"b{i}"), ns.addr, ctl.addr, port)
+            ops = ("--metrics-port", "0") if i == 1 else ()
+            b[i] = start_ctl_broker(str(tmp_path / f"b{i}"), ns.addr, ctl.addr, port, *ops)
             procs.append(b[i])
         assert b[1].ready["role"] == "SYNC_MASTER" and b[1].ready["broker_id"] == 0
         assert [b[i].ready["role"] for i in (2, 3)] == ["SLAVE", "SLAVE"]
@@ -178,6 +180,9 @@ def test_our_group_fails_over_and_the_old_master_rejoins(controllers, tmp_path):
               f"{len(live.acked)} live sends acknowledged")
         assert b[1].proc.poll() is None
         assert '"role": "SLAVE"' in "".join(b[1].proc.stdout.readline() for _ in range(1))
+        # restarted in its process as a slave, its /metrics follows the new broker
+        wait_for(lambda: 'rocketstore_ha_role{role="SLAVE"} 1.0' in urllib.request.urlopen(
+            b[1].ready["metrics"], timeout=10).read().decode(), 10, "/metrics of the slave", 0.3)
 
         # every acknowledged message, exactly once, from the new master
         got = wait_for(lambda: (lambda ks: ks if set(acked) <= {k for k, _ in ks} else None)(

@@ -20,10 +20,11 @@ controller's processors read (``controller/processors.py``):
 4. on a master, every ``checkSyncStateSetPeriod`` the HA's ``maybe_shrink`` and, when a slave
    caught up, its ``on_expand`` proposal go to CONTROLLER_ALTER_SYNC_STATE_SET (1001).
 
-How a role is served is ``commands/serve.py``'s business: it restarts the broker in the
-process with the new role (store closed and reopened, so the put path, slave refusals, name
-server registration with brokerId 0 or the own id, timer, transaction checks and pop revive
-are exactly those of a master or a slave).
+How a role is served is ``commands/serve_controller.py``'s business: a slave named master is
+promoted in place (``Broker.promote``); other changes restart the broker in the process with
+the new role (store closed and reopened, so the put path, slave refusals, name server
+registration with brokerId 0 or the own id, timer, transaction checks and pop revive are
+exactly those of a master or a slave).
 """
 from __future__ import annotations
 

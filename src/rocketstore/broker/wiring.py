@@ -243,14 +243,7 @@ class Broker:
         if self.config.acl_enable:  # every request checked first (RocketMQ's ACL RPC hook)
             self.acl = self.contexts["acl"].acl = acl_service.start_acl(self.config,
                                                                         self.store_config)
-        handlers = requests.broker_handlers(self.contexts)
-        if self.is_slave:  # RocketMQ's slave refusals (replication.py)
-            from .replication import slave_handlers
-            handlers = slave_handlers(handlers)
-        if self.acl is not None:
-            handlers = acl_service.guard(self.acl, handlers)
-        for wrap in self.handler_wrappers:
-            handlers = wrap(handlers)
+        handlers = self._handlers()
         broker_srv = RemotingServer(self, handlers, "broker")
         if self.config.worker_processes > 1:
             await self._start_workers(broker_srv)
@@ -316,6 +309,93 @@ class Broker:
         self._tasks.append(self.loop.create_task(self._housekeeping(), name="housekeeping"))
         log.info("broker %s listening on %s:%s, name server on %s", self.config.broker_name,
                  self.config.host, self.config.port, self.config.namesrv_port)
+
+    def _handlers(self) -> dict[int, Any]:
+        """The request table of listenPort (and the VIP port) for the current role."""
+        from .acl import service as acl_service
+
+        handlers = requests.broker_handlers(self.contexts)
+        if self.is_slave:  # RocketMQ's slave refusals (replication.py)
+            from .replication import slave_handlers
+            handlers = slave_handlers(handlers)
+        if self.acl is not None:
+            handlers = acl_service.guard(self.acl, handlers)
+        for wrap in self.handler_wrappers:
+            handlers = wrap(handlers)
+        return handlers
+
+    async def promote(self, master_epoch: int, sync_state_set: set[int],
+                      timings: dict[str, float] | None = None) -> None:
+        """Controller mode: this running SLAVE becomes the SYNC_MASTER in place, its store and
+        listeners kept (RocketMQ 5's ``changeToMaster``). In the order sends need them:
+        SlaveSynchronize stops; the store is promoted (``MessageStore.promote_to_master``: HA
+        client stopped, torn tail cut, epoch opened, dispatch caught up, queue offsets
+        rebuilt); the slave refusals are swapped for the master's handlers on the open
+        listeners (pop included); the broker registers at the name servers as brokerId 0 at
+        once. Then, off the send path: the timer wheel, delayed delivery, transaction checks,
+        pop revive and the gRPC extension (restarted on the master's contexts).
+        ``timings`` gets each step's seconds."""
+        assert self.store is not None and self.is_slave
+        clock = time.perf_counter
+        t = clock()
+
+        def lap(name: str) -> None:
+            nonlocal t
+            if timings is not None:
+                now = clock()
+                timings[name] = round(now - t, 4)
+                t = now
+        if self.slave_sync is not None:
+            await self.slave_sync.stop()
+            self.slave_sync = None
+        self.store_config.broker_role = "SYNC_MASTER"
+        self.store_config.ha_master_address = None
+        self._ha_master_remoting = None
+        lap("slave_sync_stop")
+        store_steps: dict[str, float] = {}
+        await self.run(self.store.promote_to_master, master_epoch, sync_state_set, store_steps)
+        if timings is not None:
+            timings.update({f"store.{k}": v for k, v in store_steps.items()})
+        lap("store")
+        self.store.put_path.defer_replica_wait = True  # ``put`` awaits the replicas
+        self.config.broker_id = 0
+        acl = self.acl
+        self.contexts = self.build_contexts()  # a master's: pop service, pulls not slave's
+        self.contexts["acl"].acl = acl
+        if self.pop_service is not None:
+            await self.run(self.pop_service.open)
+        handlers = self._handlers()
+        for srv in self.servers:
+            if srv.name in ("broker", "fast"):
+                srv.handlers = handlers
+        settings = self._worker_settings(acl_checked_here=True)
+        if settings.fast_sends and self.workers is None and self.servers:
+            from .workers.local import LocalSends
+            from .workers.pool import FastPuts
+
+            observe = self.put_observers[0] if self.put_observers else None
+            self.fast_puts = FastPuts(self.contexts["send"], observe)
+            self.servers[0].local_sends = LocalSends(
+                self.fast_puts, settings, None if acl is None else acl.check)
+        lap("handlers")
+        if self.registration is not None:
+            self.registration.broker_id = 0
+            await self.registration.register_all()
+        lap("register")
+        await self.run(self.store.start_timer)
+        lap("timer")
+        assert self.puts is not None and self.transaction_check is not None
+        self.schedule = ScheduleMessageService(
+            self.store, self.delay_offsets, self.delay_levels_ms, self.puts.put_blocking,
+            self.run, self.config.schedule_poll_interval_ms / 1000.0)
+        self.schedule.start()
+        self.transaction_check.start()
+        if self.pop_service is not None:
+            self.pop_service.start()
+        for ext in self.extensions:
+            await ext.stop()
+            await ext.start()
+        lap("services")
 
     async def _start_workers(self, broker_srv: Any) -> None:
         """listenPort served by worker processes (``workers.pool``): bind it here."""

@@ -387,12 +387,10 @@ def command(store_dir, host, port, namesrv_port, namesrv_addr, broker_name, conf
     store_cfg.ha_bind_host = host
     from ..broker.eventloop import run as run_loop  # uvloop when installed
     if controller_mode is not None:
-        if metrics_port is not None or console_port is not None:
-            raise click.BadParameter("not served in controller mode yet (the broker restarts "
-                                     "on a role change); leave them out",
-                                     param_hint="--metrics-port / --console")
         from .serve_controller import serve_controller_mode
-        run_loop(serve_controller_mode(store_cfg, broker_cfg, controller_mode, as_json))
+        run_loop(serve_controller_mode(store_cfg, broker_cfg, controller_mode, as_json,
+                                       {"metrics_port": metrics_port,
+                                        "console_port": console_port}))
         return
     run_loop(_serve(store_cfg, broker_cfg, as_json,
                     {"metrics_port": metrics_port, "console_port": console_port}))

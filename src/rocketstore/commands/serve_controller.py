@@ -5,17 +5,21 @@ Theory of operation. The replica manager registers and learns the first role; th
 starts as that role — a master as SYNC_MASTER with brokerId 0, a slave as SLAVE with its
 controller id, following the master's HA socket (listenPort + 1 of the master's address) — with
 the store's auto-switch HA (``store.ha.autoswitch``). When the controller names another master
-(a higher master epoch, pushed or polled), the broker is stopped and started again in this
-process with the new role: a promoted slave opens its store as master (recovery cuts a torn
-last message, a new epoch entry starts at its max offset) and so starts everything a master
-runs (timer, transaction checks, pop revive, sends accepted, registration as brokerId 0); a
-deposed master comes back as a slave. A slave whose CommitLog diverges from the master's
-history is stopped, its tail set aside in ``<store>/quarantine/`` and cut
+(a higher master epoch, pushed or polled) and names this slave, it is promoted in place
+(``Broker.promote``: store and listeners kept; the HA client stops, a torn last message is
+cut, a new epoch entry starts at the max offset, the master's handlers replace the slave
+refusals, brokerId 0 is registered at once, then timer, delayed delivery, transaction checks
+and pop revive start); a promotion that fails falls back to the restart below. Any other role
+change stops the broker and starts it again in this process with the new role: a deposed
+master comes back as a slave, a slave follows a new master. A slave whose CommitLog diverges
+from the master's history is stopped, its tail set aside in ``<store>/quarantine/`` and cut
 (``autoswitch.cut_tail``), and started again. Heartbeats to the controller go on throughout
-(the replica manager lives outside the broker).
+(the replica manager lives outside the broker). ``--metrics-port`` / ``--console``
+(``ops.OpsServices``) start with the first broker and follow each restarted one.
 
 stdout (``--json``): the ``ready`` line once the first role runs, then a ``role`` line for
-each change, ``stopped`` at the end.
+each change (an in-place promotion: ``promoted_in_place``, ``promotion_s`` and each step's
+seconds in ``promotion_steps``), ``stopped`` at the end.
 """
 from __future__ import annotations
 
@@ -37,7 +41,8 @@ def _say(as_json: bool, event: dict, text: str) -> None:
     sys.stdout.flush()
 
 
-async def serve_controller_mode(store_cfg: Any, broker_cfg: Any, cm: Any, as_json: bool) -> None:
+async def serve_controller_mode(store_cfg: Any, broker_cfg: Any, cm: Any, as_json: bool,
+                                ops_ports: dict | None = None) -> None:
     from ..broker.replicas import ReplicasManager, epoch_cache_body, ha_address
     from ..broker.wiring import Broker
     from ..controller.codes import ControllerRequest as Q
@@ -79,6 +84,9 @@ async def serve_controller_mode(store_cfg: Any, broker_cfg: Any, cm: Any, as_jso
         return cmd.response(0, body=epoch_cache_body(rm, rm.ha))
 
     first = True
+    ops: Any = None  # --metrics-port / --console: started with the first broker, kept
+    urls: dict[str, str] = {}
+    want_ops = bool(ops_ports) and any(v is not None for v in (ops_ports or {}).values())
     while not stop.is_set():
         role = rm.role
         assert role is not None and rm.broker_id is not None
@@ -105,6 +113,17 @@ async def serve_controller_mode(store_cfg: Any, broker_cfg: Any, cm: Any, as_jso
         broker.handler_wrappers.append(lambda h: {**h, int(Q.NOTIFY_BROKER_ROLE_CHANGED):
                                                   rm.notify_handler,
                                                   int(Q.GET_BROKER_EPOCH_CACHE): epoch_cache})
+        if want_ops:
+            if ops is None:
+                try:  # metrics and console: opt-in, from the ``ops`` extra
+                    from ..ops import OpsServices
+                    ops = OpsServices(broker, host=bcfg.host, **(ops_ports or {}))
+                except ImportError as exc:
+                    await rm.stop()
+                    raise click.ClickException(f"--metrics-port and --console need the ops "
+                                               f"extra (pip install 'rocketstore[ops]'): {exc}")
+            else:
+                ops.attach(broker)
         cut.clear()
         truncate.clear()
         try:
@@ -116,23 +135,58 @@ async def serve_controller_mode(store_cfg: Any, broker_cfg: Any, cm: Any, as_jso
             await asyncio.sleep(1.0)
             continue
         rm.ha = broker.store.ha
-        event = {"event": "ready" if first else "role", "broker": bcfg.broker_addr,
-                 "namesrv": bcfg.namesrv_addr if bcfg.namesrv_port is None
-                 else f"{bcfg.host}:{bcfg.namesrv_port}",
-                 "namesrv_listening": bcfg.namesrv_port is not None, "store": root,
-                 "role": scfg.broker_role, "broker_id": bcfg.broker_id,
-                 "controller_broker_id": rm.broker_id, "master_epoch": role.master_epoch,
-                 "master": role.master_addr, "ha": broker.ha_server_addr,
-                 "controller": rm.leader}
-        _say(as_json, event,
-             f"rocketstore broker on {bcfg.broker_addr} in controller mode: {scfg.broker_role} "
-             f"(controller id {rm.broker_id}, master epoch {role.master_epoch}), store {root}")
-        first = False
-        waits = {loop.create_task(stop.wait()), loop.create_task(rm.role_changed.wait()),
-                 loop.create_task(cut.wait())}
-        _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        for t in pending:
-            t.cancel()
+        if ops is not None:
+            if not urls:
+                try:
+                    urls = ops.start()
+                except OSError as exc:
+                    await broker.stop()
+                    await rm.stop()
+                    raise click.ClickException(f"cannot serve metrics/console on {bcfg.host} "
+                                               f"({ops_ports}): {exc.strerror or exc}") from exc
+            else:
+                ops.follow(broker)
+        extra: dict = dict(urls)
+        while True:
+            event = {"event": "ready" if first else "role", "broker": bcfg.broker_addr,
+                     "namesrv": bcfg.namesrv_addr if bcfg.namesrv_port is None
+                     else f"{bcfg.host}:{bcfg.namesrv_port}",
+                     "namesrv_listening": bcfg.namesrv_port is not None, "store": root,
+                     "role": scfg.broker_role, "broker_id": bcfg.broker_id,
+                     "controller_broker_id": rm.broker_id, "master_epoch": role.master_epoch,
+                     "master": role.master_addr, "ha": broker.ha_server_addr,
+                     "controller": rm.leader, **extra}
+            if bcfg.grpc_port is not None:
+                event["grpc"] = f"{bcfg.host}:{bcfg.grpc_port}"
+            _say(as_json, event,
+                 f"rocketstore broker on {bcfg.broker_addr} in controller mode: "
+                 f"{scfg.broker_role} (controller id {rm.broker_id}, master epoch "
+                 f"{role.master_epoch}), store {root}")
+            first = False
+            waits = {loop.create_task(stop.wait()), loop.create_task(rm.role_changed.wait()),
+                     loop.create_task(cut.wait())}
+            _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for t in pending:
+                t.cancel()
+            new_role = rm.role
+            if stop.is_set() or truncate or not broker.is_slave or new_role is None \
+                    or new_role.master_id != rm.broker_id:
+                break
+            # a slave named master: promoted in place (store and listeners kept)
+            rm.role_changed.clear()
+            role = new_role
+            timings: dict[str, float] = {}
+            t0 = loop.time()
+            try:
+                await broker.promote(role.master_epoch, set(rm.sync_state_set), timings)
+            except Exception:  # noqa: BLE001 - the restart below is the way back
+                log.exception("controller mode: in-place promotion failed; restarting as master")
+                break
+            log.warning("controller mode: promoted in place in %.3f s: %s",
+                        loop.time() - t0, timings)
+            scfg, bcfg = broker.store_config, broker.config
+            extra = {**urls, "promoted_in_place": True,
+                     "promotion_s": round(loop.time() - t0, 4), "promotion_steps": timings}
         rm.ha = None
         if not stop.is_set():
             broker.config.shutdown_grace_s = min(broker.config.shutdown_grace_s, 0.5)
@@ -145,5 +199,7 @@ async def serve_controller_mode(store_cfg: Any, broker_cfg: Any, cm: Any, as_jso
             EpochCache(cm.epoch_path(root)).truncate_suffix_by_offset(point)
             log.warning("controller mode: CommitLog cut at %d%s", point,
                         f", {ev.bytes} byte(s) kept in {ev.path}" if ev is not None else "")
+    if ops is not None:
+        await loop.run_in_executor(None, ops.stop)
     await rm.stop()
     _say(as_json, {"event": "stopped"}, "stopped cleanly")

@@ -61,6 +61,33 @@ class OpsServices:
             raise
         return urls
 
+    def attach(self, broker: Any) -> None:
+        """Controller mode: a broker started again in this process (a role change that
+        restarts it) is measured too; call before its ``start``, then ``follow``."""
+        broker.handler_wrappers.append(self.latency.instrument)
+        broker.put_observers.append(self.latency.put_latency.observe)
+
+    def follow(self, broker: Any) -> None:
+        """After the restarted broker's ``start``: metrics and console read it from now on
+        (the servers, their registry and ``self.state`` stay; its fields are the new broker's)."""
+        import dataclasses
+
+        from .stats import TpsSampler, broker_totals
+
+        self.broker = broker
+        fresh = OpsState.from_broker(broker)
+        for f in dataclasses.fields(OpsState):
+            if f.name not in ("tps", "started_ms"):
+                setattr(self.state, f.name, getattr(fresh, f.name))
+        self.state.refresh_addresses(broker)
+        old = self.state.tps
+        if old is not None:
+            old.stop()
+            self.state.tps = None
+        if self.state.broker_stats is not None:
+            self.state.tps = TpsSampler(broker_totals(self.state.broker_stats))
+            self.state.tps.start()
+
     def _guards(self) -> dict[str, Any]:
         """The broker's connection limits and Host allow-list (README "Security")."""
         from ..netlimits import Limits

@@ -203,6 +203,12 @@ class BrokerCollector(Collector):
         role = _gauge("rocketstore_ha_role", "This broker's brokerRole (always 1).", ["role"])
         role.add_metric([st["role"]], 1)
         yield role
+        if st.get("controller_mode"):  # RocketMQ 5's auto-switch HA: the epoch, the confirm offset
+            yield GaugeMetricFamily("rocketstore_ha_master_epoch", "The last epoch of this "
+                                    "broker's epoch file (controller mode).", value=st["epoch"])
+            yield GaugeMetricFamily("rocketstore_ha_confirm_offset", "The CommitLog offset every "
+                                    "SyncStateSet member holds (controller mode).",
+                                    value=st["confirm_offset"])
         yield GaugeMetricFamily("rocketstore_ha_slave_connections", "Slaves connected to the "
                                 "HA port.", value=len(st["slaves"]))
         yield GaugeMetricFamily("rocketstore_ha_slave_acked_offset", "Highest CommitLog offset "

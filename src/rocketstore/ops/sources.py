@@ -66,7 +66,8 @@ class LocalSource:
         if st.broker_config is not None:
             from ..broker.admin.views import runtime_info
             info = runtime_info(store, st.store_config, st.broker_config, st.broker_stats)
-        broker = {"name": st.broker_name, "id": 0, "addr": st.broker_addr or "-",
+        broker = {"name": st.broker_name, "addr": st.broker_addr or "-",
+                  "id": getattr(st.broker_config, "broker_id", 0) or 0,
                   "version": (info or {}).get("brokerVersionDesc", "-"),
                   "put_tps": last.get("put_tps") if st.tps is not None else None,
                   "get_tps": last.get("get_tps") if st.tps is not None else None,
@@ -77,6 +78,8 @@ class LocalSource:
         replication = ha() if ha is not None else None
         if replication is not None:
             broker["role"] = replication["role"]
+            if replication.get("controller_mode"):
+                broker["epoch"] = replication.get("epoch")
         return {"cluster": st.cluster_name, "namesrv": st.namesrv_addr, "brokers": [broker],
                 "replication": replication,
                 "store": st.store_config.store_path_root_dir, "read_only": st.read_only,

@@ -26,7 +26,7 @@ from ..errors import NotAStoreError, StoreClosedError, StoreError
 from ..format.message import Message, MessageExt, parse_message_id
 from . import read_path
 from .lock import StoreLock
-from .opening import close_store, open_store, stop_started_services
+from .opening import close_store, open_store, promote_store, start_timer, stop_started_services
 from .results import GetMessageResult, GetStatus, PutMessageResult
 from .store_dir import adopt_saved_sizes, detect_sizes, is_store_dir
 
@@ -305,6 +305,18 @@ class MessageStore:
 
     def get_min_phy_offset(self) -> int:
         return self.commitlog.min_offset()
+
+    def promote_to_master(self, master_epoch: int, sync_state_set: set[int],
+                          timings: dict[str, float] | None = None) -> int:
+        """Controller mode: this slave's store becomes the master's without closing
+        (``opening.promote_store``); returns where the CommitLog now ends."""
+        self._check_open()
+        return promote_store(self, master_epoch, sync_state_set, timings)
+
+    def start_timer(self) -> None:
+        """The timer wheel after ``promote_to_master`` (when timerWheelEnable)."""
+        self._check_open()
+        start_timer(self)
 
     def ha_status(self) -> dict | None:
         """Replication as operators see it (``store.ha.HAService.status``); None: no HA."""

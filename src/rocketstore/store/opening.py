@@ -120,6 +120,85 @@ def open_store(store: Any) -> None:
         store.clean_service.start()
 
 
+def valid_end_from(commitlog: CommitLog, start: int) -> int:
+    """The end of the last whole valid record at or after ``start`` (a record boundary), by
+    the recovery's one rule (``recovery_scan.segment_end``, CRC checked): the tail a slave's
+    HA appends may end inside a record (a transfer frame is cut at any byte)."""
+    from .recovery_scan import segment_end
+
+    size = commitlog.file_size
+    end = start
+    for mf in list(commitlog.queue.files):
+        base = mf.file_from_offset
+        if base + size <= start:
+            continue
+        rel = start - base if base <= start else 0
+        seg = segment_end(mf.mm, base, size, rel, check_crc=True)
+        end = seg.end
+        if not seg.rolled:
+            break
+    return min(end, commitlog.max_offset())
+
+
+def promote_store(store: Any, master_epoch: int, sync_state_set: set[int],
+                  timings: dict[str, float] | None = None) -> int:
+    """A controller-mode slave's open store becomes the master's in place (RocketMQ 5's
+    ``changeToMaster``): the HA client stops; the CommitLog is cut to its last whole record
+    (the cut bytes set aside in ``<store>/quarantine/`` first, as a recovery would); the new
+    epoch opens at that end, which is also the confirm offset; dispatch catches up to it and
+    the queue offset table is rebuilt from the ConsumeQueues (the next put takes the next
+    offsets); the put path takes puts as a SYNC_MASTER's. Returns the cut point. The timer
+    wheel is ``start_timer``'s, apart: it is no part of taking sends."""
+    import time
+
+    from .ha.autoswitch import AutoSwitchHAService
+
+    clock = time.perf_counter
+    t = clock()
+
+    def lap(name: str) -> None:
+        nonlocal t
+        if timings is not None:
+            now = clock()
+            timings[name] = round(now - t, 4)
+            t = now
+    ha = store.ha
+    if not isinstance(ha, AutoSwitchHAService):
+        raise RuntimeError("promote_store: not a controller-mode store")
+    ha.stop_client()
+    lap("ha_client_stop")
+    cl = store.commitlog
+    top = cl.max_offset()
+    end = valid_end_from(cl, min(store.reput.reput_from, top))
+    if end < top:
+        from . import quarantine
+        ev = quarantine.set_aside(store.root, cl.queue.files, end,
+                                  f"a torn tail at promotion to master (epoch {master_epoch})")
+        cl.truncate(end)
+        log.warning("promotion: CommitLog cut at %d (it ended at %d)%s", end, top,
+                    f", {ev.bytes} byte(s) kept in {ev.path}" if ev is not None else "")
+    lap("cut_tail")
+    ha.change_to_master(master_epoch, sync_state_set)
+    lap("epoch")
+    store.reput.wakeup()
+    if not store.reput.wait_dispatched(timeout=30.0):
+        raise RuntimeError(f"promotion: dispatch did not reach {end} "
+                           f"({store.reput.behind_bytes()} bytes behind)")
+    lap("dispatch")
+    rebuild_queue_table(cl, store.cq_table)
+    lap("queue_table")
+    store.cfg.broker_role = "SYNC_MASTER"
+    store.cfg.ha_master_address = None
+    store.put_path.sync_master = True
+    return end
+
+
+def start_timer(store: Any) -> None:
+    """The timer wheel of a store promoted in place (``promote_store``), when enabled."""
+    if store.timer is None and store.cfg.timer.timer_wheel_enable and not store.cfg.is_slave:
+        _start_timer(store)
+
+
 def _start_timer(store: Any) -> None:
     from .timer import TimerMessageStore, TimerStoreAccess
     from ..format.timer_layout import TIMER_TOPIC

@@ -103,19 +103,23 @@ class AutoSwitchHAService:
         self.port: int | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
+    def _open_epoch(self) -> None:
+        s = self.settings
+        top = self.commitlog.max_offset()
+        # entries past what the CommitLog holds were cut (recovery, or ``change_to_master``:
+        # RocketMQ's truncateInvalidMsg + truncateSuffixByOffset); the new epoch starts here
+        self.epochs.truncate_suffix_by_offset(top + 1)
+        if self.epochs.last_epoch() >= s.master_epoch:
+            self.epochs.truncate_suffix_by_epoch(s.master_epoch)
+        if not self.epochs.append(s.master_epoch, top):
+            log.warning("epoch %d at %d not appended (last entry %s)", s.master_epoch, top,
+                        self.epochs.last())
+        log.warning("master of epoch %d from CommitLog offset %d", s.master_epoch, top)
+
     def start(self) -> None:
         s = self.settings
         if s.is_master:
-            top = self.commitlog.max_offset()
-            # entries past what the CommitLog holds were cut by recovery (RocketMQ's
-            # truncateInvalidMsg + truncateSuffixByOffset); then the new epoch starts here
-            self.epochs.truncate_suffix_by_offset(top + 1)
-            if self.epochs.last_epoch() >= s.master_epoch:
-                self.epochs.truncate_suffix_by_epoch(s.master_epoch)
-            if not self.epochs.append(s.master_epoch, top):
-                log.warning("epoch %d at %d not appended (last entry %s)", s.master_epoch, top,
-                            self.epochs.last())
-            log.warning("master of epoch %d from CommitLog offset %d", s.master_epoch, top)
+            self._open_epoch()
         port = self.cfg.ha_listen_port
         if port is not None:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -131,6 +135,27 @@ class AutoSwitchHAService:
         self.group.start()
         if self.client is not None:
             self.client.start()
+
+    def stop_client(self) -> None:
+        """A slave about to be promoted: the HA client stops (its thread joined), so nothing
+        is appended to the CommitLog from the old master any more."""
+        client, self.client = self.client, None
+        if client is not None:
+            client.stop()
+
+    def change_to_master(self, master_epoch: int, sync_state_set: set[int]) -> None:
+        """In place, after ``stop_client`` and the tail cut (RocketMQ's ``changeToMaster``):
+        the new epoch opens at the CommitLog's end, which is also the confirm offset; the
+        accept loop serves slaves from now on."""
+        s = self.settings
+        s.is_master, s.master_epoch, s.master_ha_address = True, master_epoch, None
+        s.sync_state_set = set(sync_state_set)
+        self._open_epoch()
+        self.caught_up.clear()
+        self._expanding.clear()
+        self.sync_state_set = set(sync_state_set) | {s.broker_id}
+        self.confirm_offset = self.commitlog.max_offset()
+        self._recompute()
 
     def stop(self) -> None:
         self._stop.set()
@@ -182,13 +207,13 @@ class AutoSwitchHAService:
     # -- the put path's face --------------------------------------------------------------------
     def wake(self) -> None:
         """After each append. A master recomputes its confirm offset here, as RocketMQ 5's
-        master computes it whenever the reput asks: a put that waits for no replica (``WAIT``
-        "false") on a master alone in its SyncStateSet is served at once, not at the next
-        waiting put."""
-        if self.settings.is_master:
-            self._recompute()
+        master computes it whenever the reput asks: a put nobody waits on (``WAIT`` "false",
+        the timer's re-puts, a master alone in its SyncStateSet) is served at once, not at the
+        next waiting put."""
         for c in list(self.connections):
             c.wake()
+        if self.settings.is_master:
+            self._recompute()
 
     def _acks(self) -> dict[int, int]:
         out: dict[int, int] = {}
@@ -491,6 +516,27 @@ class _SlaveClient:
 
     def start(self) -> None:
         self._thread.start()
+
+    def stop_client(self) -> None:
+        """A slave about to be promoted: the HA client stops (its thread joined), so nothing
+        is appended to the CommitLog from the old master any more."""
+        client, self.client = self.client, None
+        if client is not None:
+            client.stop()
+
+    def change_to_master(self, master_epoch: int, sync_state_set: set[int]) -> None:
+        """In place, after ``stop_client`` and the tail cut (RocketMQ's ``changeToMaster``):
+        the new epoch opens at the CommitLog's end, which is also the confirm offset; the
+        accept loop serves slaves from now on."""
+        s = self.settings
+        s.is_master, s.master_epoch, s.master_ha_address = True, master_epoch, None
+        s.sync_state_set = set(sync_state_set)
+        self._open_epoch()
+        self.caught_up.clear()
+        self._expanding.clear()
+        self.sync_state_set = set(sync_state_set) | {s.broker_id}
+        self.confirm_offset = self.commitlog.max_offset()
+        self._recompute()
 
     def stop(self) -> None:
         self._stop.set()

@@ -141,6 +141,14 @@ class TimerMessageStore:
             self.wheel.clear_beyond(self.curr_read_ms, process_offset)
             self.timerlog.recover(min_first, self.wheel.revise_slot)
         self.curr_write_ms = now
+        # controller mode: a store that just became master (a promoted slave, or an old
+        # master back) may hold, beyond what its own timerlog enqueued, timer messages that
+        # another master of the group already delivered (the re-puts came with the replicated
+        # CommitLog): that backlog is checked against those re-puts, not delivered again
+        lo, hi = self.access.queue_bounds()
+        self._dedup_below = hi if getattr(self.cfg, "controller_ha", None) is not None \
+            and self.curr_queue_offset < hi else -1
+        self._delivered: set[tuple] | None = None
         self._resumed = False  # the cursor's slot, when reached, is settled first
         self.checkpoint.last_read_time_ms = self.curr_read_ms
         self.flush()  # the recovered state is on disk before anything new happens
@@ -254,11 +262,50 @@ class TimerMessageStore:
                 else:
                     log.warning("timer: no timer message at CommitLog offset %d", offset_py)
             del views
+            if self.curr_queue_offset < self._dedup_below and items:
+                items = self._not_delivered(items)
             self._enqueue_batch(items)
             self.curr_queue_offset += len(units)
             done += len(units)
             self._move_write_time()
         return done
+
+    def _not_delivered(self, items: list) -> list:
+        """``items`` (of the backlog a new master found, see ``load``) less those another
+        master delivered: a re-put (``TIMER_DEQUEUE_MS``) of the same UNIQ_KEY and
+        ``TIMER_OUT_MS`` after it in the CommitLog — to its real topic with the same roll
+        count, or back to the timer topic with one more (a roll)."""
+        if self._delivered is None:
+            self._delivered = self._scan_reputs(min(i[0] for i in items))
+            log.warning("timer: %d re-put(s) of another master found in the CommitLog; "
+                        "their messages are not delivered again", len(self._delivered))
+        out = []
+        for item in items:
+            props = item[3]
+            key = (props.get("UNIQ_KEY"), props.get(PROPERTY_TIMER_OUT_MS))
+            roll = int(props.get(PROPERTY_TIMER_ROLL_TIMES, "0") or 0)
+            if (False, *key, roll) in self._delivered or (True, *key, roll + 1) in self._delivered:
+                continue
+            out.append(item)
+        return out
+
+    def _scan_reputs(self, start: int) -> set[tuple]:
+        """(rolled, UNIQ_KEY, TIMER_OUT_MS, roll count) of every timer re-put from ``start``."""
+        found: set[tuple] = set()
+        off = start
+        end = self.access.commitlog_max_offset()
+        seg = self.cfg.mapped_file_size_commitlog
+        while off < end and not self._stopping.is_set():
+            m = self.access.look_message(off)
+            if m is None:
+                off = off - off % seg + seg
+                continue
+            p = m.properties
+            if PROPERTY_TIMER_DEQUEUE_MS in p:
+                found.add((m.topic == TIMER_TOPIC, p.get("UNIQ_KEY"), p.get(PROPERTY_TIMER_OUT_MS),
+                           int(p.get(PROPERTY_TIMER_ROLL_TIMES, "0") or 0)))
+            off += m.store_size
+        return found
 
     def _move_write_time(self) -> None:
         now = self.format_ms(self.now_ms())
