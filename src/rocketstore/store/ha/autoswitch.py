@@ -517,27 +517,6 @@ class _SlaveClient:
     def start(self) -> None:
         self._thread.start()
 
-    def stop_client(self) -> None:
-        """A slave about to be promoted: the HA client stops (its thread joined), so nothing
-        is appended to the CommitLog from the old master any more."""
-        client, self.client = self.client, None
-        if client is not None:
-            client.stop()
-
-    def change_to_master(self, master_epoch: int, sync_state_set: set[int]) -> None:
-        """In place, after ``stop_client`` and the tail cut (RocketMQ's ``changeToMaster``):
-        the new epoch opens at the CommitLog's end, which is also the confirm offset; the
-        accept loop serves slaves from now on."""
-        s = self.settings
-        s.is_master, s.master_epoch, s.master_ha_address = True, master_epoch, None
-        s.sync_state_set = set(sync_state_set)
-        self._open_epoch()
-        self.caught_up.clear()
-        self._expanding.clear()
-        self.sync_state_set = set(sync_state_set) | {s.broker_id}
-        self.confirm_offset = self.commitlog.max_offset()
-        self._recompute()
-
     def stop(self) -> None:
         self._stop.set()
         sock = self._sock
