@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..format.batch import parse_delay_levels
 from ..remoting.codes import PERM_READ, RequestCode
 from ..remoting.command import RemotingCommand
+from ..store.opening import lap_timer
 from . import requests
 from .admin import runtime
 from .config import BrokerConfig
@@ -295,12 +296,7 @@ class Broker:
                 subgroups=self.subgroups, run=self.run)
             self.slave_sync.start()
         else:
-            assert self.puts is not None and self.transaction_check is not None
-            self.schedule = ScheduleMessageService(
-                self.store, self.delay_offsets, self.delay_levels_ms, self.puts.put_blocking,
-                self.run, self.config.schedule_poll_interval_ms / 1000.0)
-            self.schedule.start()
-            self.transaction_check.start()
+            self._start_master_services()
         if self.pop_service is not None:
             self.pop_service.start()
         for ext in self.extensions:
@@ -336,15 +332,7 @@ class Broker:
         pop revive and the gRPC extension (restarted on the master's contexts).
         ``timings`` gets each step's seconds."""
         assert self.store is not None and self.is_slave
-        clock = time.perf_counter
-        t = clock()
-
-        def lap(name: str) -> None:
-            nonlocal t
-            if timings is not None:
-                now = clock()
-                timings[name] = round(now - t, 4)
-                t = now
+        lap = lap_timer(timings)
         if self.slave_sync is not None:
             await self.slave_sync.stop()
             self.slave_sync = None
@@ -384,18 +372,22 @@ class Broker:
         lap("register")
         await self.run(self.store.start_timer)
         lap("timer")
-        assert self.puts is not None and self.transaction_check is not None
-        self.schedule = ScheduleMessageService(
-            self.store, self.delay_offsets, self.delay_levels_ms, self.puts.put_blocking,
-            self.run, self.config.schedule_poll_interval_ms / 1000.0)
-        self.schedule.start()
-        self.transaction_check.start()
+        self._start_master_services()
         if self.pop_service is not None:
             self.pop_service.start()
         for ext in self.extensions:
             await ext.stop()
             await ext.start()
         lap("services")
+
+    def _start_master_services(self) -> None:
+        """What only a master runs: delayed delivery and the transaction check-back."""
+        assert self.puts is not None and self.transaction_check is not None
+        self.schedule = ScheduleMessageService(
+            self.store, self.delay_offsets, self.delay_levels_ms, self.puts.put_blocking,
+            self.run, self.config.schedule_poll_interval_ms / 1000.0)
+        self.schedule.start()
+        self.transaction_check.start()
 
     async def _start_workers(self, broker_srv: Any) -> None:
         """listenPort served by worker processes (``workers.pool``): bind it here."""

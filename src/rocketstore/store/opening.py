@@ -140,19 +140,10 @@ def valid_end_from(commitlog: CommitLog, start: int) -> int:
     return min(end, commitlog.max_offset())
 
 
-def promote_store(store: Any, master_epoch: int, sync_state_set: set[int],
-                  timings: dict[str, float] | None = None) -> int:
-    """A controller-mode slave's open store becomes the master's in place (RocketMQ 5's
-    ``changeToMaster``): the HA client stops; the CommitLog is cut to its last whole record
-    (the cut bytes set aside in ``<store>/quarantine/`` first, as a recovery would); the new
-    epoch opens at that end, which is also the confirm offset; dispatch catches up to it and
-    the queue offset table is rebuilt from the ConsumeQueues (the next put takes the next
-    offsets); the put path takes puts as a SYNC_MASTER's. Returns the cut point. The timer
-    wheel is ``start_timer``'s, apart: it is no part of taking sends."""
+def lap_timer(timings: dict[str, float] | None) -> Callable[[str], None]:
+    """``lap(name)`` records the seconds since the previous lap (or this call) under ``name``
+    in ``timings``; nothing when ``timings`` is None."""
     import time
-
-    from .ha.autoswitch import AutoSwitchHAService
-
     clock = time.perf_counter
     t = clock()
 
@@ -162,6 +153,21 @@ def promote_store(store: Any, master_epoch: int, sync_state_set: set[int],
             now = clock()
             timings[name] = round(now - t, 4)
             t = now
+    return lap
+
+
+def promote_store(store: Any, master_epoch: int, sync_state_set: set[int],
+                  timings: dict[str, float] | None = None) -> int:
+    """A controller-mode slave's open store becomes the master's in place (RocketMQ 5's
+    ``changeToMaster``): the HA client stops; the CommitLog is cut to its last whole record
+    (the cut bytes set aside in ``<store>/quarantine/`` first, as a recovery would); the new
+    epoch opens at that end, which is also the confirm offset; dispatch catches up to it and
+    the queue offset table is rebuilt from the ConsumeQueues (the next put takes the next
+    offsets); the put path takes puts as a SYNC_MASTER's. Returns the cut point. The timer
+    wheel is ``start_timer``'s, apart: it is no part of taking sends."""
+    from .ha.autoswitch import AutoSwitchHAService
+
+    lap = lap_timer(timings)
     ha = store.ha
     if not isinstance(ha, AutoSwitchHAService):
         raise RuntimeError("promote_store: not a controller-mode store")
