@@ -122,7 +122,8 @@ def test_our_group_fails_over_and_the_old_master_rejoins(controllers, tmp_path):
         ns = start_namesrv(str(tmp_path / "ns"))
         procs.append(ns)
         ctl = controllers(write_conf(str(tmp_path / "controller.conf"), str(tmp_path / "cstore"),
-                                     scanNotActiveBrokerInterval=500), str(tmp_path / "ctl.log"))
+                                     scanNotActiveBrokerInterval=500), str(tmp_path / "ctl.log"),
+                          "--metrics-port", "0")
         ports = [free_port_block() for _ in range(3)]
         b = {}
         for i, port in enumerate(ports, 1):
@@ -232,6 +233,28 @@ def test_our_group_fails_over_and_the_old_master_rejoins(controllers, tmp_path):
             wait_for(lambda: p.send(TOPIC, b"after-slave-death").status == "SEND_OK", 15,
                      "an acknowledged send without the dead slave", 0.1)
         print(f"sends acknowledged again {time.monotonic() - t_gone:.2f} s after a slave died")
+
+        # an operator's view: `rocketstore status --controller` names the master, the
+        # SyncStateSet without the dead slave, and the last failover (from our controller's
+        # /metrics): what this test did, not what the controller is asked again
+        import subprocess
+        import sys
+        args = [sys.executable, "-m", "rocketstore.cli", "status", "--namesrv", ns.addr,
+                "--controller", f"127.0.0.1:1;{ctl.addr}",  # a dead address first: the next answers
+                "--controller-metrics", ctl.ready["metrics"]]
+        out = subprocess.run(args + ["--json"], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        g = json.loads(out.stdout)["controller"]["groups"][BN]
+        new_id = st["masterBrokerId"]
+        assert (g["masterBrokerId"], g["masterAddress"]) == (new_id, new.addr)
+        assert gone not in {r["brokerId"] for r in g["inSyncReplicas"]}
+        assert {r["brokerId"]: r["alive"] for r in g["notInSyncReplicas"]}.get(gone) is False
+        assert g["lastFailover"]["toId"] == new_id and g["lastFailover"]["fromId"] == 1
+        assert g["lastFailover"]["at"] >= time.time() - 600
+        text = subprocess.run(args, capture_output=True, text=True, timeout=120)
+        assert text.returncode == 0, text.stderr
+        assert f"group {BN}: master {new_id} " in text.stdout, text.stdout
+        assert "last failover: " in text.stdout and f"1 -> {new_id}" in text.stdout, text.stdout
     finally:
         for p in reversed(procs):
             if p.proc.poll() is None:

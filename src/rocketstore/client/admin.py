@@ -89,6 +89,11 @@ class AsyncAdminClient:
                             "addr": addrs[0]})
         return out
 
+    async def broker_names(self) -> list[str]:
+        """Every broker group the name server knows, with or without a master."""
+        info = fastjson.loads((await self._namesrv_call(RequestCode.GET_BROKER_CLUSTER_INFO)).body)
+        return sorted((info.get("brokerAddrTable") or {}).keys())
+
     async def broker_addrs(self) -> list[str]:
         if self.broker:
             return [self.broker]

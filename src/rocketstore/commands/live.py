@@ -170,10 +170,21 @@ def topics(namesrv, broker, store_dir, include_system, as_json):
 # -- status ------------------------------------------------------------------------------------
 @click.command("status")
 @target_options
+@click.option("--controller", default=None, metavar="HOST:PORT[;HOST:PORT]",
+              help="Controller mode: also each group's master, epochs and SyncStateSet from "
+                   "this controller (RocketMQ's or ours; the group leader answers).")
+@click.option("--controller-metrics", default=None, metavar="URL",
+              help="Our controller's /metrics (rocketstore controller --metrics-port): also "
+                   "each group's last failover (when, why, how long).")
 @json_option
-def status(namesrv, broker, store_dir, as_json):
-    """Broker runtime numbers: CommitLog offsets, dispatch lag, totals, rates, disk use."""
+def status(namesrv, broker, store_dir, controller, controller_metrics, as_json):
+    """Broker runtime numbers: CommitLog offsets, dispatch lag, totals, rates, disk use; with
+    --controller, each broker group's replicas as the controller sees them."""
     check_target(namesrv, broker, store_dir)
+    if controller_metrics and not controller:
+        raise click.UsageError("--controller-metrics goes with --controller")
+    if controller and not namesrv:
+        raise click.UsageError("--controller needs --namesrv (it names the broker groups)")
     if store_dir:
         from ..broker.admin.views import runtime_info
         with offline(store_dir) as st:
@@ -194,9 +205,20 @@ def status(namesrv, broker, store_dir, as_json):
                     brokers.append({**b, "runtime": {}, "replication": None, "error": str(exc)})
                     continue
                 brokers.append({**b, "runtime": rt, "replication": replication(rt)})
+    groups = None
+    if controller:
+        from ._replication import controller_groups
+        with admin_client(namesrv, None) as client:
+            names = client.broker_names()
+        groups = controller_groups(controller, names, controller_metrics)
     if as_json:
-        emit_json({"brokers": brokers})
+        emit_json({"brokers": brokers} if groups is None else
+                  {"brokers": brokers, "controller": groups})
         return
+    if groups is not None:
+        from ._replication import controller_lines
+        for line in controller_lines(controller, groups):
+            click.echo(line)
     for b in brokers:
         title = b.get("store") or f"{b['cluster']}/{b['name']} {b['addr']}"
         if b.get("id"):
