@@ -98,6 +98,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--skip-s3", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--keep-tiers", action="store_true",
+                    help="keep the tiers and Parquet under <store>-tiers (removed by default)")
     ap.add_argument("--parquet", action="store_true",
                     help="also Spark reading Parquet of the same rows from the same S3 server "
                          "(s3a://; needs `make bench-s3a`, which resolves hadoop-aws from Maven)")
@@ -154,6 +156,8 @@ def main() -> None:
     finally:
         if srv is not None:
             srv.stop()
+        if not a.keep_tiers:  # the tiers (and Parquet) hold several copies of the store
+            shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(res, indent=1) if a.json else res)
 
 
