@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,7 @@ from tests.broker.conftest import start_server  # noqa: E402
 from tests.cluster.java_rocketmq import (start_java_broker, start_java_namesrv,  # noqa: E402
                                         start_java_proxy)
 
+PY_SPY = next((p for p in (Path(sys.executable).with_name("py-spy"),) if p.exists()), "py-spy")
 HOME = os.path.expanduser(os.environ.get("ROCKETMQ5_HOME", "~/.cache/rocketstore/referee/5.3.3"))
 
 
@@ -36,6 +38,11 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=2000)
     ap.add_argument("--consumers", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=1, help="runs per broker (best kept)")
+    ap.add_argument("--brokers", default="java,rocketstore",
+                    help="which brokers to run, comma-separated (default both)")
+    ap.add_argument("--profile", metavar="FILE",
+                    help="record our broker (all its processes) with py-spy during its runs: "
+                         "FILE.svg flame graph, or collapsed stacks when FILE ends in .txt")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-pop-"))
     client_cp = Path(HOME, "client-java-classpath").read_text().strip()
@@ -58,11 +65,23 @@ def main() -> None:
         results: dict[str, tuple[float, float]] = {}
         for rnd in range(args.rounds):
             for name, broker in (("java", "broker-j"), ("rocketstore", "broker-o")):
+                if name not in args.brokers.split(","):
+                    continue
+                spy = None
+                if args.profile and name == "rocketstore":
+                    fmt = "raw" if args.profile.endswith(".txt") else "flamegraph"
+                    spy = subprocess.Popen([PY_SPY, "record", "--subprocesses", "--nonblocking",
+                                            "-f", fmt, "-o", args.profile,
+                                            "--pid", str(ours.proc.pid)],
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 r = subprocess.run(
                     ["timeout", "600", "java", "-Xmx512m", f"-Duser.home={work}",
                      f"-DBENCH_N={args.messages}", f"-DBENCH_CONSUMERS={args.consumers}",
                      "-cp", f"{classes}:{cp}", "Proxy5Probe", endpoint, ns.addr, broker,
                      f"b{name[0]}{rnd}", "bench_pop"], capture_output=True, text=True)
+                if spy is not None:
+                    spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+                    spy.wait(timeout=60)
                 m = re.search(r"BENCH pop n=(\d+) consumers=\d+ send_ms=(\d+) recv_ack_ms=(\d+)",
                               r.stdout)
                 if not m or "PASS bench_pop" not in r.stdout:
@@ -76,8 +95,10 @@ def main() -> None:
         print(f"{'broker':12} {'recv+ack msg/s':>15} {'send msg/s':>11}")
         for name, (recv, send) in results.items():
             print(f"{name:12} {recv:15.0f} {send:11.0f}")
-        print(f"rocketstore / java: receive+ack {results['rocketstore'][0] / results['java'][0]:.2f}x, "
-              f"send {results['rocketstore'][1] / results['java'][1]:.2f}x")
+        if len(results) == 2:
+                print(f"rocketstore / java: receive+ack "
+                  f"{results['rocketstore'][0] / results['java'][0]:.2f}x, "
+                  f"send {results['rocketstore'][1] / results['java'][1]:.2f}x")
     finally:
         if ours is not None:
             ours.stop()
