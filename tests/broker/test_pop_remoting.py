@@ -114,6 +114,23 @@ def test_polling_info_counts_a_held_pop_and_notification_wakes(srv):
                 {"consumerGroup": "G_other", "topic": "PopR", "queueId": -1, "pollTime": 500,
                  "bornTime": int(time.time() * 1000)})
     assert note.code == 0 and note.ext_fields["hasMsg"] == "true"  # another group: unread
+    # G_poll read everything: its NOTIFICATION is held until a message arrives, then answers
+    got.clear()
+
+    def noted():
+        got["note"] = call(srv.broker, RequestCode.NOTIFICATION,
+                           {"consumerGroup": "G_poll", "topic": "PopR", "queueId": -1,
+                            "pollTime": 20_000, "bornTime": int(time.time() * 1000)})
+    t = threading.Thread(target=noted)
+    t0 = time.monotonic()
+    t.start()
+    while call(srv.broker, RequestCode.POLLING_INFO, info).ext_fields["pollingNum"] != "1":
+        assert time.monotonic() - t0 < 5 and t.is_alive(), got
+        time.sleep(0.1)
+    _send(srv.broker, b"wake-note", 0)
+    t.join(15)
+    assert got["note"].code == 0 and got["note"].ext_fields["hasMsg"] == "true"
+    assert time.monotonic() - t0 < 15  # woken by the arrival, not by the 20 s poll time
 
 
 def test_bad_pop_input_gets_rocketmqs_codes_and_acks_nothing(srv):

@@ -168,21 +168,29 @@ async def pop(ctx: PopContext, conn: Any, cmd: RemotingCommand) -> RemotingComma
                 "startOffsetInfo": "", "msgOffsetInfo": ""}, remark="NO_MESSAGE_IN_QUEUE")
         ctx.polling[key] = ctx.polling.get(key, 0) + 1
         try:
-            if not positions:  # every queue is locked by an in-flight orderly batch
-                await asyncio.sleep(min(left, 0.2))
-            else:
-                waits = [asyncio.ensure_future(ctx.hold.wait(t, q, o, left))
-                         for t, q, o in positions]
-                try:
-                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    for w in waits:
-                        w.cancel()
+            await _hold(ctx, positions, left, fifo)
         finally:
             ctx.polling[key] -= 1
             if not ctx.polling[key]:
                 del ctx.polling[key]
         pop_time = int(time.time() * 1000)
+
+
+async def _hold(ctx: PopContext, positions: list, left: float, fifo: bool) -> None:
+    """Long-poll a pop or NOTIFICATION that found nothing: until a message arrives at one of
+    ``positions`` ((topic, queue, offset)) or ``left`` seconds pass; an orderly pop also
+    rechecks every 0.2 s, when a batch in flight holds a queue (its lock expires unannounced)."""
+    if not positions:  # every queue is locked by an in-flight orderly batch
+        await asyncio.sleep(min(left, 0.2))
+        return
+    waits = [asyncio.ensure_future(ctx.hold.wait(t, q, o, left)) for t, q, o in positions]
+    if fifo:
+        waits.append(asyncio.ensure_future(asyncio.sleep(min(left, 0.2))))
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
 
 
 def _pop_found(ctx: PopContext, cmd: RemotingCommand, topic: str, queues: list, group: str,
@@ -493,13 +501,14 @@ async def notification(ctx: PopContext, conn: Any, cmd: RemotingCommand) -> Remo
     deadline = time.monotonic() + min(max(poll_ms, 0), MAX_POLL_MS) / 1000.0
     key = (topic, group, queue_id)
     while True:
-        has = await ctx.run(svc.has_message, group, queues, fifo)
+        positions: list[tuple[str, int, int]] = []
+        has = await ctx.run(svc.has_message, group, queues, fifo, positions)
         left = deadline - time.monotonic()
         if has or left <= 0 or ctx.hold.closed:
             return cmd.response(ResponseCode.SUCCESS, {"hasMsg": has, "pollingFull": False})
         ctx.polling[key] = ctx.polling.get(key, 0) + 1
-        try:
-            await asyncio.sleep(min(left, 0.1))
+        try:  # held as a pop is: woken by an arrival, not by polling the store
+            await _hold(ctx, positions, left, fifo)
         finally:
             ctx.polling[key] -= 1
             if not ctx.polling[key]:
