@@ -114,6 +114,23 @@ def test_polling_info_counts_a_held_pop_and_notification_wakes(srv):
                 {"consumerGroup": "G_other", "topic": "PopR", "queueId": -1, "pollTime": 500,
                  "bornTime": int(time.time() * 1000)})
     assert note.code == 0 and note.ext_fields["hasMsg"] == "true"  # another group: unread
+    # G_poll read everything: its NOTIFICATION is held until a message arrives, then answers
+    got.clear()
+
+    def noted():
+        got["note"] = call(srv.broker, RequestCode.NOTIFICATION,
+                           {"consumerGroup": "G_poll", "topic": "PopR", "queueId": -1,
+                            "pollTime": 20_000, "bornTime": int(time.time() * 1000)})
+    t = threading.Thread(target=noted)
+    t0 = time.monotonic()
+    t.start()
+    while call(srv.broker, RequestCode.POLLING_INFO, info).ext_fields["pollingNum"] != "1":
+        assert time.monotonic() - t0 < 5 and t.is_alive(), got
+        time.sleep(0.1)
+    _send(srv.broker, b"wake-note", 0)
+    t.join(15)
+    assert got["note"].code == 0 and got["note"].ext_fields["hasMsg"] == "true"
+    assert time.monotonic() - t0 < 15  # woken by the arrival, not by the 20 s poll time
 
 
 def test_bad_pop_input_gets_rocketmqs_codes_and_acks_nothing(srv):
@@ -154,3 +171,70 @@ def test_bad_pop_input_gets_rocketmqs_codes_and_acks_nothing(srv):
     assert [m.body for m in msgs] == [b"keep"] and msgs[0].reconsume_times == 1
     assert msgs[0].properties["POP_CK"].split(" ")[4] == "1"  # from the retry queue
     assert msgs[0].topic == "PopR"  # re-encoded with the topic asked for
+
+
+def _pipelined(addr: str, reqs: list[tuple[int, dict]]) -> list:
+    """Send every request on one connection before reading any answer (as RocketMQ's proxy
+    sends a received batch's acks); the answers in request order."""
+    import socket
+
+    from rocketstore.remoting.command import RemotingCommand
+    from rocketstore.remoting.connection import NEED_DATA, RemotingConnection
+
+    host, port = addr.rsplit(":", 1)
+    codec, cmds = RemotingConnection(), [RemotingCommand.request(c, f, b"", language="JAVA")
+                                         for c, f in reqs]
+    by_opaque = {}
+    with socket.create_connection((host, int(port)), timeout=60) as s:
+        s.sendall(b"".join(codec.send(c) for c in cmds))
+        while len(by_opaque) < len(cmds):
+            r = codec.next_command()
+            if r is NEED_DATA:
+                data = s.recv(1 << 20)
+                assert data, "the broker closed the connection"
+                codec.receive_data(data)
+            else:
+                by_opaque[r.opaque] = r
+    return [by_opaque[c.opaque] for c in cmds]
+
+
+def test_acks_arriving_together_share_ack_records_and_survive_a_restart(tmp_path):
+    """32 ACK_MESSAGEs sent at once (one of them out of range) are settled together: each gets
+    its own answer, the revive log gets a few ack records rather than one per message, and a
+    restart replays them all (nothing comes back once the invisible time is over)."""
+    store = str(tmp_path / "store")
+    s = start_server(store)
+    try:
+        r = call(s.broker, RequestCode.UPDATE_AND_CREATE_TOPIC,
+                 {"topic": "PopR", "defaultTopic": "TBW102", "readQueueNums": 2,
+                  "writeQueueNums": 2, "perm": 6, "topicFilterType": "SINGLE_TAG",
+                  "topicSysFlag": 0, "order": "false"})
+        assert r.code == 0, r.remark
+        for i in range(31):
+            _send(s.broker, b"m-%d" % i, 0)
+        wait_dispatched(s.broker, "PopR", {0: 31})
+        r = _pop(s.broker, group="G_many", invisibleTime=3000)
+        assert r.code == ResponseCode.SUCCESS and len(_records(r.body)) == 31
+        f = r.ext_fields
+        handle = f"0 {f['popTime']} 3000 0 0 broker-a 0"
+        acks = [(RequestCode.ACK_MESSAGE, {"consumerGroup": "G_many", "topic": "PopR",
+                                           "queueId": 0, "offset": o,
+                                           "extraInfo": f"{handle} {o}"}) for o in range(31)]
+        acks.insert(7, (RequestCode.ACK_MESSAGE, {"consumerGroup": "G_many", "topic": "PopR",
+                                                  "queueId": 0, "offset": 99,
+                                                  "extraInfo": f"{handle} 99"}))
+        answers = _pipelined(s.broker, acks)
+        assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 7 + [
+            ResponseCode.NO_MESSAGE] + [ResponseCode.SUCCESS] * 24
+    finally:
+        assert s.stop() == 0, s.log()
+    s = start_server(store)  # replays the revive log before it answers
+    try:
+        revive = call(s.broker, 30, {"topic": "rmq_sys_REVIVE_LOG_DefaultCluster", "queueId": 0})
+        records = int(revive.ext_fields["offset"])  # one ck record, then the ack records
+        assert 2 <= records <= 9, records  # one per ACK_MESSAGE would be 32
+        time.sleep(max(int(f["popTime"]) + 3000 - time.time() * 1000, 0) / 1000 + 0.5)
+        again = _pop(s.broker, group="G_many", poll_ms=1500)
+        assert again.code == ResponseCode.POLLING_TIMEOUT, _records(again.body)
+    finally:
+        assert s.stop() == 0, s.log()

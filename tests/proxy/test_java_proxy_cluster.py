@@ -154,3 +154,32 @@ def test_python_grpc_client_through_the_proxy(cluster, tmp_path, monkeypatch):
                 s["body"], f"Tag{s['i'] % 2}", [f"key-{s['i']}"], 1, f"PyProxy_{name}"), name
             assert g["properties"].get("seq") == str(s["i"]), name
         assert again == [], (name, again)
+
+
+def test_node_grpc_client_through_the_proxy(cluster, tmp_path):
+    """npm ``rocketmq-client-nodejs`` (the driver of ``test_node_client``) through RocketMQ's
+    Java proxy: a Producer sends, a SimpleConsumer receives them all, moves one's invisible time
+    and acks each, and a further receive finds nothing; on a topic of the Java broker (the
+    expected outcome) and on one of ours, through the same proxy."""
+    import json
+
+    from .test_node_client import DRIVER, _node_modules
+
+    mods = _node_modules()
+    env = {**os.environ, "NODE_PATH": str(mods), "HOME": str(tmp_path)}
+    got = {}
+    for name, broker in (("java", cluster["jbroker"]), ("ours", cluster["ours"].broker)):
+        topic = f"NodeProxy_{name}"
+        _topic_on(broker, cluster["ns"], topic)
+        r = subprocess.run(["node", str(DRIVER), cluster["endpoint"], topic, f"G_node_{name}",
+                            "6"], capture_output=True, text=True, timeout=180, env=env)
+        assert r.returncode == 0, (name, r.stdout[-2000:], r.stderr[-3000:])
+        got[name] = json.loads(r.stdout.strip().splitlines()[-1])
+    for name, out in got.items():
+        sent_ids = {s["message_id"] for s in out["sent"]}
+        assert len(sent_ids) == 6 and out["changed"], (name, out)
+        assert {g["message_id"] for g in out["got"]} == sent_ids, (name, out)
+        assert sorted(g["body"] for g in out["got"]) == [f"node-body-{i}" for i in range(6)]
+        assert all(g["tag"] == "NodeTag" and g["from"] == "node" and g["attempt"] == 1
+                   for g in out["got"]), (name, out["got"])
+        assert out["again"] == 0, (name, out)  # all acked, the one whose invisible time moved too

@@ -154,6 +154,9 @@ class PopContext:
     run: Run
     # pops held now, per (topic, group, queue id): what POLLING_INFO answers
     polling: dict = field(default_factory=dict)
+    # ACK_MESSAGEs waiting for the one store call that settles them together (processors.pop)
+    acks: list = field(default_factory=list)
+    ack_task: Any = None
 
 
 @dataclass

@@ -23,6 +23,13 @@ takes RocketMQ's ``BatchAckMessageRequestBody`` (``acks``: ``c`` group, ``t`` to
 ``b`` the acked offsets as a base64 ``java.util.BitSet``). CHANGE_MESSAGE_INVISIBLETIME makes a
 new checkpoint for the message, invisible from now, and acks it in the old one; it answers the
 new ``popTime``, ``invisibleTime`` and ``reviveQid``.
+
+Cost: each request makes one trip off the event loop (a POP_MESSAGE that found messages pops and
+builds its answer in the same trip). ACK_MESSAGEs are settled in rounds: those that arrive
+while a round is in the store wait for the next, and a round writes one ack record per
+checkpoint for all of its offsets — RocketMQ's proxy acks a received batch message by message,
+all at once, and this makes those 32 requests a few records and one trip, as one
+BATCH_ACK_MESSAGE would be.
 """
 from __future__ import annotations
 
@@ -149,10 +156,10 @@ async def pop(ctx: PopContext, conn: Any, cmd: RemotingCommand) -> RemotingComma
     key = (topic, group, queue_id)
     pop_time = now
     while True:
-        found, positions = await ctx.run(svc.pop_once, group, queues, expr, invisible,
-                                         max(max_nums, 1), fifo, pop_time)
-        if found:
-            break
+        found, positions = await ctx.run(_pop_found, ctx, cmd, topic, queues, group, expr,
+                                         invisible, max(max_nums, 1), fifo, pop_time)
+        if found is not None:
+            return found
         left = deadline - time.monotonic()
         if left <= 0 or ctx.hold.closed:
             return cmd.response(ResponseCode.POLLING_TIMEOUT, {
@@ -161,23 +168,42 @@ async def pop(ctx: PopContext, conn: Any, cmd: RemotingCommand) -> RemotingComma
                 "startOffsetInfo": "", "msgOffsetInfo": ""}, remark="NO_MESSAGE_IN_QUEUE")
         ctx.polling[key] = ctx.polling.get(key, 0) + 1
         try:
-            if not positions:  # every queue is locked by an in-flight orderly batch
-                await asyncio.sleep(min(left, 0.2))
-            else:
-                waits = [asyncio.ensure_future(ctx.hold.wait(t, q, o, left))
-                         for t, q, o in positions]
-                try:
-                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    for w in waits:
-                        w.cancel()
+            await _hold(ctx, positions, left, fifo)
         finally:
             ctx.polling[key] -= 1
             if not ctx.polling[key]:
                 del ctx.polling[key]
         pop_time = int(time.time() * 1000)
-    return await ctx.run(_found_response, ctx, cmd, topic, queues, group, found, pop_time,
-                         invisible, fifo)
+
+
+async def _hold(ctx: PopContext, positions: list, left: float, fifo: bool) -> None:
+    """Long-poll a pop or NOTIFICATION that found nothing: until a message arrives at one of
+    ``positions`` ((topic, queue, offset)) or ``left`` seconds pass; an orderly pop also
+    rechecks every 0.2 s, when a batch in flight holds a queue (its lock expires unannounced)."""
+    if not positions:  # every queue is locked by an in-flight orderly batch
+        await asyncio.sleep(min(left, 0.2))
+        return
+    waits = [asyncio.ensure_future(ctx.hold.wait(t, q, o, left)) for t, q, o in positions]
+    if fifo:
+        waits.append(asyncio.ensure_future(asyncio.sleep(min(left, 0.2))))
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+def _pop_found(ctx: PopContext, cmd: RemotingCommand, topic: str, queues: list, group: str,
+               expr: Any, invisible: int, batch: int, fifo: bool, pop_time: int
+               ) -> tuple[RemotingCommand | None, list]:
+    """One pop and, when it found messages, its FOUND answer — one trip off the event loop
+    (blocking); else (None, the positions to long-poll on)."""
+    found, positions = ctx.service.pop_once(group, queues, expr, invisible, batch, fifo,
+                                            pop_time)
+    if not found:
+        return None, positions
+    return _found_response(ctx, cmd, topic, queues, group, found, pop_time, invisible,
+                           fifo), positions
 
 
 def _found_response(ctx: PopContext, cmd: RemotingCommand, topic: str, queues: list,
@@ -290,21 +316,13 @@ def _offset_refusal(ctx: PopContext, cmd: RemotingCommand, topic: str, queue_id:
     return None
 
 
-def _ack_one(ctx: PopContext, group: str, topic: str, rh: ReceiptHandle, offset: int) -> bool:
-    """Ack ``offset`` of the checkpoint ``rh`` names, if it is in flight (blocking)."""
-    pop = ctx.service.pop
-    probe = dataclasses.replace(rh, offset=offset)
-    ck = pop.find(group, topic, probe)
-    if ck is None:
-        return False
-    pop.ack(ck, offset)
-    return True
+# (group, topic, the stored topic, queue id, offset, receipt handle of the named queue)
+Named = tuple[str, str, str, int, int, ReceiptHandle]
 
 
-async def _handled(ctx: PopContext, cmd: RemotingCommand, for_ack: bool
-                   ) -> tuple[str, str, int, ReceiptHandle] | RemotingCommand:
-    """The (group, topic, offset, receipt handle of the named queue) an ACK_MESSAGE or
-    CHANGE_MESSAGE_INVISIBLETIME names, or RocketMQ's refusal of it."""
+def _named(ctx: PopContext, cmd: RemotingCommand) -> Named | RemotingCommand:
+    """What an ACK_MESSAGE or CHANGE_MESSAGE_INVISIBLETIME names, or RocketMQ's refusal of it
+    (the checks that need no store read; ``_offset_refusal`` is the other)."""
     group = cmd.require_str("consumerGroup")
     topic = cmd.require_str("topic")
     queue_id = cmd.require_int("queueId")
@@ -317,19 +335,71 @@ async def _handled(ctx: PopContext, cmd: RemotingCommand, for_ack: bool
     refused = _check_queue(ctx, cmd, stored, queue_id, ResponseCode.MESSAGE_ILLEGAL)
     if refused is not None:
         return refused
-    refused = await ctx.run(_offset_refusal, ctx, cmd, stored, queue_id, offset, for_ack)
-    if refused is not None:
-        return refused
-    return group, topic, offset, dataclasses.replace(rh, queue_id=queue_id)
+    return group, topic, stored, queue_id, offset, dataclasses.replace(rh, queue_id=queue_id)
+
+
+def _ack_many(ctx: PopContext, items: list[tuple[RemotingCommand, Named]]
+              ) -> list[RemotingCommand]:
+    """Settle ACK_MESSAGEs that arrived together (blocking): each checked against its queue,
+    then one ack record per checkpoint for all of its offsets acked here (as a
+    BATCH_ACK_MESSAGE of them would), not one per message. An answer per request, in order."""
+    answers: list[RemotingCommand | None] = []
+    pop = ctx.service.pop
+    by_ck: dict[int, tuple[Any, list[int], list[int]]] = {}  # id -> (ck, offsets, answer idx)
+    for i, (cmd, (group, topic, stored, qid, offset, rh)) in enumerate(items):
+        refused = _offset_refusal(ctx, cmd, stored, qid, offset, True)
+        if refused is not None:
+            answers.append(refused)
+            continue
+        answers.append(None)
+        # not in flight (acked, revived, never popped): SUCCESS and nothing changes
+        ck = pop.find(group, topic, dataclasses.replace(rh, offset=offset))
+        if ck is not None:
+            _ck, offs, idx = by_ck.setdefault(id(ck), (ck, [], []))
+            if offset not in offs:
+                offs.append(offset)
+            idx.append(i)
+    for ck, offs, idx in by_ck.values():
+        try:
+            pop.ack(ck, offs)
+        except Exception as exc:  # the revive log refused the record: these acks failed
+            for i in idx:
+                answers[i] = items[i][0].response(ResponseCode.SYSTEM_ERROR,
+                                                  remark=f"ack not stored: {exc}")
+    return [a if a is not None else items[i][0].response(ResponseCode.SUCCESS)
+            for i, a in enumerate(answers)]
+
+
+async def _drain_acks(ctx: PopContext) -> None:
+    """Settle queued ACK_MESSAGEs, one store call per round; what arrives meanwhile waits for
+    the next round (a group commit of acks: the proxy sends a received batch's acks at once)."""
+    try:
+        while ctx.acks:
+            batch, ctx.acks = ctx.acks, []
+            try:
+                answers = await ctx.run(_ack_many, ctx, [(c, n) for c, n, _f in batch])
+            except Exception as exc:
+                for _c, _n, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                continue
+            for (_c, _n, fut), answer in zip(batch, answers):
+                if not fut.done():
+                    fut.set_result(answer)
+    finally:
+        ctx.ack_task = None
 
 
 async def ack(ctx: PopContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-    named = await _handled(ctx, cmd, True)
+    named = _named(ctx, cmd)
     if isinstance(named, RemotingCommand):
         return named
-    group, topic, offset, rh = named
-    await ctx.run(_ack_one, ctx, group, topic, rh, offset)
-    return cmd.response(ResponseCode.SUCCESS)
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[RemotingCommand] = loop.create_future()
+    ctx.acks.append((cmd, named, fut))
+    if ctx.ack_task is None:
+        ctx.ack_task = loop.create_task(_drain_acks(ctx), name="pop-acks")
+    return await fut
 
 
 def _bitset(b64: str | None) -> list[int]:
@@ -385,25 +455,30 @@ async def batch_ack(ctx: PopContext, conn: Any, cmd: RemotingCommand) -> Remotin
 
 
 # -- CHANGE_MESSAGE_INVISIBLETIME --------------------------------------------------------------
-def _change(ctx: PopContext, group: str, topic: str, rh: ReceiptHandle, offset: int,
-            invisible: int) -> tuple[int, int]:
+def _change(ctx: PopContext, cmd: RemotingCommand, named: Named,
+            invisible: int) -> RemotingCommand:
+    """CHANGE_MESSAGE_INVISIBLETIME's store part, one trip off the loop (blocking)."""
+    group, topic, stored, qid, offset, rh = named
+    refused = _offset_refusal(ctx, cmd, stored, qid, offset, False)
+    if refused is not None:
+        return refused
     pop = ctx.service.pop
     ck = pop.find(group, topic, dataclasses.replace(rh, offset=offset))
     if ck is None:  # not in flight: nothing to move (RocketMQ would revive it once more)
-        return int(time.time() * 1000), invisible
-    new = pop.change_invisible(ck, offset, invisible)
-    return new.pop_time, new.invisible_ms if ck.fifo else invisible
+        pop_time, shown = int(time.time() * 1000), invisible
+    else:
+        new = pop.change_invisible(ck, offset, invisible)
+        pop_time, shown = new.pop_time, new.invisible_ms if ck.fifo else invisible
+    return cmd.response(ResponseCode.SUCCESS, {"popTime": pop_time, "invisibleTime": shown,
+                                               "reviveQid": rh.revive_queue_id})
 
 
 async def change_invisible(ctx: PopContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
     invisible = cmd.require_int("invisibleTime")
-    named = await _handled(ctx, cmd, False)
+    named = _named(ctx, cmd)
     if isinstance(named, RemotingCommand):
         return named
-    group, topic, offset, rh = named
-    pop_time, shown = await ctx.run(_change, ctx, group, topic, rh, offset, invisible)
-    return cmd.response(ResponseCode.SUCCESS, {"popTime": pop_time, "invisibleTime": shown,
-                                               "reviveQid": rh.revive_queue_id})
+    return await ctx.run(_change, ctx, cmd, named, invisible)
 
 
 # -- NOTIFICATION, POLLING_INFO -----------------------------------------------------------------
@@ -426,13 +501,14 @@ async def notification(ctx: PopContext, conn: Any, cmd: RemotingCommand) -> Remo
     deadline = time.monotonic() + min(max(poll_ms, 0), MAX_POLL_MS) / 1000.0
     key = (topic, group, queue_id)
     while True:
-        has = await ctx.run(svc.has_message, group, queues, fifo)
+        positions: list[tuple[str, int, int]] = []
+        has = await ctx.run(svc.has_message, group, queues, fifo, positions)
         left = deadline - time.monotonic()
         if has or left <= 0 or ctx.hold.closed:
             return cmd.response(ResponseCode.SUCCESS, {"hasMsg": has, "pollingFull": False})
         ctx.polling[key] = ctx.polling.get(key, 0) + 1
-        try:
-            await asyncio.sleep(min(left, 0.1))
+        try:  # held as a pop is: woken by an arrival, not by polling the store
+            await _hold(ctx, positions, left, fifo)
         finally:
             ctx.polling[key] -= 1
             if not ctx.polling[key]:

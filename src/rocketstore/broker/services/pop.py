@@ -299,11 +299,16 @@ class PopService:
         if self.offsets.query(ck.group, ck.topic, ck.queue_id) < ck.end:
             self.offsets.commit(ck.group, ck.topic, ck.queue_id, ck.end)
 
-    def has_message(self, group: str, queues: list[tuple[str, int]], fifo: bool) -> bool:
-        """Whether a pop of ``queues`` would find something now (NOTIFICATION; blocking)."""
+    def has_message(self, group: str, queues: list[tuple[str, int]], fifo: bool,
+                    positions: list[tuple[str, int, int]] | None = None) -> bool:
+        """Whether a pop of ``queues`` would find something now (NOTIFICATION; blocking).
+        When not, ``positions`` gets the (topic, queue, offset) to long-poll on, as
+        ``pop_once`` gives them (none for a queue an orderly batch holds)."""
         now = int(time.time() * 1000)
         for topic, qid in queues:
             if self.topics.get(topic) is None:
+                if positions is not None:  # the retry topic, not created yet
+                    positions.append((topic, qid, 0))
                 continue
             if fifo:
                 ck = self.pop.fifo_checkpoint(group, topic, qid)
@@ -316,6 +321,8 @@ class PopService:
                 offset = self.store.get_min_offset_in_queue(topic, qid)
             if self.store.get_max_offset_in_queue(topic, qid) > offset:
                 return True
+            if positions is not None:
+                positions.append((topic, qid, offset))
         return False
 
     # -- revive ------------------------------------------------------------------------------------
