@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: bench-s3a setup demo test bench clean referee s3server etcd
+.PHONY: node-clients bench-s3a setup demo test bench clean referee s3server etcd
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,12 @@ bench-s3a:
 	for a in org.apache.hadoop:hadoop-aws:3.5.0 software.amazon.awssdk:bundle:2.35.4 \
 	         software.amazon.s3.analyticsaccelerator:analyticsaccelerator-s3:1.3.1; do \
 		mvn -q -B dependency:get -Dartifact=$$a -Dtransitive=false || exit 1; done
+
+# The Node.js RocketMQ clients of the interop tests (rocketmq-client-nodejs, ali-ons), pinned,
+# from npm into .cache/ (ignored by git): seconds when installed. Tests never install them;
+# without node/npm the reason is recorded and those tests skip with it.
+node-clients:
+	@$(PYTHON) scripts/node/install.py
 
 demo: $(STAMP)
 	$(VENV)/bin/rocketstore demo
@@ -78,7 +84,7 @@ MAIN_D := tests/controller/test_our_brokers.py tests/controller/test_mixed_group
 MAIN_C_NODES := tests/spark/test_sink_exactly_once.py::test_java_broker_exactly_once_batch_and_killed_stream[5.3.3]
 MAIN_B_FROM_A := tests/proxy/test_java_proxy_cluster.py
 
-test: $(STAMP) referee etcd
+test: $(STAMP) referee etcd node-clients
 	@tmp=$$(mktemp -d $${TMPDIR:-/tmp}/rocketstore-test.XXXXXX); \
 	nice -n 10 $(PYTHON) scripts/s3server/install.py > .s3server.log 2>&1 & s3=$$!; \
 	( ROCKETSTORE_PURE_PYTHON=1 $(PY) -m pytest -q -rs -p no:cacheprovider \

@@ -17,26 +17,20 @@ import pytest
 from rocketstore import MessageStore, StoreConfig
 from rocketstore.broker.state.files import load_json_lenient
 
+from tests.nodeclients import node_modules
+
 from .conftest import start_server
 
 pytestmark = pytest.mark.interop
-ROOT = Path(__file__).resolve().parents[2]
-NODE_DIR = ROOT / ".cache" / "interop-node"
 DRIVER = Path(__file__).with_name("interop_alions.js")
 
 
 def _node_modules() -> Path:
-    if not shutil.which("node") or not shutil.which("npm"):
-        pytest.skip("node/npm not installed")
-    mods = NODE_DIR / "node_modules"
-    if not (mods / "ali-ons" / "package.json").exists() or not (mods / "urllib").exists():
-        NODE_DIR.mkdir(parents=True, exist_ok=True)
-        (NODE_DIR / "package.json").write_text('{"name":"interop","private":true}')
-        r = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "ali-ons@3.12.0",
-                            "urllib@2"], cwd=NODE_DIR, capture_output=True, text=True,
-                           timeout=600)
-        if r.returncode != 0:
-            pytest.fail(f"npm install ali-ons failed: {r.stderr[-2000:]}")
+    if not shutil.which("node"):
+        pytest.skip("node not installed")
+    mods = node_modules("interop-node", "ali-ons")
+    if not (mods / "urllib").exists():
+        pytest.skip("urllib@2 not installed beside ali-ons (run `make node-clients`)")
     return mods
 
 

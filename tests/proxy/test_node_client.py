@@ -14,26 +14,18 @@ import pytest
 
 from rocketstore.client import PullConsumer
 
-from .conftest import ROOT, start_grpc_server
+from tests.nodeclients import node_modules
+
+from .conftest import start_grpc_server
 
 pytestmark = pytest.mark.interop
-NODE_DIR = ROOT / ".cache" / "grpc-node"
-NODE_PIN = "rocketmq-client-nodejs@1.0.8"
 DRIVER = Path(__file__).with_name("grpc_node_driver.js")
 
 
 def _node_modules() -> Path:
-    if not (shutil.which("node") and shutil.which("npm")):
-        pytest.skip("node/npm not installed: the Node.js RocketMQ 5.x client test needs them")
-    mods = NODE_DIR / "node_modules"
-    if not (mods / "rocketmq-client-nodejs" / "package.json").exists():
-        NODE_DIR.mkdir(parents=True, exist_ok=True)
-        r = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix",
-                            str(NODE_DIR), NODE_PIN], capture_output=True, text=True,
-                           timeout=600)
-        if r.returncode != 0:
-            pytest.fail(f"npm install {NODE_PIN} failed: {r.stderr[-2000:]}")
-    return mods
+    if not shutil.which("node"):
+        pytest.skip("node not installed: the Node.js RocketMQ 5.x client test needs it")
+    return node_modules("grpc-node", "rocketmq-client-nodejs")
 
 
 def test_node_client_sends_receives_changes_invisible_time_and_acks(tmp_path):
