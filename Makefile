@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: node-clients bench-s3a setup demo test bench clean referee s3server etcd
+.PHONY: interop-clients bench-s3a setup demo test bench clean referee s3server etcd
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,11 +41,12 @@ bench-s3a:
 	         software.amazon.s3.analyticsaccelerator:analyticsaccelerator-s3:1.3.1; do \
 		mvn -q -B dependency:get -Dartifact=$$a -Dtransitive=false || exit 1; done
 
-# The Node.js RocketMQ clients of the interop tests (rocketmq-client-nodejs, ali-ons), pinned,
-# from npm into .cache/ (ignored by git): seconds when installed. Tests never install them;
-# without node/npm the reason is recorded and those tests skip with it.
-node-clients:
-	@$(PYTHON) scripts/node/install.py
+# The outside clients of the interop tests (Node: rocketmq-client-nodejs, ali-ons; Python venvs:
+# rocketmq-python-client, the C++ client's rocketmq 0.4.4), pinned, into .cache/ (ignored by
+# git): seconds when installed. Tests never install them; when one cannot be installed the
+# reason is recorded and its tests skip with it.
+interop-clients:
+	@$(PYTHON) scripts/interop/install.py
 
 demo: $(STAMP)
 	$(VENV)/bin/rocketstore demo
@@ -84,7 +85,7 @@ MAIN_D := tests/controller/test_our_brokers.py tests/controller/test_mixed_group
 MAIN_C_NODES := tests/spark/test_sink_exactly_once.py::test_java_broker_exactly_once_batch_and_killed_stream[5.3.3]
 MAIN_B_FROM_A := tests/proxy/test_java_proxy_cluster.py
 
-test: $(STAMP) referee etcd node-clients
+test: $(STAMP) referee etcd interop-clients
 	@tmp=$$(mktemp -d $${TMPDIR:-/tmp}/rocketstore-test.XXXXXX); \
 	nice -n 10 $(PYTHON) scripts/s3server/install.py > .s3server.log 2>&1 & s3=$$!; \
 	( ROCKETSTORE_PURE_PYTHON=1 $(PY) -m pytest -q -rs -p no:cacheprovider \

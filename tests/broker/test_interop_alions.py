@@ -17,7 +17,7 @@ import pytest
 from rocketstore import MessageStore, StoreConfig
 from rocketstore.broker.state.files import load_json_lenient
 
-from tests.nodeclients import node_modules
+from tests.interop_clients import node_modules
 
 from .conftest import start_server
 
@@ -30,7 +30,7 @@ def _node_modules() -> Path:
         pytest.skip("node not installed")
     mods = node_modules("interop-node", "ali-ons")
     if not (mods / "urllib").exists():
-        pytest.skip("urllib@2 not installed beside ali-ons (run `make node-clients`)")
+        pytest.skip("urllib@2 not installed beside ali-ons (run `make interop-clients`)")
     return mods
 
 

@@ -1,6 +1,6 @@
 """Apache's C++ RocketMQ client (PyPI ``rocketmq==0.4.4``) against ``rocketstore serve``.
 
-The client lives in its own venv (``.cache/interop-venv``, created on first run from PyPI) and
+The client lives in its own venv (``.cache/interop-venv``, made by ``make interop-clients``) and
 runs in subprocesses with hard timeouts; the broker is a real ``rocketstore serve`` process.
 """
 from __future__ import annotations
@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import time
-import venv
 from pathlib import Path
 
 import pytest
@@ -20,26 +19,17 @@ from rocketstore.client import AdminClient, PullConsumer
 from rocketstore.errors import BrokerError
 from rocketstore.remoting.codes import ResponseCode
 
+from tests.interop_clients import client_venv_python
+
 from .conftest import start_server
 
 pytestmark = pytest.mark.interop
-ROOT = Path(__file__).resolve().parents[2]
-VENV = ROOT / ".cache" / "interop-venv"
 DRIVER = Path(__file__).with_name("interop_client.py")
 N = 100
 
 
 def _interop_python() -> str:
-    py = VENV / "bin" / "python"
-    ok = py.exists() and subprocess.run([str(py), "-c", "import rocketmq.client"],
-                                        capture_output=True, timeout=60).returncode == 0
-    if not ok:
-        venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
-        r = subprocess.run([str(py), "-m", "pip", "install", "-q", "rocketmq==0.4.4"],
-                           capture_output=True, text=True, timeout=600)
-        if r.returncode != 0:
-            pytest.fail(f"cannot install rocketmq==0.4.4 into {VENV}: {r.stderr[-2000:]}")
-    return str(py)
+    return client_venv_python("interop-venv", "rocketmq.client")
 
 
 def _run(py: str, tmp_path: Path, *args: str, timeout: float = 120) -> list:

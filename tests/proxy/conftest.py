@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import venv
 from pathlib import Path
 
 import pytest
@@ -15,25 +14,16 @@ import pytest
 from rocketstore.broker.state.topics import TopicConfigManager
 from rocketstore.broker.state.subgroups import SubscriptionGroupConfig, SubscriptionGroupManager
 
+from tests.interop_clients import client_venv_python
+
 from ..broker.conftest import Server, start_server
 
-ROOT = Path(__file__).resolve().parents[2]
-CLIENT_VENV = ROOT / ".cache" / "grpc-client-venv"
-CLIENT_PIN = "rocketmq-python-client==5.1.2"
 DRIVER = Path(__file__).with_name("grpc_client_driver.py")
 
 
 def client_python() -> str:
-    py = CLIENT_VENV / "bin" / "python"
-    ok = py.exists() and subprocess.run([str(py), "-c", "import rocketmq.v5.producer"],
-                                        capture_output=True, timeout=120).returncode == 0
-    if not ok:
-        venv.EnvBuilder(with_pip=True, clear=True).create(CLIENT_VENV)
-        r = subprocess.run([str(py), "-m", "pip", "install", "-q", CLIENT_PIN],
-                           capture_output=True, text=True, timeout=900)
-        if r.returncode != 0:
-            pytest.fail(f"cannot install {CLIENT_PIN} into {CLIENT_VENV}: {r.stderr[-2000:]}")
-    return str(py)
+    """The venv ``make interop-clients`` made with rocketmq-python-client (skip without it)."""
+    return client_venv_python("grpc-client-venv", "rocketmq.v5.producer")
 
 
 def run_client(py: str, tmp_path: Path, *args: str, timeout: float = 120):

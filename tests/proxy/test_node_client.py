@@ -14,7 +14,7 @@ import pytest
 
 from rocketstore.client import PullConsumer
 
-from tests.nodeclients import node_modules
+from tests.interop_clients import node_modules
 
 from .conftest import start_grpc_server
 
