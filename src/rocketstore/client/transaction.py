@@ -133,7 +133,8 @@ async def end_transactions_at(instance: ClientInstance, addr: str, group: str,
               "commitOrRollback": TRANSACTION_COMMIT_TYPE if commit else TRANSACTION_ROLLBACK_TYPE,
               "fromTransactionCheck": False, "msgId": first.msg_id,
               "transactionId": first.msg_id, "batchEntries": len(halves)}
-    body = b"".join(struct.pack(">qq", h.queue_offset, h.commitlog_offset) for h in halves)
+    body = struct.pack(f">{2 * len(halves)}q", *[v for h in halves
+                                                  for v in (h.queue_offset, h.commitlog_offset)])
     await instance.invoke(addr, RequestCode.END_TRANSACTION, header, body)
 
 
