@@ -426,8 +426,10 @@ def _settle(o: SinkOptions, batch: str, messages, decide: bool) -> None:
 
 
 def _start_responder(o: SinkOptions) -> None:
+    """A restarted sink's responder (a fresh sink's starts at its first commit)."""
     from . import sink_transactions as st
-    st.ensure_responder(o.state_dir, o.group, o.namesrv, o.credentials)
+    if st.has_decisions(o.state_dir):
+        st.ensure_responder(o.state_dir, o.group, o.namesrv, o.credentials)
 
 
 def _write(iterator, o: SinkOptions) -> SentCount:
