@@ -46,9 +46,10 @@ in the producer group, one per state directory (an ``flock`` on ``responder.lock
 when none runs: by the driver's writer when the state directory holds a decision already (a
 restarted query: the halves of the batches before may need answers), else by the first
 commit, right after its decision — until then every answer would be UNKNOW, which a missing
-responder gives as well, and its start-up does not compete with the tasks. It follows the Spark driver named in ``owner`` (the JVM's
-pid, rewritten by every writer) and exits when that process is gone; a restarted driver starts a
-new one, which answers for the dead driver's half messages too. Credentials reach it through its
+responder gives as well, and its start-up does not compete with the tasks. It follows the
+Spark driver named in ``owner`` (the JVM's pid, rewritten by every writer) and exits when that
+process is gone; a restarted driver starts a new one, which answers for the dead driver's half
+messages too. Credentials reach it through its
 environment, never its command line.
 
 The broker discards a half message after ``transactionCheckMax`` unanswered checks (RocketMQ:
