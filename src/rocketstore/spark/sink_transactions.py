@@ -367,6 +367,10 @@ def answer(state_dir: str, sid: str, tag: str | None):
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs. No pid (0: an ``owner`` file gone with its state directory)
+    is no process — ``kill(0, 0)`` would ask about our own process group instead."""
+    if pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
