@@ -308,3 +308,24 @@ def _all(env, topic: str, qid: int) -> list:
         if not got:
             return out
         out += got
+
+
+def test_half_batch_builds_what_half_message_builds(env):
+    """A prepared batch's half records (``half_batch``, one build per entry) are, field for
+    field and in property order (the stored bytes), what ``half_message`` makes of each entry
+    as a message of its own: the batch header's tags and keys, REAL_TOPIC and REAL_QID added,
+    a delay level dropped, the transaction bits reset."""
+    from dataclasses import astuple, replace
+    base = Message(topic="Real", queue_id=3, tags="tagA", keys=["k1", "k2"], flag=0,
+                   sys_flag=TRANSACTION_PREPARED_TYPE | 0x1, born_timestamp=env.born,
+                   born_host="127.0.0.1:5555", reconsume_times=2)
+    entries = [(b"one", {"TRAN_MSG": "true", "PGROUP": "PG", "UNIQ_KEY": "U1", "a": "1"}, 0),
+               (b"two", {"TRAN_MSG": "true", "PGROUP": "PG", "DELAY": "0", "KEYS": "mine"}, 7)]
+    want = [env.svc.half_message(replace(base, body=b, properties=dict(p), flag=f))
+            for b, p, f in entries]
+    got = env.svc.half_batch(base, [(b, dict(p), f) for b, p, f in entries])
+    assert [astuple(m) for m in got] == [astuple(m) for m in want]
+    assert [list(m.properties) for m in got] == [list(m.properties) for m in want]
+    assert got[1].properties["KEYS"] == "k1 k2" and "DELAY" not in got[1].properties
+    assert got[0].topic == HALF_TOPIC and got[0].properties["REAL_QID"] == "3"
+    assert got[0].sys_flag & TRANSACTION_MASK == 0 and got[0].sys_flag & 0x1

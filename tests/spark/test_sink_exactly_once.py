@@ -97,6 +97,37 @@ def _write(df, ns, topic, **opts):
     w.mode("append").save()
 
 
+def test_responder_exits_with_its_driver_or_its_state_directory(txn_cluster, tmp_path):
+    """The responder follows the process named in ``owner``: it exits when that process ends,
+    and when the state directory (``owner`` with it) is removed — no pid is no driver."""
+    procs = []
+    try:
+        for gone in ("owner", "directory"):
+            state = tmp_path / gone
+            state.mkdir()
+            owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+            procs.append(owner)
+            (state / "owner").write_text(str(owner.pid))
+            r = subprocess.Popen([sys.executable, "-m", "rocketstore.spark.sink_transactions",
+                                  str(state), f"PG_resp_{gone}", txn_cluster],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs.append(r)
+            time.sleep(3)
+            assert r.poll() is None  # its driver lives: it stays
+            if gone == "owner":
+                owner.kill()
+                owner.wait()
+            else:
+                import shutil
+                shutil.rmtree(state)
+            assert r.wait(timeout=30) == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 def test_batch_write_commits_once_and_abort_delivers_nothing(spark, txn_cluster, tmp_path):
     ns = txn_cluster
     create_topics(ns, 2, "EoBatch", "EoAbort")

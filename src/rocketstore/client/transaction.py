@@ -96,18 +96,19 @@ class HalfRef:
 
 
 async def send_half_batch(producer: AsyncProducer, topic: str, messages: Sequence[Message],
-                          mq: Any) -> list[HalfRef]:
+                          mq: Any, properties: Mapping[str, str] | None = None) -> list[HalfRef]:
     """Send ``messages`` as half messages of ``producer``'s group in one SEND_BATCH_MESSAGE
-    (only to a broker where ``transaction_batch_supported``); where each was stored."""
+    (only to a broker where ``transaction_batch_supported``), ``properties`` added to each;
+    where each was stored."""
     group = producer.group
+    extra = {PROPERTY_TRANSACTION_PREPARED: "true", PROPERTY_PRODUCER_GROUP: group,
+             **(properties or {})}
     prepared = []
     for m in messages:
-        props = dict(m.properties or {})
-        props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
-        props[PROPERTY_TRANSACTION_PREPARED] = "true"
-        props[PROPERTY_PRODUCER_GROUP] = group
-        prepared.append(Message(topic=topic, body=m.body, tags=m.tags, keys=m.keys,
-                                properties=props, flag=m.flag))
+        props = {**m.properties, **extra} if m.properties else dict(extra)
+        if PROPERTY_DELAY_TIME_LEVEL in props:
+            del props[PROPERTY_DELAY_TIME_LEVEL]
+        prepared.append(Message(topic, m.body, m.tags, m.keys, props, 0, m.flag))
     r = await producer.send_batch(topic, prepared, mq=mq, sys_flag=TRANSACTION_PREPARED_TYPE,
                                   batch_properties={PROPERTY_TRANSACTION_PREPARED: "true",
                                                     PROPERTY_PRODUCER_GROUP: group})
@@ -133,7 +134,8 @@ async def end_transactions_at(instance: ClientInstance, addr: str, group: str,
               "commitOrRollback": TRANSACTION_COMMIT_TYPE if commit else TRANSACTION_ROLLBACK_TYPE,
               "fromTransactionCheck": False, "msgId": first.msg_id,
               "transactionId": first.msg_id, "batchEntries": len(halves)}
-    body = b"".join(struct.pack(">qq", h.queue_offset, h.commitlog_offset) for h in halves)
+    body = struct.pack(f">{2 * len(halves)}q", *[v for h in halves
+                                                  for v in (h.queue_offset, h.commitlog_offset)])
     await instance.invoke(addr, RequestCode.END_TRANSACTION, header, body)
 
 

@@ -357,7 +357,7 @@ async def _send_halves(batches: Iterator, o: SinkOptions, batch: str) -> HalvesS
         out.halves.append(st.Half(topic, mq.broker_name, r.queue_offset, cl_off, r.msg_id))
 
     async def many(topic: str, mq: MessageQueue, msgs: list[Message]) -> None:
-        refs = await send_half_batch(producer, topic, [prepared(m) for m in msgs], mq)
+        refs = await send_half_batch(producer, topic, msgs, mq, {st.TXN_PROPERTY: tag})
         out.halves.extend(st.Half(topic, mq.broker_name, h.queue_offset, h.commitlog_offset,
                                   h.msg_id) for h in refs)
 
@@ -426,8 +426,10 @@ def _settle(o: SinkOptions, batch: str, messages, decide: bool) -> None:
 
 
 def _start_responder(o: SinkOptions) -> None:
+    """A restarted sink's responder (a fresh sink's starts at its first commit)."""
     from . import sink_transactions as st
-    st.ensure_responder(o.state_dir, o.group, o.namesrv, o.credentials)
+    if st.has_decisions(o.state_dir):
+        st.ensure_responder(o.state_dir, o.group, o.namesrv, o.credentials)
 
 
 def _write(iterator, o: SinkOptions) -> SentCount:

@@ -43,9 +43,13 @@ So, for a half whose task the record delivers, the responder answers
 
 The responder is a small detached process (``python -m rocketstore.spark.sink_transactions``)
 in the producer group, one per state directory (an ``flock`` on ``responder.lock``), started
-by the driver's writer when none runs. It follows the Spark driver named in ``owner`` (the JVM's
-pid, rewritten by every writer) and exits when that process is gone; a restarted driver starts a
-new one, which answers for the dead driver's half messages too. Credentials reach it through its
+when none runs: by the driver's writer when the state directory holds a decision already (a
+restarted query: the halves of the batches before may need answers), else by the first
+commit, right after its decision — until then every answer would be UNKNOW, which a missing
+responder gives as well, and its start-up does not compete with the tasks. It follows the
+Spark driver named in ``owner`` (the JVM's pid, rewritten by every writer) and exits when that
+process is gone; a restarted driver starts a new one, which answers for the dead driver's half
+messages too. Credentials reach it through its
 environment, never its command line.
 
 The broker discards a half message after ``transactionCheckMax`` unanswered checks (RocketMQ:
@@ -240,7 +244,7 @@ async def end_halves(ci, group: str, halves: list[Half], commit: bool,
     ``transactionBatchEnable``) ``END_BATCH`` halves a request, else one END_TRANSACTION each
     (RocketMQ's brokers); up to ``concurrency`` requests in flight either way. How many the
     broker did not acknowledge (its check settles those from the record)."""
-    from ..client.transaction import (HalfRef, end_transaction_at, end_transactions_at,
+    from ..client.transaction import (end_transaction_at, end_transactions_at,
                                       transaction_batch_supported)
 
     sem = asyncio.Semaphore(concurrency)
@@ -275,8 +279,7 @@ async def end_halves(ci, group: str, halves: list[Half], commit: bool,
         nonlocal failed
         async with sem:
             try:
-                await end_transactions_at(ci, addr, group, [
-                    HalfRef(h.queue_offset, h.commitlog_offset, h.msg_id) for h in hs], commit)
+                await end_transactions_at(ci, addr, group, hs, commit)  # a Half is a HalfRef
             except Exception as exc:  # as above: the check settles what was not ended
                 failed += len(hs)
                 log.warning("END_TRANSACTION %s of %d half messages on %s: %s", verb, len(hs),
@@ -312,6 +315,12 @@ def settle(state_dir: str, batch: str, sent: list[TaskHalves], *, namesrv: str, 
         decided = (decide(state_dir, batch, decide_tasks) if decide_tasks is not None
                    else read_decision(state_dir, batch) or frozenset())
         _fault("decided", batch)
+        # a fresh sink's responder starts here, beside the END_TRANSACTIONs (nothing it could
+        # answer but UNKNOW existed before this batch's decision); else it runs already
+        try:
+            ensure_responder(state_dir, group, namesrv, credentials)
+        except OSError as exc:  # the ENDs below still go out; the check waits for an answer
+            log.warning("cannot start the responder for %s: %s", state_dir, exc)
         commit = [h for t in sent for h in t.halves if t.task in decided]
         rollback = [h for t in sent for h in t.halves if t.task not in decided]
 
@@ -358,6 +367,10 @@ def answer(state_dir: str, sid: str, tag: str | None):
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs. No pid (0: an ``owner`` file gone with its state directory)
+    is no process — ``kill(0, 0)`` would ask about our own process group instead."""
+    if pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -405,6 +418,15 @@ def _owner(state_dir: str) -> int:
             return int(f.read().strip() or 0)
     except (OSError, ValueError):
         return 0
+
+
+def has_decisions(state_dir: str) -> bool:
+    """Whether any batch of this sink was decided (a responder may have something to say)."""
+    try:
+        with os.scandir(os.path.join(state_dir, "committed")) as it:
+            return any(e.name.endswith(".json") for e in it)
+    except FileNotFoundError:
+        return False
 
 
 def ensure_responder(state_dir: str, group: str, namesrv: str, credentials) -> None:

@@ -142,7 +142,7 @@ async def _send_batch(ctx: SendContext, cmd: RemotingCommand, base: Message,
     entries = decode_batch(cmd.body, max_bytes=ctx.store_config.max_message_size)
     if not entries:
         raise ValueError("empty message batch")
-    msgs = []
+    parts = []
     for e in entries:
         p = dict(e.properties)  # the header's properties describe the batch, not each message
         if PROPERTY_DELAY_TIME_LEVEL in p and p[PROPERTY_DELAY_TIME_LEVEL] not in ("", "0"):
@@ -151,10 +151,12 @@ async def _send_batch(ctx: SendContext, cmd: RemotingCommand, base: Message,
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark=put_failure_remark(
                 PutStatus.MESSAGE_ILLEGAL, None, True) + ": a batch mixes prepared and plain "
                 "messages")
-        msgs.append(replace(base, body=e.body, properties=p, flag=e.flag))
-    if transactional:
+        parts.append((e.body, p, e.flag))
+    if transactional:  # each entry's half record, built at once
         assert ctx.transactions is not None
-        msgs = [ctx.transactions.half_message(m) for m in msgs]
+        msgs = ctx.transactions.half_batch(base, parts)
+    else:
+        msgs = [replace(base, body=b, properties=p, flag=f) for b, p, f in parts]
     r = await ctx.puts.put_batch(msgs)
     code = put_code(r.status)
     ctx.stats.record_put(base.topic, len(msgs), sum(len(m.body) for m in msgs),

@@ -61,8 +61,8 @@ from ...format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERT
                                PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, PROPERTY_TAGS,
                                PROPERTY_TRANSACTION_PREPARED, PROPERTY_WAIT_STORE_MSG_OK,
                                TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE,
-                               TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, Message,
-                               MessageExt, record_bytes)
+                               TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
+                               MESSAGE_MAGIC_CODE, Message, MessageExt, record_bytes)
 from ...remoting.codes import RequestCode, ResponseCode
 from ...remoting.command import RemotingCommand
 from ..state.topic_validator import (TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC,
@@ -299,33 +299,63 @@ class TransactionalMessageService:
     # -- prepare ----------------------------------------------------------------------------------
     def half_message(self, msg: Message) -> Message:
         """The half record for a prepared send (creates the system topics on first use)."""
+        self._system_topics()
+        return to_half(msg)
+
+    def half_batch(self, base: Message, entries: list[tuple[bytes, dict[str, str], int]]
+                   ) -> list[Message]:
+        """``half_message`` of each entry (body, properties, flag) of a prepared batch whose
+        other fields ``base`` gives: the same records, built once per entry instead of as a
+        message and then its half (``properties`` dicts are taken over)."""
+        self._system_topics()
+        sys_flag = base.sys_flag & ~TRANSACTION_MASK
+        extra: dict[str, str] = {}
+        if base.tags:
+            extra[PROPERTY_TAGS] = base.tags
+        if base.keys:
+            keys = base.keys if isinstance(base.keys, str) else " ".join(base.keys)
+            if keys:
+                extra[PROPERTY_KEYS] = keys
+        extra[PROPERTY_REAL_TOPIC] = base.topic
+        extra[PROPERTY_REAL_QUEUE_ID] = str(base.queue_id)
+        born_ts, born_host, store_host = base.born_timestamp, base.born_host, base.store_host
+        times = base.reconsume_times
+        out = []
+        for body, props, flag in entries:
+            props.update(extra)
+            props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+            out.append(Message(HALF_TOPIC, body, None, None, props, 0, flag, sys_flag, born_ts,
+                               born_host, store_host, times))
+        return out
+
+    def _system_topics(self) -> None:
         for topic in (HALF_TOPIC, OP_TOPIC):
             if self.topics.get(topic) is None:
                 self.topics.create(topic, 1)
-        return to_half(msg)
 
     def remember_halves(self, halves: list[Message], result: Any) -> None:
         """A stored batch of half records (``halves`` as put, ``result`` the put's), kept for
         ``end_transactions``: the record each would read back, for those that carried their
-        UNIQ_KEY and born timestamp (as every send does)."""
-        from ...format.message import parse_message_id
+        UNIQ_KEY and born timestamp (as every send does). A half record's properties dict is
+        shared with the message put (``half_message`` made it; nothing changes it after)."""
         ids = result.msg_ids or []
         if len(ids) != len(halves):
             return
         host = self.store.cfg.store_host
+        q0, ts = result.queue_offset, result.store_timestamp
+        kept = []
+        for i, (m, mid) in enumerate(zip(halves, ids)):
+            props = m.properties if not (m.tags or m.keys) else m.all_properties()
+            if props is None or PROPERTY_UNIQ_KEY not in props or m.born_timestamp is None:
+                continue  # the store fills these in: only a read shows them
+            off = int(mid[-16:], 16)  # an offset msgId ends with the CommitLog offset
+            body = m.body if type(m.body) is bytes else bytes(m.body)
+            kept.append((off, MessageExt(
+                m.topic, body, props, m.queue_id, q0 + i, off, 0, 0, m.flag, m.sys_flag,
+                m.born_timestamp, m.born_host or host, ts, m.store_host or host,
+                m.reconsume_times, 0, MESSAGE_MAGIC_CODE, mid)))
         with self._recent_lock:
-            for i, (m, mid) in enumerate(zip(halves, ids)):
-                props = m.all_properties()
-                if PROPERTY_UNIQ_KEY not in props or m.born_timestamp is None:
-                    continue  # the store fills these in: only a read shows them
-                off = parse_message_id(mid)[1]
-                self._recent[off] = MessageExt(
-                    topic=m.topic, body=bytes(m.body), properties=props, queue_id=m.queue_id,
-                    queue_offset=result.queue_offset + i, commitlog_offset=off, store_size=0,
-                    body_crc=0, flag=m.flag, sys_flag=m.sys_flag,
-                    born_timestamp=m.born_timestamp, born_host=m.born_host or host,
-                    store_timestamp=result.store_timestamp, store_host=m.store_host or host,
-                    reconsume_times=m.reconsume_times, prepared_transaction_offset=0, msg_id=mid)
+            self._recent.update(kept)
             while len(self._recent) > RECENT_MAX:
                 self._recent.popitem(last=False)
 
@@ -390,9 +420,9 @@ class TransactionalMessageService:
         cfg = self.store.cfg
         todo: list[tuple[int, MessageExt]] = []
         seen: set[str] = set()
-        for i, half in halves:
+        priors = self._decisions([h for _, h in halves])
+        for (i, half), prior in zip(halves, priors):
             uniq = half.uniq_key
-            prior = self.decision(half)
             if prior is None and uniq in seen:
                 prior = state  # the same transaction twice in one batch: decided by the first
             if prior is not None:
@@ -407,10 +437,10 @@ class TransactionalMessageService:
             now = int(time.time() * 1000)
             recs, where = [], []
             for i, half in todo:
-                m = committed_message(half)
+                m = committed_message(half)  # no tags or keys apart from its properties
                 try:
                     recs.append(encode_message(
-                        m, m.all_properties(), born_timestamp=m.born_timestamp or now,
+                        m, m.properties, born_timestamp=m.born_timestamp or now,
                         born_host=m.born_host or cfg.store_host,
                         store_host=m.store_host or cfg.store_host,
                         max_body_size=cfg.max_message_size))
@@ -486,6 +516,27 @@ class TransactionalMessageService:
         return ResponseCode.SUCCESS, None
 
     # -- what was decided -----------------------------------------------------------------------
+    def _decisions(self, halves: list[MessageExt]) -> list[int | None]:
+        """``decision`` of each half: those decided or stored since start answered from memory
+        under one lock, the others one by one."""
+        out: list[int | None] = [None] * len(halves)
+        slow = []
+        with self._decided_lock:
+            decided, fresh, start = self._decided, not self._evicted, self._start_phy
+            for k, half in enumerate(halves):
+                txid = half.properties.get(PROPERTY_UNIQ_KEY)
+                if txid:
+                    d = decided.get(txid)
+                    if d is not None:
+                        out[k] = d
+                        continue
+                    if fresh and half.commitlog_offset >= start:
+                        continue  # as in ``decision``: undecided
+                slow.append(k)
+        for k in slow:
+            out[k] = self.decision(halves[k])
+        return out
+
     def decision(self, half: MessageExt) -> int | None:
         """How the transaction of ``half`` (any copy of it) was decided: COMMIT_TYPE,
         ROLLBACK_TYPE, NOT_TYPE (decided, outcome unknown), or None (undecided)."""
