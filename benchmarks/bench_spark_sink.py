@@ -43,21 +43,13 @@ def main() -> None:
     ap.add_argument("--store", choices=("small", "default"), default="small",
                     help="small: the tests' store (1 MiB CommitLog segments, index files of "
                     "4,000 entries); default: serve's own sizes (1 GiB segments, 20 M entries)")
+    ap.add_argument("--state-per-write", action="store_true",
+                    help="each exactly-once write in a state directory of its own (so each "
+                    "starts its own responder process); default: one for the run")
     a = ap.parse_args()
-    from tests.broker.conftest import start_server
     from tests.spark.test_sink_exactly_once import bodies_of, create_topics
     tmp = tempfile.mkdtemp(prefix="bench-sink-")
-    conf = os.path.join(tmp, "broker.conf")
-    with open(conf, "w") as f:
-        f.write("transactionTimeOut=60000\ntransactionCheckInterval=60000\n"
-                f"transactionBatchEnable={'false' if a.no_txn_batch else 'true'}\n")
-    sizes = [] if a.store == "small" else [  # (later -o options win over the tests' sizes)
-        "-o", f"mapped_file_size_commitlog={1 << 30}",
-        "-o", f"mapped_file_size_consume_queue={300_000 * 20}",
-        "-o", "max_hash_slot_num=5000000", "-o", "max_index_num=20000000"]
-    srv = start_server(os.path.join(tmp, "store"), "--config", conf,
-                       "--default-topic-queue-nums", "8", *sizes,
-                       log_path=os.path.join(tmp, "serve.log"))
+    srv = start_txn_broker(tmp, a.store, not a.no_txn_batch)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from rocketstore.spark.session import prepare_environment
     prepare_environment()
@@ -68,6 +60,7 @@ def main() -> None:
     from rocketstore.spark import register
     register(spark)
     out = {"rows": a.rows, "size": a.size, "txn_batch": not a.no_txn_batch, "store": a.store,
+           "state_per_write": a.state_per_write,
            "runs": {}, "load_before": round(os.getloadavg()[0], 1)}
     try:
         df = spark.range(a.rows).selectExpr(
@@ -80,8 +73,11 @@ def main() -> None:
                 create_topics(srv.namesrv, 1, topic)
                 w = (df.write.format("rocketmq").option("namesrv", srv.namesrv)
                      .option("topic", topic).option("deliveryGuarantee", g))
-                if g == "exactly-once":
-                    w = w.option("checkpointLocation", os.path.join(tmp, f"ck-{i}"))
+                if g == "exactly-once":  # one state directory for the run's writes, as a
+                    # batch write without checkpointLocation has (one per producer group);
+                    # --state-per-write: a new one each (a responder started per write)
+                    w = w.option("checkpointLocation", os.path.join(
+                        tmp, f"ck-{i}" if a.state_per_write else "ck"))
                 t0 = time.perf_counter()
                 w.mode("append").save()
                 dt = time.perf_counter() - t0
@@ -125,6 +121,24 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     out["load_after"] = round(os.getloadavg()[0], 1)
     print(json.dumps(out) if a.json else out)
+
+
+def start_txn_broker(tmp: str, store: str, txn_batch: bool):
+    """``rocketstore serve`` in ``tmp`` for the transaction benchmarks: checks once a minute,
+    ``transactionBatchEnable`` as asked, 8 queues a topic; ``store``: "small" (the tests'
+    sizes) or "default" (serve's own)."""
+    from tests.broker.conftest import start_server
+    conf = os.path.join(tmp, "broker.conf")
+    with open(conf, "w") as f:
+        f.write("transactionTimeOut=60000\ntransactionCheckInterval=60000\n"
+                f"transactionBatchEnable={'true' if txn_batch else 'false'}\n")
+    sizes = [] if store == "small" else [  # (later -o options win over the tests' sizes)
+        "-o", f"mapped_file_size_commitlog={1 << 30}",
+        "-o", f"mapped_file_size_consume_queue={300_000 * 20}",
+        "-o", "max_hash_slot_num=5000000", "-o", "max_index_num=20000000"]
+    return start_server(os.path.join(tmp, "store"), "--config", conf,
+                        "--default-topic-queue-nums", "8", *sizes,
+                        log_path=os.path.join(tmp, "serve.log"))
 
 
 def java_txn(namesrv: str, topic: str, a, tmp: str) -> dict:

@@ -288,15 +288,28 @@ def test_batched_end_merges_op_records_and_the_check_settles_them(env):
     assert [c for c, _ in out] == [0] * 10 + [1]  # the committed one stays committed
     got = _all(env, "Real", 1)
     assert sorted(m.body for m in got) == sorted(f"b{i}".encode() for i in range(290))
+    # each committed copy is the record a single END_TRANSACTION stores (committed_message
+    # of the half record read back from the store)
+    for c in got:
+        ref = committed_message(env.store.look_message_by_offset(c.prepared_transaction_offset))
+        assert (c.topic, c.queue_id, c.properties, c.sys_flag, c.flag, c.body, c.born_timestamp,
+                c.born_host, c.reconsume_times) == (
+            ref.topic, ref.queue_id, ref.properties, ref.sys_flag, ref.flag, ref.body,
+            ref.born_timestamp, ref.born_host, ref.reconsume_times)
     ops = env.real(OP_TOPIC, 0)
     named = [int(o) for op in ops for o in op.body.decode().split(",") if o]
     assert sorted(named) == list(range(300)) and len(ops) == 3  # 256 + 34, then 10
     assert env.check(lambda: later()) == []
     assert env.offsets.query(SYS_GROUP, HALF_TOPIC, 0) == 300
     assert env.offsets.query(SYS_GROUP, OP_TOPIC, 0) == 3
+    # op records of a batched COMMIT name no transaction (the committed copy's UNIQ_KEY does);
+    # those of a ROLLBACK name theirs, so a restarted broker still knows both outcomes
+    assert [bool(op.keys) for op in ops] == [False, False, True]
     env.reopen()
     out = env.svc.end_transactions("PG", entries[:3], TRANSACTION_COMMIT_TYPE)
     assert out == [(0, None)] * 3
+    out = env.svc.end_transactions("PG", entries[291:293], TRANSACTION_COMMIT_TYPE)
+    assert [c for c, _ in out] == [1, 1] and "rolled back" in out[0][1]
     assert len(_all(env, "Real", 1)) == 290
 
 

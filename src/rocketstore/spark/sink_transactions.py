@@ -41,8 +41,9 @@ So, for a half whose task the record delivers, the responder answers
 * else COMMIT, after appending the UNIQ_KEY to ``answered/<batch>.log`` — the durable record of
   what the responder committed, read back by the next responder after a restart.
 
-The responder is a small detached process (``python -m rocketstore.spark.sink_transactions``)
-in the producer group, one per state directory (an ``flock`` on ``responder.lock``), started
+The responder is a small detached process (this module run as ``__main__``, at niceness
++``RESPONDER_NICE``: its start-up must not slow the END_TRANSACTIONs it starts beside) in the
+producer group, one per state directory (an ``flock`` on ``responder.lock``), started
 when none runs: by the driver's writer when the state directory holds a decision already (a
 restarted query: the halves of the batches before may need answers), else by the first
 commit, right after its decision — until then every answer would be UNKNOW, which a missing
@@ -289,14 +290,17 @@ async def end_halves(ci, group: str, halves: list[Half], commit: bool,
                 log.warning("END_TRANSACTION %s of %d half messages on %s: %s", verb, len(hs),
                             hs[0].broker, exc)
 
-    by_addr: dict[str, list[Half]] = {}
+    by_key: dict[tuple[str, str], list[Half]] = {}
     for h in halves:
+        by_key.setdefault((h.topic, h.broker), []).append(h)
+    by_addr: dict[str, list[Half]] = {}
+    for (_, broker), hs in by_key.items():
         try:
-            by_addr.setdefault(await addr_of(h), []).append(h)
+            by_addr.setdefault(await addr_of(hs[0]), []).extend(hs)
         except Exception as exc:
-            failed += 1
-            log.warning("END_TRANSACTION %s of %s: no address for %s: %s", verb, h.msg_id,
-                        h.broker, exc)
+            failed += len(hs)
+            log.warning("END_TRANSACTION %s of %d half messages: no address for %s: %s", verb,
+                        len(hs), broker, exc)
     jobs = []
     for addr, hs in by_addr.items():
         if await transaction_batch_supported(ci, addr):
@@ -433,6 +437,12 @@ def has_decisions(state_dir: str) -> bool:
         return False
 
 
+RESPONDER_NICE = 10  # added to the responder's niceness
+_RESPONDER_START = ("import os, runpy; os.nice(%d); "
+                    "runpy.run_module('rocketstore.spark.sink_transactions', run_name='__main__', "
+                    "alter_sys=True)" % RESPONDER_NICE)
+
+
 def ensure_responder(state_dir: str, group: str, namesrv: str, credentials) -> None:
     """Make sure a responder serves ``state_dir`` for as long as this driver lives."""
     os.makedirs(state_dir, exist_ok=True)
@@ -455,8 +465,10 @@ def ensure_responder(state_dir: str, group: str, namesrv: str, credentials) -> N
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     logf = open(os.path.join(state_dir, "responder.log"), "ab")
     try:
-        subprocess.Popen([sys.executable, "-m", "rocketstore.spark.sink_transactions",
-                          state_dir, group, namesrv], env=env, stdin=subprocess.DEVNULL,
+        # at a lower CPU priority: it only answers the broker's checks (one a minute at most
+        # per half), and its start-up must not slow the END_TRANSACTIONs beside it
+        subprocess.Popen([sys.executable, "-c", _RESPONDER_START, state_dir, group, namesrv],
+                         env=env, stdin=subprocess.DEVNULL,
                          stdout=logf, stderr=logf, start_new_session=True, close_fds=True)
     finally:
         logf.close()

@@ -429,7 +429,7 @@ class IndexFile:
         """Rewrite the header and msync; False if the file was closed meanwhile.
 
         The header rewrite excludes concurrent puts (``_hdr_lock``), so it never puts an older
-        value over a newer write-through one; the msync only excludes ``close``."""
+        value over a newer write-through one; the sync only excludes ``close``."""
         with self._io_lock:
             if self._mm is None:
                 return False
@@ -437,7 +437,14 @@ class IndexFile:
                 self.dirty = False
                 self.write_header()
             if not self.private:
-                self._mm.flush()
+                # fdatasync writes the mapping's dirty pages as msync would (one page cache),
+                # but releases the GIL: mmap.flush holds it for the whole sync, stalling every
+                # thread of the broker (a put, the reput) while the disk works
+                fd = self._alloc.fd if self._alloc is not None else -1
+                if fd >= 0:
+                    os.fdatasync(fd)
+                else:
+                    self._mm.flush()
                 syncprobe.synced(self.path)
             return True
 

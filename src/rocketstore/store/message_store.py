@@ -186,10 +186,11 @@ class MessageStore:
                                  defer_sync=defer_sync)
 
     def append(self, recs: list[EncodedMessage], *, nowait: bool = False,
-               defer_sync: bool = False) -> list[PutMessageResult] | None:
+               defer_sync: bool = False, detail: bool = True) -> list[PutMessageResult] | None:
         """Put independent records encoded already (the broker's send rule) in one append, a
-        result each (``PutPath.append``); None: ``nowait`` and the append would block."""
-        return self.put_path.append(recs, nowait=nowait, defer_sync=defer_sync)
+        result each (``PutPath.append``; ``detail=False``: a status each, no msgId or
+        offsets); None: ``nowait`` and the append would block."""
+        return self.put_path.append(recs, nowait=nowait, defer_sync=defer_sync, detail=detail)
 
     # -- read -----------------------------------------------------------------------------------
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int = 32,

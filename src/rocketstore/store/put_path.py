@@ -170,7 +170,7 @@ class PutPath:
         return False
 
     def append(self, recs: list[EncodedMessage], nowait: bool = False,
-               defer_sync: bool = False) -> list[PutMessageResult] | None:
+               defer_sync: bool = False, detail: bool = True) -> list[PutMessageResult] | None:
         """Put independent records encoded already (the broker's send rule: ``broker.send_rule``)
         in one append: one lock, one segment check, one dispatch feed item and one wake-up for
         all of them, and a result of its own for each (its queue offset, msgId and, under
@@ -178,7 +178,9 @@ class PutPath:
         refusals, durability and replica steps as ``put``, without encoding again; the records
         are plain messages (no delay, timer or transaction properties). A record with an illegal
         topic gets its own refusal; the others go in. None: ``nowait`` and the append would
-        block (nothing was written)."""
+        block (nothing was written). ``detail=False``: the results carry only a status (and an
+        error), shared between records — for a caller that needs no msgId or offset (a batched
+        END_TRANSACTION's committed copies), without building one full result per record."""
         refused = self._refusal(nowait, defer_sync)
         if refused is None:
             return None
@@ -188,8 +190,10 @@ class PutPath:
         out: list[PutMessageResult | None] = [None] * len(recs)
         good: list[EncodedMessage] = []
         where: list[int] = []
+        legal: dict[str, str | None] = {}  # topic -> why not (checked once per topic)
         for i, rec in enumerate(recs):
-            why = check_topic(rec.topic)
+            topic = rec.topic
+            why = legal[topic] if topic in legal else legal.setdefault(topic, check_topic(topic))
             if why is not None:
                 out[i] = PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error=why)
             else:
@@ -197,15 +201,19 @@ class PutPath:
                 where.append(i)
         if good:
             waits = [rec.properties.get(PROPERTY_WAIT_STORE_MSG_OK) != "false" for rec in good]
-            rs = self._append(good, waits, self.cfg.store_host, nowait, defer_sync, atomic=False)
+            rs = self._append(good, waits, self.cfg.store_host, nowait, defer_sync, atomic=False,
+                              detail=detail)
             if rs is None:
                 return None
+            if len(where) == len(recs):
+                return rs
             for i, r in zip(where, rs):
                 out[i] = r
         return [r for r in out if r is not None]
 
     def _append(self, recs: list[EncodedMessage], waits: list[bool], store_host: str,
-                nowait: bool, defer_sync: bool, atomic: bool) -> list[PutMessageResult] | None:
+                nowait: bool, defer_sync: bool, atomic: bool, detail: bool = True
+                ) -> list[PutMessageResult] | None:
         """Append records, then the durability and replica steps; a result per record (its
         own end offset to wait for, as a put of its own would have). ``atomic``: the records
         are one message batch (all or nothing); else records too large together for a segment
@@ -224,7 +232,8 @@ class PutPath:
             if nowait:
                 return None  # (nothing written: the put thread does them one at a time)
             return [r for rec, w in zip(recs, waits)
-                    for r in self._append([rec], [w], store_host, False, defer_sync, False) or ()]
+                    for r in self._append([rec], [w], store_host, False, defer_sync, False,
+                                          detail) or ()]
         except (DiskFullError, StoreError, OSError) as exc:
             log.error("cannot append: %s", exc)
             return [PutMessageResult(PutStatus.CREATE_MAPPED_FILE_FAILED, error=str(exc))
@@ -234,6 +243,9 @@ class PutPath:
         # one wait covers every record (the last one's end covers the others'); each result
         # then carries its own end offset to wait for, as a put of its own would
         st, sync_end, replica_end = self._after_append(res.end_offset, any(waits), defer_sync)
+        if not detail:
+            waited, done = PutMessageResult(st), PutMessageResult(PutStatus.PUT_OK)
+            return [waited if w else done for w in waits]
         ids = create_message_ids(store_host, res.wrote_offset, res.sizes)
         out = []
         start = res.wrote_offset

@@ -144,10 +144,12 @@ async def _send_batch(ctx: SendContext, cmd: RemotingCommand, base: Message,
         raise ValueError("empty message batch")
     parts = []
     for e in entries:
-        p = dict(e.properties)  # the header's properties describe the batch, not each message
+        p = e.properties  # the entry's own (a new dict each); the header's describe the batch
         if PROPERTY_DELAY_TIME_LEVEL in p and p[PROPERTY_DELAY_TIME_LEVEL] not in ("", "0"):
             raise ValueError("a batch cannot carry delayed messages")
-        if (p.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true") != transactional:
+        prepared = p.get(PROPERTY_TRANSACTION_PREPARED)
+        if (prepared is not None and (prepared == "true" or prepared.lower() == "true")) \
+                != transactional:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark=put_failure_remark(
                 PutStatus.MESSAGE_ILLEGAL, None, True) + ": a batch mixes prepared and plain "
                 "messages")

@@ -84,6 +84,9 @@ MAX_REMEMBERED = 100_000  # decisions kept in memory (older ones are found throu
 RECENT_MAX = 65_536  # half records of batches kept for a batched END_TRANSACTION
 OP_MERGE = 256  # half offsets per op record of a batched END_TRANSACTION (KEYS stay < 32 KiB)
 _STORED = ("PUT_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
+# a batched END_TRANSACTION's answer for an entry that went well: one object, so callers find
+# the failures among thousands of entries by identity
+_ENDED: tuple[int, str | None] = (ResponseCode.SUCCESS, None)
 _STATE_NAMES = {TRANSACTION_COMMIT_TYPE: "COMMIT", TRANSACTION_ROLLBACK_TYPE: "ROLLBACK"}
 
 
@@ -135,6 +138,44 @@ def committed_message(half: MessageExt) -> Message:
                    born_timestamp=half.born_timestamp, born_host=half.born_host,
                    store_host=half.store_host, reconsume_times=half.reconsume_times,
                    prepared_transaction_offset=half.commitlog_offset)
+
+
+class KeptHalf:
+    """A half record of a stored batch as a batched END_TRANSACTION reads it (the fields of
+    ``MessageExt`` it uses): the message put, its properties as stored and where it went —
+    built per record when the batch is stored, so kept light (slots, no dataclass)."""
+
+    __slots__ = ("properties", "body", "queue_id", "queue_offset", "commitlog_offset", "flag",
+                 "sys_flag", "born_timestamp", "born_host", "store_host", "reconsume_times",
+                 "uniq_key")
+    topic = HALF_TOPIC
+
+    def __init__(self, msg: Message, properties: dict[str, str], queue_offset: int,
+                 commitlog_offset: int, host: str) -> None:
+        self.properties = properties
+        self.body = msg.body if type(msg.body) is bytes else bytes(msg.body)
+        self.queue_id, self.queue_offset = msg.queue_id, queue_offset
+        self.commitlog_offset = commitlog_offset
+        self.flag, self.sys_flag, self.born_timestamp = msg.flag, msg.sys_flag, msg.born_timestamp
+        self.born_host = msg.born_host or host
+        self.store_host = msg.store_host or host
+        self.reconsume_times = msg.reconsume_times
+        self.uniq_key = properties[PROPERTY_UNIQ_KEY]
+
+
+class _CopyFields:
+    """What ``encode_message`` reads of a message besides its properties: the fields of
+    ``committed_message`` for a batch of committed copies, set on one object in turn."""
+
+    __slots__ = ("topic", "body", "queue_id", "flag", "sys_flag", "reconsume_times",
+                 "prepared_transaction_offset")
+    topic: str
+    body: bytes
+    queue_id: int
+    flag: int
+    sys_flag: int
+    reconsume_times: int
+    prepared_transaction_offset: int
 
 
 def renewed_half(half: MessageExt, props: dict[str, str]) -> Message:
@@ -293,7 +334,7 @@ class TransactionalMessageService:
         # from the settled op offsets on (loaded on first use, pruned as the check settles)
         # half records of recent batches as stored (CommitLog offset -> record): a batched
         # END_TRANSACTION takes them from here instead of reading and decoding each again
-        self._recent: OrderedDict[int, MessageExt] = OrderedDict()
+        self._recent: OrderedDict[int, KeptHalf] = OrderedDict()
         self._recent_lock = threading.Lock()
 
     # -- prepare ----------------------------------------------------------------------------------
@@ -342,18 +383,14 @@ class TransactionalMessageService:
         if len(ids) != len(halves):
             return
         host = self.store.cfg.store_host
-        q0, ts = result.queue_offset, result.store_timestamp
+        q0 = result.queue_offset
         kept = []
         for i, (m, mid) in enumerate(zip(halves, ids)):
             props = m.properties if not (m.tags or m.keys) else m.all_properties()
             if props is None or PROPERTY_UNIQ_KEY not in props or m.born_timestamp is None:
                 continue  # the store fills these in: only a read shows them
             off = int(mid[-16:], 16)  # an offset msgId ends with the CommitLog offset
-            body = m.body if type(m.body) is bytes else bytes(m.body)
-            kept.append((off, MessageExt(
-                m.topic, body, props, m.queue_id, q0 + i, off, 0, 0, m.flag, m.sys_flag,
-                m.born_timestamp, m.born_host or host, ts, m.store_host or host,
-                m.reconsume_times, 0, MESSAGE_MAGIC_CODE, mid)))
+            kept.append((off, KeptHalf(m, props, q0 + i, off, host)))
         with self._recent_lock:
             self._recent.update(kept)
             while len(self._recent) > RECENT_MAX:
@@ -388,7 +425,7 @@ class TransactionalMessageService:
         if state not in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE):
             return [(ResponseCode.SYSTEM_ERROR, f"commitOrRollback {state} cannot be batched")
                     for _ in entries]
-        out: list[tuple[int, str | None]] = [(ResponseCode.SUCCESS, None)] * len(entries)
+        out: list[tuple[int, str | None]] = [_ENDED] * len(entries)
         halves: list[tuple[int, MessageExt]] = []
         with self._recent_lock:
             recent = [self._recent.pop(c, None) for _, c in entries]
@@ -435,29 +472,46 @@ class TransactionalMessageService:
             todo.append((i, half))
         if state == TRANSACTION_COMMIT_TYPE and todo:
             now = int(time.time() * 1000)
+            host, max_body = cfg.store_host, cfg.max_message_size
             recs, where = [], []
+            m = _CopyFields()  # committed_message's fields, one scratch object for the batch
             for i, half in todo:
-                m = committed_message(half)  # no tags or keys apart from its properties
                 try:
+                    props = half.properties.copy()
+                    m.topic = props.pop(PROPERTY_REAL_TOPIC)
+                    m.queue_id = int(props.pop(PROPERTY_REAL_QUEUE_ID))
+                    props.pop(PROPERTY_TRANSACTION_PREPARED, None)
+                    m.body, m.flag = half.body, half.flag
+                    m.sys_flag = (half.sys_flag & ~TRANSACTION_MASK) | TRANSACTION_COMMIT_TYPE
+                    m.reconsume_times = half.reconsume_times
+                    m.prepared_transaction_offset = half.commitlog_offset
                     recs.append(encode_message(
-                        m, m.properties, born_timestamp=m.born_timestamp or now,
-                        born_host=m.born_host or cfg.store_host,
-                        store_host=m.store_host or cfg.store_host,
-                        max_body_size=cfg.max_message_size))
+                        m, props, born_timestamp=half.born_timestamp or now,
+                        born_host=half.born_host or host, store_host=half.store_host or host,
+                        max_body_size=max_body))
                     where.append((i, half))
-                except ValueError as exc:
+                except (KeyError, ValueError) as exc:
                     out[i] = ResponseCode.MESSAGE_ILLEGAL, f"commit of {half.uniq_key} failed: {exc}"
-            results = self.store.append(recs) if recs else []
+            results = self.store.append(recs, detail=False) if recs else []
+            verdict: dict[int, Any] = {}  # id(result) -> it, when not stored (a few shared)
             for (i, half), r in zip(where, results):
-                if r.status.name not in _STORED:
+                v = verdict.get(id(r), 0)
+                if v == 0:
+                    v = verdict[id(r)] = None if r.status.name in _STORED else r
+                if v is not None:
                     code = ResponseCode.MESSAGE_ILLEGAL if r.status.name in (
                         "MESSAGE_ILLEGAL", "PROPERTIES_SIZE_EXCEEDED") else ResponseCode.SYSTEM_ERROR
                     out[i] = code, f"commit of {half.uniq_key} failed: {r.status.name} {r.error or ''}"
-        self._remember_many([h for i, h in todo if out[i][0] == ResponseCode.SUCCESS], state)
-        self._write_ops([h for i, h in halves if out[i][0] == ResponseCode.SUCCESS])
+        ok = _ENDED
+        self._remember_many([h for i, h in todo if out[i] is ok], state)
+        # a committed transaction is found by its committed copy's UNIQ_KEY: its op records
+        # need not name it in KEYS (a rolled back one has no copy: its op records do)
+        self._write_ops([h for i, h in halves if out[i] is ok],
+                        name_keys=state != TRANSACTION_COMMIT_TYPE)
 
-    def _write_ops(self, halves: list[MessageExt]) -> None:
-        """``_write_op_once`` for many half records: their op records in one append."""
+    def _write_ops(self, halves: list[MessageExt], name_keys: bool = True) -> None:
+        """``_write_op_once`` for many half records: their op records in one append
+        (``name_keys``: KEYS lists their transaction ids)."""
         from ...format.message import encode_message
         known = self._known_ops()
         cfg = self.store.cfg
@@ -479,7 +533,7 @@ class TransactionalMessageService:
         recs = []
         for g in groups:  # RocketMQ 5's merged op record: "o1,o2,...,"; KEYS: the txids
             props = {PROPERTY_TAGS: REMOVE_TAG, PROPERTY_WAIT_STORE_MSG_OK: "false"}
-            txids = " ".join(t for _, t in g if t)
+            txids = " ".join(t for _, t in g if t) if name_keys else ""
             if txids:
                 props[PROPERTY_KEYS] = txids
             m = Message(topic=OP_TOPIC, body="".join(f"{k[1]}," for k, _ in g).encode(),
