@@ -19,6 +19,7 @@ import socket
 import threading
 import time
 import urllib.request
+from typing import Any
 
 from rocketstore.client.consumer import PullConsumer
 from rocketstore.client.producer import Producer
@@ -66,27 +67,55 @@ def ops_view(ready: dict) -> tuple[str, int, int]:
     return role, epoch, b["id"]
 
 
+def start_pair(controllers, tmp_path, procs: list[Proc], b2_args: tuple[str, ...] = (),
+               **keys) -> tuple[Proc, Any, Proc, Proc]:
+    """A name server, our controller and two ``rocketstore serve`` of one group (``keys`` in
+    both broker.conf files, ``b2_args`` on b2's command line): b1 master (brokerId 0 at the
+    name server), b2 in the SyncStateSet. Every process is appended to ``procs``."""
+    ns = start_namesrv(str(tmp_path / "ns"))
+    procs.append(ns)
+    ctl = controllers(write_conf(str(tmp_path / "controller.conf"), str(tmp_path / "cstore"),
+                                 scanNotActiveBrokerInterval=500), str(tmp_path / "ctl.log"))
+    b1 = start_ctl_broker(str(tmp_path / "b1"), ns.addr, ctl.addr, free_port_block(), **keys)
+    procs.append(b1)
+    wait_for(lambda: sync_state(ctl.addr).get("masterBrokerId") == 1, 30, "b1 master", 0.2)
+    b2 = start_ctl_broker(str(tmp_path / "b2"), ns.addr, ctl.addr, free_port_block(), *b2_args,
+                          **keys)
+    procs.append(b2)
+    assert b2.ready["role"] == "SLAVE"
+    wait_for(lambda: len(sync_state(ctl.addr).get("inSyncReplicas", [])) == 2, 40,
+             "b2 in the SyncStateSet", 0.2)
+    wait_for(lambda: namesrv_ids(ns.addr).get(0) == b1.addr, 30, "b1 as brokerId 0", 0.2)
+    return ns, ctl, b1, b2
+
+
+def fail_over(ns: Proc, ctl, b1: Proc, b2: Proc,
+              killed: threading.Event | None = None) -> dict:
+    """SIGKILL b1 (then set ``killed``); wait until the controller elects b2 and the name server
+    has it as brokerId 0; b2's role line (an in-place promotion to SYNC_MASTER, epoch 2)."""
+    b1.proc.send_signal(signal.SIGKILL)
+    b1.proc.wait(10)
+    if killed is not None:
+        killed.set()
+    t_kill = time.monotonic()
+    wait_for(lambda: sync_state(ctl.addr).get("masterBrokerId") == 2, 30, "b2 elected", 0.1)
+    wait_for(lambda: namesrv_ids(ns.addr).get(0) == b2.addr, 30, "b2 as brokerId 0", 0.1)
+    print(f"b2 registered as master {time.monotonic() - t_kill:.2f} s after the kill")
+    promoted = json.loads(b2.proc.stdout.readline())  # the role line: in place
+    assert promoted["role"] == "SYNC_MASTER" and promoted["promoted_in_place"], promoted
+    assert promoted["broker_id"] == 0 and promoted["master_epoch"] == 2
+    return promoted
+
+
 def test_timers_and_undecided_transactions_survive_a_failover(controllers, tmp_path):
     procs: list[Proc] = []
     tx_producer = None
     try:
-        ns = start_namesrv(str(tmp_path / "ns"))
-        procs.append(ns)
-        ctl = controllers(write_conf(str(tmp_path / "controller.conf"), str(tmp_path / "cstore"),
-                                     scanNotActiveBrokerInterval=500), str(tmp_path / "ctl.log"))
         keys = dict(transactionTimeOut=3000, transactionCheckInterval=1000, timerPrecisionMs=100)
-        b1 = start_ctl_broker(str(tmp_path / "b1"), ns.addr, ctl.addr, free_port_block(), **keys)
-        procs.append(b1)
-        wait_for(lambda: sync_state(ctl.addr).get("masterBrokerId") == 1, 30, "b1 master", 0.2)
-        b2 = start_ctl_broker(str(tmp_path / "b2"), ns.addr, ctl.addr, free_port_block(),
-                              "--metrics-port", "0", "--console", "0", "--grpc-port", "0",
-                              **keys)
-        assert b2.ready["role"] == "SLAVE" and b2.ready["metrics"] and b2.ready["console"]
+        ns, ctl, b1, b2 = start_pair(controllers, tmp_path, procs, (
+            "--metrics-port", "0", "--console", "0", "--grpc-port", "0"), **keys)
+        assert b2.ready["metrics"] and b2.ready["console"]
         assert ops_view(b2.ready) == ("SLAVE", 1, 2)
-        procs.append(b2)
-        wait_for(lambda: len(sync_state(ctl.addr).get("inSyncReplicas", [])) == 2, 40,
-                 "b2 in the SyncStateSet", 0.2)
-        wait_for(lambda: namesrv_ids(ns.addr).get(0) == b1.addr, 30, "b1 as brokerId 0", 0.2)
 
         seeds = set()
         with Producer("ctl-svc-pg", ns.addr) as p:  # both topics exist (their routes)
@@ -134,16 +163,7 @@ def test_timers_and_undecided_transactions_survive_a_failover(controllers, tmp_p
                  "the early timer messages from b1", 0.2)
         time.sleep(0.5)  # their re-puts replicated (allAckInSyncStateSet)
 
-        b1.proc.send_signal(signal.SIGKILL)
-        b1.proc.wait(10)
-        killed.set()
-        t_kill = time.monotonic()
-        wait_for(lambda: sync_state(ctl.addr).get("masterBrokerId") == 2, 30, "b2 elected", 0.1)
-        wait_for(lambda: namesrv_ids(ns.addr).get(0) == b2.addr, 30, "b2 as brokerId 0", 0.1)
-        print(f"b2 registered as master {time.monotonic() - t_kill:.2f} s after the kill")
-        promoted = json.loads(b2.proc.stdout.readline())  # the role line: in place
-        assert promoted["role"] == "SYNC_MASTER" and promoted["promoted_in_place"], promoted
-        assert promoted["broker_id"] == 0 and promoted["master_epoch"] == 2
+        promoted = fail_over(ns, ctl, b1, b2, killed)
         assert ops_view(b2.ready) == ("SYNC_MASTER", 2, 0)
         assert promoted["grpc"] == b2.ready["grpc"]  # the gRPC service, restarted on its port
         host, _, port = promoted["grpc"].rpartition(":")
