@@ -21,6 +21,8 @@ from rocketstore.client.consumer import PullConsumer
 from rocketstore.client.producer import Producer
 from rocketstore.controller.codes import ControllerRequest as Q
 
+from .conftest import pull_every
+
 
 @dataclass
 class History:
@@ -106,18 +108,8 @@ class Load:
 
 def read_history(namesrv: str, topic: str, queues: int = 4) -> dict[tuple[int, int], str]:
     """(queue, offset) -> msgId of every message the group's master serves now."""
-    out: dict[tuple[int, int], str] = {}
-    with PullConsumer("fault-checker", namesrv) as c:
-        for q in range(queues):
-            off = 0
-            while True:
-                r = c.pull(topic, q, off, 32)
-                if r.status != "FOUND":
-                    break
-                for m in r.messages:
-                    out[(q, m.queue_offset)] = m.uniq_key
-                off = r.next_begin_offset
-    return out
+    return {(q, m.queue_offset): m.uniq_key
+            for q, m in pull_every(namesrv, topic, queues, "fault-checker")}
 
 
 def epoch_entries(call, addr: str) -> list[dict]:

@@ -5,16 +5,13 @@ controller (two epochs in one file are read in ``test_epoch_file``, and a Java m
 arrive over the HA handshake in the mixed-group tests)."""
 from __future__ import annotations
 
-import os
-import signal
-
 from rocketstore.controller.codes import ControllerRequest as Q
 from rocketstore.store.ha.epoch import decode, encode, read_file
 from tests import referee
 from tests.cluster import java_rocketmq as jr
 from tests.ha.ha_helpers import wait_for
 
-from .conftest import body_of, call, write_conf
+from .conftest import body_of, call, stop_all, write_conf
 from .test_java_brokers import BN, send_some, sync_state
 
 pytestmark = referee.skip_unless(referee.V5)
@@ -38,11 +35,7 @@ def test_java_epoch_file_reads_as_the_broker_reports(controllers, tmp_path):
         b1.stop()
         procs.remove(b1)
     finally:
-        for p in reversed(procs):
-            try:
-                p.stop()
-            except Exception:  # noqa: BLE001
-                os.killpg(p.proc.pid, signal.SIGKILL)
+        stop_all(procs)
     path = str(tmp_path / "b1" / "store" / "epochFileCheckpoint")
     entries = read_file(path)
     assert [(e.epoch, e.start_offset) for e in entries] == reported

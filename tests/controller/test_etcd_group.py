@@ -18,7 +18,7 @@ from tests import referee
 from tests.broker.conftest import free_port
 from tests.etcdserver import start_etcd_cluster
 
-from .conftest import body_of, call, write_conf
+from .conftest import body_of, call, stop_all, write_conf
 from .test_controller_process import BN, CL, FakeBrokerLink, _scrape
 
 LEASE_S = 2
@@ -238,8 +238,4 @@ def test_java_brokers_fail_over_under_our_group_after_its_leader_died(tmp_path, 
                          30, "every acknowledged message on the new master", 0.5)
         assert all(found[k] == v for k, v in acked.items())
     finally:
-        for p in reversed(procs):
-            try:
-                p.stop()
-            except Exception:  # noqa: BLE001
-                os.killpg(p.proc.pid, signal.SIGKILL)
+        stop_all(procs)

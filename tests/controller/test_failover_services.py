@@ -21,7 +21,6 @@ import time
 import urllib.request
 from typing import Any
 
-from rocketstore.client.consumer import PullConsumer
 from rocketstore.client.producer import Producer
 from rocketstore.client.transaction import LocalTransactionState, TransactionProducer
 from tests.ha.ha_helpers import wait_for
@@ -29,7 +28,7 @@ from tests.ha.procs import Proc, free_port_block, start_namesrv
 
 from rocketstore.remoting.codes import RequestCode
 
-from .conftest import call, write_conf
+from .conftest import call, pull_every, write_conf
 from .test_java_brokers import namesrv_ids, sync_state
 from .test_our_brokers import start_ctl_broker
 
@@ -39,17 +38,7 @@ TX_TOPIC = "CtlTxTopic"
 
 def pull_all(ns: str, topic: str, queues: int = 2) -> list:
     """Every message of ``topic`` but the seeds (plain sends, to create the topic)."""
-    out = []
-    with PullConsumer("ctl-svc-reader", ns) as c:
-        for q in range(queues):
-            off = 0
-            while True:
-                r = c.pull(topic, q, off, 32)
-                if r.status != "FOUND":
-                    break
-                out.extend(m for m in r.messages if m.body != b"seed")
-                off = r.next_begin_offset
-    return out
+    return [m for _, m in pull_every(ns, topic, queues, "ctl-svc-reader") if m.body != b"seed"]
 
 
 def ops_view(ready: dict) -> tuple[str, int, int]:

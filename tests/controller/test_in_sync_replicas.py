@@ -25,7 +25,7 @@ from tests.cluster import java_rocketmq as jr
 from tests.ha.ha_helpers import wait_for
 from tests.ha.procs import free_port_block, start_namesrv
 
-from .conftest import body_of, call, write_conf
+from .conftest import body_of, call, stop_all, write_conf
 from .test_our_brokers import start_ctl_broker
 
 pytestmark = referee.skip_unless(referee.V5)
@@ -154,8 +154,4 @@ def test_in_sync_replicas_not_enough_refused_before_the_write_like_java(controll
         assert answers[OURS] == answers[JAVA] == (ResponseCode.SYSTEM_ERROR,
                                                   "in-sync replicas not enough"), answers
     finally:
-        for p in reversed(procs):
-            try:
-                p.stop()
-            except Exception:  # noqa: BLE001
-                os.killpg(p.proc.pid, signal.SIGKILL)
+        stop_all(procs)

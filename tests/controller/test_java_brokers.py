@@ -20,7 +20,7 @@ from tests.cluster import java_rocketmq as jr
 from tests.ha.ha_helpers import wait_for
 from tests.ha.test_ha_serve import read_all
 
-from .conftest import body_of, call, write_conf
+from .conftest import body_of, call, stop_all, write_conf
 
 pytestmark = referee.skip_unless(referee.V5)
 BN, TOPIC = "broker-a", "CtlTopic"
@@ -97,11 +97,7 @@ def cluster(tmp_path, request):
     ns = jr.start_java_namesrv(home, str(tmp_path / "ns"))
     procs.append(ns)
     yield home, ns, procs
-    for p in reversed(procs):
-        try:
-            p.stop()
-        except Exception:  # noqa: BLE001
-            os.killpg(p.proc.pid, signal.SIGKILL)
+    stop_all(procs)
 
 
 @pytest.mark.parametrize("cluster", [referee.V5, referee.V5_NEWEST], indirect=True)

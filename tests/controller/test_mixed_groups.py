@@ -22,7 +22,7 @@ from tests.cluster import java_rocketmq as jr
 from tests.ha.ha_helpers import wait_for
 from tests.ha.procs import free_port_block, start_namesrv
 
-from .conftest import body_of, call
+from .conftest import body_of, call, stop_all
 from .test_java_brokers import BN, namesrv_ids, sync_state
 from .test_our_brokers import TOPIC, read_keys, start_ctl_broker
 
@@ -108,8 +108,4 @@ def test_java_master_our_slave_then_our_master_java_slave(tmp_path):
     finally:
         if ours is not None:
             ours.stop()
-        for p in reversed(procs):
-            try:
-                p.stop()
-            except Exception:  # noqa: BLE001
-                os.killpg(p.proc.pid, signal.SIGKILL)
+        stop_all(procs)

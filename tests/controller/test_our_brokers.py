@@ -19,12 +19,11 @@ import threading
 import time
 import urllib.request
 
-from rocketstore.client.consumer import PullConsumer
 from rocketstore.client.producer import Producer
 from tests.ha.ha_helpers import wait_for
 from tests.ha.procs import SEG, Proc, _start, broker_conf, free_port_block, start_namesrv
 
-from .conftest import write_conf
+from .conftest import pull_every, write_conf
 from .test_java_brokers import BN, namesrv_ids, sync_state
 
 TOPIC = "CtlOurTopic"
@@ -49,17 +48,7 @@ def start_ctl_broker(workdir: str, ns: str, ctl: str, port: int, *args: str, **k
 
 
 def read_keys(ns: str, queues: int = 2) -> list[tuple[str, bytes]]:
-    out = []
-    with PullConsumer("ctl-reader", ns) as c:
-        for q in range(queues):
-            off = 0
-            while True:
-                r = c.pull(TOPIC, q, off, 32)
-                if r.status != "FOUND":
-                    break
-                out.extend((m.uniq_key, m.body) for m in r.messages)
-                off = r.next_begin_offset
-    return out
+    return [(m.uniq_key, m.body) for _, m in pull_every(ns, TOPIC, queues)]
 
 
 class Sender(threading.Thread):

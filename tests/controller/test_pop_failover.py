@@ -11,8 +11,6 @@ the acked ones again and nothing of the topic a second time; after those are ack
 nothing more comes."""
 from __future__ import annotations
 
-import base64
-import json
 import time
 
 from rocketstore.client.producer import Producer

@@ -62,7 +62,7 @@ from ...format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERT
                                PROPERTY_TRANSACTION_PREPARED, PROPERTY_WAIT_STORE_MSG_OK,
                                TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE,
                                TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
-                               MESSAGE_MAGIC_CODE, Message, MessageExt, record_bytes)
+                               Message, MessageExt, record_bytes)
 from ...remoting.codes import RequestCode, ResponseCode
 from ...remoting.command import RemotingCommand
 from ..state.topic_validator import (TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC,
