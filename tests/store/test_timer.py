@@ -196,3 +196,31 @@ def test_many_timers_keep_memory_flat(tmp_path):
             assert m.store_timestamp >= t0 + int(m.body) % 2000
         assert os.path.getsize(os.path.join(str(tmp_path), "timerwheel")) == SLOTS * 2 * 32
         assert sum(s.timer.metrics.counts().values()) == 0
+
+
+def test_new_master_scan_finds_every_reput_chunk_by_chunk(tmp_path, monkeypatch):
+    """The scan a new master makes of the CommitLog for timer re-puts another master made
+    (``_scan_reputs``, the vectorised decoder a chunk at a time) finds what the record-by-record
+    walk finds and what was delivered — across segment ends (64 KiB segments), chunk ends, a
+    record larger than a chunk, a roll back to the timer topic, and a property value that only
+    mentions TIMER_DEQUEUE_MS."""
+    from rocketstore.store.timer import service
+    with MessageStore(cfg(tmp_path, mapped_file_size_commitlog=64 << 10)) as s:
+        t0 = now_ms()
+        for i in range(120):
+            assert timer_put(s, "T", b"t%d-" % i + b"x" * 300, t0 + 300 + 5 * i).ok
+        assert timer_put(s, "T", b"rolled", t0 + WINDOW * P + 700).ok  # one roll, then out
+        assert s.put_message(Message(topic="P", body=b"y" * 5000)).ok  # larger than a chunk
+        assert s.put_message(Message(topic="P", body=b"z", properties={
+            "note": "not a TIMER_DEQUEUE_MS property"})).ok
+        got = drain(s, "T", 121, 15)
+        assert len(got) == 121
+        timer = s.timer
+        end = s.commitlog.max_offset()
+        walked = timer._scan_reputs_by_record(0, end)
+        delivered = {(False, m.properties.get("UNIQ_KEY"), m.properties.get("TIMER_OUT_MS"),
+                      int(m.properties.get("TIMER_ROLL_TIMES", "0"))) for m, _ in got}
+        assert delivered <= walked and any(k[0] for k in walked)  # (the roll's re-put too)
+        for chunk in (service.SCAN_CHUNK, 4096, 1000):
+            monkeypatch.setattr(service, "SCAN_CHUNK", chunk)
+            assert timer._scan_reputs(0) == walked, chunk

@@ -219,7 +219,8 @@ def _start_timer(store: Any) -> None:
                               put=store.put_message, put_batch=store.put_messages,
                               read_records=store.commitlog.read_record_views,
                               commitlog_max_offset=store.commitlog.max_offset,
-                              commitlog_min_offset=store.commitlog.min_offset, queue_bounds=bounds)
+                              commitlog_min_offset=store.commitlog.min_offset, queue_bounds=bounds,
+                              read_data=store.commitlog.get_data)
     timer = store.timer = TimerMessageStore(store.cfg, access)
     timer.load()
     store.put_path.timer = timer

@@ -40,7 +40,7 @@ import numpy as np
 from ...config import StoreConfig
 from ...format.hashing import java_hash
 from ...format.message import (PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, TRANSACTION_MASK,
-                               Message, MessageExt, record_properties)
+                               Message, MessageExt, record_properties, string_to_properties)
 from ...format.timer_layout import (MAGIC_DEFAULT, MAGIC_DELETE, MAGIC_ROLL,
                                     PROPERTY_TIMER_DEL_UNIQKEY, PROPERTY_TIMER_DEQUEUE_MS,
                                     PROPERTY_TIMER_ENQUEUE_MS, PROPERTY_TIMER_OUT_MS,
@@ -55,6 +55,7 @@ from .wheel import TimerWheel
 log = logging.getLogger(__name__)
 ENQUEUE_BATCH = 64
 DEQUEUE_CHUNK = 256  # units re-put between two cursor writes
+SCAN_CHUNK = 8 << 20  # CommitLog bytes decoded at once by the new master's re-put scan
 RETRY_PAUSE_S = 0.2
 READ_TIME_REFRESH_MS = 600_000  # an idle wheel's read time is written this often at least
 
@@ -70,6 +71,15 @@ class TimerStoreAccess:
     commitlog_max_offset: Callable[[], int]
     commitlog_min_offset: Callable[[], int]
     queue_bounds: Callable[[], tuple[int, int]]          # TIMER_TOPIC/0 (min, max)
+    # (offset, max bytes) -> the written bytes from there to at most its segment's end
+    read_data: Callable[[int, int], bytes | None] | None = None
+
+
+def _reput_key(topic: str, p: dict[str, str]) -> tuple:
+    """What ``_not_delivered`` matches a timer re-put by: (back to the timer topic: a roll,
+    UNIQ_KEY, TIMER_OUT_MS, roll count)."""
+    return (topic == TIMER_TOPIC, p.get("UNIQ_KEY"), p.get(PROPERTY_TIMER_OUT_MS),
+            int(p.get(PROPERTY_TIMER_ROLL_TIMES, "0") or 0))
 
 
 def timer_paths(root: str) -> tuple[str, str, str, str]:
@@ -290,20 +300,52 @@ class TimerMessageStore:
         return out
 
     def _scan_reputs(self, start: int) -> set[tuple]:
-        """(rolled, UNIQ_KEY, TIMER_OUT_MS, roll count) of every timer re-put from ``start``."""
+        """(rolled, UNIQ_KEY, TIMER_OUT_MS, roll count) of every timer re-put from ``start``:
+        the CommitLog decoded ``SCAN_CHUNK`` bytes at a time by the vectorised decoder, only
+        the properties that name ``TIMER_DEQUEUE_MS`` parsed (``_scan_reputs_by_record`` is
+        the same walk record by record: where the store gives no byte ranges, and for a
+        record the decoder does not take whole)."""
+        read = self.access.read_data
+        if read is None:
+            return self._scan_reputs_by_record(start, self.access.commitlog_max_offset())
+        from ...format.batch import STOP_END, STOP_INCOMPLETE, decode_records
         found: set[tuple] = set()
         off = start
         end = self.access.commitlog_max_offset()
+        seg = self.cfg.mapped_file_size_commitlog
+        while off < end and not self._stopping.is_set():
+            buf = read(off, min(SCAN_CHUNK, end - off))
+            if not buf:
+                off = off - off % seg + seg
+                continue
+            rec = decode_records(buf, 0, len(buf), base_offset=off)
+            for topic, raw in zip(rec.topic, rec.props_raw):
+                if PROPERTY_TIMER_DEQUEUE_MS in raw:  # (then parsed: a value might say it)
+                    p = string_to_properties(raw)
+                    if PROPERTY_TIMER_DEQUEUE_MS in p:
+                        found.add(_reput_key(topic, p))
+            if rec.end > 0 and rec.stop in (STOP_END, STOP_INCOMPLETE):
+                off += rec.end  # the next chunk starts at the first record not taken whole
+            elif rec.end > 0:  # a blank (the segment's end) or bytes that are not a record
+                off = off - off % seg + seg
+            else:  # nothing whole at ``off``: this one record as the per-record walk sees it
+                found |= self._scan_reputs_by_record(off, off + 1)
+                m = self.access.look_message(off)
+                off = off + m.store_size if m is not None else off - off % seg + seg
+        return found
+
+    def _scan_reputs_by_record(self, start: int, end: int) -> set[tuple]:
+        """``_scan_reputs`` over the records that start in ``[start, end)``, one by one."""
+        found: set[tuple] = set()
+        off = start
         seg = self.cfg.mapped_file_size_commitlog
         while off < end and not self._stopping.is_set():
             m = self.access.look_message(off)
             if m is None:
                 off = off - off % seg + seg
                 continue
-            p = m.properties
-            if PROPERTY_TIMER_DEQUEUE_MS in p:
-                found.add((m.topic == TIMER_TOPIC, p.get("UNIQ_KEY"), p.get(PROPERTY_TIMER_OUT_MS),
-                           int(p.get(PROPERTY_TIMER_ROLL_TIMES, "0") or 0)))
+            if PROPERTY_TIMER_DEQUEUE_MS in m.properties:
+                found.add(_reput_key(m.topic, m.properties))
             off += m.store_size
         return found
 
