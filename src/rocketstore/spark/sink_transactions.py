@@ -41,9 +41,8 @@ So, for a half whose task the record delivers, the responder answers
 * else COMMIT, after appending the UNIQ_KEY to ``answered/<batch>.log`` — the durable record of
   what the responder committed, read back by the next responder after a restart.
 
-The responder is a small detached process (this module run as ``__main__``, at niceness
-+``RESPONDER_NICE``: its start-up must not slow the END_TRANSACTIONs it starts beside) in the
-producer group, one per state directory (an ``flock`` on ``responder.lock``), started
+The responder is a small detached process (``python -m rocketstore.spark.sink_transactions``)
+in the producer group, one per state directory (an ``flock`` on ``responder.lock``), started
 when none runs: by the driver's writer when the state directory holds a decision already (a
 restarted query: the halves of the batches before may need answers), else by the first
 commit, right after its decision — until then every answer would be UNKNOW, which a missing
@@ -437,12 +436,6 @@ def has_decisions(state_dir: str) -> bool:
         return False
 
 
-RESPONDER_NICE = 10  # added to the responder's niceness
-_RESPONDER_START = ("import os, runpy; os.nice(%d); "
-                    "runpy.run_module('rocketstore.spark.sink_transactions', run_name='__main__', "
-                    "alter_sys=True)" % RESPONDER_NICE)
-
-
 def ensure_responder(state_dir: str, group: str, namesrv: str, credentials) -> None:
     """Make sure a responder serves ``state_dir`` for as long as this driver lives."""
     os.makedirs(state_dir, exist_ok=True)
@@ -465,10 +458,8 @@ def ensure_responder(state_dir: str, group: str, namesrv: str, credentials) -> N
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     logf = open(os.path.join(state_dir, "responder.log"), "ab")
     try:
-        # at a lower CPU priority: it only answers the broker's checks (one a minute at most
-        # per half), and its start-up must not slow the END_TRANSACTIONs beside it
-        subprocess.Popen([sys.executable, "-c", _RESPONDER_START, state_dir, group, namesrv],
-                         env=env, stdin=subprocess.DEVNULL,
+        subprocess.Popen([sys.executable, "-m", "rocketstore.spark.sink_transactions",
+                          state_dir, group, namesrv], env=env, stdin=subprocess.DEVNULL,
                          stdout=logf, stderr=logf, start_new_session=True, close_fds=True)
     finally:
         logf.close()
