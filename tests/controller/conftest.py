@@ -112,19 +112,3 @@ def stop_all(procs: list) -> None:
         except Exception:  # noqa: BLE001
             os.killpg(p.proc.pid, signal.SIGKILL)
 
-
-def pull_every(namesrv: str, topic: str, queues: int, group: str = "ctl-reader"):
-    """(queue id, message) for every message the topic's master serves now, queue by queue
-    (plain pulls from offset 0)."""
-    from rocketstore.client.consumer import PullConsumer
-    with PullConsumer(group, namesrv) as c:
-        for q in range(queues):
-            off = 0
-            while True:
-                r = c.pull(topic, q, off, 32)
-                if r.status != "FOUND":
-                    break
-                for m in r.messages:
-                    yield q, m
-                off = r.next_begin_offset
-

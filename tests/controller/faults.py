@@ -21,7 +21,7 @@ from rocketstore.client.consumer import PullConsumer
 from rocketstore.client.producer import Producer
 from rocketstore.controller.codes import ControllerRequest as Q
 
-from .conftest import pull_every
+from tests.ha.ha_helpers import pull_every
 
 
 @dataclass

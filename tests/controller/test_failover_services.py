@@ -23,12 +23,12 @@ from typing import Any
 
 from rocketstore.client.producer import Producer
 from rocketstore.client.transaction import LocalTransactionState, TransactionProducer
-from tests.ha.ha_helpers import wait_for
+from tests.ha.ha_helpers import pull_every, wait_for
 from tests.ha.procs import Proc, free_port_block, start_namesrv
 
 from rocketstore.remoting.codes import RequestCode
 
-from .conftest import call, pull_every, write_conf
+from .conftest import call, write_conf
 from .test_java_brokers import namesrv_ids, sync_state
 from .test_our_brokers import start_ctl_broker
 

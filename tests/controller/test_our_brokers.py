@@ -20,10 +20,10 @@ import time
 import urllib.request
 
 from rocketstore.client.producer import Producer
-from tests.ha.ha_helpers import wait_for
+from tests.ha.ha_helpers import pull_every, wait_for
 from tests.ha.procs import SEG, Proc, _start, broker_conf, free_port_block, start_namesrv
 
-from .conftest import pull_every, write_conf
+from .conftest import write_conf
 from .test_java_brokers import BN, namesrv_ids, sync_state
 
 TOPIC = "CtlOurTopic"

@@ -15,7 +15,8 @@ from rocketstore.client.consumer import PullConsumer
 from rocketstore.client.producer import Producer
 from rocketstore.remoting.codes import RequestCode, ResponseCode
 
-from .ha_helpers import TcpProxy, cq_units, read_range, segment_names, wait_for, written_range
+from .ha_helpers import (TcpProxy, cq_units, pull_every, read_range, segment_names, wait_for,
+                         written_range)
 from .procs import SEG, free_port_block, start_broker, start_namesrv
 
 TOPIC = "HaTopic"
@@ -55,18 +56,7 @@ def wait_slave_topic(ns_addr: str, slave_addr: str, topic: str, timeout: float =
 
 def read_all(ns_addr: str, topic: str, queues: int = 4) -> dict[str, bytes]:
     """uniq key -> body of every message a pull consumer finds by the name server's route."""
-    out = {}
-    with PullConsumer("ha-reader", ns_addr) as c:
-        for q in range(queues):
-            off = 0
-            while True:
-                r = c.pull(topic, q, off, 32)
-                if r.status != "FOUND":
-                    break
-                for m in r.messages:
-                    out[m.uniq_key] = m.body
-                off = r.next_begin_offset
-    return out
+    return {m.uniq_key: m.body for _, m in pull_every(ns_addr, topic, queues, "ha-reader")}
 
 
 def test_sync_master_sigkill_loses_nothing_acknowledged_and_failover(cluster):

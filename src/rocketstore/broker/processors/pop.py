@@ -42,12 +42,13 @@ from typing import TYPE_CHECKING, Any
 
 from ...filter import SelectorSyntaxError
 from ...format.message import record_bytes
-from ...remoting.codes import PERM_READ, ResponseCode
+from ...remoting.codes import ResponseCode
 from ...remoting.command import RemotingCommand
 from ..services.pop import PROPERTY_POP_CK
 from ..services.pop_state import (ORDER_REVIVE_QUEUE, RETRY_PREFIX, TOPIC_TYPE_NORMAL,
                                   TOPIC_TYPE_RETRY, ReceiptHandle, pop_retry_topic)
 from ..state.filters import ConsumerFilterData, compile_expression
+from .pull import topic_refusal
 
 if TYPE_CHECKING:
     from ..contexts import PopContext
@@ -73,9 +74,9 @@ def _retry_mark(topic: str) -> str:
 def _check_queue(ctx: PopContext, cmd: RemotingCommand, topic: str, queue_id: int,
                  bad_queue_code: int) -> RemotingCommand | None:
     tc = ctx.topics.get(topic)
-    if tc is None:
-        return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
-                            remark=f"topic[{topic}] not exist, apply first please!")
+    refused = topic_refusal(cmd, topic, tc)
+    if refused is not None:
+        return refused
     if queue_id >= tc.read_queue_nums or (queue_id < 0 and bad_queue_code != -1):
         return cmd.response(bad_queue_code if bad_queue_code != -1 else
                             ResponseCode.INVALID_PARAMETER,
@@ -118,14 +119,9 @@ def _read_refusal(ctx: PopContext, cmd: RemotingCommand, group: str, topic: str,
     """What POP_MESSAGE and PEEK_MESSAGE refuse before reading, in RocketMQ 5.3.3's order (its
     pop answers the peek remark for an unreadable topic): a missing topic, a topic without read
     permission, a queue id out of range (-1: every queue), then the group; None to go on."""
-    tc = ctx.topics.get(topic)
-    if tc is None:
-        return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
-                            remark=f"topic[{topic}] not exist, apply first please!")
-    if not tc.perm & PERM_READ:
-        return cmd.response(ResponseCode.NO_PERMISSION,
-                            remark=f"the topic[{topic}] peeking message is forbidden")
-    refused = _check_queue(ctx, cmd, topic, queue_id, -1) if queue_id >= 0 else None
+    refused = topic_refusal(cmd, topic, ctx.topics.get(topic), "peeking")
+    if refused is None and queue_id >= 0:
+        refused = _check_queue(ctx, cmd, topic, queue_id, -1)
     return refused if refused is not None else _group_refusal(ctx, cmd, group)
 
 

@@ -32,6 +32,20 @@ MAX_PULL_MSGS = 1024  # cap of maxMsgNums
 FORBIDDEN_BROKER = 1  # ForbiddenType.BROKER_FORBIDDEN
 
 
+def topic_refusal(cmd: RemotingCommand, topic: str, tc: Any, reading: str | None = None
+                  ) -> RemotingCommand | None:
+    """RocketMQ's answer to a request naming ``topic`` whose config ``tc`` the broker has not
+    (TOPIC_NOT_EXIST), or — ``reading``: "pulling", "peeking" — cannot be read (NO_PERMISSION);
+    None to go on. Pull, pop and peek, and the pop acks (existence only), ask here."""
+    if tc is None:
+        return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
+                            remark=f"topic[{topic}] not exist, apply first please!")
+    if reading is not None and not tc.perm & PERM_READ:
+        return cmd.response(ResponseCode.NO_PERMISSION,
+                            remark=f"the topic[{topic}] {reading} message is forbidden")
+    return None
+
+
 def pull_code(status_name: str, queue_offset: int) -> int:
     if status_name == "FOUND":
         return ResponseCode.SUCCESS
@@ -64,12 +78,9 @@ async def pull(ctx: PullContext, conn: Any, cmd: RemotingCommand) -> RemotingCom
                             remark=f"the broker[{ctx.config.host}] for lite pull consumer is "
                                    f"forbidden")
     tc = ctx.topics.get(topic)
-    if tc is None:
-        return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
-                            remark=f"topic[{topic}] not exist, apply first please!")
-    if not tc.perm & PERM_READ:
-        return cmd.response(ResponseCode.NO_PERMISSION,
-                            remark=f"the topic[{topic}] pulling message is forbidden")
+    refused = topic_refusal(cmd, topic, tc, "pulling")
+    if refused is not None:
+        return refused
     if not 0 <= queue_id < tc.read_queue_nums:
         return cmd.response(ResponseCode.SYSTEM_ERROR,
                             remark=f"queueId[{queue_id}] is illegal, topic:[{topic}] "
