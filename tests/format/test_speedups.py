@@ -151,6 +151,48 @@ def test_encode_message_matches(msg, born, store, born_ts, max_body):
         assert back.properties == {k: v for k, v in props.items() if v is not None}
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(msg=messages(simple=True), born=ok_hosts, store=ok_hosts,
+       born_ts=wide(i64, (-(1 << 63), (1 << 63) - 1)))
+def test_record_fields_encode_as_the_message_they_copy(msg, born, store, born_ts):
+    """A ``RecordFields`` filled from a message is encoded, compiled, as the message is (and
+    as the pure encoder encodes either): the batched END's committed copies use it."""
+    f = M.RecordFields()
+    for name in M.RecordFields.__slots__:
+        setattr(f, name, getattr(msg, name))
+    props = _props_of(msg)
+    kw = dict(born_timestamp=born_ts, born_host=born, store_host=store, max_body_size=1 << 22)
+    got = outcome(fast.encode_message, f, props, **kw)
+    assert got == outcome(fast.encode_message, msg, props, **kw)
+    assert got == outcome(M.encode_message_py, f, props, **kw)
+
+
+def test_record_fields_take_the_compiled_path(monkeypatch):
+    """Not the pure fallback: the pure encoder (which looks up ``encode_properties_py`` when
+    it runs) is not called for a ``RecordFields``; it is for an object of another type."""
+    calls = []
+    real = M.encode_properties_py
+
+    def spy(props):
+        calls.append(1)
+        return real(props)
+    monkeypatch.setattr(M, "encode_properties_py", spy)
+    kw = dict(born_timestamp=1, born_host="127.0.0.1:1", store_host="127.0.0.1:2",
+              max_body_size=100)
+    f = M.RecordFields()
+    f.topic, f.body, f.queue_id, f.flag, f.sys_flag = "T", b"x", 1, 0, 0
+    f.reconsume_times, f.prepared_transaction_offset = 0, 77
+    rec = fast.encode_message(f, {"a": "b"}, **kw)
+    assert (rec.topic, rec.queue_id) == ("T", 1) and not calls
+
+    class Other:  # same fields, another type: handed to the pure twin
+        pass
+    o = Other()
+    for name in M.RecordFields.__slots__:
+        setattr(o, name, getattr(f, name))
+    assert fast.encode_message(o, {"a": "b"}, **kw).data == rec.data and calls
+
+
 @settings(max_examples=300, deadline=None)
 @given(props=st.dictionaries(names, values, max_size=5), kind=st.sampled_from(["dict", "items"]))
 def test_encode_properties_matches(props, kind):

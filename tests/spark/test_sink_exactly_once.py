@@ -97,6 +97,40 @@ def _write(df, ns, topic, **opts):
     w.mode("append").save()
 
 
+def test_task_halves_travel_small_and_list_every_half():
+    """A task's commit message (``TaskHalves``) carries its halves as runs: a pickle round trip
+    lists the same halves in the same order, single sends to one topic and broker share a run,
+    and the pickle builds a few objects a run, not one a half (10,000 halves here)."""
+    import pickle
+    import pickletools
+    import uuid
+
+    from rocketstore.client.transaction import HalfRef
+    from rocketstore.spark import sink_transactions as st
+    t = st.TaskHalves("task", "batch")
+    want = []
+    for b in range(40):  # batches of 250 into two topics on two brokers
+        topic, broker = f"T{b % 2}", f"broker-{b % 3}"
+        refs = [HalfRef(b * 1000 + i, (b * 1000 + i) * 300, uuid.uuid4().hex.upper())
+                for i in range(250)]
+        t.add(topic, broker, refs)
+        want += [st.Half(topic, broker, r.queue_offset, r.commitlog_offset, r.msg_id)
+                 for r in refs]
+    for i in range(5):  # single sends: one run
+        t.add_one("T9", "broker-9", i, i * 7, f"ID{i}")
+        want.append(st.Half("T9", "broker-9", i, i * 7, f"ID{i}"))
+    t.add_one("T9", "broker-8", 9, 9, "ID9")
+    want.append(st.Half("T9", "broker-8", 9, 9, "ID9"))
+    assert len(t.runs) == 40 + 2 and len(t) == len(want) == 10_006
+    back = pickle.loads(pickle.dumps(t))
+    assert (back.task, back.batch, back.halves) == ("task", "batch", want)
+    def objects(data: bytes) -> int:  # the objects an unpickling builds: calls and containers
+        kinds = {"REDUCE", "NEWOBJ", "BUILD", "EMPTY_DICT", "EMPTY_LIST", "TUPLE", "TUPLE3"}
+        return sum(op.name in kinds for op, _, _ in pickletools.genops(data))
+    assert objects(pickle.dumps(want)) > 10_006  # a Half each (the form before runs)
+    assert objects(pickle.dumps(t)) < 10 * len(t.runs)
+
+
 def test_responder_exits_with_its_driver_or_its_state_directory(txn_cluster, tmp_path):
     """The responder follows the process named in ``owner``: it exits when that process ends,
     and when the state directory (``owner`` with it) is removed — no pid is no driver."""

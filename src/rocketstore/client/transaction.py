@@ -128,15 +128,21 @@ async def end_transactions_at(instance: ClientInstance, addr: str, group: str,
     import struct
     if not halves:
         return
-    first = halves[0]
+    body = struct.pack(f">{2 * len(halves)}q", *[v for h in halves
+                                                  for v in (h.queue_offset, h.commitlog_offset)])
+    await end_packed_at(instance, addr, group, halves[0], len(halves), body, commit)
+
+
+async def end_packed_at(instance: ClientInstance, addr: str, group: str, first: HalfRef,
+                        count: int, pairs: bytes, commit: bool) -> None:
+    """``end_transactions_at`` with its body ready: ``count`` (tranStateTableOffset,
+    commitLogOffset) pairs as big-endian int64s; ``first`` is the first of them."""
     header = {"producerGroup": group, "tranStateTableOffset": first.queue_offset,
               "commitLogOffset": first.commitlog_offset,
               "commitOrRollback": TRANSACTION_COMMIT_TYPE if commit else TRANSACTION_ROLLBACK_TYPE,
               "fromTransactionCheck": False, "msgId": first.msg_id,
-              "transactionId": first.msg_id, "batchEntries": len(halves)}
-    body = struct.pack(f">{2 * len(halves)}q", *[v for h in halves
-                                                  for v in (h.queue_offset, h.commitlog_offset)])
-    await instance.invoke(addr, RequestCode.END_TRANSACTION, header, body)
+              "transactionId": first.msg_id, "batchEntries": count}
+    await instance.invoke(addr, RequestCode.END_TRANSACTION, header, pairs)
 
 
 class LocalTransactionState(enum.Enum):

@@ -37,6 +37,7 @@ cdef object _py_encode_batch = _pure.encode_batch_py
 cdef object _create_uniq_keys = _pure.create_uniq_keys
 cdef object _EncodedMessage = _pure.EncodedMessage
 cdef object _Message = _pure.Message
+cdef object _RecordFields = _pure.RecordFields
 cdef object _BatchRefused = _pure.BatchRefused
 cdef str _TAGS = _pure.PROPERTY_TAGS
 cdef str _KEYS = _pure.PROPERTY_KEYS
@@ -192,7 +193,7 @@ cdef object _encode_one(object msg, object props, object born_timestamp, object 
     cdef const char* bp
     cdef unsigned char* p
     cdef long long crc = 0
-    if type(msg) is not _Message or type(props) is not dict:
+    if (type(msg) is not _Message and type(msg) is not _RecordFields) or type(props) is not dict:
         return None
     topic = msg.topic
     body = msg.body

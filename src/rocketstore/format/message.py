@@ -290,6 +290,22 @@ class MessageExt:
 
 
 # ---- encode -----------------------------------------------------------------------------------
+class RecordFields:
+    """What ``encode_message`` reads of a message besides its properties, on a light object a
+    caller fills in turn for each record of a batch (a ``Message`` each would cost more than
+    the encoding). The compiled encoder takes it as it takes a ``Message``."""
+
+    __slots__ = ("topic", "body", "queue_id", "flag", "sys_flag", "reconsume_times",
+                 "prepared_transaction_offset")
+    topic: str
+    body: bytes
+    queue_id: int
+    flag: int
+    sys_flag: int
+    reconsume_times: int
+    prepared_transaction_offset: int
+
+
 @dataclass(slots=True)
 class EncodedMessage:
     """A pre-encoded record; ``data`` lacks queue offset, physical offset and store time

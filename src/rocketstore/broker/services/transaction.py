@@ -163,21 +163,6 @@ class KeptHalf:
         self.uniq_key = properties[PROPERTY_UNIQ_KEY]
 
 
-class _CopyFields:
-    """What ``encode_message`` reads of a message besides its properties: the fields of
-    ``committed_message`` for a batch of committed copies, set on one object in turn."""
-
-    __slots__ = ("topic", "body", "queue_id", "flag", "sys_flag", "reconsume_times",
-                 "prepared_transaction_offset")
-    topic: str
-    body: bytes
-    queue_id: int
-    flag: int
-    sys_flag: int
-    reconsume_times: int
-    prepared_transaction_offset: int
-
-
 def renewed_half(half: MessageExt, props: dict[str, str]) -> Message:
     """``renewHalfMessageInner``: the same half message again, at the end of its queue."""
     return Message(topic=half.topic, body=half.body, properties=props, queue_id=half.queue_id,
@@ -453,7 +438,7 @@ class TransactionalMessageService:
     def _decide_many(self, halves: list[tuple[int, MessageExt]], state: int,
                      out: list[tuple[int, str | None]]) -> None:
         """``_decide`` for many halves (their locks held): two appends instead of 2N puts."""
-        from ...format.message import encode_message
+        from ...format.message import RecordFields, encode_message
         cfg = self.store.cfg
         todo: list[tuple[int, MessageExt]] = []
         seen: set[str] = set()
@@ -474,7 +459,7 @@ class TransactionalMessageService:
             now = int(time.time() * 1000)
             host, max_body = cfg.store_host, cfg.max_message_size
             recs, where = [], []
-            m = _CopyFields()  # committed_message's fields, one scratch object for the batch
+            m = RecordFields()  # committed_message's fields, one scratch object for the batch
             for i, half in todo:
                 try:
                     props = half.properties.copy()
