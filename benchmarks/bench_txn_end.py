@@ -80,8 +80,7 @@ async def _run(srv, rows: int, size: int, batch: int, topic: str, pid: int, prof
             mq = mqs[k % len(mqs)]
             async with sem:
                 refs = await send_half_batch(p, topic, msgs, mq, {st.TXN_PROPERTY: "bench/0/x"})
-            halves.extend(st.Half(topic, mq.broker_name, h.queue_offset, h.commitlog_offset,
-                                  h.msg_id) for h in refs)
+            halves.append(st.HalfRun.of(topic, mq.broker_name, refs))
 
         def spy_on(phase: str):
             if not profile or phase != profile_phase:

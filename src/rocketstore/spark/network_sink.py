@@ -40,6 +40,7 @@ import hashlib
 import itertools
 import logging
 import os
+import time
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -354,12 +355,11 @@ async def _send_halves(batches: Iterator, o: SinkOptions, batch: str) -> HalvesS
                                 properties=prepared(m).properties, mq=mq,
                                 sys_flag=TRANSACTION_PREPARED_TYPE)
         _, cl_off = parse_message_id(r.offset_msg_id)
-        out.halves.append(st.Half(topic, mq.broker_name, r.queue_offset, cl_off, r.msg_id))
+        out.add_one(topic, mq.broker_name, r.queue_offset, cl_off, r.msg_id)
 
     async def many(topic: str, mq: MessageQueue, msgs: list[Message]) -> None:
         refs = await send_half_batch(producer, topic, msgs, mq, {st.TXN_PROPERTY: tag})
-        out.halves.extend(st.Half(topic, mq.broker_name, h.queue_offset, h.commitlog_offset,
-                                  h.msg_id) for h in refs)
+        out.add(topic, mq.broker_name, refs)
 
     async def ship(topic: str, qid, broker, msgs: list[Message]) -> None:
         mq = await _pick_queue(producer, queues, rr, topic, qid, broker)
@@ -389,15 +389,15 @@ async def _send_halves(batches: Iterator, o: SinkOptions, batch: str) -> HalvesS
     except BaseException:
         for t in inflight:
             t.cancel()
-        if out.halves:  # not needed for correctness (the check rolls them back): just sooner
+        if out.runs:  # not needed for correctness (the check rolls them back): just sooner
             try:
-                await st.end_halves(producer.instance, o.group, out.halves, False)
+                await st.end_halves(producer.instance, o.group, out.runs, False)
             except Exception:
                 pass
         raise
     finally:
         await producer.shutdown()
-    return HalvesSent(len(out.halves), out)
+    return HalvesSent(len(out), out)
 
 
 def _run(coro):

@@ -67,6 +67,7 @@ import subprocess
 import sys
 import time
 import uuid
+from array import array
 from dataclasses import dataclass, field
 
 from ..format.message import (PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_PREPARED,
@@ -224,11 +225,75 @@ class Half:
     msg_id: str
 
 
+class HalfRun:
+    """Half messages a task stored in one topic on one broker, in a form that pickles small
+    (a task's commit message carries these to the driver): their offsets as ``array('q')``s
+    beside the list of their UNIQ_KEYs."""
+
+    __slots__ = ("topic", "broker", "queue_offsets", "commitlog_offsets", "msg_ids")
+
+    def __init__(self, topic: str, broker: str, queue_offsets: array, commitlog_offsets: array,
+                 msg_ids: list[str]) -> None:
+        self.topic, self.broker = topic, broker
+        self.queue_offsets, self.commitlog_offsets = queue_offsets, commitlog_offsets
+        self.msg_ids = msg_ids
+
+    @classmethod
+    def of(cls, topic: str, broker: str, refs) -> "HalfRun":
+        """From ``HalfRef``s (or ``Half``s): where each half was stored."""
+        return cls(topic, broker, array("q", [r.queue_offset for r in refs]),
+                   array("q", [r.commitlog_offset for r in refs]),
+                   [r.msg_id for r in refs])
+
+    def __len__(self) -> int:
+        return len(self.queue_offsets)
+
+    def __reduce__(self):  # the ids as one string: a few objects a run, not one a half
+        return (_half_run, (self.topic, self.broker, self.queue_offsets, self.commitlog_offsets,
+                            "\n".join(self.msg_ids)))
+
+    def halves(self) -> list[Half]:
+        return [Half(self.topic, self.broker, q, c, i)
+                for q, c, i in zip(self.queue_offsets, self.commitlog_offsets, self.msg_ids)]
+
+
+
+def _half_run(topic: str, broker: str, queue_offsets: array, commitlog_offsets: array,
+              msg_ids: str) -> HalfRun:
+    return HalfRun(topic, broker, queue_offsets, commitlog_offsets,
+                   msg_ids.split("\n") if msg_ids else [])
+
+
 @dataclass
 class TaskHalves:
+    """What an exactly-once task sent: its uuid, its batch and its half messages as runs."""
+
     task: str
     batch: str
-    halves: list[Half] = field(default_factory=list)
+    runs: list[HalfRun] = field(default_factory=list)
+
+    def add(self, topic: str, broker: str, refs) -> None:
+        """The halves one batch stored (``HalfRef``s): a run of their own."""
+        if refs:
+            self.runs.append(HalfRun.of(topic, broker, refs))
+
+    def add_one(self, topic: str, broker: str, queue_offset: int, commitlog_offset: int,
+                msg_id: str) -> None:
+        """One half a single send stored: onto the last run when it is the same queue's."""
+        last = self.runs[-1] if self.runs else None
+        if last is None or last.topic != topic or last.broker != broker:
+            last = HalfRun(topic, broker, array("q"), array("q"), [])
+            self.runs.append(last)
+        last.queue_offsets.append(queue_offset)
+        last.commitlog_offsets.append(commitlog_offset)
+        last.msg_ids.append(msg_id)
+
+    def __len__(self) -> int:
+        return sum(len(r) for r in self.runs)
+
+    @property
+    def halves(self) -> list[Half]:
+        return [h for r in self.runs for h in r.halves()]
 
 
 def prepared_properties(props: dict, group: str, tag: str) -> dict:
@@ -242,28 +307,18 @@ def prepared_properties(props: dict, group: str, tag: str) -> dict:
 END_BATCH = 512  # half messages per batched END_TRANSACTION
 
 
-async def end_halves(ci, group: str, halves: list[Half], commit: bool,
+async def end_halves(ci, group: str, runs: list[HalfRun], commit: bool,
                      concurrency: int = 128) -> int:
-    """End every half: to a broker that takes batched END_TRANSACTIONs (rocketstore's
-    ``transactionBatchEnable``) ``END_BATCH`` halves a request, else one END_TRANSACTION each
-    (RocketMQ's brokers); up to ``concurrency`` requests in flight either way. How many the
-    broker did not acknowledge (its check settles those from the record)."""
-    from ..client.transaction import (end_transaction_at, end_transactions_at,
+    """End every half of ``runs``: to a broker that takes batched END_TRANSACTIONs
+    (rocketstore's ``transactionBatchEnable``) ``END_BATCH`` halves a request, else one
+    END_TRANSACTION each (RocketMQ's brokers); up to ``concurrency`` requests in flight either
+    way. How many the broker did not acknowledge (its check settles those from the record)."""
+    from ..client.transaction import (HalfRef, end_packed_at, end_transaction_at,
                                       transaction_batch_supported)
 
     sem = asyncio.Semaphore(concurrency)
-    addrs: dict[tuple[str, str], str] = {}
     failed = 0
     verb = "COMMIT" if commit else "ROLLBACK"
-
-    async def addr_of(h: Half) -> str:
-        key = (h.topic, h.broker)
-        if key not in addrs:
-            r = await ci.route(h.topic)
-            if h.broker not in r.brokers:
-                r = await ci.route(h.topic, refresh=True)
-            addrs[key] = r.brokers[h.broker]
-        return addrs[key]
 
     async def one(addr: str, h: Half) -> None:
         nonlocal failed
@@ -279,33 +334,51 @@ async def end_halves(ci, group: str, halves: list[Half], commit: bool,
                 failed += 1
                 log.warning("END_TRANSACTION %s of %s on %s: %s", verb, h.msg_id, h.broker, exc)
 
-    async def chunk(addr: str, hs: list[Half]) -> None:
+    async def chunk(addr: str, broker: str, first: HalfRef, n: int, pairs: bytes) -> None:
         nonlocal failed
         async with sem:
             try:
-                await end_transactions_at(ci, addr, group, hs, commit)  # a Half is a HalfRef
+                await end_packed_at(ci, addr, group, first, n, pairs, commit)
             except Exception as exc:  # as above: the check settles what was not ended
-                failed += len(hs)
-                log.warning("END_TRANSACTION %s of %d half messages on %s: %s", verb, len(hs),
-                            hs[0].broker, exc)
+                failed += n
+                log.warning("END_TRANSACTION %s of %d half messages on %s: %s", verb, n, broker,
+                            exc)
 
-    by_key: dict[tuple[str, str], list[Half]] = {}
-    for h in halves:
-        by_key.setdefault((h.topic, h.broker), []).append(h)
-    by_addr: dict[str, list[Half]] = {}
-    for (_, broker), hs in by_key.items():
+    by_key: dict[tuple[str, str], list[HalfRun]] = {}
+    for r in runs:
+        if len(r):
+            by_key.setdefault((r.topic, r.broker), []).append(r)
+    by_addr: dict[str, list[HalfRun]] = {}
+    for (topic, broker), rs in by_key.items():
         try:
-            by_addr.setdefault(await addr_of(hs[0]), []).extend(hs)
+            route = await ci.route(topic)
+            if broker not in route.brokers:
+                route = await ci.route(topic, refresh=True)
+            by_addr.setdefault(route.brokers[broker], []).extend(rs)
         except Exception as exc:
-            failed += len(hs)
+            failed += sum(len(r) for r in rs)
             log.warning("END_TRANSACTION %s of %d half messages: no address for %s: %s", verb,
-                        len(hs), broker, exc)
+                        sum(len(r) for r in rs), broker, exc)
     jobs = []
-    for addr, hs in by_addr.items():
-        if await transaction_batch_supported(ci, addr):
-            jobs += [chunk(addr, hs[i:i + END_BATCH]) for i in range(0, len(hs), END_BATCH)]
-        else:
-            jobs += [one(addr, h) for h in hs]
+    for addr, rs in by_addr.items():
+        if not await transaction_batch_supported(ci, addr):
+            jobs += [one(addr, h) for r in rs for h in r.halves()]
+            continue
+        qs = array("q")
+        cls = array("q")
+        for r in rs:
+            qs.extend(r.queue_offsets)
+            cls.extend(r.commitlog_offsets)
+        ids = [i for r in rs for i in r.msg_ids]
+        pairs = array("q", bytes(16 * len(qs)))  # the batched END's body: big-endian pairs
+        pairs[0::2], pairs[1::2] = qs, cls
+        if sys.byteorder == "little":
+            pairs.byteswap()
+        body = pairs.tobytes()
+        for i in range(0, len(qs), END_BATCH):
+            n = min(END_BATCH, len(qs) - i)
+            jobs.append(chunk(addr, rs[0].broker, HalfRef(qs[i], cls[i], ids[i]), n,
+                              body[16 * i:16 * (i + n)]))
     await asyncio.gather(*jobs)
     return failed
 
@@ -328,8 +401,8 @@ def settle(state_dir: str, batch: str, sent: list[TaskHalves], *, namesrv: str, 
             ensure_responder(state_dir, group, namesrv, credentials)
         except OSError as exc:  # the ENDs below still go out; the check waits for an answer
             log.warning("cannot start the responder for %s: %s", state_dir, exc)
-        commit = [h for t in sent for h in t.halves if t.task in decided]
-        rollback = [h for t in sent for h in t.halves if t.task not in decided]
+        commit = [r for t in sent if t.task in decided for r in t.runs]
+        rollback = [r for t in sent if t.task not in decided for r in t.runs]
 
         async def go():
             ci = ClientInstance(namesrv, timeout_s=timeout_s, credentials=credentials)
