@@ -40,7 +40,6 @@ import hashlib
 import itertools
 import logging
 import os
-import time
 from dataclasses import dataclass
 from typing import Iterator
 
