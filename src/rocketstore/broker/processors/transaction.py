@@ -36,7 +36,7 @@ def decode_entries(body: bytes | None, n: int) -> list[tuple[int, int]]:
     if n <= 0 or len(body) != n * _ENTRY.size:
         raise ValueError(f"batchEntries={n} but the body holds {len(body)} bytes "
                          f"(want {_ENTRY.size} per entry)")
-    return [_ENTRY.unpack_from(body, i * _ENTRY.size) for i in range(n)]
+    return list(_ENTRY.iter_unpack(body))
 
 
 async def end_transaction(ctx: SendContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:

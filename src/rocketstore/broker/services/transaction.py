@@ -500,20 +500,23 @@ class TransactionalMessageService:
         from ...format.message import encode_message
         known = self._known_ops()
         cfg = self.store.cfg
-        keys: list[tuple[tuple[int, int], str]] = []
+        per_queue: dict[int, list[tuple[tuple[int, int], str]]] = {}
         seen: set[tuple[int, int]] = set()
         settled: dict[int, int] = {}
         for half in halves:
-            key = (half.queue_id, half.queue_offset)
-            if half.queue_id not in settled:
-                settled[half.queue_id] = self.offsets.query(SYS_GROUP, HALF_TOPIC, half.queue_id)
-            if key in known or key in seen or half.queue_offset < settled[half.queue_id]:
+            qid, qoff = half.queue_id, half.queue_offset
+            key = (qid, qoff)
+            floor = settled.get(qid)
+            if floor is None:
+                floor = settled[qid] = self.offsets.query(SYS_GROUP, HALF_TOPIC, qid)
+                per_queue[qid] = []
+            if key in known or key in seen or qoff < floor:
                 continue
             seen.add(key)
-            keys.append((key, half.uniq_key or ""))
+            per_queue[qid].append((key, half.uniq_key or ""))
         groups: list[list[tuple[tuple[int, int], str]]] = []
-        for qid in sorted({k[0] for k, _ in keys}):
-            mine = [e for e in keys if e[0][0] == qid]
+        for qid in sorted(per_queue):
+            mine = per_queue[qid]
             groups += [mine[i:i + OP_MERGE] for i in range(0, len(mine), OP_MERGE)]
         recs = []
         for g in groups:  # RocketMQ 5's merged op record: "o1,o2,...,"; KEYS: the txids
