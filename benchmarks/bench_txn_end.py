@@ -115,10 +115,17 @@ async def _run(srv, rows: int, size: int, batch: int, topic: str, pid: int, prof
             "end_failed": failed}
 
 
-def _count(srv, topic: str) -> int:
+def _count(srv, topic: str, want: int, wait_s: float = 30.0) -> int:
+    """Messages in the topic's consume queues, once the broker has dispatched ``want`` of them
+    (or ``wait_s`` passed: then what it has)."""
     from rocketstore.client.consumer import PullConsumer
+    deadline = time.monotonic() + wait_s
     with PullConsumer("bench-count", srv.namesrv) as c:
-        return sum(c.max_offset(topic, q) - c.min_offset(topic, q) for q in range(8))
+        while True:
+            n = sum(c.max_offset(topic, q) - c.min_offset(topic, q) for q in range(8))
+            if n >= want or time.monotonic() > deadline:
+                return n
+            time.sleep(0.2)
 
 
 def _routed(ns: str, topic: str) -> bool:
@@ -157,8 +164,8 @@ def main() -> None:
             out = asyncio.run(_run(srv, a.rows, a.size, a.batch, topic, srv.proc.pid,
                                    a.profile if r == a.repeat - 1 else None,
                                    a.profile_phase))
-            out["stored"] = _count(srv, topic)
             out["expected"] = 2 * a.rows - out["end_failed"]
+            out["stored"] = _count(srv, topic, out["expected"])
             runs.append(out)
             print(json.dumps({k: round(v, 3) if isinstance(v, float) else v
                               for k, v in out.items()}), file=sys.stderr)
