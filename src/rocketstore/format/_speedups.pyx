@@ -34,6 +34,7 @@ cdef object _py_topic_bytes = _pure._topic_bytes
 cdef object _py_host_bytes = _pure._host_bytes
 cdef object _py_msg_id_prefix = _pure._msg_id_prefix
 cdef object _py_encode_batch = _pure.encode_batch_py
+cdef object _py_encode_committed = _pure.encode_committed_py
 cdef object _create_uniq_keys = _pure.create_uniq_keys
 cdef object _EncodedMessage = _pure.EncodedMessage
 cdef object _Message = _pure.Message
@@ -45,6 +46,11 @@ cdef str _KEY_SEPARATOR = _pure.KEY_SEPARATOR
 cdef str _WAIT = _pure.PROPERTY_WAIT_STORE_MSG_OK
 cdef str _DELAY = _pure.PROPERTY_DELAY_TIME_LEVEL
 cdef str _UNIQ = _pure.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+cdef str _REAL_TOPIC = _pure.PROPERTY_REAL_TOPIC
+cdef str _REAL_QID = _pure.PROPERTY_REAL_QUEUE_ID
+cdef str _TRAN_MSG = _pure.PROPERTY_TRANSACTION_PREPARED
+cdef int _TXN_MASK = _pure.TRANSACTION_MASK
+cdef int _TXN_COMMIT = _pure.TRANSACTION_COMMIT_TYPE
 cdef str _TIMER_TOPIC = TIMER_TOPIC
 cdef str _TIMER_OUT = PROPERTY_TIMER_OUT_MS
 cdef str _TIMER_P0 = TIMER_PROPERTIES[0]
@@ -187,16 +193,24 @@ def encode_properties(props):
 cdef object _encode_one(object msg, object props, object born_timestamp, object born_host,
                         object store_host, object max_body_size):
     """The record of ``encode_message``, or None when the pure function must decide."""
+    if (type(msg) is not _Message and type(msg) is not _RecordFields) or type(props) is not dict:
+        return None
+    return _encode_fields(msg.topic, msg.body, msg.queue_id, msg.flag, msg.sys_flag,
+                          msg.reconsume_times, msg.prepared_transaction_offset, props,
+                          born_timestamp, born_host, store_host, max_body_size)
+
+
+cdef object _encode_fields(object topic, object body, object queue_id, object flag_o,
+                           object sys_flag_o, object reconsume_o, object prepared_o,
+                           object props, object born_timestamp, object born_host,
+                           object store_host, object max_body_size):
+    """``_encode_one`` from the message's fields (``props`` a dict)."""
     cdef long long qid = 0, flag = 0, sys_flag = 0, born_ts = 0, reconsume = 0, prepared = 0
     cdef long long max_body = 0
     cdef Py_ssize_t blen, plen, tlen, bhlen, shlen, size, store_ts_pos
     cdef const char* bp
     cdef unsigned char* p
     cdef long long crc = 0
-    if (type(msg) is not _Message and type(msg) is not _RecordFields) or type(props) is not dict:
-        return None
-    topic = msg.topic
-    body = msg.body
     topic_part = _topic_part(topic)
     born = _host_part(born_host)
     store = _host_part(store_host)
@@ -210,12 +224,12 @@ cdef object _encode_one(object msg, object props, object born_timestamp, object 
         return None
     if (topic_part is None or born is None or store is None
             or not _int_in(max_body_size, -(1 << 62), 1 << 62, &max_body) or blen > max_body
-            or not _int_in(msg.queue_id, 0, 0x7FFFFFFF, &qid)
-            or not _int_in(msg.flag, -(1 << 31), (1 << 31) - 1, &flag)
-            or not _int_in(msg.sys_flag, -(1 << 31), (1 << 31) - 1, &sys_flag)
+            or not _int_in(queue_id, 0, 0x7FFFFFFF, &qid)
+            or not _int_in(flag_o, -(1 << 31), (1 << 31) - 1, &flag)
+            or not _int_in(sys_flag_o, -(1 << 31), (1 << 31) - 1, &sys_flag)
             or not _int_in(born_timestamp, _I64_MIN, _I64_MAX, &born_ts)
-            or not _int_in(msg.reconsume_times, -(1 << 31), (1 << 31) - 1, &reconsume)
-            or not _int_in(msg.prepared_transaction_offset, _I64_MIN, _I64_MAX, &prepared)):
+            or not _int_in(reconsume_o, -(1 << 31), (1 << 31) - 1, &reconsume)
+            or not _int_in(prepared_o, _I64_MIN, _I64_MAX, &prepared)):
         return None
     plen = _props_length(props)
     if plen < 0 or plen > _MAX_PROPS:
@@ -264,6 +278,50 @@ cdef object _encode_one(object msg, object props, object born_timestamp, object 
     p[1] = plen & 0xFF
     _props_write(props, p + 2)
     return _EncodedMessage(data, store_ts_pos, topic, qid, sys_flag, props)
+
+
+cdef long long _small_decimal(object s):
+    """The value of ``s`` when it is an ASCII decimal of 1 to 10 digits, else -1."""
+    cdef Py_ssize_t n, i
+    cdef const char* c
+    cdef long long v = 0
+    if type(s) is not str or not (<str>s).isascii():  # (a lone surrogate cannot be UTF-8)
+        return -1
+    c = PyUnicode_AsUTF8AndSize(s, &n)
+    if c == NULL or n < 1 or n > 10:
+        return -1
+    for i in range(n):
+        if c[i] < 48 or c[i] > 57:
+            return -1
+        v = v * 10 + (c[i] - 48)
+    return v
+
+
+def encode_committed(halves, *, now, host, max_body_size):
+    """See ``message.encode_committed``."""
+    cdef dict p
+    cdef long long qid
+    out = []
+    for half in halves:
+        rec = None
+        props = half.properties
+        if type(props) is dict:
+            p = (<dict>props).copy()
+            topic = p.pop(_REAL_TOPIC, None)
+            qid = _small_decimal(p.pop(_REAL_QID, None))
+            p.pop(_TRAN_MSG, None)
+            sys_flag = half.sys_flag
+            if type(topic) is str and qid >= 0 and type(sys_flag) is int:
+                rec = _encode_fields(topic, half.body, qid, half.flag,
+                                     (sys_flag & ~_TXN_MASK) | _TXN_COMMIT,
+                                     half.reconsume_times, half.commitlog_offset, p,
+                                     half.born_timestamp or now, half.born_host or host,
+                                     half.store_host or host, max_body_size)
+        if rec is None:  # anything unusual, and every refusal: the pure function's answer
+            rec = _py_encode_committed((half,), now=now, host=host,
+                                       max_body_size=max_body_size)[0]
+        out.append(rec)
+    return out
 
 
 def encode_message(msg, props, *, born_timestamp, born_host, store_host, max_body_size):

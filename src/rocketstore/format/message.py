@@ -444,12 +444,44 @@ def encode_batch(msgs: Sequence[Message], *, now: int, default_host: str, max_bo
     return encoded, wait
 
 
+def encode_committed(halves: Sequence, *, now: int, host: str, max_body_size: int
+                     ) -> list[EncodedMessage | Exception]:
+    """``endMessageTransaction``'s record for each stored half record of ``halves`` (objects
+    with a ``MessageExt``'s fields: ``properties``, ``body``, ``flag``, ``sys_flag``,
+    ``born_timestamp``, ``born_host``, ``store_host``, ``reconsume_times``,
+    ``commitlog_offset``): the copy on the real topic and queue (REAL_TOPIC / REAL_QID, which
+    it drops with TRAN_MSG), sysFlag COMMIT, preparedTransactionOffset the half's offset, born
+    timestamp and hosts the half's (``now`` / ``host`` where empty). An ``EncodedMessage``
+    each, or the exception that refuses that one (``KeyError``: no REAL_TOPIC / REAL_QID;
+    ``ValueError``, ``TypeError``, ``struct.error``: a field ``encode_message`` refuses)."""
+    out: list[EncodedMessage | Exception] = []
+    m = RecordFields()
+    for half in halves:
+        try:
+            props = dict(half.properties)
+            m.topic = props.pop(PROPERTY_REAL_TOPIC)
+            m.queue_id = int(props.pop(PROPERTY_REAL_QUEUE_ID))
+            props.pop(PROPERTY_TRANSACTION_PREPARED, None)
+            m.body, m.flag = half.body, half.flag
+            m.sys_flag = (half.sys_flag & ~TRANSACTION_MASK) | TRANSACTION_COMMIT_TYPE
+            m.reconsume_times = half.reconsume_times
+            m.prepared_transaction_offset = half.commitlog_offset
+            out.append(encode_message_py(
+                m, props, born_timestamp=half.born_timestamp or now,
+                born_host=half.born_host or host, store_host=half.store_host or host,
+                max_body_size=max_body_size))
+        except (KeyError, ValueError, TypeError, struct.error) as exc:
+            out.append(exc)  # a field out of its range or of another type: this one refused
+    return out
+
+
 # the pure functions under their own names: the specification the compiled twins are tested
 # against (``_speedups.pyx`` hands them every unusual input)
 encode_message_py = encode_message
 encode_properties_py = encode_properties
 create_message_ids_py = create_message_ids
 encode_batch_py = encode_batch
+encode_committed_py = encode_committed
 
 
 def record_bytes(m: MessageExt) -> bytes:
@@ -593,6 +625,7 @@ if _speedups is not None:
     encode_properties = _speedups.encode_properties  # noqa: F811
     create_message_ids = _speedups.create_message_ids  # noqa: F811
     encode_batch = _speedups.encode_batch  # noqa: F811
+    encode_committed = _speedups.encode_committed  # noqa: F811
 
 
 # names RocketMQ keeps for itself (MessageConst.STRING_HASH_SET, the ones clients could collide

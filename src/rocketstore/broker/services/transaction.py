@@ -438,7 +438,7 @@ class TransactionalMessageService:
     def _decide_many(self, halves: list[tuple[int, MessageExt]], state: int,
                      out: list[tuple[int, str | None]]) -> None:
         """``_decide`` for many halves (their locks held): two appends instead of 2N puts."""
-        from ...format.message import RecordFields, encode_message
+        from ...format.message import EncodedMessage, encode_committed
         cfg = self.store.cfg
         todo: list[tuple[int, MessageExt]] = []
         seen: set[str] = set()
@@ -459,24 +459,14 @@ class TransactionalMessageService:
             now = int(time.time() * 1000)
             host, max_body = cfg.store_host, cfg.max_message_size
             recs, where = [], []
-            m = RecordFields()  # committed_message's fields, one scratch object for the batch
-            for i, half in todo:
-                try:
-                    props = half.properties.copy()
-                    m.topic = props.pop(PROPERTY_REAL_TOPIC)
-                    m.queue_id = int(props.pop(PROPERTY_REAL_QUEUE_ID))
-                    props.pop(PROPERTY_TRANSACTION_PREPARED, None)
-                    m.body, m.flag = half.body, half.flag
-                    m.sys_flag = (half.sys_flag & ~TRANSACTION_MASK) | TRANSACTION_COMMIT_TYPE
-                    m.reconsume_times = half.reconsume_times
-                    m.prepared_transaction_offset = half.commitlog_offset
-                    recs.append(encode_message(
-                        m, props, born_timestamp=half.born_timestamp or now,
-                        born_host=half.born_host or host, store_host=half.store_host or host,
-                        max_body_size=max_body))
+            copies = encode_committed([h for _, h in todo], now=now, host=host,
+                                      max_body_size=max_body)
+            for (i, half), rec in zip(todo, copies):
+                if type(rec) is EncodedMessage:
+                    recs.append(rec)
                     where.append((i, half))
-                except (KeyError, ValueError) as exc:
-                    out[i] = ResponseCode.MESSAGE_ILLEGAL, f"commit of {half.uniq_key} failed: {exc}"
+                else:
+                    out[i] = ResponseCode.MESSAGE_ILLEGAL, f"commit of {half.uniq_key} failed: {rec}"
             results = self.store.append(recs, detail=False) if recs else []
             verdict: dict[int, Any] = {}  # id(result) -> it, when not stored (a few shared)
             for (i, half), r in zip(where, results):
