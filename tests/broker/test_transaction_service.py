@@ -342,3 +342,51 @@ def test_half_batch_builds_what_half_message_builds(env):
     assert got[1].properties["KEYS"] == "k1 k2" and "DELAY" not in got[1].properties
     assert got[0].topic == HALF_TOPIC and got[0].properties["REAL_QID"] == "3"
     assert got[0].sys_flag & TRANSACTION_MASK == 0 and got[0].sys_flag & 0x1
+
+
+def _stored_batch(env, n: int, tag: str, uniq: list[str] | None = None):
+    """A batch of ``n`` half records (kept for a batched END): their END entries."""
+    msgs = [env.svc.half_message(Message(
+        topic="Real", body=f"{tag}{i}".encode(), queue_id=1, born_timestamp=env.born,
+        sys_flag=TRANSACTION_PREPARED_TYPE,
+        properties={"TRAN_MSG": "true", "PGROUP": "PG",
+                    "UNIQ_KEY": uniq[i] if uniq else create_uniq_key()}))
+        for i in range(n)]
+    r = env.store.put_messages(msgs)
+    assert r.status.name == "PUT_OK" and env.store.wait_dispatched(5)
+    env.svc.remember_halves(msgs, r)
+    return [(r.queue_offset + i, int(mid[-16:], 16)) for i, mid in enumerate(r.msg_ids)]
+
+
+def test_forgotten_decisions_keep_newer_halves_off_the_index(env, monkeypatch):
+    """Past ``MAX_REMEMBERED`` decisions the oldest are forgotten. Half records stored after
+    the forgotten decisions were made are still answered from memory — no index lookup per
+    row, as before anything was forgotten (it was one per row for the broker's lifetime) —
+    while a forgotten transaction ended again is found through the index and not committed
+    twice."""
+    from rocketstore.broker.services import transaction as T
+    monkeypatch.setattr(T, "MAX_REMEMBERED", 50)
+    first = _stored_batch(env, 40, "a")
+    assert env.svc.end_transactions("PG", first, TRANSACTION_COMMIT_TYPE) == [(0, None)] * 40
+    second = _stored_batch(env, 40, "b")  # deciding these forgets 30 of the first 40
+    assert env.svc.end_transactions("PG", second, TRANSACTION_COMMIT_TYPE) == [(0, None)] * 40
+    assert len(env.svc._decided) == 50
+    queries = []
+    real_query = env.store.query_message
+
+    def counted(topic, key, n):
+        queries.append(key)
+        return real_query(topic, key, n)
+    monkeypatch.setattr(env.store, "query_message", counted)
+    third = _stored_batch(env, 40, "c")  # stored after every forgotten decision
+    assert env.svc.end_transactions("PG", third, TRANSACTION_COMMIT_TYPE) == [(0, None)] * 40
+    assert queries == []
+    # the first batch again (its halves read back from the store): its decisions, forgotten,
+    # come from the index (the committed copies' UNIQ_KEYs), and nothing is stored twice
+    again = env.svc.end_transactions("PG", first, TRANSACTION_COMMIT_TYPE)
+    assert again == [(0, None)] * 40 and len(queries) >= 30
+    rolled = env.svc.end_transactions("PG", first[:5], TRANSACTION_ROLLBACK_TYPE)
+    assert [c for c, _ in rolled] == [1] * 5  # committed: it stays committed
+    got = _all(env, "Real", 1)  # one committed copy each
+    assert sorted(m.body for m in got) == sorted(
+        f"{t}{i}".encode() for t in "abc" for i in range(40))

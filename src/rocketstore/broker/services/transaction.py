@@ -81,6 +81,8 @@ PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
 MAX_PROCESS_TIME_MS = 60_000  # one queue's share of a check pass
 OP_BATCH = 32
 MAX_REMEMBERED = 100_000  # decisions kept in memory (older ones are found through the index)
+_STATE_SHIFT = 4  # a remembered decision: its state in the low bits (TRANSACTION_*_TYPE < 16)
+_STATE_BITS = (1 << _STATE_SHIFT) - 1
 RECENT_MAX = 65_536  # half records of batches kept for a batched END_TRANSACTION
 OP_MERGE = 256  # half offsets per op record of a batched END_TRANSACTION (KEYS stay < 32 KiB)
 _STORED = ("PUT_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
@@ -310,10 +312,15 @@ class TransactionalMessageService:
         self.store, self.topics, self.offsets, self.put = store, topics, offsets, put
         self.config = config
         self._locks = [threading.Lock() for _ in range(64)]
-        self._decided: OrderedDict[str, int] = OrderedDict()  # txid -> COMMIT/ROLLBACK/NOT
+        # txid -> its decision (COMMIT/ROLLBACK/NOT, the low 4 bits) and the CommitLog's end
+        # when it was made (the rest), oldest first
+        self._decided: OrderedDict[str, int] = OrderedDict()
         self._decided_lock = threading.Lock()
-        self._evicted = False  # once the oldest decisions are forgotten, ask the index
-        self._start_phy = store.get_max_phy_offset()
+        # a half record stored from here on has every decision made after it in memory (none
+        # was forgotten): at start the CommitLog's end; each forgotten decision moves it to
+        # the CommitLog's end when that decision was made (older halves: ask the index)
+        self._fresh_from = store.get_max_phy_offset()
+        self._start_phy = self._fresh_from
         self._caught_up = False
         self._op_offsets: set[tuple[int, int]] | None = None  # half records with an op record,
         # from the settled op offsets on (loaded on first use, pruned as the check settles)
@@ -554,15 +561,15 @@ class TransactionalMessageService:
         out: list[int | None] = [None] * len(halves)
         slow = []
         with self._decided_lock:
-            decided, fresh, start = self._decided, not self._evicted, self._start_phy
+            decided, fresh_from = self._decided, self._fresh_from
             for k, half in enumerate(halves):
                 txid = half.properties.get(PROPERTY_UNIQ_KEY)
                 if txid:
                     d = decided.get(txid)
                     if d is not None:
-                        out[k] = d
+                        out[k] = d & _STATE_BITS
                         continue
-                    if fresh and half.commitlog_offset >= start:
+                    if half.commitlog_offset >= fresh_from:
                         continue  # as in ``decision``: undecided
                 slow.append(k)
         for k in slow:
@@ -577,10 +584,12 @@ class TransactionalMessageService:
             with self._decided_lock:
                 d = self._decided.get(txid)
                 if d is not None:
-                    return d
-                # every decision about a half record stored since start was made here and is
-                # still in memory: no index lookup needed for it
-                if half.commitlog_offset >= self._start_phy and not self._evicted:
+                    return d & _STATE_BITS
+                # every decision made after this half record was stored was made here and is
+                # still in memory: no index lookup needed for it (a transaction decided
+                # before its half record was stored — a client that sent it again — is
+                # answered as undecided, as it is for decisions before start)
+                if half.commitlog_offset >= self._fresh_from:
                     return None
         commits: list[MessageExt] = []
         ops: list[MessageExt] = []
@@ -626,21 +635,27 @@ class TransactionalMessageService:
     def _remember(self, half: MessageExt, state: int) -> None:
         if not half.uniq_key:
             return
+        mark = state | self.store.get_max_phy_offset() << _STATE_SHIFT
         with self._decided_lock:
-            self._decided.setdefault(half.uniq_key, state)
-            while len(self._decided) > MAX_REMEMBERED:
-                self._decided.popitem(last=False)
-                self._evicted = True
+            self._decided.setdefault(half.uniq_key, mark)
+            self._forget_oldest()
 
     def _remember_many(self, halves: list[MessageExt], state: int) -> None:
+        mark = state | self.store.get_max_phy_offset() << _STATE_SHIFT
         with self._decided_lock:
+            keep = self._decided.setdefault
             for half in halves:
                 uniq = half.uniq_key
                 if uniq:
-                    self._decided.setdefault(uniq, state)
-            while len(self._decided) > MAX_REMEMBERED:
-                self._decided.popitem(last=False)
-                self._evicted = True
+                    keep(uniq, mark)
+            self._forget_oldest()
+
+    def _forget_oldest(self) -> None:
+        """Past ``MAX_REMEMBERED`` decisions, forget the oldest (``_decided_lock`` held)."""
+        decided = self._decided
+        while len(decided) > MAX_REMEMBERED:
+            _, mark = decided.popitem(last=False)
+            self._fresh_from = max(self._fresh_from, mark >> _STATE_SHIFT)
 
     def _write_op_once(self, half: MessageExt) -> None:
         """The op record of this half record, unless it has one or the check settled past it."""
