@@ -144,7 +144,8 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=256)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--store", choices=("small", "default"), default="small")
+    ap.add_argument("--store", choices=("small", "default"), default="default",
+                    help="as bench_spark_sink.py's: serve's own sizes, or the tests' (small)")
     ap.add_argument("--profile", help="py-spy raw profile (--gil) of the broker during the "
                     "last run's --profile-phase")
     ap.add_argument("--profile-phase", choices=("half", "end"), default="end")

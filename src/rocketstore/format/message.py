@@ -20,7 +20,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from .. import _native
 from ..errors import CorruptRecordError
@@ -357,7 +357,7 @@ def encode_properties(props: Mapping[str, str]) -> bytes:
     return "".join(parts).encode("utf-8")
 
 
-def encode_message(msg: Message, props: Mapping[str, str], *, born_timestamp: int,
+def encode_message(msg: Message | RecordFields, props: Mapping[str, str], *, born_timestamp: int,
                    born_host: str, store_host: str, max_body_size: int) -> EncodedMessage:
     """Encode a v1 record. Raises ``ValueError`` subclasses for illegal input."""
     topic_part = _topic_bytes(msg.topic)
@@ -444,7 +444,7 @@ def encode_batch(msgs: Sequence[Message], *, now: int, default_host: str, max_bo
     return encoded, wait
 
 
-def encode_committed(halves: Sequence, *, now: int, host: str, max_body_size: int
+def encode_committed(halves: Sequence[Any], *, now: int, host: str, max_body_size: int
                      ) -> list[EncodedMessage | Exception]:
     """``endMessageTransaction``'s record for each stored half record of ``halves`` (objects
     with a ``MessageExt``'s fields: ``properties``, ``body``, ``flag``, ``sys_flag``,
