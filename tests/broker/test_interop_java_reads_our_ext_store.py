@@ -57,8 +57,9 @@ def test_java_broker_serves_a_store_we_wrote(tmp_path):
     home = rocketmq_home()
     classes = tmp_path / "classes"
     classes.mkdir()
+    java = Path(__file__).with_name("java")
     subprocess.run(["timeout", "180", os.path.join(home, "javac-rmq"), "-d", str(classes),
-                    str(Path(__file__).with_name("java") / "ReadStoreClient.java")],
+                    str(java / "ReadStoreClient.java"), str(java / "BrokerVersions.java")],
                    check=True, capture_output=True)
     tagged, selected = write_store(str(tmp_path / "broker" / "store"))
     ns = start_java_namesrv(home, str(tmp_path / "ns"))

@@ -34,9 +34,10 @@ def _home() -> str:
 def java_classes(tmp_path_factory):
     home = _home()
     classes = tmp_path_factory.mktemp("sqlj-classes")
-    src = Path(__file__).with_name("java") / "SqlReplyClient.java"
+    java = Path(__file__).with_name("java")
     subprocess.run(["timeout", "180", os.path.join(home, "javac-rmq"), "-d", str(classes),
-                    str(src)], check=True, capture_output=True)
+                    str(java / "SqlReplyClient.java"), str(java / "BrokerVersions.java")],
+                   check=True, capture_output=True)
     return home, classes
 
 

@@ -19,7 +19,7 @@ public class ReadStoreClient {
     }
     List<String> out = new ArrayList<>();
     for (MessageQueue mq : mqs) collect(pc, mq, null, tag, out, "TAG ");
-    awaitBrokerVersions(pc, mqs);
+    BrokerVersions.awaitKnown(pc, mqs);
     for (MessageQueue mq : mqs) collect(pc, mq, MessageSelector.bySql(sql), null, out, "SQL ");
     pc.shutdown();
     Collections.sort(out);
@@ -37,23 +37,5 @@ public class ReadStoreClient {
       if (r.getNextBeginOffset() == off || r.getPullStatus() == PullStatus.NO_NEW_MSG) break;
       off = r.getNextBeginOffset();
     }
-  }
-  /** The client refuses SQL92 pulls until a heartbeat answer told it the broker's version;
-   *  sendHeartbeatToAllBrokerWithLock skips when the scheduled heartbeat holds the lock, and a
-   *  heartbeat that times out on a loaded machine records nothing, so send until it is known. */
-  static void awaitBrokerVersions(DefaultMQPullConsumer pc, Set<MessageQueue> mqs) throws Exception {
-    org.apache.rocketmq.client.impl.factory.MQClientInstance ci =
-        org.apache.rocketmq.client.impl.MQClientManager.getInstance().getOrCreateMQClientInstance(pc);
-    for (int i = 0; i < 120; i++) {
-      ci.sendHeartbeatToAllBrokerWithLock();
-      boolean known = true;
-      for (MessageQueue mq : mqs) {
-        String addr = ci.findBrokerAddressInPublish(mq.getBrokerName());
-        if (addr == null || ci.findBrokerVersion(mq.getBrokerName(), addr) <= 0) known = false;
-      }
-      if (known) return;
-      Thread.sleep(500);
-    }
-    throw new IllegalStateException("no heartbeat answer from the broker in 60 s");
   }
 }

@@ -63,7 +63,7 @@ public class SqlReplyClient {
     // pull: a tag pull makes this client instance learn the broker, then it heartbeats
     Set<MessageQueue> mqs = pc.fetchSubscribeMessageQueues(topic);
     pc.pull(mqs.iterator().next(), "*", 0, 1);
-    awaitBrokerVersions(pc, mqs);
+    BrokerVersions.awaitKnown(pc, mqs);
     for (MessageQueue mq : mqs) {
       long off = 0;
       for (int round = 0; round < 50; round++) {
@@ -135,23 +135,5 @@ public class SqlReplyClient {
       try { p.send(m); return; } catch (Exception e) { last = e; Thread.sleep(1000); }
     }
     throw last;
-  }
-  /** The client refuses SQL92 pulls until a heartbeat answer told it the broker's version;
-   *  sendHeartbeatToAllBrokerWithLock skips when the scheduled heartbeat holds the lock, and a
-   *  heartbeat that times out on a loaded machine records nothing, so send until it is known. */
-  static void awaitBrokerVersions(DefaultMQPullConsumer pc, Set<MessageQueue> mqs) throws Exception {
-    org.apache.rocketmq.client.impl.factory.MQClientInstance ci =
-        org.apache.rocketmq.client.impl.MQClientManager.getInstance().getOrCreateMQClientInstance(pc);
-    for (int i = 0; i < 120; i++) {
-      ci.sendHeartbeatToAllBrokerWithLock();
-      boolean known = true;
-      for (MessageQueue mq : mqs) {
-        String addr = ci.findBrokerAddressInPublish(mq.getBrokerName());
-        if (addr == null || ci.findBrokerVersion(mq.getBrokerName(), addr) <= 0) known = false;
-      }
-      if (known) return;
-      Thread.sleep(500);
-    }
-    throw new IllegalStateException("no heartbeat answer from the broker in 60 s");
   }
 }
