@@ -88,3 +88,21 @@ def test_batch_capped_at_max_message_size_as_a_whole(small_server):
         assert n == 100 == c.max_offset("BatchT", 0)
     finally:
         c.shutdown()
+
+
+def test_batch_messages_are_the_base_with_each_entrys_body_properties_and_flag():
+    """``send.batch_messages`` builds each entry of a plain batch as
+    ``dataclasses.replace(base, body=, properties=, flag=)`` would: every other field — all of
+    ``Message``'s, set to values that differ from their defaults — is the base's."""
+    import dataclasses
+
+    from rocketstore.broker.processors.send import batch_messages
+    values = {"topic": "T", "body": b"base", "tags": "TagA", "keys": "k1 k2",
+              "properties": {"b": "1"}, "queue_id": 3, "flag": 9, "sys_flag": 0x10,
+              "born_timestamp": 1234, "born_host": "10.0.0.1:5", "store_host": "10.0.0.2:6",
+              "reconsume_times": 2, "prepared_transaction_offset": 77}
+    assert set(values) == {f.name for f in dataclasses.fields(Message)}  # a new field: add it
+    base = Message(**values)
+    parts = [(b"one", {"x": "1"}, 0), (b"two", {}, -5)]
+    want = [dataclasses.replace(base, body=b, properties=p, flag=f) for b, p, f in parts]
+    assert batch_messages(base, parts) == want

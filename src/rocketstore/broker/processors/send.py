@@ -20,7 +20,6 @@ dead-letter topic ``%DLQ%<group>`` instead.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -128,6 +127,16 @@ async def send_back(ctx: SendContext, conn: Any, cmd: RemotingCommand) -> Remoti
     return cmd.response(ResponseCode.SUCCESS)
 
 
+def batch_messages(base: Message, parts: list[tuple[bytes, dict[str, str], int]]
+                   ) -> list[Message]:
+    """``replace(base, body=, properties=, flag=)`` for each (body, properties, flag) of a
+    plain batch, built positionally: a seventh of ``dataclasses.replace``'s cost a message."""
+    t, tags, keys, qid, sf = base.topic, base.tags, base.keys, base.queue_id, base.sys_flag
+    bt, bh, sh = base.born_timestamp, base.born_host, base.store_host
+    rt, pto = base.reconsume_times, base.prepared_transaction_offset
+    return [Message(t, b, tags, keys, p, qid, f, sf, bt, bh, sh, rt, pto) for b, p, f in parts]
+
+
 async def _send_batch(ctx: SendContext, cmd: RemotingCommand, base: Message,
                       transactional: bool = False) -> RemotingCommand:
     """A batch; with ``transactional`` (the header says PREPARED) a batch of half messages,
@@ -158,7 +167,7 @@ async def _send_batch(ctx: SendContext, cmd: RemotingCommand, base: Message,
         assert ctx.transactions is not None
         msgs = ctx.transactions.half_batch(base, parts)
     else:
-        msgs = [replace(base, body=b, properties=p, flag=f) for b, p, f in parts]
+        msgs = batch_messages(base, parts)
     r = await ctx.puts.put_batch(msgs)
     code = put_code(r.status)
     ctx.stats.record_put(base.topic, len(msgs), sum(len(m.body) for m in msgs),
