@@ -3,8 +3,10 @@ underneath (``rocketstore.spark.sink_transactions``). Every test counts what a p
 consumer finds on the target topic, and compares it with the source rows it sent itself."""
 from __future__ import annotations
 
+import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -187,12 +189,15 @@ def _send_source(ns: str, topic: str, n: int) -> Counter:
 
 
 def _run_driver(ns, ck, source, target, per_batch, guarantee="exactly-once", log=None,
-                kill_at=None):
+                kill_at=None, stall_s=0.0):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(Path(__file__).parents[2] / "src"), os.environ.get("PYTHONPATH", "")]))
     env.pop("ROCKETSTORE_SPARK_EO_KILL_AT", None)
+    env.pop("ROCKETSTORE_SPARK_EO_STALL_AT", None)
     if kill_at:
         env["ROCKETSTORE_SPARK_EO_KILL_AT"] = kill_at
+        if stall_s:
+            env["ROCKETSTORE_SPARK_EO_STALL_AT"] = f"{kill_at}={stall_s}"
     return subprocess.Popen([sys.executable, str(DRIVER), ns, str(ck), source, target,
                              str(per_batch), guarantee], env=env, stdout=log or subprocess.DEVNULL,
                             stderr=subprocess.STDOUT, start_new_session=True)
@@ -235,13 +240,16 @@ def _decisions(ck: Path) -> int:
 
 
 def _killed_stream(ns: str, tmp_path: Path, source: str, target: str, rows: int,
-                   per_batch: int, plan: list) -> None:
+                   per_batch: int, plan: list, stall_s: float = 0.0,
+                   decided_before: int = 3) -> None:
     """Copy ``rows`` source rows with the exactly-once sink, SIGKILLing the whole driver (JVM,
     Python workers) once per ``plan`` entry — a fault point (``decided:3`` = right after batch
     3's decision, before any END_TRANSACTION; ``sent:N`` = halves sent, no decision yet;
     ``ended:N`` = ended, not yet in Spark's commit log) or None (at a random moment once the
     run decided a batch of its own) — then running the query to the end. Every source row must
-    be in the target exactly once."""
+    be in the target exactly once. ``stall_s``: the Python worker that runs the commit where a
+    fault point killed the driver outlives it by that long (then carries on: its
+    END_TRANSACTIONs go out while the next driver and its responder run)."""
     want = _send_source(ns, source, rows)
     ck = tmp_path / f"ck-{target}"
     log = open(tmp_path / f"driver-{target}.log", "ab")
@@ -250,7 +258,8 @@ def _killed_stream(ns: str, tmp_path: Path, source: str, target: str, rows: int,
     kills = []
     for kill_at in plan:
         before = _decisions(ck)
-        p = _run_driver(ns, ck, source, target, per_batch, log=log, kill_at=kill_at)
+        p = _run_driver(ns, ck, source, target, per_batch, log=log, kill_at=kill_at,
+                        stall_s=stall_s)
         if kill_at is None:
             assert wait_for(lambda: _decisions(ck) > before or p.poll() is not None,
                             timeout=240)
@@ -267,7 +276,7 @@ def _killed_stream(ns: str, tmp_path: Path, source: str, target: str, rows: int,
         assert p.returncode == -signal.SIGKILL, (seed, kill_at, p.returncode,
                                                  (tmp_path / f"driver-{target}.log")
                                                  .read_text()[-3000:])
-    assert _decisions(ck) >= 3
+    assert _decisions(ck) >= decided_before
     p = _run_driver(ns, ck, source, target, per_batch, log=log)
     assert p.wait(timeout=400) == 0, (tmp_path / f"driver-{target}.log").read_text()[-3000:]
     got = settled(ns, target, rows, quiet_s=5)
@@ -331,6 +340,104 @@ def test_java_broker_exactly_once_batch_and_killed_stream(spark, tmp_path, versi
             assert settled(jns.addr, "JBatch", 40) == Counter(r[0].encode() for r in rows)
         plan = _random_plan(2, 1, 4) if version == "4.9.7" else _random_plan(2, 0, 4)
         _killed_stream(jns.addr, tmp_path, "JSrc", "JDst", 150, 30, plan)
+    finally:
+        if broker is not None:
+            broker.stop()
+        jns.stop()
+
+
+def _rows_of_batch(ck: Path, batch: int) -> int:
+    """How many source rows micro-batch ``batch`` read: its end offsets (Spark's offset log)
+    less the previous batch's."""
+    def ends(b: int) -> dict:
+        if b < 0:
+            return {}
+        last = (ck / "offsets" / str(b)).read_text().strip().splitlines()[-1]
+        return {(t, q): o for t, qs in json.loads(last).items() for q, o in qs.items()}
+    now, before = ends(batch), ends(batch - 1)
+    return sum(o - before.get(k, 0) for k, o in now.items())
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("point", ["handed", "handed-ended"])
+def test_stream_commit_hands_its_ends_to_the_responder_killed_around_them(txn_cluster, tmp_path,
+                                                                           point):
+    """A stream's commit leaves its END_TRANSACTIONs to the responder (they run beside the next
+    micro-batch). The responder is SIGKILLed when batch 2 was handed to it: before it ends a
+    half (``handed``), or after it ended them all but before it recorded so (``handed-ended``).
+    The driver goes on, starts a new responder, which must not end batch 2 again (a second
+    COMMIT of a half stores its row twice on RocketMQ's brokers): it answers the broker's
+    checks instead. Every row exactly once, and later batches were ended by the new
+    responder."""
+    ns = txn_cluster
+    src, dst = f"EoHand{point.replace('-', '')}Src", f"EoHand{point.replace('-', '')}Dst"
+    create_topics(ns, 2, src, dst)
+    want = _send_source(ns, src, 150)
+    ck = tmp_path / "ck"
+    log_path = tmp_path / "driver.log"
+    p = _run_driver(ns, ck, src, dst, 30, log=open(log_path, "ab"), kill_at=f"{point}:2")
+    assert p.wait(timeout=300) == 0, log_path.read_text()[-3000:]
+    assert settled(ns, dst, 150, quiet_s=5) == want
+    state = ck / "rocketmq-sink"
+    log = (state / "responder.log").read_text()
+    assert log.count(" up\n") >= 2, log[-3000:]  # the killed responder, then a new one
+    assert "batch 2 was handed to responder" in log, log[-3000:]
+    # the new responder recovered batch 2: it committed exactly the halves whose rows the
+    # target did not hold — all of them when the first died before its ENDs, none after
+    got = re.findall(r"recovered batch 2: (\d+) half messages committed \(0 not "
+                     r"acknowledged\), (\d+) delivered already", log)
+    assert len(got) == 1, log[-3000:]
+    committed, held = map(int, got[0])
+    assert committed + held == _rows_of_batch(ck, 2), log[-3000:]
+    assert (committed, held)[point == "handed"] == 0, log[-3000:]
+    # later batches were handed to and ended by the new responder (a new sink's first commit
+    # ends its own halves: its responder is only starting)
+    ended = set(re.findall(r"ended batch (\d+):", log))
+    assert ended & {"3", "4"} and "2" not in ended, log[-3000:]
+    # each of those left a stop record naming every task its decision delivers
+    stops = [json.loads(f.read_text()) for f in (state / "settling").iterdir()]
+    for b in ended:
+        tasks = set(json.loads((state / "committed" / f"{b}.json").read_text())["tasks"])
+        assert any(set(r.get("ended") or ()) == tasks for r in stops), (b, stops)
+
+
+@pytest.mark.interop
+@pytest.mark.timeout(600)
+def test_java_broker_worker_outliving_its_killed_driver_delivers_once(tmp_path):
+    """The driver JVM dies right after batch 1's decision; the Python worker that runs the
+    commit (pyspark daemon's process group, not the JVM's) lives on for 25 s, then sends its
+    END_TRANSACTION COMMITs. Meanwhile the next driver and its responder run, and RocketMQ
+    5.3.3's check re-puts each of those halves and asks about the copy. The responder must
+    wait for the live worker, then roll the copies back: a COMMIT for a copy stores each row a
+    second time when the worker's END for the original lands."""
+    from rocketstore.client import ClientInstance
+    from rocketstore.remoting.codes import RequestCode
+    from tests.cluster.java_rocketmq import rocketmq_home, start_java_broker, start_java_namesrv
+    home = rocketmq_home("5.3.3")
+    jns = start_java_namesrv(home, str(tmp_path / "jns"))
+    broker = None
+    try:
+        broker = start_java_broker(home, str(tmp_path / "jb"), jns.addr, "broker-java",
+                                   extra=dict(TXN_CONF, transactionCheckInterval=1000))
+        ci = ClientInstance(jns.addr)
+        try:
+            for t in ("OSrc", "ODst"):
+                LoopThread.shared().run(ci.invoke(broker.addr, RequestCode.UPDATE_AND_CREATE_TOPIC,
+                                                  {"topic": t, "readQueueNums": 2,
+                                                   "writeQueueNums": 2, "perm": 6,
+                                                   "topicFilterType": "SINGLE_TAG"}))
+        finally:
+            ci.close()
+        for t in ("OSrc", "ODst"):
+            assert wait_for(lambda: _route_brokers(jns.addr, t) == 1, timeout=90)
+        _killed_stream(jns.addr, tmp_path, "OSrc", "ODst", 90, 30, ["decided:1"], stall_s=25,
+                       decided_before=2)
+        state = tmp_path / "ck-ODst" / "rocketmq-sink"
+        first = json.loads((state / "committed" / "1.json").read_text())["tasks"]
+        log = (state / "responder.log").read_text()
+        # the case happened: the broker asked about re-put copies of the halves the worker had
+        # yet to end, and the responder held them off
+        assert any(f"/1/{t}: UNKNOW" in log for t in first), log[-3000:]
     finally:
         if broker is not None:
             broker.stop()

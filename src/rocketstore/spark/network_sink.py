@@ -416,12 +416,13 @@ def _streaming_batch_id() -> str:
     return str(int(bid))
 
 
-def _settle(o: SinkOptions, batch: str, messages, decide: bool) -> None:
+def _settle(o: SinkOptions, batch: str, messages, decide: bool, hand_over: bool = False) -> None:
     from . import sink_transactions as st
     sent = [m.sent for m in messages if isinstance(m, HalvesSent)]
     tasks = [t.task for t in sent] if decide else None
     st.settle(o.state_dir, batch, sent, namesrv=o.namesrv, group=o.group,
-              credentials=o.credentials, timeout_s=o.timeout_s, decide_tasks=tasks)
+              credentials=o.credentials, timeout_s=o.timeout_s, decide_tasks=tasks,
+              hand_over=hand_over)
 
 
 def _start_responder(o: SinkOptions) -> None:
@@ -477,7 +478,8 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages, batchId: int) -> None:
         if self.o.exactly_once:
-            _settle(self.o, str(batchId), messages, decide=True)
+            # the responder ends this batch's halves while the next batch runs
+            _settle(self.o, str(batchId), messages, decide=True, hand_over=True)
 
     def abort(self, messages, batchId: int) -> None:
         if self.o.exactly_once:  # the batch runs again after a restart: decide nothing here

@@ -14,7 +14,12 @@ request per half and per END_TRANSACTION, many in flight. The driver's commit th
 1. reads ``<state>/committed/<batch>.json``; when it is absent (the batch's first commit), writes
    it — the task uuids whose rows the batch delivers — atomically (temporary file, fsync,
    rename, fsync of the directory): **this write is the commit point**;
-2. ends every listed half message: COMMIT when its task is in the record, else ROLLBACK.
+2. ends every listed half message: COMMIT when its task is in the record, else ROLLBACK. A
+   batch write does this itself, so its rows are visible when ``save()`` returns. A stream's
+   commit hands it to the responder (below; ``ending/``), which ends batch N's halves while
+   batch N+1's tasks run: the commit returns once the decision is durable and batch N-1's
+   halves are ended (one batch's ENDs in flight at a time). A new sink's first commit, whose
+   responder is only starting, ends its own.
 
 A replayed batch (a driver restarted after step 1, before Spark logged the batch as done) finds
 the record of its first run, so the new halves are rolled back and nothing is delivered twice.
@@ -31,8 +36,14 @@ the driver ends while a check is under way, or one whose answer came after the n
 round, is asked about again — and a plain "COMMIT if decided" answer stores that row twice.
 So, for a half whose task the record delivers, the responder answers
 
-* UNKNOW while the driver that decided the batch still ends its halves (``settling/<batch>``
-  names that driver's pid; the driver removes it when done, a killed driver leaves a dead pid);
+* UNKNOW while a process that ends the batch's halves lives (``settling/<batch>.<pid>`` names
+  it: the Python worker that runs the commit, which can outlive a killed driver JVM for a while
+  and still send END_TRANSACTIONs; it rewrites the file with a stop record when done);
+* ROLLBACK when the half's task is in such a stop record's ``ended`` list: the broker
+  acknowledged an END_TRANSACTION COMMIT for every half of that task, so this is a re-put copy
+  of a delivered row. This needs no lookup, which could miss a row stored a moment ago;
+* UNKNOW for ``SETTLER_GRACE_S`` after a settler stopped short of acknowledgements for all,
+  or was first seen dead without a stop record: its last END_TRANSACTIONs may still be stored;
 * ROLLBACK when the target topic already holds a message with the half's UNIQ_KEY (a
   QUERY_MESSAGE by unique key on the topic's brokers): the row was delivered, by the driver's
   END_TRANSACTION or an earlier answer — this copy is redundant;
@@ -148,26 +159,85 @@ def decide(state_dir: str, batch: str, tasks: list[str]) -> frozenset[str]:
     return read_decision(state_dir, batch) or frozenset()
 
 
-def _settling_path(state_dir: str, batch: str) -> str:
-    return os.path.join(state_dir, "settling", batch)
+# -- who is ending a batch's halves -------------------------------------------------------------
+#
+# ``settling/<batch>@<pid>-…``: the process ``pid`` (the one that runs the commit: a Python worker
+# of the Spark driver, which outlives a killed driver JVM until pyspark's daemon notices) ends
+# batch ``batch``'s halves. Written before the decision; rewritten when it stops, with when and
+# the tasks whose every half it committed (the broker acknowledged each END_TRANSACTION).
+
+# how long after a settler stopped without acknowledgements for all (or died) the responder waits
+# before it looks a half up by key: an END_TRANSACTION that left before may still be stored and
+# indexed, and a lookup that misses it would COMMIT the broker's re-put copy too
+SETTLER_GRACE_S = 5.0
 
 
-def _mark_settling(state_dir: str, batch: str) -> str:
-    d = os.path.join(state_dir, "settling")
-    os.makedirs(d, exist_ok=True)
-    path = _settling_path(state_dir, batch)
-    _write_atomic(path, str(driver_pid()))
+def _settler_path(state_dir: str, batch: str, pid: int) -> str:
+    """A new marker's path: ``settling/<batch>@<pid>-<random>`` (one per settling, never
+    reused: a stop record stays what it says)."""
+    return os.path.join(state_dir, "settling", f"{batch}@{pid}-{uuid.uuid4().hex[:8]}")
+
+
+def _mark_settling(state_dir: str, batch: str, pid: int | None = None) -> str:
+    os.makedirs(os.path.join(state_dir, "settling"), exist_ok=True)
+    pid = os.getpid() if pid is None else pid
+    path = _settler_path(state_dir, batch, pid)
+    _write_atomic(path, json.dumps({"pid": pid}))
     return path
 
 
-def settling_by_live_driver(state_dir: str, batch: str) -> bool:
-    """Whether a live driver is ending batch ``batch``'s halves right now."""
+def _mark_settled(path: str, ended: list[str]) -> None:
+    _write_atomic(path, json.dumps({"pid": os.getpid(), "stopped": time.time(),
+                                    "ended": sorted(ended)}))
+
+
+@dataclass
+class Settlers:
+    """What the settlers of one batch say: whether one runs, the tasks whose every half a
+    settler committed, and when the last one stopped (or was first seen dead) — None when none
+    stopped short of acknowledgements for all."""
+
+    live: bool = False
+    ended: frozenset = frozenset()
+    quiet_since: float | None = None
+
+
+def settlers(state_dir: str, batch: str, first_dead: dict[str, float] | None = None) -> Settlers:
+    """Batch ``batch``'s settlers. ``first_dead`` (path -> epoch seconds) remembers when a dead
+    settler that left no stop record was first seen; a responder passes the same dict each
+    time."""
+    out = Settlers()
+    ended: set[str] = set()
+    d = os.path.join(state_dir, "settling")
     try:
-        with open(_settling_path(state_dir, batch)) as f:
-            pid = int(f.read().strip() or 0)
-    except (OSError, ValueError):
-        return False
-    return pid > 0 and _alive(pid)
+        names = [n for n in os.listdir(d) if n.partition("@")[0] == batch]
+    except FileNotFoundError:
+        return out
+    for name in names:
+        path = os.path.join(d, name)
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        try:
+            rec = json.loads(text)
+            if not isinstance(rec, dict):
+                rec = {"pid": int(rec)}
+        except ValueError:
+            continue
+        if "stopped" in rec:
+            ended.update(rec.get("ended") or ())
+            if not rec.get("ended"):
+                out.quiet_since = max(out.quiet_since or 0.0, float(rec["stopped"]))
+            continue
+        if _alive(int(rec.get("pid") or 0)):
+            out.live = True
+            continue
+        seen = time.time() if first_dead is None else first_dead.setdefault(path, time.time())
+        out.quiet_since = max(out.quiet_since or 0.0, seen)
+    out.ended = frozenset(ended)
+    return out
 
 
 # how long a COMMIT answer may take to show in the store before the same key is answered
@@ -384,13 +454,17 @@ async def end_halves(ci, group: str, runs: list[HalfRun], commit: bool,
 
 
 def settle(state_dir: str, batch: str, sent: list[TaskHalves], *, namesrv: str, group: str,
-           credentials, timeout_s: float, decide_tasks: list[str] | None) -> frozenset[str]:
-    """Step 1 (when ``decide_tasks`` is given) and step 2 of the module doc."""
+           credentials, timeout_s: float, decide_tasks: list[str] | None,
+           hand_over: bool = False) -> frozenset[str]:
+    """Step 1 (when ``decide_tasks`` is given) and step 2 of the module doc. With
+    ``hand_over`` (a stream's commit) step 2 goes to the responder, which ends the halves while
+    the next micro-batch runs; this returns once the previous batch's were ended."""
     from ..client import ClientInstance
     from .network import run
 
     _fault("sent", batch)
     marker = _mark_settling(state_dir, batch)  # before the decision: the responder waits for us
+    ended: list[str] = []
     try:
         decided = (decide(state_dir, batch, decide_tasks) if decide_tasks is not None
                    else read_decision(state_dir, batch) or frozenset())
@@ -401,34 +475,206 @@ def settle(state_dir: str, batch: str, sent: list[TaskHalves], *, namesrv: str, 
             ensure_responder(state_dir, group, namesrv, credentials)
         except OSError as exc:  # the ENDs below still go out; the check waits for an answer
             log.warning("cannot start the responder for %s: %s", state_dir, exc)
-        commit = [r for t in sent if t.task in decided for r in t.runs]
+        committing = [t for t in sent if t.task in decided]
+        commit = [r for t in committing for r in t.runs]
         rollback = [r for t in sent if t.task not in decided for r in t.runs]
+        if hand_over and (commit or rollback) and _hand_over(
+                state_dir, batch, commit, rollback, [t.task for t in committing], timeout_s):
+            _fault("ended", batch)
+            return decided
 
-        async def go():
+        async def go() -> int:
             ci = ClientInstance(namesrv, timeout_s=timeout_s, credentials=credentials)
             try:
-                await end_halves(ci, group, commit, True)
+                failed = await end_halves(ci, group, commit, True)
                 await end_halves(ci, group, rollback, False)
+                return failed
             finally:
                 ci.close()
         if commit or rollback:
-            run(go())
+            if run(go()) == 0:
+                ended = [t.task for t in committing]
         _fault("ended", batch)
         return decided
     finally:
+        # the responder answers ROLLBACK for any other copy of an ended task's halves (the
+        # broker's re-put of a half whose END was under way); for the rest it waits
+        # SETTLER_GRACE_S, then looks them up by key
+        _mark_settled(marker, ended)
+
+
+# -- a stream's END_TRANSACTIONs, handed to the responder ----------------------------------------
+#
+# ``ending/<batch>@<pid>-…`` (a pickle): the halves batch ``batch``'s commit left for the responder
+# ``pid`` to end. The commit writes the responder's settling marker first, so from the decision on
+# a live process answers for the batch. The responder removes the file when it is done, and a
+# responder drops files addressed to another (dead) one: it must not end them again (a Java
+# broker stores a row twice for two COMMITs of one half); the check-back settles them.
+
+def _ending_dir(state_dir: str) -> str:
+    return os.path.join(state_dir, "ending")
+
+
+def responder_pid(state_dir: str) -> int:
+    """The pid of the responder serving ``state_dir``; 0 when none runs."""
+    try:
+        with open(os.path.join(state_dir, "responder.pid")) as f:
+            pid = int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+    return pid if _alive(pid) else 0
+
+
+def _handed(state_dir: str) -> list[tuple[str, str, int]]:
+    """(file name, batch, responder pid) of each batch whose END a responder has yet to finish."""
+    try:
+        names = os.listdir(_ending_dir(state_dir))
+    except FileNotFoundError:
+        return []
+    out = []
+    for n in names:
+        b, _, rest = n.partition("@")
+        pid = rest.partition("-")[0]
+        if b and pid.isdigit() and not n.endswith(".tmp"):
+            out.append((n, b, int(pid)))
+    return out
+
+
+def _hand_over(state_dir: str, batch: str, commit: list[HalfRun], rollback: list[HalfRun],
+               tasks: list[str], timeout_s: float) -> bool:
+    """Leave ``batch``'s END_TRANSACTIONs to the running responder, once the previous hand-over
+    is done (one batch's ENDs at a time run beside the next batch's tasks). False — the caller
+    ends them itself — when no responder is up yet."""
+    import pickle
+    rpid = responder_pid(state_dir)
+    if not rpid:  # one is starting (a new sink's first commit): do not wait for it
+        return False
+    wait_until = time.monotonic() + max(timeout_s, 1.0) * 30
+    while any(b != batch and _alive(pid) for _, b, pid in _handed(state_dir)):
+        if time.monotonic() > wait_until:
+            break  # a stuck responder: go on; its batch stays decided, the check settles it
+        time.sleep(0.002)
+    if responder_pid(state_dir) != rpid:
+        return False
+    os.makedirs(_ending_dir(state_dir), exist_ok=True)
+    marker = _mark_settling(state_dir, batch, rpid)  # live from here: the responder's
+    path = os.path.join(_ending_dir(state_dir), os.path.basename(marker))
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        pickle.dump({"batch": batch, "commit": commit, "rollback": rollback, "tasks": tasks}, f,
+                    protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(tmp, path)
+    return True
+
+
+def _claim_orphans(state_dir: str) -> None:
+    """Take over the batches handed to a responder that is gone: each becomes this process's
+    (a live settler from here: the check path waits for it) to recover — end only the halves
+    whose rows are not in the store yet (``_end_handed``)."""
+    me = os.getpid()
+    for name, batch, pid in _handed(state_dir):
+        if pid == me or _alive(pid):
+            continue
+        marker = _settler_path(state_dir, batch, me).replace(f"@{me}-", f"@{me}-r")
+        _write_atomic(marker, json.dumps({"pid": me}))
         try:
-            os.unlink(marker)
+            os.replace(os.path.join(_ending_dir(state_dir), name),
+                       os.path.join(_ending_dir(state_dir), os.path.basename(marker)))
         except FileNotFoundError:
-            pass
+            _mark_settled(marker, [])
+            continue
+        log.warning("batch %s was handed to responder %d, gone: ending what it did not", batch,
+                    pid)
+
+
+async def _undelivered(runs: list[HalfRun], delivered) -> tuple[list[HalfRun], int]:
+    """The halves of ``runs`` whose row (UNIQ_KEY) the target does not hold, and how many it
+    holds."""
+    out, held = [], 0
+    for r in runs:
+        keep = []
+        for h in r.halves():
+            if await delivered(h.topic, h.msg_id):
+                held += 1
+            else:
+                keep.append(h)
+        if keep:
+            out.append(HalfRun.of(r.topic, r.broker, keep))
+    return out, held
+
+
+async def _end_handed(state_dir: str, group: str, ci, delivered) -> int:
+    """The responder's side: end every batch handed to this process, oldest first. A batch
+    it took over from a dead responder (``_claim_orphans``) waits ``SETTLER_GRACE_S`` for that
+    one's last ENDs to be stored, then ends only what the target does not hold: a second
+    COMMIT of a half stores its row twice. How many batches it ended."""
+    import pickle
+    me = os.getpid()
+    done = 0
+    for name, batch, pid in sorted(_handed(state_dir), key=lambda h: _batch_order(h[1])):
+        if pid != me:
+            continue
+        path = os.path.join(_ending_dir(state_dir), name)
+        marker = os.path.join(state_dir, "settling", name)
+        recover = name.partition("@")[2].partition("-")[2].startswith("r")
+        ended: list[str] = []
+        try:  # once, whatever happens
+            with open(path, "rb") as f:
+                job = pickle.load(f)
+            commit, held = job["commit"], 0
+            if recover:
+                await asyncio.sleep(max(0.0, SETTLER_GRACE_S
+                                        - (time.time() - os.stat(marker).st_mtime)))
+                commit, held = await _undelivered(commit, delivered)
+            else:
+                _fault("handed", batch)
+            failed = await end_halves(ci, group, commit, True)
+            await end_halves(ci, group, job["rollback"], False)
+            if not recover:
+                _fault("handed-ended", batch)
+            ended = job["tasks"] if not failed else []
+            log.info("%s batch %s: %d half messages committed (%d not acknowledged), %d "
+                     "delivered already, %d rolled back", "recovered" if recover else "ended",
+                     batch, sum(len(r) for r in commit), failed, held,
+                     sum(len(r) for r in job["rollback"]))
+        finally:
+            _mark_settled(marker, ended)
+            _unlink(path)
+        done += 1
+    return done
+
+
+def _batch_order(batch: str):
+    return (0, int(batch), "") if batch.isdigit() else (1, 0, batch)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _fault(point: str, batch: str) -> None:
-    """Crash tests: ``ROCKETSTORE_SPARK_EO_KILL_AT=decided:3`` SIGKILLs the whole driver
-    (its process group) right after batch 3's decision (``sent:3``: before it, ``ended:3``:
-    after its END_TRANSACTIONs)."""
+    """Crash tests. ``ROCKETSTORE_SPARK_EO_KILL_AT=decided:3`` SIGKILLs the Spark driver (the
+    JVM's process group) right after batch 3's decision (``sent:3``: before it, ``ended:3``:
+    after its END_TRANSACTIONs). The Python worker that runs the commit is in pyspark daemon's
+    own process group: it goes on, as it does when a real driver dies, until the daemon sees
+    the JVM gone. ``ROCKETSTORE_SPARK_EO_STALL_AT=decided:3=4`` makes it stall 4 s there first,
+    deaf to the daemon's SIGHUP (a worker that outlives its driver for that long).
+    ``handed:3`` / ``handed-ended:3`` SIGKILL the responder before / after it ends the halves a
+    stream's commit handed it."""
+    import signal
+    stall = os.environ.get("ROCKETSTORE_SPARK_EO_STALL_AT", "").rpartition("=")
+    stalls = stall[0] == f"{point}:{batch}"
+    if stalls:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if os.environ.get("ROCKETSTORE_SPARK_EO_KILL_AT") == f"{point}:{batch}":
-        import signal
+        if point.startswith("handed"):
+            os.kill(os.getpid(), signal.SIGKILL)  # the responder, before / after its ENDs
         os.killpg(os.getpgid(driver_pid()), signal.SIGKILL)
+    if stalls:
+        time.sleep(float(stall[2]))
 
 
 # -- the responder -------------------------------------------------------------------------------
@@ -549,6 +795,7 @@ async def _respond(state_dir: str, group: str, namesrv: str, fd: int) -> None:
     admin = AsyncAdminClient(namesrv, credentials=credentials)
     answered = Answered(state_dir)
     pending: set[str] = set()
+    first_dead: dict[str, float] = {}
 
     async def delivered(topic: str, key: str) -> bool:
         return bool(await admin.query_message(topic, key, max_num=1, unique_key=True))
@@ -562,8 +809,13 @@ async def _respond(state_dir: str, group: str, namesrv: str, fd: int) -> None:
         key, topic = msg.uniq_key, msg.properties.get(PROPERTY_REAL_TOPIC) or msg.topic
         if not key:
             return state
-        if settling_by_live_driver(state_dir, batch) or key in pending:
+        who = settlers(state_dir, batch, first_dead)
+        if who.live or key in pending:
             return S.UNKNOW
+        if parse_tag(tag)[2] in who.ended:
+            return S.ROLLBACK_MESSAGE  # the settler's acknowledged END delivered it
+        if who.quiet_since is not None and time.time() - who.quiet_since < SETTLER_GRACE_S:
+            return S.UNKNOW  # an END of a settler that stopped short may still land
         pending.add(key)
         try:
             if await delivered(topic, key):
@@ -584,15 +836,33 @@ async def _respond(state_dir: str, group: str, namesrv: str, fd: int) -> None:
         log.info("check %s %s: %s", msg.uniq_key, msg.properties.get(TXN_PROPERTY), state.value)
         return state
 
+    _claim_orphans(state_dir)  # before any check can be answered
     p = AsyncTransactionProducer(group, namesrv, check_listener=check, heartbeat_interval_s=5.0,
                                  credentials=credentials)
     await p.start()
+    from ..client import ClientInstance
+    ender = ClientInstance(namesrv, credentials=credentials)
+    _write_atomic(os.path.join(state_dir, "responder.pid"), str(os.getpid()))
     log.info("responder for %s (group %s) up", state_dir, group)
+
+    async def end_handed() -> None:
+        try:
+            _claim_orphans(state_dir)
+            await _end_handed(state_dir, group, ender, delivered)
+        except Exception as exc:  # the batch stays decided: the check settles it
+            log.warning("ending a handed batch: %s", exc)
     try:
+        last_look = 0.0
         while True:
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.005)
+            await end_handed()
+            now = time.monotonic()
+            if now - last_look < 0.5:
+                continue
+            last_look = now
             if _alive(_owner(state_dir)):
                 continue
+            await end_handed()  # what the dead driver handed over
             fcntl.flock(fd, fcntl.LOCK_UN)  # see ensure_responder: release, then look again
             if not _alive(_owner(state_dir)):
                 break
@@ -601,6 +871,7 @@ async def _respond(state_dir: str, group: str, namesrv: str, fd: int) -> None:
             except BlockingIOError:
                 break  # a new responder has taken over
     finally:
+        ender.close()
         await p.shutdown()
         await admin.close()
         log.info("responder for %s down", state_dir)
