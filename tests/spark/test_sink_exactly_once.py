@@ -3,6 +3,7 @@ underneath (``rocketstore.spark.sink_transactions``). Every test counts what a p
 consumer finds on the target topic, and compares it with the source rows it sent itself."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -306,13 +307,10 @@ def test_driver_killed_at_random_points_every_row_exactly_once(txn_cluster, tmp_
     _killed_stream(ns, tmp_path, "EoKillSrc", "EoKillDst", 300, 25, _random_plan(3, 1, 8))
 
 
-@pytest.mark.interop
-@pytest.mark.timeout(900)
-@pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
-def test_java_broker_exactly_once_batch_and_killed_stream(spark, tmp_path, version):
-    """RocketMQ's own name server and broker (its transaction service, its checks, which
-    re-put a half and ask again, so a half is often asked about after the driver ended it):
-    a batch write, and a stream whose driver is killed at random points."""
+@contextlib.contextmanager
+def java_txn_broker(tmp_path: Path, version: str, topics: tuple, queues: int):
+    """RocketMQ ``version``'s name server and one broker (checks every second), ``topics``
+    created on it and routed; yields the name server's address."""
     from rocketstore.client import ClientInstance
     from rocketstore.remoting.codes import RequestCode
     from tests.cluster.java_rocketmq import rocketmq_home, start_java_broker, start_java_namesrv
@@ -324,26 +322,37 @@ def test_java_broker_exactly_once_batch_and_killed_stream(spark, tmp_path, versi
                                    extra=dict(TXN_CONF, transactionCheckInterval=1000))
         ci = ClientInstance(jns.addr)
         try:
-            for t in ("JSrc", "JBatch", "JDst"):
+            for t in topics:
                 LoopThread.shared().run(ci.invoke(broker.addr, RequestCode.UPDATE_AND_CREATE_TOPIC,
-                                                  {"topic": t, "readQueueNums": 4,
-                                                   "writeQueueNums": 4, "perm": 6,
+                                                  {"topic": t, "readQueueNums": queues,
+                                                   "writeQueueNums": queues, "perm": 6,
                                                    "topicFilterType": "SINGLE_TAG"}))
         finally:
             ci.close()
-        for t in ("JSrc", "JBatch", "JDst"):
+        for t in topics:
             assert wait_for(lambda: _route_brokers(jns.addr, t) == 1, timeout=90)
-        if version == "4.9.7":  # the batch write's path is the stream's: once is enough
-            rows = [(f"jb-{i}",) for i in range(40)]
-            _write(spark.createDataFrame(rows, "body string").repartition(2), jns.addr, "JBatch",
-                   deliveryGuarantee="exactly-once", checkpointLocation=str(tmp_path / "jw"))
-            assert settled(jns.addr, "JBatch", 40) == Counter(r[0].encode() for r in rows)
-        plan = _random_plan(2, 1, 4) if version == "4.9.7" else _random_plan(2, 0, 4)
-        _killed_stream(jns.addr, tmp_path, "JSrc", "JDst", 150, 30, plan)
+        yield jns.addr
     finally:
         if broker is not None:
             broker.stop()
         jns.stop()
+
+
+@pytest.mark.interop
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
+def test_java_broker_exactly_once_batch_and_killed_stream(spark, tmp_path, version):
+    """RocketMQ's own name server and broker (its transaction service, its checks, which
+    re-put a half and ask again, so a half is often asked about after the driver ended it):
+    a batch write, and a stream whose driver is killed at random points."""
+    with java_txn_broker(tmp_path, version, ("JSrc", "JBatch", "JDst"), 4) as ns:
+        if version == "4.9.7":  # the batch write's path is the stream's: once is enough
+            rows = [(f"jb-{i}",) for i in range(40)]
+            _write(spark.createDataFrame(rows, "body string").repartition(2), ns, "JBatch",
+                   deliveryGuarantee="exactly-once", checkpointLocation=str(tmp_path / "jw"))
+            assert settled(ns, "JBatch", 40) == Counter(r[0].encode() for r in rows)
+        plan = _random_plan(2, 1, 4) if version == "4.9.7" else _random_plan(2, 0, 4)
+        _killed_stream(ns, tmp_path, "JSrc", "JDst", 150, 30, plan)
 
 
 def _rows_of_batch(ck: Path, batch: int) -> int:
@@ -410,27 +419,8 @@ def test_java_broker_worker_outliving_its_killed_driver_delivers_once(tmp_path):
     5.3.3's check re-puts each of those halves and asks about the copy. The responder must
     wait for the live worker, then roll the copies back: a COMMIT for a copy stores each row a
     second time when the worker's END for the original lands."""
-    from rocketstore.client import ClientInstance
-    from rocketstore.remoting.codes import RequestCode
-    from tests.cluster.java_rocketmq import rocketmq_home, start_java_broker, start_java_namesrv
-    home = rocketmq_home("5.3.3")
-    jns = start_java_namesrv(home, str(tmp_path / "jns"))
-    broker = None
-    try:
-        broker = start_java_broker(home, str(tmp_path / "jb"), jns.addr, "broker-java",
-                                   extra=dict(TXN_CONF, transactionCheckInterval=1000))
-        ci = ClientInstance(jns.addr)
-        try:
-            for t in ("OSrc", "ODst"):
-                LoopThread.shared().run(ci.invoke(broker.addr, RequestCode.UPDATE_AND_CREATE_TOPIC,
-                                                  {"topic": t, "readQueueNums": 2,
-                                                   "writeQueueNums": 2, "perm": 6,
-                                                   "topicFilterType": "SINGLE_TAG"}))
-        finally:
-            ci.close()
-        for t in ("OSrc", "ODst"):
-            assert wait_for(lambda: _route_brokers(jns.addr, t) == 1, timeout=90)
-        _killed_stream(jns.addr, tmp_path, "OSrc", "ODst", 90, 30, ["decided:1"], stall_s=25,
+    with java_txn_broker(tmp_path, "5.3.3", ("OSrc", "ODst"), 2) as ns:
+        _killed_stream(ns, tmp_path, "OSrc", "ODst", 90, 30, ["decided:1"], stall_s=25,
                        decided_before=2)
         state = tmp_path / "ck-ODst" / "rocketmq-sink"
         first = json.loads((state / "committed" / "1.json").read_text())["tasks"]
@@ -438,7 +428,3 @@ def test_java_broker_worker_outliving_its_killed_driver_delivers_once(tmp_path):
         # the case happened: the broker asked about re-put copies of the halves the worker had
         # yet to end, and the responder held them off
         assert any(f"/1/{t}: UNKNOW" in log for t in first), log[-3000:]
-    finally:
-        if broker is not None:
-            broker.stop()
-        jns.stop()
