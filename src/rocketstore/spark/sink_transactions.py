@@ -507,9 +507,10 @@ def settle(state_dir: str, batch: str, sent: list[TaskHalves], *, namesrv: str, 
 #
 # ``ending/<batch>@<pid>-…`` (a pickle): the halves batch ``batch``'s commit left for the responder
 # ``pid`` to end. The commit writes the responder's settling marker first, so from the decision on
-# a live process answers for the batch. The responder removes the file when it is done, and a
-# responder drops files addressed to another (dead) one: it must not end them again (a Java
-# broker stores a row twice for two COMMITs of one half); the check-back settles them.
+# a live process answers for the batch. The responder removes the file when it is done. A file
+# addressed to a responder that is gone is claimed by the next one, which must not simply end it
+# again (a Java broker stores a row twice for two COMMITs of one half): it ends only the halves
+# whose UNIQ_KEY the target lacks, after SETTLER_GRACE_S (``_claim_orphans``, ``_end_handed``).
 
 def _ending_dir(state_dir: str) -> str:
     return os.path.join(state_dir, "ending")
