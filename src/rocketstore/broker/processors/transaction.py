@@ -26,11 +26,6 @@ BATCH_FIELD = "batchEntries"
 _ENTRY = struct.Struct(">qq")
 
 
-def encode_entries(entries: list[tuple[int, int]]) -> bytes:
-    """The batched END_TRANSACTION's body."""
-    return b"".join(_ENTRY.pack(q, c) for q, c in entries)
-
-
 def decode_entries(body: bytes | None, n: int) -> list[tuple[int, int]]:
     body = body or b""
     if n <= 0 or len(body) != n * _ENTRY.size:
