@@ -73,9 +73,7 @@ def main() -> None:
     try:
         if a.stream:
             return stream_runs(spark, srv, a, tmp, out)
-        df = spark.range(a.rows).selectExpr(
-            f"CAST(concat(CAST(id AS STRING), repeat('x', {a.size})) AS BINARY) AS body",
-            "CAST(id AS STRING) AS keys").repartition(2).cache()
+        df = rows_frame(spark, a.rows, a.size).repartition(2).cache()
         df.count()
         for i in range(a.repeat):
             for g in ("at-least-once", "exactly-once"):
@@ -127,6 +125,13 @@ def main() -> None:
         print(json.dumps(out) if a.json else out)
 
 
+def rows_frame(spark, n: int, size: int):
+    """``n`` rows: a body of about ``size`` bytes, and keys."""
+    return spark.range(n).selectExpr(
+        f"CAST(concat(CAST(id AS STRING), repeat('x', {size})) AS BINARY) AS body",
+        "CAST(id AS STRING) AS keys")
+
+
 def summarize(out: dict) -> None:
     best = {g: max(v) for g, v in out["runs"].items()}
     out["best_rows_per_s"] = best
@@ -145,9 +150,7 @@ def stream_runs(spark, srv, a, tmp: str, out: dict) -> None:
     from tests.spark.test_sink_exactly_once import create_topics
     total = a.rows * a.stream
     src = os.path.join(tmp, "src")
-    (spark.range(total).selectExpr(
-        f"CAST(concat(CAST(id AS STRING), repeat('x', {a.size})) AS BINARY) AS body",
-        "CAST(id AS STRING) AS keys").repartition(2 * a.stream).write.parquet(src))
+    rows_frame(spark, total, a.size).repartition(2 * a.stream).write.parquet(src)
     schema = spark.read.parquet(src).schema
     out["stream_batches"] = a.stream
     with AdminClient(srv.namesrv) as admin:

@@ -243,8 +243,9 @@ def _decisions(ck: Path) -> int:
 def _killed_stream(ns: str, tmp_path: Path, source: str, target: str, rows: int,
                    per_batch: int, plan: list, stall_s: float = 0.0,
                    decided_before: int = 3) -> None:
-    """Copy ``rows`` source rows with the exactly-once sink, SIGKILLing the whole driver (JVM,
-    Python workers) once per ``plan`` entry — a fault point (``decided:3`` = right after batch
+    """Copy ``rows`` source rows with the exactly-once sink, SIGKILLing the driver (its
+    process group: the JVM; pyspark daemon's Python workers live on until the daemon notices)
+    once per ``plan`` entry — a fault point (``decided:3`` = right after batch
     3's decision, before any END_TRANSACTION; ``sent:N`` = halves sent, no decision yet;
     ``ended:N`` = ended, not yet in Spark's commit log) or None (at a random moment once the
     run decided a batch of its own) — then running the query to the end. Every source row must
@@ -374,10 +375,10 @@ def test_stream_commit_hands_its_ends_to_the_responder_killed_around_them(txn_cl
     """A stream's commit leaves its END_TRANSACTIONs to the responder (they run beside the next
     micro-batch). The responder is SIGKILLed when batch 2 was handed to it: before it ends a
     half (``handed``), or after it ended them all but before it recorded so (``handed-ended``).
-    The driver goes on, starts a new responder, which must not end batch 2 again (a second
-    COMMIT of a half stores its row twice on RocketMQ's brokers): it answers the broker's
-    checks instead. Every row exactly once, and later batches were ended by the new
-    responder."""
+    The driver goes on and starts a new responder, which claims batch 2 but must not simply
+    end it again (a second COMMIT of a half stores its row twice on RocketMQ's brokers): it
+    commits only the halves whose rows the target lacks. Every row exactly once, and later
+    batches were ended by the new responder."""
     ns = txn_cluster
     src, dst = f"EoHand{point.replace('-', '')}Src", f"EoHand{point.replace('-', '')}Dst"
     create_topics(ns, 2, src, dst)

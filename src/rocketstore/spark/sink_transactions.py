@@ -606,13 +606,17 @@ async def _undelivered(runs: list[HalfRun], delivered) -> tuple[list[HalfRun], i
 
 async def _end_handed(state_dir: str, group: str, ci, delivered) -> int:
     """The responder's side: end every batch handed to this process, oldest first. A batch
-    it took over from a dead responder (``_claim_orphans``) waits ``SETTLER_GRACE_S`` for that
+    it took over from a dead responder (``_claim_orphans``, called here too) waits ``SETTLER_GRACE_S`` for that
     one's last ENDs to be stored, then ends only what the target does not hold: a second
     COMMIT of a half stores its row twice. How many batches it ended."""
     import pickle
     me = os.getpid()
     done = 0
-    for name, batch, pid in sorted(_handed(state_dir), key=lambda h: _batch_order(h[1])):
+    handed = _handed(state_dir)
+    if any(pid != me for _, _, pid in handed):
+        _claim_orphans(state_dir)
+        handed = _handed(state_dir)
+    for name, batch, pid in sorted(handed, key=lambda h: _batch_order(h[1])):
         if pid != me:
             continue
         path = os.path.join(_ending_dir(state_dir), name)
@@ -848,7 +852,6 @@ async def _respond(state_dir: str, group: str, namesrv: str, fd: int) -> None:
 
     async def end_handed() -> None:
         try:
-            _claim_orphans(state_dir)
             await _end_handed(state_dir, group, ender, delivered)
         except Exception as exc:  # the batch stays decided: the check settles it
             log.warning("ending a handed batch: %s", exc)
