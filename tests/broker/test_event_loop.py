@@ -48,3 +48,38 @@ def test_broker_sends_and_pulls_on_either_loop(tmp_path, monkeypatch, loop):
         assert got == [b"m%d" % i for i in range(50)] + [b"b0", b"b1"]
     finally:
         assert srv.stop() == 0, srv.log()
+
+
+_GC_PROBE = ("import gc, json; from rocketstore.broker import eventloop; "
+             "before = gc.get_freeze_count(); set_to = eventloop.tune_gc(); "
+             "print(json.dumps([set_to, list(gc.get_threshold()), before, gc.get_freeze_count()]))")
+
+
+@pytest.mark.parametrize("env, want", [
+    (None, [50_000, 50, 100]),
+    ("20000,10,10", [20_000, 10, 10]),
+    ("not,a,number", [50_000, 50, 100]),  # a warning, and the default
+    ("python", None),
+])
+def test_a_broker_process_sets_its_collector(env, want):
+    """``tune_gc`` (run by ``serve`` and by each protocol worker before its loop): the
+    thresholds of ``ROCKETSTORE_GC_THRESHOLD`` or the default, what exists at start frozen out
+    of the collector's way; "python" leaves the interpreter as it was. In a process of its own,
+    as a broker is."""
+    import json
+    import os
+    import subprocess
+    import sys
+    e = {k: v for k, v in os.environ.items() if k != "ROCKETSTORE_GC_THRESHOLD"}
+    if env is not None:
+        e["ROCKETSTORE_GC_THRESHOLD"] = env
+    p = subprocess.run([sys.executable, "-c", _GC_PROBE], env=e, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    set_to, threshold, before, after = json.loads(p.stdout)
+    assert set_to == want
+    if want is None:
+        assert threshold == [700, 10, 10] and after == before == 0
+    else:
+        assert threshold == want and after > before == 0
+    assert ("ROCKETSTORE_GC_THRESHOLD='not,a,number'" in p.stderr) == (env == "not,a,number")

@@ -390,3 +390,30 @@ def test_forgotten_decisions_keep_newer_halves_off_the_index(env, monkeypatch):
     got = _all(env, "Real", 1)  # one committed copy each
     assert sorted(m.body for m in got) == sorted(
         f"{t}{i}".encode() for t in "abc" for i in range(40))
+
+
+def test_batched_end_with_repeats_and_bad_entries_in_one_request(env):
+    """One batched END_TRANSACTION that is not the usual clean batch: a half named twice, a
+    wrong tranStateTableOffset, an offset that is not a half record, and halves decided by an
+    earlier request. Each entry is answered as a single END_TRANSACTION would answer it; the
+    repeated half is committed once and named once in the op records, and nothing else is
+    stored twice."""
+    first = _stored_batch(env, 10, "x")
+    assert env.svc.end_transactions("PG", first[:4], TRANSACTION_COMMIT_TYPE) == [(0, None)] * 4
+    q5, c5 = first[5]
+    entries = (first[2:6] + [first[5]]                      # two decided, two new, one repeated
+               + [(q5 + 100, first[6][1])]                 # wrong tranStateTableOffset
+               + [(0, c5 + 1)]                             # inside a record: no half there
+               + first[7:])                                # three new
+    out = env.svc.end_transactions("PG", entries, TRANSACTION_COMMIT_TYPE)
+    codes = [c for c, _ in out]
+    assert codes == [0, 0, 0, 0, 0, 1, 1, 0, 0, 0], out
+    assert "offset wrong" in out[5][1] and "Find prepared" in out[6][1]
+    # half 6 was refused above: rolling it back now works; committing a committed one is fine
+    out = env.svc.end_transactions("PG", [first[6], first[0]], TRANSACTION_ROLLBACK_TYPE)
+    assert [c for c, _ in out] == [0, 1] and "already committed" in out[1][1]
+    got = _all(env, "Real", 1)
+    assert sorted(m.body for m in got) == sorted(
+        f"x{i}".encode() for i in range(10) if i != 6)
+    named = [int(o) for op in env.real(OP_TOPIC, 0) for o in op.body.decode().split(",") if o]
+    assert sorted(named) == [q for q, _ in first]  # every half once, the repeated one too

@@ -386,6 +386,8 @@ def command(store_dir, host, port, namesrv_port, namesrv_addr, broker_name, conf
     store_cfg.ha_listen_port = broker_cfg.port + 1 if broker_cfg.port else 0
     store_cfg.ha_bind_host = host
     from ..broker.eventloop import run as run_loop  # uvloop when installed
+    from ..broker.eventloop import tune_gc
+    tune_gc()
     if controller_mode is not None:
         from .serve_controller import serve_controller_mode
         run_loop(serve_controller_mode(store_cfg, broker_cfg, controller_mode, as_json,

@@ -53,6 +53,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from itertools import repeat
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -418,78 +419,99 @@ class TransactionalMessageService:
             return [(ResponseCode.SYSTEM_ERROR, f"commitOrRollback {state} cannot be batched")
                     for _ in entries]
         out: list[tuple[int, str | None]] = [_ENDED] * len(entries)
-        halves: list[tuple[int, MessageExt]] = []
+        halves: list[MessageExt] = []
+        where: list[int] = []  # the entry of each of ``halves``
         with self._recent_lock:
-            recent = [self._recent.pop(c, None) for _, c in entries]
-        for i, (queue_offset, cl_offset) in enumerate(entries):
-            half = recent[i] or self._look(cl_offset)
-            if half is None or half.topic != HALF_TOPIC:
-                out[i] = ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed"
-            elif half.properties.get(PROPERTY_PRODUCER_GROUP) != group:
+            pop = self._recent.pop
+            recent = [pop(c, None) for _, c in entries]
+        for i, ((queue_offset, cl_offset), half) in enumerate(zip(entries, recent)):
+            if half is None:  # (a kept half record is one of the half topic's)
+                half = self._look(cl_offset)
+                if half is None or half.topic != HALF_TOPIC:
+                    out[i] = ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed"
+                    continue
+            if half.properties.get(PROPERTY_PRODUCER_GROUP) != group:
                 out[i] = ResponseCode.SYSTEM_ERROR, "The producer group wrong"
             elif half.queue_offset != queue_offset:
                 out[i] = ResponseCode.SYSTEM_ERROR, "The transaction state table offset wrong"
             else:
-                halves.append((i, half))
+                halves.append(half)
+                where.append(i)
         n_locks = len(self._locks)
-        picked = sorted({hash(h.uniq_key or h.commitlog_offset) % n_locks for _, h in halves})
+        if len(halves) >= n_locks:  # (a batch of 512 names every stripe anyway)
+            picked = list(range(n_locks))
+        else:
+            picked = sorted({hash(h.uniq_key or h.commitlog_offset) % n_locks for h in halves})
         for k in picked:  # in one order: no two batches wait for each other
             self._locks[k].acquire()
         try:
-            self._decide_many(halves, state, out)
+            self._decide_many(halves, where, state, out)
         finally:
             for k in reversed(picked):
                 self._locks[k].release()
         return out
 
-    def _decide_many(self, halves: list[tuple[int, MessageExt]], state: int,
+    def _decide_many(self, halves: list[MessageExt], where: list[int], state: int,
                      out: list[tuple[int, str | None]]) -> None:
-        """``_decide`` for many halves (their locks held): two appends instead of 2N puts."""
+        """``_decide`` for many halves (their locks held; ``where``: the answer of each in
+        ``out``): two appends instead of 2N puts. The usual batch — every half undecided, no
+        transaction twice — is seen at once (set operations) and skips the per-half loop."""
         from ...format.message import EncodedMessage, encode_committed
         cfg = self.store.cfg
-        todo: list[tuple[int, MessageExt]] = []
-        seen: set[str] = set()
-        priors = self._decisions([h for _, h in halves])
-        for (i, half), prior in zip(halves, priors):
-            uniq = half.uniq_key
-            if prior is None and uniq in seen:
-                prior = state  # the same transaction twice in one batch: decided by the first
-            if prior is not None:
-                if prior not in (state, TRANSACTION_NOT_TYPE):
-                    out[i] = (ResponseCode.SYSTEM_ERROR, f"transaction {uniq} was "
-                              f"already {'committed' if prior == TRANSACTION_COMMIT_TYPE else 'rolled back'}")
-                continue
-            if uniq:
-                seen.add(uniq)
-            todo.append((i, half))
-        if state == TRANSACTION_COMMIT_TYPE and todo:
-            now = int(time.time() * 1000)
-            host, max_body = cfg.store_host, cfg.max_message_size
-            recs, where = [], []
-            copies = encode_committed([h for _, h in todo], now=now, host=host,
-                                      max_body_size=max_body)
-            for (i, half), rec in zip(todo, copies):
-                if type(rec) is EncodedMessage:
-                    recs.append(rec)
-                    where.append((i, half))
-                else:
-                    out[i] = ResponseCode.MESSAGE_ILLEGAL, f"commit of {half.uniq_key} failed: {rec}"
-            results = self.store.append(recs, detail=False) if recs else []
-            verdict: dict[int, Any] = {}  # id(result) -> it, when not stored (a few shared)
-            for (i, half), r in zip(where, results):
-                v = verdict.get(id(r), 0)
-                if v == 0:
-                    v = verdict[id(r)] = None if r.status.name in _STORED else r
-                if v is not None:
-                    code = ResponseCode.MESSAGE_ILLEGAL if r.status.name in (
-                        "MESSAGE_ILLEGAL", "PROPERTIES_SIZE_EXCEEDED") else ResponseCode.SYSTEM_ERROR
-                    out[i] = code, f"commit of {half.uniq_key} failed: {r.status.name} {r.error or ''}"
+        keys = [h.uniq_key for h in halves]
+        priors = self._decisions(halves, keys)
+        if priors.count(None) == len(priors) and len(set(keys)) == len(keys):
+            todo, todo_where = halves, where
+        else:
+            todo, todo_where = [], []
+            seen: set[str] = set()
+            for i, half, uniq, prior in zip(where, halves, keys, priors):
+                if prior is None and uniq in seen:
+                    prior = state  # the same transaction twice in one batch: decided by the first
+                if prior is not None:
+                    if prior not in (state, TRANSACTION_NOT_TYPE):
+                        out[i] = (ResponseCode.SYSTEM_ERROR, f"transaction {uniq} was already "
+                                  f"{'committed' if prior == TRANSACTION_COMMIT_TYPE else 'rolled back'}")
+                    continue
+                if uniq:
+                    seen.add(uniq)
+                todo.append(half)
+                todo_where.append(i)
         ok = _ENDED
-        self._remember_many([h for i, h in todo if out[i] is ok], state)
+        if state == TRANSACTION_COMMIT_TYPE and todo:
+            copies = encode_committed(todo, now=int(time.time() * 1000), host=cfg.store_host,
+                                      max_body_size=cfg.max_message_size)
+            if set(map(type, copies)) == {EncodedMessage}:
+                recs, rec_where, rec_halves = copies, todo_where, todo
+            else:
+                recs, rec_where, rec_halves = [], [], []
+                for i, half, rec in zip(todo_where, todo, copies):
+                    if type(rec) is EncodedMessage:
+                        recs.append(rec)
+                        rec_where.append(i)
+                        rec_halves.append(half)
+                    else:
+                        out[i] = (ResponseCode.MESSAGE_ILLEGAL,
+                                  f"commit of {half.uniq_key} failed: {rec}")
+            results = self.store.append(recs, detail=False) if recs else []
+            # (detail=False: a few shared results; the usual answer is one stored result)
+            if not results or results.count(results[0]) != len(results) \
+                    or results[0].status.name not in _STORED:
+                for i, half, r in zip(rec_where, rec_halves, results):
+                    if r.status.name not in _STORED:
+                        code = ResponseCode.MESSAGE_ILLEGAL if r.status.name in (
+                            "MESSAGE_ILLEGAL", "PROPERTIES_SIZE_EXCEEDED") else ResponseCode.SYSTEM_ERROR
+                        out[i] = code, (f"commit of {half.uniq_key} failed: {r.status.name} "
+                                        f"{r.error or ''}")
+        if out.count(ok) == len(out):  # (one shared object: an identity scan in C)
+            self._remember_many(todo, state)
+            ended = halves
+        else:
+            self._remember_many([h for i, h in zip(todo_where, todo) if out[i] is ok], state)
+            ended = [h for i, h in zip(where, halves) if out[i] is ok]
         # a committed transaction is found by its committed copy's UNIQ_KEY: its op records
         # need not name it in KEYS (a rolled back one has no copy: its op records do)
-        self._write_ops([h for i, h in halves if out[i] is ok],
-                        name_keys=state != TRANSACTION_COMMIT_TYPE)
+        self._write_ops(ended, name_keys=state != TRANSACTION_COMMIT_TYPE)
 
     def _write_ops(self, halves: list[MessageExt], name_keys: bool = True) -> None:
         """``_write_op_once`` for many half records: their op records in one append
@@ -497,44 +519,47 @@ class TransactionalMessageService:
         from ...format.message import encode_message
         known = self._known_ops()
         cfg = self.store.cfg
-        per_queue: dict[int, list[tuple[tuple[int, int], str]]] = {}
-        seen: set[tuple[int, int]] = set()
-        settled: dict[int, int] = {}
-        for half in halves:
-            qid, qoff = half.queue_id, half.queue_offset
-            key = (qid, qoff)
-            floor = settled.get(qid)
-            if floor is None:
-                floor = settled[qid] = self.offsets.query(SYS_GROUP, HALF_TOPIC, qid)
-                per_queue[qid] = []
-            if key in known or key in seen or qoff < floor:
-                continue
-            seen.add(key)
-            per_queue[qid].append((key, half.uniq_key or ""))
-        groups: list[list[tuple[tuple[int, int], str]]] = []
-        for qid in sorted(per_queue):
-            mine = per_queue[qid]
-            groups += [mine[i:i + OP_MERGE] for i in range(0, len(mine), OP_MERGE)]
+        qids = {h.queue_id for h in halves}
+        by_queue = {qids.pop(): halves} if len(qids) == 1 else {}
+        for h in halves if qids else ():
+            by_queue.setdefault(h.queue_id, []).append(h)
+        groups: list[tuple[int, list[int], list[str]]] = []  # (queue, half offsets, txids)
+        for qid in sorted(by_queue):
+            mine = by_queue[qid]
+            floor = self.offsets.query(SYS_GROUP, HALF_TOPIC, qid)
+            offs = [h.queue_offset for h in mine]
+            txids = [h.uniq_key or "" for h in mine] if name_keys else []
+            if not (offs and min(offs) >= floor and len(set(offs)) == len(offs)
+                    and known.isdisjoint(zip(repeat(qid), offs))):
+                # some named twice, settled by the check or with an op record already
+                picked: dict[int, str] = {}
+                for k, o in enumerate(offs):
+                    if o >= floor and (qid, o) not in known and o not in picked:
+                        picked[o] = txids[k] if name_keys else ""
+                offs = list(picked)
+                txids = list(picked.values()) if name_keys else []
+            groups += [(qid, offs[i:i + OP_MERGE], txids[i:i + OP_MERGE])
+                       for i in range(0, len(offs), OP_MERGE)]
         recs = []
-        for g in groups:  # RocketMQ 5's merged op record: "o1,o2,...,"; KEYS: the txids
+        now = int(time.time() * 1000)
+        for qid, offs, txids in groups:  # RocketMQ 5's merged op record: "o1,o2,...,"
             props = {PROPERTY_TAGS: REMOVE_TAG, PROPERTY_WAIT_STORE_MSG_OK: "false"}
-            txids = " ".join(t for _, t in g if t) if name_keys else ""
-            if txids:
-                props[PROPERTY_KEYS] = txids
-            m = Message(topic=OP_TOPIC, body="".join(f"{k[1]}," for k, _ in g).encode(),
-                        properties=props, queue_id=g[0][0][0],
-                        born_timestamp=int(time.time() * 1000))
-            recs.append(encode_message(m, m.all_properties(), born_timestamp=m.born_timestamp,
+            named = " ".join(t for t in txids if t)  # KEYS: the transaction ids
+            if named:
+                props[PROPERTY_KEYS] = named
+            m = Message(topic=OP_TOPIC, body=(",".join(map(str, offs)) + ",").encode(),
+                        properties=props, queue_id=qid, born_timestamp=now)
+            recs.append(encode_message(m, m.all_properties(), born_timestamp=now,
                                        born_host=cfg.store_host, store_host=cfg.store_host,
                                        max_body_size=cfg.max_message_size))
         if not recs:
             return
-        for g, r in zip(groups, self.store.append(recs)):
+        for (qid, offs, _), r in zip(groups, self.store.append(recs)):
             if r.status.name in _STORED:
-                known.update(k for k, _ in g)
+                known.update(zip(repeat(qid), offs))
             else:  # the check service asks again; the decision answers it
-                log.error("op record for %d half offsets from %d not written: %s", len(g),
-                          g[0][0][1], r.status.name)
+                log.error("op record for %d half offsets from %d not written: %s", len(offs),
+                          offs[0], r.status.name)
 
     def _decide(self, half: MessageExt, state: int) -> tuple[int, str | None]:
         prior = self.decision(half)
@@ -555,15 +580,20 @@ class TransactionalMessageService:
         return ResponseCode.SUCCESS, None
 
     # -- what was decided -----------------------------------------------------------------------
-    def _decisions(self, halves: list[MessageExt]) -> list[int | None]:
-        """``decision`` of each half: those decided or stored since start answered from memory
-        under one lock, the others one by one."""
+    def _decisions(self, halves: list[MessageExt], keys: list[str | None]
+                   ) -> list[int | None]:
+        """``decision`` of each half (``keys``: their UNIQ_KEYs): those decided or stored since
+        start answered from memory under one lock, the others one by one."""
         out: list[int | None] = [None] * len(halves)
+        if not halves:
+            return out
         slow = []
         with self._decided_lock:
             decided, fresh_from = self._decided, self._fresh_from
-            for k, half in enumerate(halves):
-                txid = half.properties.get(PROPERTY_UNIQ_KEY)
+            if all(keys) and decided.keys().isdisjoint(keys) and \
+                    min(h.commitlog_offset for h in halves) >= fresh_from:
+                return out  # stored since the oldest decision kept, none decided: undecided
+            for k, (half, txid) in enumerate(zip(halves, keys)):
                 if txid:
                     d = decided.get(txid)
                     if d is not None:

@@ -350,7 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=a.log_level, stream=sys.stderr,
                         format=f"%(asctime)s worker[{os.getpid()}] %(levelname)s %(message)s")
     settings = SendRules(**json.loads(a.settings))
-    from ..eventloop import run  # uvloop when installed, as the writer
+    from ..eventloop import run, tune_gc  # uvloop when installed, as the writer
+    tune_gc()
     run(_main(a.listen_fd, a.link_fd, settings, a.frame_timeout))
     return 0
 
