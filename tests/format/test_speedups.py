@@ -33,6 +33,7 @@ def test_module_uses_the_compiled_functions():
     assert M.encode_properties is fast.encode_properties
     assert M.create_message_ids is fast.create_message_ids
     assert M.encode_batch is fast.encode_batch
+    assert M.string_to_properties is fast.string_to_properties
     assert _native.active()["rocketstore.format._speedups"] is True
     from rocketstore.store import put_path
     assert put_path.encode_batch is fast.encode_batch
@@ -320,6 +321,33 @@ def test_v6_hosts_set_the_sys_flags_and_widen_the_record():
         assert rec.sys_flag == flags
         assert len(rec.data) == M.record_length(3, 1, 0) + size
         assert _plain(rec) == _plain(M.encode_message_py(msg, {}, **kw))
+
+
+property_strings = st.lists(st.sampled_from(["\x01", "\x02", "KEYS", "a", "ü€😀", "\ud800", "",
+                                             "\x01\x01", "\x02\x02", "7F00", " "])
+                            | st.text(max_size=6), max_size=12).map("".join)
+
+
+@settings(max_examples=600, deadline=None)
+@given(s=property_strings | st.builds(
+    lambda d: "".join(f"{k}\x01{v}\x02" for k, v in d.items()),
+    st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=6)) | st.sampled_from(
+    [None, b"a\x01b", 5]))
+def test_string_to_properties_matches(s):
+    """The properties string of a record or a send, split as RocketMQ's
+    ``string2messageProperties`` splits it: empty names and values dropped, a name given twice
+    keeps its last value, a value may hold ``\\x01``; unicode, lone surrogates and other types
+    as the pure function takes them."""
+    assert outcome(fast.string_to_properties, s) == outcome(M.string_to_properties_py, s)
+
+
+def test_string_to_properties_reference_values():
+    split = fast.string_to_properties
+    assert split("") == {} and split("\x02\x02\x01") == {}
+    assert split("KEYS\x01k1 k2\x02TAGS\x01t\x02") == {"KEYS": "k1 k2", "TAGS": "t"}
+    assert split("a\x01b\x01c\x02a\x01z\x02\x01v\x02k\x01") == {"a": "z"}  # "b\x01c", then z
+    assert split("a\x01b\x01c") == {"a": "b\x01c"}
+    assert split("ü\x01€😀") == {"ü": "€😀"}
 
 
 @settings(max_examples=200, deadline=None)

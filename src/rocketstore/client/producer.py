@@ -146,12 +146,14 @@ class AsyncProducer:
     async def send_batch(self, topic: str, messages: Sequence[Message | bytes], *,
                          queue_id: int | None = None, sharding_key: object = None,
                          mq: MessageQueue | None = None, sys_flag: int = 0,
-                         batch_properties: Mapping[str, str] | None = None) -> SendResult:
+                         batch_properties: Mapping[str, str] | None = None,
+                         entry_properties: Mapping[str, str] | None = None) -> SendResult:
         """Send many messages to one queue in one request (no delay levels in a batch);
         ``mq`` names the queue exactly (broker and queue id) when several brokers serve it.
         ``sys_flag`` and ``batch_properties`` go into the request header (a batch of half
         messages: PREPARED and ``TRAN_MSG``, which only a broker with
-        ``transactionBatchEnable`` takes)."""
+        ``transactionBatchEnable`` takes); ``entry_properties`` are added to every message's
+        own (a delay level among them is dropped: a batch has none)."""
         if not messages:
             raise ValueError("empty batch")
         entries, ids = [], []
@@ -160,6 +162,9 @@ class AsyncProducer:
                 m = Message(topic=topic, body=bytes(m))
             props = build_properties(m.tags, m.keys, m.properties)
             props.pop(PROPERTY_WAIT_STORE_MSG_OK, None)
+            if entry_properties:
+                props.update(entry_properties)
+                props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
             ids.append(props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX])
             entries.append(BatchEntry(bytes(m.body), props, m.flag))
         mq = mq or await self._pick(topic, queue_id, sharding_key)

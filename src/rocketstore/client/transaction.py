@@ -33,7 +33,9 @@ import enum
 import inspect
 import json
 import logging
+import sys
 import time
+from array import array
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping, Sequence, Union
 
@@ -100,25 +102,39 @@ async def send_half_batch(producer: AsyncProducer, topic: str, messages: Sequenc
     """Send ``messages`` as half messages of ``producer``'s group in one SEND_BATCH_MESSAGE
     (only to a broker where ``transaction_batch_supported``), ``properties`` added to each;
     where each was stored."""
+    q0, offsets, ids = await send_half_run(producer, topic, messages, mq, properties)
+    return [HalfRef(q0 + i, off, uid) for i, (off, uid) in enumerate(zip(offsets, ids))]
+
+
+async def send_half_run(producer: AsyncProducer, topic: str, messages: Sequence[Message],
+                        mq: Any, properties: Mapping[str, str] | None = None
+                        ) -> tuple[int, "array[int]", list[str]]:
+    """``send_half_batch`` answered as a run: the first half's queue offset (the others follow
+    it), the CommitLog offset of each (read off the offset msgIds at once) and their UNIQ_KEYs
+    — no object per half."""
     group = producer.group
     extra = {PROPERTY_TRANSACTION_PREPARED: "true", PROPERTY_PRODUCER_GROUP: group,
              **(properties or {})}
-    prepared = []
-    for m in messages:
-        props = {**m.properties, **extra} if m.properties else dict(extra)
-        if PROPERTY_DELAY_TIME_LEVEL in props:
-            del props[PROPERTY_DELAY_TIME_LEVEL]
-        prepared.append(Message(topic, m.body, m.tags, m.keys, props, 0, m.flag))
-    r = await producer.send_batch(topic, prepared, mq=mq, sys_flag=TRANSACTION_PREPARED_TYPE,
+    r = await producer.send_batch(topic, messages, mq=mq, sys_flag=TRANSACTION_PREPARED_TYPE,
                                   batch_properties={PROPERTY_TRANSACTION_PREPARED: "true",
-                                                    PROPERTY_PRODUCER_GROUP: group})
+                                                    PROPERTY_PRODUCER_GROUP: group},
+                                  entry_properties=extra)
     offsets = r.offset_msg_id.split(",")
     ids = r.msg_ids
-    if len(offsets) != len(prepared) or len(ids) != len(prepared):
-        raise RuntimeError(f"a batch of {len(prepared)} half messages was answered with "
+    if len(offsets) != len(messages) or len(ids) != len(messages):
+        raise RuntimeError(f"a batch of {len(messages)} half messages was answered with "
                            f"{len(offsets)} message ids")
-    return [HalfRef(r.queue_offset + i, parse_message_id(off)[1], uid)
-            for i, (off, uid) in enumerate(zip(offsets, ids))]
+    if not set(map(len, offsets)) <= {32, 56}:  # IPv4 or IPv6 store host, then the offset
+        raise ValueError(f"a batch of half messages was answered with a malformed message id: "
+                         f"{next(o for o in offsets if len(o) not in (32, 56))!r}")
+    try:
+        cl = array("q", bytes.fromhex("".join(o[-16:] for o in offsets)))
+    except ValueError as exc:
+        raise ValueError(f"a batch of half messages was answered with a malformed message id: "
+                         f"{exc}") from None
+    if sys.byteorder == "little":
+        cl.byteswap()  # (big-endian in the msgId)
+    return r.queue_offset, cl, ids
 
 
 async def end_transactions_at(instance: ClientInstance, addr: str, group: str,

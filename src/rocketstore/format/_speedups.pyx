@@ -16,7 +16,7 @@ from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.dict cimport PyDict_Next
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.object cimport PyObject
-from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeASCII
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8
 from libc.string cimport memcpy, memchr, memset
 
 from zlib import crc32 as _crc32
@@ -35,6 +35,7 @@ cdef object _py_host_bytes = _pure._host_bytes
 cdef object _py_msg_id_prefix = _pure._msg_id_prefix
 cdef object _py_encode_batch = _pure.encode_batch_py
 cdef object _py_encode_committed = _pure.encode_committed_py
+cdef object _py_string_to_properties = _pure.string_to_properties_py
 cdef object _create_uniq_keys = _pure.create_uniq_keys
 cdef object _EncodedMessage = _pure.EncodedMessage
 cdef object _Message = _pure.Message
@@ -450,4 +451,31 @@ def create_message_ids(store_host, first, sizes):
         _hex16(p + plen, <unsigned long long>off)
         out.append(PyUnicode_DecodeASCII(<char*>p, plen + 16, NULL))
         off += <long long>sizes[i]
+    return out
+
+
+def string_to_properties(s):
+    """See ``message.string_to_properties``: one scan of the UTF-8 form (``\\x01`` and
+    ``\\x02`` never occur inside a multi-byte character), no list of items in between."""
+    cdef Py_ssize_t n, i = 0, start, sep, end
+    cdef const char* c
+    cdef const char* hit
+    cdef dict out = {}
+    if type(s) is not str:
+        return _py_string_to_properties(s)
+    try:
+        c = PyUnicode_AsUTF8AndSize(s, &n)
+    except UnicodeError:  # a lone surrogate: the pure function splits it as it is
+        return _py_string_to_properties(s)
+    while i <= n:
+        start = i
+        hit = <const char*>memchr(c + i, 2, n - i)
+        end = n if hit == NULL else hit - c
+        hit = <const char*>memchr(c + start, 1, end - start)
+        if hit != NULL:
+            sep = hit - c
+            if sep > start and end > sep + 1:  # a name and a value: kept (the last one wins)
+                out[PyUnicode_DecodeUTF8(c + start, sep - start, NULL)] = \
+                    PyUnicode_DecodeUTF8(c + sep + 1, end - sep - 1, NULL)
+        i = end + 1
     return out

@@ -482,6 +482,7 @@ encode_properties_py = encode_properties
 create_message_ids_py = create_message_ids
 encode_batch_py = encode_batch
 encode_committed_py = encode_committed
+string_to_properties_py = string_to_properties
 
 
 def record_bytes(m: MessageExt) -> bytes:
@@ -626,6 +627,7 @@ if _speedups is not None:
     create_message_ids = _speedups.create_message_ids  # noqa: F811
     encode_batch = _speedups.encode_batch  # noqa: F811
     encode_committed = _speedups.encode_committed  # noqa: F811
+    string_to_properties = _speedups.string_to_properties  # noqa: F811
 
 
 # names RocketMQ keeps for itself (MessageConst.STRING_HASH_SET, the ones clients could collide

@@ -47,7 +47,7 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
                                     WriterCommitMessage)
 
 from ..client import AsyncProducer, MessageQueue
-from ..format.message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, Message
+from ..format.message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, SYSTEM_PROPERTY_NAMES, Message
 from .read_options import check_options, credentials_of
 
 log = logging.getLogger(__name__)
@@ -75,14 +75,13 @@ def _check_struct_properties(f) -> None:
 def _user_props(props, keep_uniq_key: bool) -> dict:
     """A row's properties less RocketMQ's own (a copy job's ``properties`` carries the source's
     KEYS, TAGS, UNIQ_KEY, ...: the sink sets those from its columns); UNIQ_KEY is kept only
-    with ``keepUniqKey=true``."""
-    from ..format.message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as UNIQ
-    from ..format.message import SYSTEM_PROPERTY_NAMES
+    with ``keepUniqKey=true`` (per row: no imports in here)."""
     if not props:
         return {}
     items = props.items() if isinstance(props, dict) else props
     return {k: v for k, v in items if v is not None and (
-        k not in SYSTEM_PROPERTY_NAMES and k != "RS_SPARK_TXN" or (keep_uniq_key and k == UNIQ))}
+        k not in SYSTEM_PROPERTY_NAMES and k != "RS_SPARK_TXN"
+        or (keep_uniq_key and k == PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX))}
 
 
 def uniq_key_for(topic: str, key: str) -> str:
@@ -317,7 +316,7 @@ async def _send_halves(batches: Iterator, o: SinkOptions, batch: str) -> HalvesS
     requests in flight. To any other broker (RocketMQ's: it stores no transactional batch) one
     request per row, up to ``sendPipeline`` x 16 in flight. A failed send fails the task, whose
     halves the decision then rolls back."""
-    from ..client.transaction import send_half_batch, transaction_batch_supported
+    from ..client.transaction import send_half_run, transaction_batch_supported
     from ..format.message import TRANSACTION_PREPARED_TYPE, parse_message_id
     from . import sink_transactions as st
 
@@ -357,8 +356,8 @@ async def _send_halves(batches: Iterator, o: SinkOptions, batch: str) -> HalvesS
         out.add_one(topic, mq.broker_name, r.queue_offset, cl_off, r.msg_id)
 
     async def many(topic: str, mq: MessageQueue, msgs: list[Message]) -> None:
-        refs = await send_half_batch(producer, topic, msgs, mq, {st.TXN_PROPERTY: tag})
-        out.add(topic, mq.broker_name, refs)
+        q0, offsets, ids = await send_half_run(producer, topic, msgs, mq, {st.TXN_PROPERTY: tag})
+        out.add_run(topic, mq.broker_name, q0, offsets, ids)
 
     async def ship(topic: str, qid, broker, msgs: list[Message]) -> None:
         mq = await _pick_queue(producer, queues, rr, topic, qid, broker)

@@ -15,6 +15,7 @@ import collections
 import threading
 import time
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Iterator, NamedTuple, Sequence
 
 from .. import _native
@@ -67,6 +68,7 @@ class FeedItem(NamedTuple):
         return self[2:]
 
 
+_DATA_OF = attrgetter("data")
 DISPATCH_FEED_CAP = 100_000  # appends held for the reput; beyond it the reput decodes
 
 
@@ -102,7 +104,7 @@ class CommitLog:
         snapshot) or the records need a new segment (creating one means file I/O), so an event
         loop can append in place and hand only those rare cases to a thread.
         """
-        total = sum(len(r.data) for r in records)
+        total = sum(map(len, map(_DATA_OF, records)))
         if total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
             raise RecordTooLarge(f"{total} bytes do not fit in a {self.file_size}-byte segment")
         if not nowait:

@@ -38,6 +38,7 @@ import logging
 import re
 import time
 from functools import lru_cache
+from operator import attrgetter, methodcaller
 from typing import TYPE_CHECKING, Protocol
 
 from .. import _native
@@ -73,6 +74,9 @@ log = logging.getLogger(__name__)
 
 DISPATCH_RECHECK_S = 0.2  # a put waits this long for a failing dispatch to retry before refusing
 _ILLEGAL_TOPIC = re.compile(r"[\x00-\x1f/\\]")
+_TOPIC_OF = attrgetter("topic")
+_PROPERTIES_OF = attrgetter("properties")
+_WAIT_OF = methodcaller("get", PROPERTY_WAIT_STORE_MSG_OK)
 
 
 @lru_cache(maxsize=4096)
@@ -187,29 +191,26 @@ class PutPath:
         if refused is not False:
             assert isinstance(refused, PutMessageResult)
             return [PutMessageResult(refused.status, error=refused.error) for _ in recs]
-        out: list[PutMessageResult | None] = [None] * len(recs)
-        good: list[EncodedMessage] = []
-        where: list[int] = []
-        legal: dict[str, str | None] = {}  # topic -> why not (checked once per topic)
-        for i, rec in enumerate(recs):
-            topic = rec.topic
-            why = legal[topic] if topic in legal else legal.setdefault(topic, check_topic(topic))
-            if why is not None:
-                out[i] = PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error=why)
-            else:
-                good.append(rec)
-                where.append(i)
+        topics = set(map(_TOPIC_OF, recs))  # (C loops: this runs for 512 records at a time)
+        refusals = {t: why for t in topics if (why := check_topic(t)) is not None}
+        if refusals:
+            good = [rec for rec in recs if rec.topic not in refusals]
+        else:
+            good = recs
         if good:
-            waits = [rec.properties.get(PROPERTY_WAIT_STORE_MSG_OK) != "false" for rec in good]
+            marks = list(map(_WAIT_OF, map(_PROPERTIES_OF, good)))
+            waits = [True] * len(good) if "false" not in marks else [m != "false" for m in marks]
             rs = self._append(good, waits, self.cfg.store_host, nowait, defer_sync, atomic=False,
                               detail=detail)
             if rs is None:
                 return None
-            if len(where) == len(recs):
+            if not refusals:
                 return rs
-            for i, r in zip(where, rs):
-                out[i] = r
-        return [r for r in out if r is not None]
+        else:
+            rs = []
+        kept = iter(rs)
+        return [PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error=refusals[rec.topic])
+                if rec.topic in refusals else next(kept) for rec in recs]
 
     def _append(self, recs: list[EncodedMessage], waits: list[bool], store_host: str,
                 nowait: bool, defer_sync: bool, atomic: bool, detail: bool = True
@@ -243,6 +244,16 @@ class PutPath:
         # one wait covers every record (the last one's end covers the others'); each result
         # then carries its own end offset to wait for, as a put of its own would
         st, sync_end, replica_end = self._after_append(res.end_offset, any(waits), defer_sync)
+        if atomic and len(recs) > 1 and detail:  # one message batch: one result (all wait alike)
+            ids = create_message_ids(store_host, res.wrote_offset, res.sizes)
+            w = waits[0]
+            return [PutMessageResult(st if w else PutStatus.PUT_OK, msg_id=",".join(ids),
+                                     wrote_offset=res.wrote_offset, wrote_bytes=sum(res.sizes),
+                                     queue_offset=res.queue_offsets[0],
+                                     store_timestamp=res.store_timestamp, msg_num=len(ids),
+                                     msg_ids=ids, sync_offset=res.end_offset if w and sync_end
+                                     else 0, replica_wait_offset=res.end_offset
+                                     if w and replica_end is not None else None)]
         if not detail:
             waited, done = PutMessageResult(st), PutMessageResult(PutStatus.PUT_OK)
             return [waited if w else done for w in waits]
