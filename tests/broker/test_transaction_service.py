@@ -417,3 +417,85 @@ def test_batched_end_with_repeats_and_bad_entries_in_one_request(env):
         f"x{i}".encode() for i in range(10) if i != 6)
     named = [int(o) for op in env.real(OP_TOPIC, 0) for o in op.body.decode().split(",") if o]
     assert sorted(named) == [q for q, _ in first]  # every half once, the repeated one too
+
+
+def test_halves_no_longer_kept_are_read_back_as_the_store_decodes_them(env, monkeypatch):
+    """A write larger than ``RECENT_MAX`` halves: the ones no longer kept from their put are
+    read back from the CommitLog (``half_from_record``, a few unpacks) — field for field what
+    ``decode_message`` reads, IPv6 hosts and other topics answered apart — and committed as
+    the kept ones are: one copy each, the single END_TRANSACTION's record."""
+    from rocketstore.broker.services import transaction as T
+    monkeypatch.setattr(T, "RECENT_MAX", 8)
+    entries = _stored_batch(env, 40, "r")
+    assert len(env.svc._recent) == 8  # 32 of 40 to read back
+    for q, c in entries:
+        got, ref = T.half_from_record(env.store.records_at([c])[0]), env.store.look_message_by_offset(c)
+        assert [getattr(got, f) for f in T.KeptHalf.__slots__] == [
+            getattr(ref, f) for f in T.KeptHalf.__slots__] and got.topic == ref.topic
+    v6 = env.svc.half_message(Message(topic="Real", body=b"six", queue_id=1, born_host="[::1]:7",
+                                      born_timestamp=env.born, sys_flag=TRANSACTION_PREPARED_TYPE,
+                                      properties={"TRAN_MSG": "true", "PGROUP": "PG",
+                                                  "UNIQ_KEY": create_uniq_key()}))
+    r6 = env.store.put_message(v6)
+    plain = env.store.put_message(Message(topic="Real", body=b"plain", queue_id=1))
+    assert T.half_from_record(env.store.records_at([r6.wrote_offset])[0]) is None
+    assert T.half_from_record(env.store.records_at([plain.wrote_offset])[0]) is T.NOT_A_HALF
+    assert env.store.records_at([plain.wrote_offset + 1, 1 << 40]) == [None, None]
+    out = env.svc.end_transactions(
+        "PG", entries + [(r6.queue_offset, r6.wrote_offset), (0, plain.wrote_offset)],
+        TRANSACTION_COMMIT_TYPE)
+    assert out[:41] == [(0, None)] * 41 and out[41][0] == 1 and "Find prepared" in out[41][1]
+    got = [m for m in _all(env, "Real", 1) if m.body != b"plain"]
+    assert sorted(m.body for m in got) == sorted([f"r{i}".encode() for i in range(40)] + [b"six"])
+    for c in got:
+        ref = committed_message(env.store.look_message_by_offset(c.prepared_transaction_offset))
+        assert (c.topic, c.queue_id, c.properties, c.sys_flag, c.flag, c.body, c.born_timestamp,
+                c.born_host, c.store_host, c.reconsume_times) == (
+            ref.topic, ref.queue_id, ref.properties, ref.sys_flag, ref.flag, ref.body,
+            ref.born_timestamp, ref.born_host, ref.store_host, ref.reconsume_times)
+
+
+def test_forgotten_keys_never_miss_one_and_rarely_name_another():
+    """``ForgottenKeys``, the Bloom filters behind forgotten decisions: every key added is
+    held (a miss would let a forgotten transaction commit twice); keys never added are held
+    rarely (each such one costs an index lookup); past its generations the oldest goes, and
+    ``add`` says up to which CommitLog end decisions are then forgotten for good."""
+    from rocketstore.broker.services.transaction import ForgottenKeys
+    f = ForgottenKeys(capacity=20_000, generations=2, bits=18)  # 32 KiB a generation
+    added = [create_uniq_key() for _ in range(40_000)]
+    assert f.add(added[:20_000], mark=100) is None and f.add(added[20_000:], mark=200) is None
+    assert f.may_hold(added).all() and f.count == 40_000
+    others = [create_uniq_key() for _ in range(20_000)]
+    assert f.may_hold(others).mean() < 0.2  # 20,000 keys in 262,144 bits: about 9% expected
+    assert f.add(others[:10], mark=300) == 100  # a third generation: the first is dropped
+    assert f.may_hold(added[20_000:]).all() and f.may_hold(others[:10]).all()
+    assert f.may_hold(added[:20_000]).mean() < 0.2
+    assert not ForgottenKeys().may_hold(added).any()
+
+
+def test_a_write_larger_than_the_decision_memory_asks_the_index_for_none(env, monkeypatch):
+    """One batched END stream deciding more halves than ``MAX_REMEMBERED``: deciding the later
+    ones forgets the earlier ones, but the halves still to be ended are answered from memory
+    (not one index lookup: before, every half after the first forgotten decision took two);
+    a forgotten transaction ended again is still found and not committed twice."""
+    from rocketstore.broker.services import transaction as T
+    monkeypatch.setattr(T, "MAX_REMEMBERED", 30)
+    entries = _stored_batch(env, 120, "w")
+    queries = []
+    real_query = env.store.query_message
+
+    def counted(topic, key, n):
+        queries.append(key)
+        return real_query(topic, key, n)
+    monkeypatch.setattr(env.store, "query_message", counted)
+    for i in range(0, 120, 20):
+        assert env.svc.end_transactions("PG", entries[i:i + 20], TRANSACTION_COMMIT_TYPE) == \
+            [(0, None)] * 20
+    assert queries == [] and len(env.svc._decided) == 30 and env.svc._forgotten.count == 90
+    assert env.store.wait_dispatched(5)  # the committed copies indexed: the lookups find them
+    again = env.svc.end_transactions("PG", entries[:10], TRANSACTION_COMMIT_TYPE)
+    assert again == [(0, None)] * 10 and len(queries) >= 10
+    rolled = env.svc.end_transactions("PG", entries[10:12], TRANSACTION_ROLLBACK_TYPE)
+    assert [c for c, _ in rolled] == [1, 1], (rolled, queries)
+    assert sorted(m.body for m in _all(env, "Real", 1)) == sorted(
+        f"w{i}".encode() for i in range(120))

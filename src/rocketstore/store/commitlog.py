@@ -190,6 +190,36 @@ class CommitLog:
             return None
         return mf.mm[pos:pos + size]
 
+    def records_at(self, offsets: Sequence[int]) -> list[memoryview | None]:
+        """The whole record starting at each offset, as a zero-copy view of its segment (its
+        size read from its header); None where no whole record starts there (out of range,
+        past the write position, a blank or a size that does not fit). Nothing is decoded."""
+        out: list[memoryview | None] = []
+        mf = None
+        lo = hi = 0
+        mv = None
+        wrote = 0
+        blank = fbatch.BLANK_MAGIC_CODE
+        for off in offsets:
+            if mf is None or not lo <= off < hi:
+                mf = self.queue.find(off)
+                if mf is None:
+                    out.append(None)
+                    continue
+                lo, hi = mf.file_from_offset, mf.file_from_offset + self.file_size
+                mv = memoryview(mf.mm)
+                wrote = mf.wrote_position
+            pos = off - lo
+            if pos + 8 > wrote:
+                wrote = mf.wrote_position  # (it moves on while we read)
+                if pos + 8 > wrote:
+                    out.append(None)
+                    continue
+            size, magic = read_header(mf.mm, pos)
+            out.append(mv[pos:pos + size] if 8 < size and pos + size <= wrote
+                       and magic != blank else None)
+        return out
+
     def read_record_views(self, offsets: list[int], sizes: list[int]) -> list[memoryview | None]:
         """``read_record`` for many (offset, expected size) pairs, as zero-copy views of the
         segments; None where no whole record of that size is there. Consecutive offsets in one

@@ -242,6 +242,11 @@ class MessageStore:
     def look_message_by_offset(self, offset: int) -> MessageExt | None:
         return self.commitlog.look_message(offset)
 
+    def records_at(self, offsets: Sequence[int]) -> list[memoryview | None]:
+        """The raw record at each CommitLog offset (zero-copy views; None where none starts
+        there): ``CommitLog.records_at``."""
+        return self.commitlog.records_at(offsets)
+
     def view_message_by_id(self, msg_id: str) -> MessageExt | None:
         try:
             _, offset = parse_message_id(msg_id)

@@ -50,12 +50,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import threading
 import time
 from collections import OrderedDict
 from itertools import repeat
 from dataclasses import dataclass, replace
 from typing import Any, Callable
+
+import numpy as np
 
 from ...format.message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as PROPERTY_UNIQ_KEY
 from ...format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERTY_PRODUCER_GROUP,
@@ -64,6 +67,9 @@ from ...format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERT
                                TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE,
                                TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
                                Message, MessageExt, record_bytes)
+from ...format.message import format_host, string_to_properties
+from ...format.record import (BODY_POS, BORNHOST_POS, BORNHOST_V6_FLAG, HEAD,
+                              MESSAGE_MAGIC_CODE, STOREHOSTADDRESS_V6_FLAG)
 from ...remoting.codes import RequestCode, ResponseCode
 from ...remoting.command import RemotingCommand
 from ..state.topic_validator import (TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC,
@@ -164,6 +170,55 @@ class KeptHalf:
         self.store_host = msg.store_host or host
         self.reconsume_times = msg.reconsume_times
         self.uniq_key = properties[PROPERTY_UNIQ_KEY]
+
+
+# a half record's fields from BORNHOST_POS to the body when both hosts are IPv4 (the usual
+# case, read in one unpack): born host and port, store timestamp, store host and port,
+# reconsume times, prepared transaction offset, body length
+_V4_FIELDS = struct.Struct(">4si q 4si iqi")
+assert BORNHOST_POS + _V4_FIELDS.size == BODY_POS
+_H16 = struct.Struct(">h")
+_HALF_TOPIC_BYTES = HALF_TOPIC.encode()
+NOT_A_HALF = "not a half record"
+
+
+def half_from_record(rec: memoryview) -> KeptHalf | str | None:
+    """The ``KeptHalf`` of a stored record (a batched END_TRANSACTION's half that is no longer
+    kept from its put): read in a few unpacks instead of a full decode. ``NOT_A_HALF`` for a
+    record of another topic; None for anything unusual (IPv6 hosts, the v2 layout, no
+    UNIQ_KEY, lengths that do not add up), which ``decode_message`` then reads."""
+    try:
+        (size, magic, _, queue_id, flag, queue_offset, phys, sys_flag,
+         born_ts) = HEAD.unpack_from(rec, 0)
+        if magic != MESSAGE_MAGIC_CODE or sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG):
+            return None
+        born_addr, born_port, _, store_addr, store_port, times, _, body_len = \
+            _V4_FIELDS.unpack_from(rec, BORNHOST_POS)
+        tl_pos = BODY_POS + body_len
+        if body_len < 0 or tl_pos + 3 > size:
+            return None
+        topic_len = rec[tl_pos]
+        p = tl_pos + 1 + topic_len
+        if rec[tl_pos + 1:p] != _HALF_TOPIC_BYTES:
+            return NOT_A_HALF
+        props_len = _H16.unpack_from(rec, p)[0]
+        if p + 2 + props_len != size:
+            return None
+        props = string_to_properties(bytes(rec[p + 2:p + 2 + props_len]).decode("utf-8",
+                                                                                "replace"))
+        uniq = props.get(PROPERTY_UNIQ_KEY)
+        if not uniq:
+            return None
+    except (struct.error, IndexError, ValueError):
+        return None
+    h = KeptHalf.__new__(KeptHalf)
+    h.properties, h.body, h.uniq_key = props, bytes(rec[BODY_POS:tl_pos]), uniq
+    h.queue_id, h.queue_offset, h.commitlog_offset = queue_id, queue_offset, phys
+    h.flag, h.sys_flag, h.born_timestamp = flag, sys_flag, born_ts
+    h.born_host, h.store_host = format_host(born_addr, born_port), format_host(store_addr,
+                                                                               store_port)
+    h.reconsume_times = times
+    return h
 
 
 def renewed_half(half: MessageExt, props: dict[str, str]) -> Message:
@@ -304,6 +359,67 @@ class _OpScan:
         return off
 
 
+class ForgottenKeys:
+    """The UNIQ_KEYs of decisions forgotten past ``MAX_REMEMBERED``, as Bloom filters (numpy):
+    a key they do not hold was certainly not among them, so a half stored after the start
+    whose key is neither remembered nor here is undecided without an index lookup; a key they
+    may hold (a false positive about 0.2% of the time) is looked up. Each generation takes
+    ``capacity`` keys in ``2 ** bits`` bits (2 MiB for a million); past ``generations`` the
+    oldest is dropped and ``add`` returns the newest CommitLog end its decisions were made at
+    (the service's ``_fresh_from`` moves there, as it did per forgotten decision before)."""
+
+    HASHES = 4
+
+    def __init__(self, capacity: int = 1 << 20, generations: int = 4, bits: int = 24) -> None:
+        self.capacity, self.generations = capacity, generations
+        self.mask = np.uint64((1 << bits) - 1)
+        self._bytes = 1 << (bits - 3)
+        self._gens: list[list[Any]] = []  # [bit array, keys added, newest mark] per generation
+        self.count = 0  # keys in the live generations
+
+    def _positions(self, keys: list[str]) -> np.ndarray:
+        """``HASHES`` bit positions per key (double hashing of Python's 64-bit ``hash``)."""
+        h = np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys)).view(np.uint64)
+        h1 = h & self.mask
+        h2 = (h >> np.uint64(40)) | np.uint64(1)
+        return (h1[None, :] + np.arange(self.HASHES, dtype=np.uint64)[:, None] * h2[None, :]) \
+            & self.mask
+
+    def add(self, keys: list[str], mark: int) -> int | None:
+        """Hold ``keys`` (forgotten at CommitLog end ``mark`` or before). Returns the mark up
+        to which decisions are now forgotten for good (a generation dropped), else None."""
+        dropped = None
+        i = 0
+        while i < len(keys):
+            if not self._gens or self._gens[-1][1] >= self.capacity:
+                self._gens.append([np.zeros(self._bytes, dtype=np.uint8), 0, 0])
+                if len(self._gens) > self.generations:
+                    old = self._gens.pop(0)
+                    self.count -= old[1]
+                    dropped = max(dropped or 0, old[2])
+            gen = self._gens[-1]
+            part = keys[i:i + self.capacity - gen[1]]
+            pos = self._positions(part).ravel()
+            np.bitwise_or.at(gen[0], (pos >> np.uint64(3)).astype(np.intp),
+                             (np.uint8(1) << (pos & np.uint64(7)).astype(np.uint8)))
+            gen[1] += len(part)
+            gen[2] = max(gen[2], mark)
+            self.count += len(part)
+            i += len(part)
+        return dropped
+
+    def may_hold(self, keys: list[str]) -> np.ndarray:
+        """Per key: whether it may be a forgotten one (False: certainly not)."""
+        out = np.zeros(len(keys), dtype=bool)
+        if not self._gens or not keys:
+            return out
+        pos = self._positions(keys)
+        byte, bit = (pos >> np.uint64(3)).astype(np.intp), (pos & np.uint64(7)).astype(np.uint8)
+        for bits, _, _ in self._gens:
+            out |= ((bits[byte] >> bit) & 1).all(axis=0)
+        return out
+
+
 class TransactionalMessageService:
     """Half messages, END_TRANSACTION and one check pass, over the store API (blocking calls;
     the broker runs them on its executor)."""
@@ -317,11 +433,13 @@ class TransactionalMessageService:
         # when it was made (the rest), oldest first
         self._decided: OrderedDict[str, int] = OrderedDict()
         self._decided_lock = threading.Lock()
-        # a half record stored from here on has every decision made after it in memory (none
-        # was forgotten): at start the CommitLog's end; each forgotten decision moves it to
-        # the CommitLog's end when that decision was made (older halves: ask the index)
+        # a half record stored from here on has every decision made after it in memory or
+        # in ``_forgotten`` (which says "maybe" for those, and the index answers): at start the
+        # CommitLog's end; when ``_forgotten`` drops its oldest generation, the CommitLog's end
+        # when the newest of those decisions was made (older halves: ask the index)
         self._fresh_from = store.get_max_phy_offset()
         self._start_phy = self._fresh_from
+        self._forgotten = ForgottenKeys()  # (``_decided_lock``)
         self._caught_up = False
         self._op_offsets: set[tuple[int, int]] | None = None  # half records with an op record,
         # from the settled op offsets on (loaded on first use, pruned as the check settles)
@@ -424,7 +542,12 @@ class TransactionalMessageService:
         with self._recent_lock:
             pop = self._recent.pop
             recent = [pop(c, None) for _, c in entries]
+        if None in recent:  # read back from the CommitLog (a write larger than RECENT_MAX)
+            self._read_back(entries, recent)
         for i, ((queue_offset, cl_offset), half) in enumerate(zip(entries, recent)):
+            if half is NOT_A_HALF:
+                out[i] = ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed"
+                continue
             if half is None:  # (a kept half record is one of the half topic's)
                 half = self._look(cl_offset)
                 if half is None or half.topic != HALF_TOPIC:
@@ -590,16 +713,19 @@ class TransactionalMessageService:
         slow = []
         with self._decided_lock:
             decided, fresh_from = self._decided, self._fresh_from
+            forgotten = self._forgotten
+            maybe = forgotten.may_hold(keys) if forgotten.count else None
             if all(keys) and decided.keys().isdisjoint(keys) and \
-                    min(h.commitlog_offset for h in halves) >= fresh_from:
-                return out  # stored since the oldest decision kept, none decided: undecided
+                    min(h.commitlog_offset for h in halves) >= fresh_from and \
+                    (maybe is None or not maybe.any()):
+                return out  # stored since start, none decided or forgotten: undecided
             for k, (half, txid) in enumerate(zip(halves, keys)):
                 if txid:
                     d = decided.get(txid)
                     if d is not None:
                         out[k] = d & _STATE_BITS
                         continue
-                    if half.commitlog_offset >= fresh_from:
+                    if half.commitlog_offset >= fresh_from and (maybe is None or not maybe[k]):
                         continue  # as in ``decision``: undecided
                 slow.append(k)
         for k in slow:
@@ -619,7 +745,8 @@ class TransactionalMessageService:
                 # still in memory: no index lookup needed for it (a transaction decided
                 # before its half record was stored — a client that sent it again — is
                 # answered as undecided, as it is for decisions before start)
-                if half.commitlog_offset >= self._fresh_from:
+                if half.commitlog_offset >= self._fresh_from and not (
+                        self._forgotten.count and self._forgotten.may_hold([txid])[0]):
                     return None
         commits: list[MessageExt] = []
         ops: list[MessageExt] = []
@@ -681,11 +808,20 @@ class TransactionalMessageService:
             self._forget_oldest()
 
     def _forget_oldest(self) -> None:
-        """Past ``MAX_REMEMBERED`` decisions, forget the oldest (``_decided_lock`` held)."""
+        """Past ``MAX_REMEMBERED`` decisions, forget the oldest (``_decided_lock`` held): their
+        keys go to ``_forgotten``, and ``_fresh_from`` moves only when it drops a generation."""
         decided = self._decided
-        while len(decided) > MAX_REMEMBERED:
-            _, mark = decided.popitem(last=False)
-            self._fresh_from = max(self._fresh_from, mark >> _STATE_SHIFT)
+        extra = len(decided) - MAX_REMEMBERED
+        if extra <= 0:
+            return
+        keys, mark = [], 0
+        for _ in range(extra):
+            key, m = decided.popitem(last=False)
+            keys.append(key)
+            mark = max(mark, m >> _STATE_SHIFT)
+        dropped = self._forgotten.add(keys, mark)
+        if dropped is not None:
+            self._fresh_from = max(self._fresh_from, dropped)
 
     def _write_op_once(self, half: MessageExt) -> None:
         """The op record of this half record, unless it has one or the check settled past it."""
@@ -711,6 +847,17 @@ class TransactionalMessageService:
                 break
             time.sleep(0.01)
         self._caught_up = True
+
+    def _read_back(self, entries: list[tuple[int, int]], halves: list[Any]) -> None:
+        """Fill the gaps of ``halves`` (None: not kept) from the CommitLog with
+        ``half_from_record``; what it cannot read stays None (``_look`` decodes it)."""
+        records_at = getattr(self.store, "records_at", None)
+        if records_at is None:
+            return
+        missing = [i for i, h in enumerate(halves) if h is None]
+        for i, rec in zip(missing, records_at([entries[i][1] for i in missing])):
+            if rec is not None:
+                halves[i] = half_from_record(rec)
 
     def _look(self, offset: int) -> MessageExt | None:
         try:
