@@ -358,6 +358,18 @@ def _stored_batch(env, n: int, tag: str, uniq: list[str] | None = None):
     return [(r.queue_offset + i, int(mid[-16:], 16)) for i, mid in enumerate(r.msg_ids)]
 
 
+def _counted_queries(env, monkeypatch) -> list[str]:
+    """The keys the store is asked about from now on (index lookups), in order."""
+    queries: list[str] = []
+    real_query = env.store.query_message
+
+    def counted(topic, key, n):
+        queries.append(key)
+        return real_query(topic, key, n)
+    monkeypatch.setattr(env.store, "query_message", counted)
+    return queries
+
+
 def test_forgotten_decisions_keep_newer_halves_off_the_index(env, monkeypatch):
     """Past ``MAX_REMEMBERED`` decisions the oldest are forgotten. Half records stored after
     the forgotten decisions were made are still answered from memory — no index lookup per
@@ -371,13 +383,7 @@ def test_forgotten_decisions_keep_newer_halves_off_the_index(env, monkeypatch):
     second = _stored_batch(env, 40, "b")  # deciding these forgets 30 of the first 40
     assert env.svc.end_transactions("PG", second, TRANSACTION_COMMIT_TYPE) == [(0, None)] * 40
     assert len(env.svc._decided) == 50
-    queries = []
-    real_query = env.store.query_message
-
-    def counted(topic, key, n):
-        queries.append(key)
-        return real_query(topic, key, n)
-    monkeypatch.setattr(env.store, "query_message", counted)
+    queries = _counted_queries(env, monkeypatch)
     third = _stored_batch(env, 40, "c")  # stored after every forgotten decision
     assert env.svc.end_transactions("PG", third, TRANSACTION_COMMIT_TYPE) == [(0, None)] * 40
     assert queries == []
@@ -481,13 +487,7 @@ def test_a_write_larger_than_the_decision_memory_asks_the_index_for_none(env, mo
     from rocketstore.broker.services import transaction as T
     monkeypatch.setattr(T, "MAX_REMEMBERED", 30)
     entries = _stored_batch(env, 120, "w")
-    queries = []
-    real_query = env.store.query_message
-
-    def counted(topic, key, n):
-        queries.append(key)
-        return real_query(topic, key, n)
-    monkeypatch.setattr(env.store, "query_message", counted)
+    queries = _counted_queries(env, monkeypatch)
     for i in range(0, 120, 20):
         assert env.svc.end_transactions("PG", entries[i:i + 20], TRANSACTION_COMMIT_TYPE) == \
             [(0, None)] * 20

@@ -194,42 +194,22 @@ class CommitLog:
         """The whole record starting at each offset, as a zero-copy view of its segment (its
         size read from its header); None where no whole record starts there (out of range,
         past the write position, a blank or a size that does not fit). Nothing is decoded."""
-        out: list[memoryview | None] = []
-        mf = None
-        lo = hi = 0
-        mv = None
-        wrote = 0
-        blank = fbatch.BLANK_MAGIC_CODE
-        for off in offsets:
-            if mf is None or not lo <= off < hi:
-                mf = self.queue.find(off)
-                if mf is None:
-                    out.append(None)
-                    continue
-                lo, hi = mf.file_from_offset, mf.file_from_offset + self.file_size
-                mv = memoryview(mf.mm)
-                wrote = mf.wrote_position
-            pos = off - lo
-            if pos + 8 > wrote:
-                wrote = mf.wrote_position  # (it moves on while we read)
-                if pos + 8 > wrote:
-                    out.append(None)
-                    continue
-            size, magic = read_header(mf.mm, pos)
-            out.append(mv[pos:pos + size] if 8 < size and pos + size <= wrote
-                       and magic != blank else None)
-        return out
+        return self._record_views(offsets, None)
 
     def read_record_views(self, offsets: list[int], sizes: list[int]) -> list[memoryview | None]:
         """``read_record`` for many (offset, expected size) pairs, as zero-copy views of the
         segments; None where no whole record of that size is there. Consecutive offsets in one
         segment (a queue's records) share one segment lookup."""
+        return self._record_views(offsets, sizes)
+
+    def _record_views(self, offsets: Sequence[int], sizes: Sequence[int] | None
+                      ) -> list[memoryview | None]:
         out: list[memoryview | None] = []
         mf = None
         lo = hi = 0
         mv = None
         blank = fbatch.BLANK_MAGIC_CODE
-        for off, size in zip(offsets, sizes):
+        for k, off in enumerate(offsets):
             if mf is None or not lo <= off < hi:
                 mf = self.queue.find(off)
                 if mf is None:
@@ -238,11 +218,14 @@ class CommitLog:
                 lo, hi = mf.file_from_offset, mf.file_from_offset + self.file_size
                 mv = memoryview(mf.mm)
             pos = off - lo
-            if size <= 8 or pos + size > mf.wrote_position:
+            wrote = mf.wrote_position
+            want = 0 if sizes is None else sizes[k]  # 0: whatever size the header says
+            if pos + max(want, 9) > wrote or 0 < want <= 8:
                 out.append(None)
                 continue
-            got, magic = read_header(mf.mm, pos)
-            out.append(mv[pos:pos + size] if got == size and magic != blank else None)
+            size, magic = read_header(mf.mm, pos)
+            fits = 8 < size and pos + size <= wrote and want in (0, size)
+            out.append(mv[pos:pos + size] if fits and magic != blank else None)
         return out
 
     def look_message(self, offset: int, *, with_body: bool = True) -> MessageExt | None:

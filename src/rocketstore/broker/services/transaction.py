@@ -35,11 +35,15 @@ SEND_BATCH_MESSAGE whose header and messages are all prepared is stored as one h
 entry, in one append (``processors.send``), and a batched END_TRANSACTION
 (``end_transactions``) decides many half records with the same checks and the same
 exactly-once rule as one by one, putting their committed copies in one append and their op
-records in another. Check-back sees only single half messages either way.
+records in another. Check-back sees only single half messages either way. The half records of
+the last ``RECENT_MAX`` batched halves are kept from their put (``remember_halves``); older ones
+are read back from the CommitLog by offset (``half_from_record``: a few unpacks, not a decode).
 
 Exactly once, where RocketMQ can commit twice: every half copy of one transaction shares its
 UNIQ_KEY. Before committing, the service asks whether that transaction was already decided —
-in memory for decisions made since start, otherwise through the index: a COMMIT_TYPE record with
+in memory for decisions made since start (the last ``MAX_REMEMBERED``; the keys of older ones
+in ``ForgottenKeys``' Bloom filters, so a key not there needs no lookup), otherwise through the
+index: a COMMIT_TYPE record with
 that key on the real topic, or an op record with that key (so a late or repeated COMMIT, a
 check answer for an older copy, or a crash between the committed copy and its op record never
 yields a second delivery, and a rollback is never overturned). RocketMQ's own op records carry
