@@ -209,8 +209,9 @@ class PutPath:
         else:
             rs = []
         kept = iter(rs)
-        return [PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error=refusals[rec.topic])
-                if rec.topic in refusals else next(kept) for rec in recs]
+        out = [PutMessageResult(PutStatus.MESSAGE_ILLEGAL, error=refusals[rec.topic])
+               if rec.topic in refusals else next(kept, None) for rec in recs]
+        return [r for r in out if r is not None]
 
     def _append(self, recs: list[EncodedMessage], waits: list[bool], store_host: str,
                 nowait: bool, defer_sync: bool, atomic: bool, detail: bool = True

@@ -58,8 +58,8 @@ import struct
 import threading
 import time
 from collections import OrderedDict
-from itertools import repeat
 from dataclasses import dataclass, replace
+from itertools import repeat
 from typing import Any, Callable
 
 import numpy as np
@@ -70,8 +70,8 @@ from ...format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERT
                                PROPERTY_TRANSACTION_PREPARED, PROPERTY_WAIT_STORE_MSG_OK,
                                TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE,
                                TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
-                               Message, MessageExt, record_bytes)
-from ...format.message import format_host, string_to_properties
+                               Message, MessageExt, format_host, record_bytes,
+                               string_to_properties)
 from ...format.record import (BODY_POS, BORNHOST_POS, BORNHOST_V6_FLAG, HEAD,
                               MESSAGE_MAGIC_CODE, STOREHOSTADDRESS_V6_FLAG)
 from ...remoting.codes import RequestCode, ResponseCode
