@@ -52,7 +52,7 @@ def _cpu_s(pid: int) -> float:
 async def _run(srv, rows: int, size: int, batch: int, topic: str, pid: int, profile: str | None,
                profile_phase: str = "end") -> dict:
     from rocketstore.client.producer import AsyncProducer
-    from rocketstore.client.transaction import send_half_batch
+    from rocketstore.client.transaction import send_half_run
     from rocketstore.format.message import Message
     from rocketstore.spark import sink_transactions as st
 
@@ -79,8 +79,8 @@ async def _run(srv, rows: int, size: int, batch: int, topic: str, pid: int, prof
         async def half(k: int, msgs: list) -> None:
             mq = mqs[k % len(mqs)]
             async with sem:
-                refs = await send_half_batch(p, topic, msgs, mq, {st.TXN_PROPERTY: "bench/0/x"})
-            halves.append(st.HalfRun.of(topic, mq.broker_name, refs))
+                run = await send_half_run(p, topic, msgs, mq, {st.TXN_PROPERTY: "bench/0/x"})
+            halves.append(st.HalfRun.of_run(topic, mq.broker_name, *run))
 
         def spy_on(phase: str):
             if not profile or phase != profile_phase:

@@ -435,7 +435,8 @@ def test_halves_no_longer_kept_are_read_back_as_the_store_decodes_them(env, monk
     entries = _stored_batch(env, 40, "r")
     assert len(env.svc._recent) == 8  # 32 of 40 to read back
     for q, c in entries:
-        got, ref = T.half_from_record(env.store.records_at([c])[0]), env.store.look_message_by_offset(c)
+        got = T.half_from_record(env.store.records_at([c])[0])
+        ref = env.store.look_message_by_offset(c)
         assert [getattr(got, f) for f in T.KeptHalf.__slots__] == [
             getattr(ref, f) for f in T.KeptHalf.__slots__] and got.topic == ref.topic
     v6 = env.svc.half_message(Message(topic="Real", body=b"six", queue_id=1, born_host="[::1]:7",

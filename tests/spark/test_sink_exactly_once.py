@@ -107,6 +107,7 @@ def test_task_halves_travel_small_and_list_every_half():
     import pickle
     import pickletools
     import uuid
+    from array import array
 
     from rocketstore.client.transaction import HalfRef
     from rocketstore.spark import sink_transactions as st
@@ -116,7 +117,8 @@ def test_task_halves_travel_small_and_list_every_half():
         topic, broker = f"T{b % 2}", f"broker-{b % 3}"
         refs = [HalfRef(b * 1000 + i, (b * 1000 + i) * 300, uuid.uuid4().hex.upper())
                 for i in range(250)]
-        t.add(topic, broker, refs)
+        t.add_run(topic, broker, b * 1000, array("q", [r.commitlog_offset for r in refs]),
+                  [r.msg_id for r in refs])
         want += [st.Half(topic, broker, r.queue_offset, r.commitlog_offset, r.msg_id)
                  for r in refs]
     for i in range(5):  # single sends: one run

@@ -316,18 +316,26 @@ class HalfRun:
                    array("q", [r.commitlog_offset for r in refs]),
                    [r.msg_id for r in refs])
 
+    @classmethod
+    def of_run(cls, topic: str, broker: str, first_queue_offset: int,
+               commitlog_offsets: array, msg_ids: list[str]) -> "HalfRun":
+        """A batch's halves as ``client.transaction.send_half_run`` answers: consecutive queue
+        offsets from ``first_queue_offset``."""
+        return cls(topic, broker, _consecutive(first_queue_offset, len(msg_ids)),
+                   commitlog_offsets, msg_ids)
+
     def __len__(self) -> int:
         return len(self.queue_offsets)
 
     def __reduce__(self):
         # a few objects a run, not one a half, and small: a task's commit message goes through
-        # Spark's driver (25,000 halves were 1.2 MB as arrays and plain ids, 0.2 MB so).
+        # Spark's driver (25,000 halves were 1.2 MB as arrays and plain ids, 0.13 MB so).
         # Consecutive queue offsets (a batch's) as (first, count); the ids, which share their
         # client's prefix, and the CommitLog offsets, a record size apart, zlib-compressed
         q = self.queue_offsets
         n = len(q)
         queues: object = q
-        if n and q[-1] - q[0] == n - 1 and q == array("q", range(q[0], q[0] + n)):
+        if n and q[-1] - q[0] == n - 1 and q == _consecutive(q[0], n):
             queues = (q[0], n)
         return (_half_run, (self.topic, self.broker, queues,
                             zlib.compress(_little_endian(self.commitlog_offsets), 1),
@@ -339,6 +347,10 @@ class HalfRun:
 
 
 
+def _consecutive(first: int, n: int) -> array:
+    return array("q", range(first, first + n))
+
+
 def _little_endian(a: array) -> bytes:
     if sys.byteorder == "big":
         a = array(a.typecode, a)
@@ -348,8 +360,7 @@ def _little_endian(a: array) -> bytes:
 
 def _half_run(topic: str, broker: str, queue_offsets, commitlog_offsets, msg_ids) -> HalfRun:
     if isinstance(queue_offsets, tuple):
-        first, n = queue_offsets
-        queue_offsets = array("q", range(first, first + n))
+        queue_offsets = _consecutive(*queue_offsets)
     if isinstance(commitlog_offsets, bytes):
         commitlog_offsets = array("q", zlib.decompress(commitlog_offsets))
         if sys.byteorder == "big":
@@ -368,20 +379,12 @@ class TaskHalves:
     batch: str
     runs: list[HalfRun] = field(default_factory=list)
 
-    def add(self, topic: str, broker: str, refs) -> None:
-        """The halves one batch stored (``HalfRef``s): a run of their own."""
-        if refs:
-            self.runs.append(HalfRun.of(topic, broker, refs))
-
     def add_run(self, topic: str, broker: str, first_queue_offset: int,
                 commitlog_offsets: array, msg_ids: list[str]) -> None:
-        """The halves one batch stored, as ``client.transaction.send_half_run`` answers: a run
-        of their own (consecutive queue offsets from ``first_queue_offset``)."""
+        """The halves one batch stored (``HalfRun.of_run``): a run of their own."""
         if msg_ids:
-            n = len(msg_ids)
-            self.runs.append(HalfRun(topic, broker, array("q", range(first_queue_offset,
-                                                                    first_queue_offset + n)),
-                                     commitlog_offsets, msg_ids))
+            self.runs.append(HalfRun.of_run(topic, broker, first_queue_offset,
+                                            commitlog_offsets, msg_ids))
 
     def add_one(self, topic: str, broker: str, queue_offset: int, commitlog_offset: int,
                 msg_id: str) -> None:
@@ -642,9 +645,9 @@ async def _undelivered(runs: list[HalfRun], delivered) -> tuple[list[HalfRun], i
 
 async def _end_handed(state_dir: str, group: str, ci, delivered) -> int:
     """The responder's side: end every batch handed to this process, oldest first. A batch
-    it took over from a dead responder (``_claim_orphans``, called here too) waits ``SETTLER_GRACE_S`` for that
-    one's last ENDs to be stored, then ends only what the target does not hold: a second
-    COMMIT of a half stores its row twice. How many batches it ended."""
+    it took over from a dead responder (``_claim_orphans``, called here too) waits
+    ``SETTLER_GRACE_S`` for that one's last ENDs to be stored, then ends only what the target
+    does not hold: a second COMMIT of a half stores its row twice. How many batches it ended."""
     import pickle
     me = os.getpid()
     done = 0

@@ -597,8 +597,9 @@ class TransactionalMessageService:
                     prior = state  # the same transaction twice in one batch: decided by the first
                 if prior is not None:
                     if prior not in (state, TRANSACTION_NOT_TYPE):
-                        out[i] = (ResponseCode.SYSTEM_ERROR, f"transaction {uniq} was already "
-                                  f"{'committed' if prior == TRANSACTION_COMMIT_TYPE else 'rolled back'}")
+                        done = "committed" if prior == TRANSACTION_COMMIT_TYPE else "rolled back"
+                        out[i] = (ResponseCode.SYSTEM_ERROR,
+                                  f"transaction {uniq} was already {done}")
                     continue
                 if uniq:
                     seen.add(uniq)
@@ -626,8 +627,9 @@ class TransactionalMessageService:
                     or results[0].status.name not in _STORED:
                 for i, half, r in zip(rec_where, rec_halves, results):
                     if r.status.name not in _STORED:
-                        code = ResponseCode.MESSAGE_ILLEGAL if r.status.name in (
-                            "MESSAGE_ILLEGAL", "PROPERTIES_SIZE_EXCEEDED") else ResponseCode.SYSTEM_ERROR
+                        code = (ResponseCode.MESSAGE_ILLEGAL if r.status.name in (
+                            "MESSAGE_ILLEGAL", "PROPERTIES_SIZE_EXCEEDED")
+                            else ResponseCode.SYSTEM_ERROR)
                         out[i] = code, (f"commit of {half.uniq_key} failed: {r.status.name} "
                                         f"{r.error or ''}")
         if out.count(ok) == len(out):  # (one shared object: an identity scan in C)
