@@ -40,6 +40,9 @@ class BrokerConfig:
     # transactionBatchEnable (ours): a SEND_BATCH_MESSAGE of half messages only and a batched
     # END_TRANSACTION are served (RocketMQ refuses both); clients read it in GET_BROKER_CONFIG
     transaction_batch_enable: bool = True
+    # transactionPackEnable (ours): a half message may carry a batch (``RS_TXN_PACKED``), stored
+    # as one half record and committed as its entries; clients read it in GET_BROKER_CONFIG
+    transaction_pack_enable: bool = True
     recall_message_enable: bool = False  # recallMessageEnable: RECALL_MESSAGE (370) is served
     lite_pull_message_enable: bool = True  # litePullMessageEnable: LITE_PULL_MESSAGE (361) served
     grpc_port: int | None = None  # RocketMQ 5.x gRPC (rocketstore.proxy); None = off, 0 = any

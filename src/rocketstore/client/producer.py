@@ -67,6 +67,27 @@ def build_properties(tags: str | None, keys: Sequence[str] | str | None,
     return props
 
 
+def batch_body(topic: str, messages: Sequence[Message | bytes],
+               entry_properties: Mapping[str, str] | None = None) -> tuple[bytes, list[str]]:
+    """A batch's body (``MessageBatch``'s encoding) and the UNIQ_KEY of each message:
+    ``entry_properties`` are added to every message's own (a delay level among them is
+    dropped: a batch has none)."""
+    if not messages:
+        raise ValueError("empty batch")
+    entries, ids = [], []
+    for m in messages:
+        if isinstance(m, (bytes, bytearray, memoryview)):
+            m = Message(topic=topic, body=bytes(m))
+        props = build_properties(m.tags, m.keys, m.properties)
+        props.pop(PROPERTY_WAIT_STORE_MSG_OK, None)
+        if entry_properties:
+            props.update(entry_properties)
+            props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+        ids.append(props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX])
+        entries.append(BatchEntry(bytes(m.body), props, m.flag))
+    return encode_batch(entries), ids
+
+
 def select_by_key(queues: Sequence[MessageQueue], key: object) -> MessageQueue:
     """RocketMQ's ``SelectMessageQueueByHash``: ``abs(key.hashCode() % n)``."""
     h = java_hash(key) if isinstance(key, str) else hash(key)
@@ -154,19 +175,7 @@ class AsyncProducer:
         messages: PREPARED and ``TRAN_MSG``, which only a broker with
         ``transactionBatchEnable`` takes); ``entry_properties`` are added to every message's
         own (a delay level among them is dropped: a batch has none)."""
-        if not messages:
-            raise ValueError("empty batch")
-        entries, ids = [], []
-        for m in messages:
-            if isinstance(m, (bytes, bytearray, memoryview)):
-                m = Message(topic=topic, body=bytes(m))
-            props = build_properties(m.tags, m.keys, m.properties)
-            props.pop(PROPERTY_WAIT_STORE_MSG_OK, None)
-            if entry_properties:
-                props.update(entry_properties)
-                props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
-            ids.append(props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX])
-            entries.append(BatchEntry(bytes(m.body), props, m.flag))
+        body, ids = batch_body(topic, messages, entry_properties)
         mq = mq or await self._pick(topic, queue_id, sharding_key)
         header = {"producerGroup": self.group, "topic": topic, "defaultTopic": "TBW102",
                   "defaultTopicQueueNums": 4, "queueId": mq.queue_id, "sysFlag": sys_flag,
@@ -176,7 +185,7 @@ class AsyncProducer:
                   "reconsumeTimes": 0, "unitMode": False, "batch": True}
         return await self._send(mq, RequestCode.SEND_BATCH_MESSAGE,
                                 {SEND_V1_TO_V2[k]: v for k, v in header.items()},
-                                encode_batch(entries), ",".join(ids))
+                                body, ",".join(ids))
 
     async def send_addr(self, mq: MessageQueue) -> str:
         """The broker a send to ``mq`` goes to; a topic not created yet: its broker from TBW102's

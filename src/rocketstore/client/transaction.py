@@ -41,7 +41,8 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence, Union
 
 from ..errors import BrokerError
 from ..format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_PRODUCER_GROUP,
-                              PROPERTY_TRANSACTION_PREPARED, TRANSACTION_COMMIT_TYPE,
+                              PROPERTY_TRANSACTION_PACKED, PROPERTY_TRANSACTION_PREPARED,
+                              PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, TRANSACTION_COMMIT_TYPE,
                               TRANSACTION_NOT_TYPE, TRANSACTION_PREPARED_TYPE,
                               TRANSACTION_ROLLBACK_TYPE, Message, MessageExt, parse_message_id)
 from ..remoting.codes import RequestCode, ResponseCode
@@ -50,7 +51,7 @@ from ..remoting.jsonbody import load_json_text
 from ._sync import LoopThread
 from .consumer import decode_messages
 from .instance import ClientInstance, sleep_or
-from .producer import AsyncProducer, SendResult, build_properties
+from .producer import AsyncProducer, SendResult, batch_body, build_properties
 
 log = logging.getLogger(__name__)
 
@@ -64,28 +65,42 @@ async def end_transaction_at(instance: ClientInstance, addr: str, header: dict) 
 
 # -- rocketstore's batched transactions (``transactionBatchEnable``; RocketMQ has none) --------
 TRANSACTION_BATCH_KEY = "transactionBatchEnable"  # in GET_BROKER_CONFIG's answer
-_BATCH_SUPPORT: dict[str, tuple[bool, float]] = {}  # broker address -> (answer, when)
+TRANSACTION_PACK_KEY = "transactionPackEnable"  # ditto: packed half messages
+_FLAG_KEYS = (TRANSACTION_BATCH_KEY, TRANSACTION_PACK_KEY)
+_BROKER_FLAGS: dict[str, tuple[frozenset[str], float]] = {}  # broker address -> (keys, when)
 BATCH_SUPPORT_TTL_S = 60.0
 
 
-async def transaction_batch_supported(instance: ClientInstance, addr: str) -> bool:
-    """Whether the broker at ``addr`` takes a batch of half messages and a batched
-    END_TRANSACTION: its GET_BROKER_CONFIG says ``transactionBatchEnable=true``. A RocketMQ
-    broker has no such key, and a broker that does not answer counts as one without (asked
+async def _broker_flags(instance: ClientInstance, addr: str) -> frozenset[str]:
+    """Which of our transaction keys the broker at ``addr`` says are true in GET_BROKER_CONFIG.
+    A RocketMQ broker has none, and a broker that does not answer counts as one without (asked
     again after ``BATCH_SUPPORT_TTL_S``)."""
-    known = _BATCH_SUPPORT.get(addr)
+    known = _BROKER_FLAGS.get(addr)
     now = time.monotonic()
     if known is not None and now - known[1] < BATCH_SUPPORT_TTL_S:
         return known[0]
     try:
         resp = await instance.invoke(addr, RequestCode.GET_BROKER_CONFIG)
-        text = (resp.body or b"").decode("utf-8", "replace")
-        ok = any(line.strip() == f"{TRANSACTION_BATCH_KEY}=true" for line in text.splitlines())
+        lines = {line.strip() for line in (resp.body or b"").decode("utf-8", "replace")
+                 .splitlines()}
+        flags = frozenset(k for k in _FLAG_KEYS if f"{k}=true" in lines)
     except Exception as exc:  # ACL without admin rights, an old broker...: one at a time
         log.info("GET_BROKER_CONFIG of %s: %s; half messages go one by one", addr, exc)
-        ok = False
-    _BATCH_SUPPORT[addr] = (ok, now)
-    return ok
+        flags = frozenset()
+    _BROKER_FLAGS[addr] = (flags, now)
+    return flags
+
+
+async def transaction_batch_supported(instance: ClientInstance, addr: str) -> bool:
+    """Whether the broker at ``addr`` takes a batch of half messages and a batched
+    END_TRANSACTION: its GET_BROKER_CONFIG says ``transactionBatchEnable=true``."""
+    return TRANSACTION_BATCH_KEY in await _broker_flags(instance, addr)
+
+
+async def transaction_pack_supported(instance: ClientInstance, addr: str) -> bool:
+    """Whether the broker at ``addr`` takes packed half messages (``send_packed_half``): its
+    GET_BROKER_CONFIG says ``transactionPackEnable=true``."""
+    return TRANSACTION_PACK_KEY in await _broker_flags(instance, addr)
 
 
 @dataclass
@@ -104,6 +119,23 @@ async def send_half_batch(producer: AsyncProducer, topic: str, messages: Sequenc
     where each was stored."""
     q0, offsets, ids = await send_half_run(producer, topic, messages, mq, properties)
     return [HalfRef(q0 + i, off, uid) for i, (off, uid) in enumerate(zip(offsets, ids))]
+
+
+async def send_packed_half(producer: AsyncProducer, topic: str, messages: Sequence[Message],
+                           mq: Any, properties: Mapping[str, str] | None = None) -> HalfRef:
+    """Send ``messages`` as ONE half message of ``producer``'s group whose body is their batch
+    (only to a broker where ``transaction_pack_supported``; ``properties`` go on the half
+    message). Its transaction id is the last message's UNIQ_KEY; a COMMIT stores every
+    message as a send of the batch would, a ROLLBACK none. Where it was stored."""
+    body, ids = batch_body(topic, messages)
+    props = {**(properties or {}), PROPERTY_TRANSACTION_PREPARED: "true",
+             PROPERTY_PRODUCER_GROUP: producer.group,
+             PROPERTY_TRANSACTION_PACKED: str(len(ids)),
+             PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: ids[-1]}
+    r = await producer.send(topic, body, properties=props, mq=mq,
+                            sys_flag=TRANSACTION_PREPARED_TYPE)
+    _, cl_offset = parse_message_id(r.offset_msg_id)
+    return HalfRef(r.queue_offset, cl_offset, ids[-1])
 
 
 async def send_half_run(producer: AsyncProducer, topic: str, messages: Sequence[Message],

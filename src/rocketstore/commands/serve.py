@@ -92,6 +92,7 @@ _CONF_KEYS = {"listenPort": ("port", int), "brokerName": ("broker_name", str),
               "recallMessageEnable": ("recall_message_enable", _bool),
               "litePullMessageEnable": ("lite_pull_message_enable", _bool),
               "transactionBatchEnable": ("transaction_batch_enable", _bool),
+              "transactionPackEnable": ("transaction_pack_enable", _bool),
               "grpcServerPort": ("grpc_port", int),
               "minInvisibleTimeMillsForRecv": ("grpc_min_invisible_time_ms", int),
               "namesrvAddr": ("namesrv_addr", str),
@@ -122,7 +123,8 @@ _CONF_KEYS = {"listenPort": ("port", int), "brokerName": ("broker_name", str),
 
 # keys of our own (not RocketMQ's) that broker.conf may hold
 _OWN_KEYS = ("serverWorkerProcesses", "serverFastSends", "kvConfigPath", "grpcServerPort",
-             "minInvisibleTimeMillsForRecv", "transactionBatchEnable")
+             "minInvisibleTimeMillsForRecv", "transactionBatchEnable",
+             "transactionPackEnable")
 
 
 def _warn_unknown_keys(conf: str, extra: dict) -> None:

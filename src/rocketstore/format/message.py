@@ -59,6 +59,9 @@ PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
 PROPERTY_CLUSTER = "CLUSTER"
 PROPERTY_INNER_NUM = "INNER_NUM"
 PROPERTY_INNER_BASE = "INNER_BASE"
+# ours (``transactionPackEnable``): a half message whose body is a batch (``MessageBatch``'s
+# encoding) of this many entries, committed as those entries (``broker.services.transaction``)
+PROPERTY_TRANSACTION_PACKED = "RS_TXN_PACKED"
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 KEY_SEPARATOR = " "

@@ -305,18 +305,21 @@ async def _send_all(batches: Iterator, o: SinkOptions) -> SentCount:
 class HalvesSent(WriterCommitMessage):
     """An exactly-once task's half messages (``sink_transactions``)."""
 
-    messages: int
+    messages: int  # rows
     sent: object  # sink_transactions.TaskHalves
 
 
 async def _send_halves(batches: Iterator, o: SinkOptions, batch: str) -> HalvesSent:
-    """Send every row as a half message. To a broker that takes batches of half messages
-    (rocketstore's ``transactionBatchEnable``, read from its GET_BROKER_CONFIG) rows go as the
-    at-least-once sink sends them: per queue, ``sendBatchSize`` rows a request, ``sendPipeline``
-    requests in flight. To any other broker (RocketMQ's: it stores no transactional batch) one
-    request per row, up to ``sendPipeline`` x 16 in flight. A failed send fails the task, whose
-    halves the decision then rolls back."""
-    from ..client.transaction import send_half_run, transaction_batch_supported
+    """Send every row in a half message. To a broker that takes packed half messages
+    (rocketstore's ``transactionPackEnable``, read from its GET_BROKER_CONFIG) rows go as the
+    at-least-once sink sends them — per queue, ``sendBatchSize`` rows a request, ``sendPipeline``
+    requests in flight — each batch ONE half message (its body the batch) that a COMMIT stores
+    as those rows. To one that takes only batches of half messages (``transactionBatchEnable``)
+    the same batches, each row its own half message. To any other broker (RocketMQ's: it
+    stores no transactional batch) one request per row, up to ``sendPipeline`` x 16 in flight.
+    A failed send fails the task, whose halves the decision then rolls back."""
+    from ..client.transaction import (send_half_run, send_packed_half,
+                                      transaction_batch_supported, transaction_pack_supported)
     from ..format.message import TRANSACTION_PREPARED_TYPE, parse_message_id
     from . import sink_transactions as st
 
@@ -328,7 +331,7 @@ async def _send_halves(batches: Iterator, o: SinkOptions, batch: str) -> HalvesS
     rr = itertools.count()
     queues: dict[str, list[MessageQueue]] = {}
     inflight: set[asyncio.Task] = set()
-    batched: dict[str, bool] = {}  # broker name -> takes batches of half messages
+    batched: dict[str, str] = {}  # broker name -> "pack", "batch" or "one" (module doc)
     open_batches: dict[tuple, tuple[list[Message], int]] = {}
 
     async def room(limit: int) -> None:
@@ -338,10 +341,12 @@ async def _send_halves(batches: Iterator, o: SinkOptions, batch: str) -> HalvesS
                 inflight.discard(t)
                 t.result()
 
-    async def can_batch(mq: MessageQueue) -> bool:
+    async def how(mq: MessageQueue) -> str:
         if mq.broker_name not in batched:
             addr = await producer.send_addr(mq)  # the topic may not exist yet
-            batched[mq.broker_name] = await transaction_batch_supported(producer.instance, addr)
+            batched[mq.broker_name] = (
+                "pack" if await transaction_pack_supported(producer.instance, addr) else
+                "batch" if await transaction_batch_supported(producer.instance, addr) else "one")
         return batched[mq.broker_name]
 
     def prepared(m: Message) -> Message:
@@ -359,11 +364,18 @@ async def _send_halves(batches: Iterator, o: SinkOptions, batch: str) -> HalvesS
         q0, offsets, ids = await send_half_run(producer, topic, msgs, mq, {st.TXN_PROPERTY: tag})
         out.add_run(topic, mq.broker_name, q0, offsets, ids)
 
+    async def packed(topic: str, mq: MessageQueue, msgs: list[Message]) -> None:
+        ref = await send_packed_half(producer, topic, msgs, mq, {st.TXN_PROPERTY: tag})
+        out.add_one(topic, mq.broker_name, ref.queue_offset, ref.commitlog_offset, ref.msg_id,
+                    rows=len(msgs))
+
     async def ship(topic: str, qid, broker, msgs: list[Message]) -> None:
         mq = await _pick_queue(producer, queues, rr, topic, qid, broker)
-        if await can_batch(mq):
+        way = await how(mq)
+        if way != "one":
             await room(o.pipeline)
-            inflight.add(asyncio.ensure_future(many(topic, mq, msgs)))
+            inflight.add(asyncio.ensure_future((packed if way == "pack" else many)(topic, mq,
+                                                                                    msgs)))
             return
         for m in msgs:
             await room(o.pipeline * 16)
@@ -395,7 +407,7 @@ async def _send_halves(batches: Iterator, o: SinkOptions, batch: str) -> HalvesS
         raise
     finally:
         await producer.shutdown()
-    return HalvesSent(len(out), out)
+    return HalvesSent(out.rows, out)
 
 
 def _run(coro):

@@ -378,6 +378,7 @@ class TaskHalves:
     task: str
     batch: str
     runs: list[HalfRun] = field(default_factory=list)
+    packed_rows: int = 0  # rows its packed half messages carry beyond one each
 
     def add_run(self, topic: str, broker: str, first_queue_offset: int,
                 commitlog_offsets: array, msg_ids: list[str]) -> None:
@@ -387,8 +388,10 @@ class TaskHalves:
                                             commitlog_offsets, msg_ids))
 
     def add_one(self, topic: str, broker: str, queue_offset: int, commitlog_offset: int,
-                msg_id: str) -> None:
-        """One half a single send stored: onto the last run when it is the same queue's."""
+                msg_id: str, rows: int = 1) -> None:
+        """One half a single send stored (a packed one: of ``rows`` rows): onto the last run
+        when it is the same queue's."""
+        self.packed_rows += rows - 1
         last = self.runs[-1] if self.runs else None
         if last is None or last.topic != topic or last.broker != broker:
             last = HalfRun(topic, broker, array("q"), array("q"), [])
@@ -399,6 +402,10 @@ class TaskHalves:
 
     def __len__(self) -> int:
         return sum(len(r) for r in self.runs)
+
+    @property
+    def rows(self) -> int:
+        return len(self) + self.packed_rows
 
     @property
     def halves(self) -> list[Half]:

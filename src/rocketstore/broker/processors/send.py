@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from ...format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_MAX_RECONSUME_TIMES,
                                PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RECONSUME_TIME,
-                               PROPERTY_RETRY_TOPIC, PROPERTY_TRANSACTION_PREPARED,
+                               PROPERTY_RETRY_TOPIC, PROPERTY_TRANSACTION_PACKED,
+                               PROPERTY_TRANSACTION_PREPARED,
                                PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as UNIQ_KEY, Message)
 from ...remoting.codes import ResponseCode
 from ...remoting.command import RemotingCommand
@@ -76,16 +77,27 @@ async def send(ctx: SendContext, conn: Any, cmd: RemotingCommand) -> RemotingCom
             return await _send_batch(ctx, cmd, msg, plan.transactional)
         recall = None if plan.transactional else \
             recall_handle(ctx, msg.topic, msg.properties or {}, int(time.time() * 1000))
+        packed = None
         if plan.transactional:  # stored as a half message (transaction.py)
             assert ctx.transactions is not None
-            msg = ctx.transactions.half_message(msg)
+            if PROPERTY_TRANSACTION_PACKED in (msg.properties or {}):  # a batch in one half
+                if not ctx.config.transaction_pack_enable:
+                    return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark=(
+                        "packed half messages are off (transactionPackEnable)"))
+                msg, packed = ctx.transactions.packed_half(
+                    msg, ctx.store_config.max_message_size)
+            else:
+                msg = ctx.transactions.half_message(msg)
         r = await ctx.puts.put(msg)
-    except ValueError as exc:  # oversize body, bad property...
+    except ValueError as exc:  # oversize body, bad property, a malformed packed batch...
         return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark=str(exc))
     code = put_code(r.status)
     ctx.stats.record_put(base.topic, 1, len(cmd.body), status_ok(code))
     if not status_ok(code):
         return cmd.response(code, remark=put_failure_remark(r.status, r.error))
+    if packed is not None:
+        assert ctx.transactions is not None
+        ctx.transactions.remember_packed(r, packed)
     return cmd.response(code, send_answer_header(r.msg_id or "", plan.answered_queue_id,
                                                  r.queue_offset,
                                                  recall, (msg.properties or {}).get(UNIQ_KEY)))

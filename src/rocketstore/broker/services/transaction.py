@@ -67,15 +67,18 @@ import numpy as np
 from ...format.message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as PROPERTY_UNIQ_KEY
 from ...format.message import (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_KEYS, PROPERTY_PRODUCER_GROUP,
                                PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, PROPERTY_TAGS,
-                               PROPERTY_TRANSACTION_PREPARED, PROPERTY_WAIT_STORE_MSG_OK,
+                               PROPERTY_TRANSACTION_PACKED, PROPERTY_TRANSACTION_PREPARED,
+                               PROPERTY_WAIT_STORE_MSG_OK,
                                TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE,
                                TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
-                               Message, MessageExt, format_host, record_bytes,
-                               string_to_properties)
+                               EncodedMessage, Message, MessageExt, encode_batch, format_host,
+                               record_bytes, string_to_properties)
 from ...format.record import (BODY_POS, BORNHOST_POS, BORNHOST_V6_FLAG, HEAD,
                               MESSAGE_MAGIC_CODE, STOREHOSTADDRESS_V6_FLAG)
+from ...format.timer_layout import TIMER_PROPERTIES
 from ...remoting.codes import RequestCode, ResponseCode
 from ...remoting.command import RemotingCommand
+from ...remoting.message_batch import BatchEntry, decode_batch
 from ..state.topic_validator import (TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC,
                                      TRANS_OP_HALF_TOPIC)
 
@@ -95,6 +98,7 @@ MAX_REMEMBERED = 100_000  # decisions kept in memory (older ones are found throu
 _STATE_SHIFT = 4  # a remembered decision: its state in the low bits (TRANSACTION_*_TYPE < 16)
 _STATE_BITS = (1 << _STATE_SHIFT) - 1
 RECENT_MAX = 65_536  # half records of batches kept for a batched END_TRANSACTION
+PACKED_KEPT_MAX = 65_536  # entries of packed half messages kept decoded from their put
 OP_MERGE = 256  # half offsets per op record of a batched END_TRANSACTION (KEYS stay < 32 KiB)
 _STORED = ("PUT_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
 # a batched END_TRANSACTION's answer for an entry that went well: one object, so callers find
@@ -151,6 +155,56 @@ def committed_message(half: MessageExt) -> Message:
                    born_timestamp=half.born_timestamp, born_host=half.born_host,
                    store_host=half.store_host, reconsume_times=half.reconsume_times,
                    prepared_transaction_offset=half.commitlog_offset)
+
+
+def packed_entries(msg: Message | MessageExt, max_bytes: int | None = None) -> list[BatchEntry]:
+    """The entries of a packed half message (``RS_TXN_PACKED``, ``transactionPackEnable``),
+    checked as its prepare checks them; ``ValueError`` says what is wrong. As many as the
+    property says, each with a UNIQ_KEY of its own, none twice, the last one the half
+    message's own (the transaction id: a committed transaction is found by its last row),
+    none prepared, delayed or timed (a committed half is delivered at once)."""
+    props = msg.properties or {}
+    try:
+        count = int(props.get(PROPERTY_TRANSACTION_PACKED, ""))
+    except ValueError:
+        raise ValueError(f"{PROPERTY_TRANSACTION_PACKED} must be an entry count, not "
+                         f"{props.get(PROPERTY_TRANSACTION_PACKED)!r}") from None
+    entries = decode_batch(bytes(msg.body), max_bytes=max_bytes)
+    if count <= 0 or len(entries) != count:
+        raise ValueError(f"a packed half message of {len(entries)} entries says {count}")
+    keys = [e.properties.get(PROPERTY_UNIQ_KEY) for e in entries]
+    if None in keys or "" in keys:
+        raise ValueError(f"packed entry {keys.index(None if None in keys else '')} has no "
+                         f"{PROPERTY_UNIQ_KEY}")
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"a packed half message names a {PROPERTY_UNIQ_KEY} twice")
+    if keys[-1] != props.get(PROPERTY_UNIQ_KEY):
+        raise ValueError(f"a packed half message's {PROPERTY_UNIQ_KEY} must be its last "
+                         f"entry's")
+    refused = {PROPERTY_TRANSACTION_PREPARED, PROPERTY_DELAY_TIME_LEVEL, *TIMER_PROPERTIES}
+    for i, e in enumerate(entries):
+        if not refused.isdisjoint(e.properties):
+            name = sorted(refused.intersection(e.properties))[0]
+            raise ValueError(f"packed entry {i} carries {name}: an entry is delivered as it is "
+                             f"on commit")
+    return entries
+
+
+def packed_copies(half: MessageExt, entries: list[BatchEntry], *, now: int, host: str,
+                  max_body_size: int) -> list[EncodedMessage]:
+    """The committed records of a packed half message: each entry on the real topic and queue
+    with its own body, flag and properties, sysFlag COMMIT, preparedTransactionOffset the half's
+    offset, born timestamp and hosts the half's — one ``encode_batch``. Raises what it
+    raises (``ValueError`` and kin)."""
+    props = half.properties
+    topic, qid = props[PROPERTY_REAL_TOPIC], int(props[PROPERTY_REAL_QUEUE_ID])
+    sf = (half.sys_flag & ~TRANSACTION_MASK) | TRANSACTION_COMMIT_TYPE
+    bt, bh, sh = half.born_timestamp or now, half.born_host or host, half.store_host or host
+    rt, pto = half.reconsume_times, half.commitlog_offset
+    msgs = [Message(topic, e.body, None, None, e.properties, qid, e.flag, sf, bt, bh, sh, rt, pto)
+            for e in entries]
+    return encode_batch(msgs, now=now, default_host=host, max_body_size=max_body_size,
+                        generate_uniq_key=False)[0]
 
 
 class KeptHalf:
@@ -451,12 +505,88 @@ class TransactionalMessageService:
         # END_TRANSACTION takes them from here instead of reading and decoding each again
         self._recent: OrderedDict[int, KeptHalf] = OrderedDict()
         self._recent_lock = threading.Lock()
+        # the entries of recent packed half records, decoded by their prepare (CommitLog offset
+        # -> entries; ``_packed_rows`` of them in all): their commit does not decode them again
+        self._packed: OrderedDict[int, list[BatchEntry]] = OrderedDict()
+        self._packed_rows = 0
 
     # -- prepare ----------------------------------------------------------------------------------
     def half_message(self, msg: Message) -> Message:
         """The half record for a prepared send (creates the system topics on first use)."""
         self._system_topics()
         return to_half(msg)
+
+    def packed_half(self, msg: Message, max_bytes: int | None = None
+                    ) -> tuple[Message, list[BatchEntry]]:
+        """The half record for a prepared send that packs a batch (``RS_TXN_PACKED``) and its
+        entries, checked (``packed_entries``: ``ValueError``)."""
+        entries = packed_entries(msg, max_bytes)
+        return self.half_message(msg), entries
+
+    def remember_packed(self, result: Any, entries: list[BatchEntry]) -> None:
+        """A stored packed half record's entries (``result``: its put's), kept for its commit
+        while fewer than ``PACKED_KEPT_MAX`` entries are kept."""
+        mid = getattr(result, "msg_id", None) or ""
+        if len(mid) not in (32, 56):
+            return
+        with self._recent_lock:
+            self._packed[int(mid[-16:], 16)] = entries
+            self._packed_rows += len(entries)
+            while self._packed_rows > PACKED_KEPT_MAX and self._packed:
+                self._packed_rows -= len(self._packed.popitem(last=False)[1])
+
+    def _packed_of(self, half: MessageExt) -> list[BatchEntry]:
+        """The entries of a packed half record: kept from its put, else read off its body
+        (a copy the check wrote forward, or one older than what is kept)."""
+        with self._recent_lock:
+            entries = self._packed.pop(half.commitlog_offset, None)
+            if entries is not None:
+                self._packed_rows -= len(entries)
+                return entries
+        return packed_entries(half, self.store.cfg.max_message_size)
+
+    def _committed_records(self, half: MessageExt, now: int) -> list[EncodedMessage]:
+        """The records a COMMIT of ``half`` stores: its committed copy, or for a packed half
+        record its entries — less those already stored when the half record is older than
+        this broker's start (a crash in the middle of an earlier commit's append, which
+        keeps a prefix of it). Raises ``ValueError`` and kin for what cannot be stored."""
+        from ...format.message import encode_committed
+        cfg = self.store.cfg
+        if PROPERTY_TRANSACTION_PACKED not in half.properties:
+            rec = encode_committed([half], now=now, host=cfg.store_host,
+                                   max_body_size=cfg.max_message_size)[0]
+            if isinstance(rec, Exception):
+                raise rec
+            return [rec]
+        entries = self._packed_of(half)
+        if half.commitlog_offset < self._start_phy and not self.store_index_off():
+            entries = entries[self._stored_prefix(half.properties[PROPERTY_REAL_TOPIC],
+                                                  entries):]
+        return packed_copies(half, entries, now=now, host=cfg.store_host,
+                             max_body_size=cfg.max_message_size) if entries else []
+
+    def _stored_prefix(self, topic: str, entries: list[BatchEntry]) -> int:
+        """How many of a packed half's entries the real topic holds committed already (an
+        append keeps a prefix of its records: a binary search by UNIQ_KEY over the index)."""
+        self._await_startup_dispatch()
+
+        def stored(i: int) -> bool:
+            key = entries[i].properties[PROPERTY_UNIQ_KEY]
+            return any(m.uniq_key == key and m.sys_flag & TRANSACTION_MASK ==
+                       TRANSACTION_COMMIT_TYPE for m in self._query(topic, key))
+        if not stored(0):
+            return 0
+        lo, hi = 1, len(entries)  # entries[:lo] stored; entries[hi:] not (the last: decision)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if stored(mid):
+                lo = mid + 1
+            else:
+                hi = mid
+        log.warning("packed half message %s: %d of %d entries were committed before a restart; "
+                    "the rest are committed now", entries[-1].properties[PROPERTY_UNIQ_KEY],
+                    lo, len(entries))
+        return lo
 
     def half_batch(self, base: Message, entries: list[tuple[bytes, dict[str, str], int]]
                    ) -> list[Message]:
@@ -607,20 +737,24 @@ class TransactionalMessageService:
                 todo_where.append(i)
         ok = _ENDED
         if state == TRANSACTION_COMMIT_TYPE and todo:
-            copies = encode_committed(todo, now=int(time.time() * 1000), host=cfg.store_host,
-                                      max_body_size=cfg.max_message_size)
-            if set(map(type, copies)) == {EncodedMessage}:
-                recs, rec_where, rec_halves = copies, todo_where, todo
+            now = int(time.time() * 1000)
+            if any(PROPERTY_TRANSACTION_PACKED in h.properties for h in todo):
+                recs, rec_where, rec_halves = self._records_of(todo, todo_where, out, now)
             else:
-                recs, rec_where, rec_halves = [], [], []
-                for i, half, rec in zip(todo_where, todo, copies):
-                    if type(rec) is EncodedMessage:
-                        recs.append(rec)
-                        rec_where.append(i)
-                        rec_halves.append(half)
-                    else:
-                        out[i] = (ResponseCode.MESSAGE_ILLEGAL,
-                                  f"commit of {half.uniq_key} failed: {rec}")
+                copies = encode_committed(todo, now=now, host=cfg.store_host,
+                                          max_body_size=cfg.max_message_size)
+                if set(map(type, copies)) == {EncodedMessage}:
+                    recs, rec_where, rec_halves = copies, todo_where, todo
+                else:
+                    recs, rec_where, rec_halves = [], [], []
+                    for i, half, rec in zip(todo_where, todo, copies):
+                        if type(rec) is EncodedMessage:
+                            recs.append(rec)
+                            rec_where.append(i)
+                            rec_halves.append(half)
+                        else:
+                            out[i] = (ResponseCode.MESSAGE_ILLEGAL,
+                                      f"commit of {half.uniq_key} failed: {rec}")
             results = self.store.append(recs, detail=False) if recs else []
             # (detail=False: a few shared results; the usual answer is one stored result)
             if not results or results.count(results[0]) != len(results) \
@@ -641,6 +775,26 @@ class TransactionalMessageService:
         # a committed transaction is found by its committed copy's UNIQ_KEY: its op records
         # need not name it in KEYS (a rolled back one has no copy: its op records do)
         self._write_ops(ended, name_keys=state != TRANSACTION_COMMIT_TYPE)
+
+    def _records_of(self, todo: list[MessageExt], todo_where: list[int],
+                    out: list[tuple[int, str | None]], now: int
+                    ) -> tuple[list[EncodedMessage], list[int], list[MessageExt]]:
+        """``_committed_records`` of each half (packed ones among them): the records, and the
+        answer slot and half of each record; a half that cannot be committed is answered in
+        ``out`` instead."""
+        recs: list[EncodedMessage] = []
+        rec_where: list[int] = []
+        rec_halves: list[MessageExt] = []
+        for i, half in zip(todo_where, todo):
+            try:
+                mine = self._committed_records(half, now)
+            except (KeyError, ValueError, TypeError, struct.error) as exc:
+                out[i] = (ResponseCode.MESSAGE_ILLEGAL, f"commit of {half.uniq_key} failed: {exc}")
+                continue
+            recs += mine
+            rec_where += [i] * len(mine)
+            rec_halves += [half] * len(mine)
+        return recs, rec_where, rec_halves
 
     def _write_ops(self, halves: list[MessageExt], name_keys: bool = True) -> None:
         """``_write_op_once`` for many half records: their op records in one append
@@ -699,8 +853,17 @@ class TransactionalMessageService:
             return (ResponseCode.SYSTEM_ERROR, f"transaction {half.uniq_key} was already "
                     f"{'committed' if prior == TRANSACTION_COMMIT_TYPE else 'rolled back'}")
         if state == TRANSACTION_COMMIT_TYPE:
-            r = self.put(committed_message(half))
-            if r.status.name not in _STORED:
+            if PROPERTY_TRANSACTION_PACKED in half.properties:  # its entries, in one append
+                try:
+                    recs = self._committed_records(half, int(time.time() * 1000))
+                except (KeyError, ValueError, TypeError, struct.error) as exc:
+                    return ResponseCode.MESSAGE_ILLEGAL, f"commit of {half.uniq_key} failed: {exc}"
+                results = self.store.append(recs, detail=False) if recs else []
+                r = next((r for r in results if r.status.name not in _STORED), None)
+            else:
+                r = self.put(committed_message(half))
+                r = None if r.status.name in _STORED else r
+            if r is not None:
                 code = ResponseCode.MESSAGE_ILLEGAL if r.status.name in (
                     "MESSAGE_ILLEGAL", "PROPERTIES_SIZE_EXCEEDED") else ResponseCode.SYSTEM_ERROR
                 return code, f"commit of {half.uniq_key} failed: {r.status.name} {r.error or ''}"
