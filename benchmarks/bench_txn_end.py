@@ -1,7 +1,9 @@
 """The exactly-once sink's broker side alone (issue 35 §6): on loopback, one ``rocketstore serve``
 broker takes N rows as plain batches (what the at-least-once sink sends), then N rows as
 batches of half messages (what the exactly-once tasks send), then ends every half with
-batched END_TRANSACTION COMMITs (what the exactly-once driver does after its decision).
+batched END_TRANSACTION COMMITs (what the exactly-once driver does after its decision), then N
+rows as packed half messages (one half message a batch: what the exactly-once tasks send to a
+broker with ``transactionPackEnable``) and their END.
 
 For each phase: wall seconds and the broker's CPU seconds (its main process and its protocol
 workers, read from ``/proc``). The END phase is the part of an exactly-once write that cannot
@@ -52,7 +54,7 @@ def _cpu_s(pid: int) -> float:
 async def _run(srv, rows: int, size: int, batch: int, topic: str, pid: int, profile: str | None,
                profile_phase: str = "end") -> dict:
     from rocketstore.client.producer import AsyncProducer
-    from rocketstore.client.transaction import send_half_run
+    from rocketstore.client.transaction import send_half_run, send_packed_half
     from rocketstore.format.message import Message
     from rocketstore.spark import sink_transactions as st
 
@@ -108,11 +110,39 @@ async def _run(srv, rows: int, size: int, batch: int, topic: str, pid: int, prof
         failed = await st.end_halves(p.instance, group, halves, True)
         end_wall, end_cpu = time.perf_counter() - t0, _cpu_s(pid) - c0
         spy_off(spy)
+
+        packed = st.TaskHalves("bench", "0")
+
+        async def pack(k: int, msgs: list) -> None:
+            mq = mqs[k % len(mqs)]
+            async with sem:
+                ref = await send_packed_half(p, topic, msgs, mq, {st.TXN_PROPERTY: "bench/0/y"})
+            packed.add_one(topic, mq.broker_name, ref.queue_offset, ref.commitlog_offset,
+                           ref.msg_id, rows=len(msgs))
+
+        spy = spy_on("pack")
+        c0, t0 = _cpu_s(pid), time.perf_counter()
+        await asyncio.gather(*[pack(k, c) for k, c in enumerate(chunks)])
+        pack_wall, pack_cpu = time.perf_counter() - t0, _cpu_s(pid) - c0
+        spy_off(spy)
+
+        spy = spy_on("pack_end")
+        c0, t0 = _cpu_s(pid), time.perf_counter()
+        pack_failed = await st.end_halves(p.instance, group, packed.runs, True)
+        pack_end_wall, pack_end_cpu = time.perf_counter() - t0, _cpu_s(pid) - c0
+        spy_off(spy)
     finally:
         await p.shutdown()
     return {"plain_wall_s": plain_wall, "plain_cpu_s": plain_cpu, "half_wall_s": half_wall,
             "half_cpu_s": half_cpu, "end_wall_s": end_wall, "end_cpu_s": end_cpu,
-            "end_failed": failed}
+            "end_failed": failed, "pack_wall_s": pack_wall, "pack_cpu_s": pack_cpu,
+            "pack_end_wall_s": pack_end_wall, "pack_end_cpu_s": pack_end_cpu,
+            # a packed half that failed to end leaves all its rows out
+            "pack_end_failed": pack_failed * a_batch(chunks)}
+
+
+def a_batch(chunks: list) -> int:
+    return len(chunks[0]) if chunks else 0
 
 
 def _count(srv, topic: str, want: int, wait_s: float = 30.0) -> int:
@@ -148,7 +178,8 @@ def main() -> None:
                     help="as bench_spark_sink.py's: serve's own sizes, or the tests' (small)")
     ap.add_argument("--profile", help="py-spy raw profile (--gil) of the broker during the "
                     "last run's --profile-phase")
-    ap.add_argument("--profile-phase", choices=("half", "end"), default="end")
+    ap.add_argument("--profile-phase", choices=("half", "end", "pack", "pack_end"),
+                    default="end")
     a = ap.parse_args()
     from rocketstore.client import AdminClient
     from bench_spark_sink import start_txn_broker
@@ -165,7 +196,7 @@ def main() -> None:
             out = asyncio.run(_run(srv, a.rows, a.size, a.batch, topic, srv.proc.pid,
                                    a.profile if r == a.repeat - 1 else None,
                                    a.profile_phase))
-            out["expected"] = 2 * a.rows - out["end_failed"]
+            out["expected"] = 3 * a.rows - out["end_failed"] - out["pack_end_failed"]
             out["stored"] = _count(srv, topic, out["expected"])
             runs.append(out)
             print(json.dumps({k: round(v, 3) if isinstance(v, float) else v
@@ -179,6 +210,10 @@ def main() -> None:
                    r["end_wall_s"] / r["plain_wall_s"] for r in warm),
                "median_end_cpu_s": statistics.median(r["end_cpu_s"] for r in warm),
                "median_plain_cpu_s": statistics.median(r["plain_cpu_s"] for r in warm),
+               "median_pack_cpu_s": statistics.median(r["pack_cpu_s"] for r in warm),
+               "median_pack_end_cpu_s": statistics.median(r["pack_end_cpu_s"] for r in warm),
+               "median_pack_end_over_plain_wall": statistics.median(
+                   r["pack_end_wall_s"] / r["plain_wall_s"] for r in warm),
                "load": os.getloadavg()[0]}
     print(json.dumps(summary, indent=1))
 

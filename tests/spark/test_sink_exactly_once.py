@@ -102,8 +102,8 @@ def _write(df, ns, topic, **opts):
 
 def test_task_halves_travel_small_and_list_every_half():
     """A task's commit message (``TaskHalves``) carries its halves as runs: a pickle round trip
-    lists the same halves in the same order, single sends to one topic and broker share a run,
-    and the pickle builds a few objects a run, not one a half (10,000 halves here)."""
+    lists the same halves in the same order (with the rows of packed ones), single sends to one
+    topic and broker share a run, and the pickle builds a few objects a run, not one a half (10,000 halves here)."""
     import pickle
     import pickletools
     import uuid
@@ -126,13 +126,17 @@ def test_task_halves_travel_small_and_list_every_half():
         want.append(st.Half("T9", "broker-9", i, i * 7, f"ID{i}"))
     t.add_one("T9", "broker-8", 9, 9, "ID9")
     want.append(st.Half("T9", "broker-8", 9, 9, "ID9"))
-    assert len(t.runs) == 40 + 2 and len(t) == len(want) == 10_006
+    for i in range(3):  # packed halves (a batch's rows each), after a plain one in the run
+        t.add_one("T9", "broker-8", 10 + i, 100 * i, f"P{i}", rows=256 - i)
+        want.append(st.Half("T9", "broker-8", 10 + i, 100 * i, f"P{i}", 256 - i))
+    assert len(t.runs) == 40 + 2 and len(t) == len(want) == 10_009
+    assert t.rows == 10_006 + 256 + 255 + 254
     back = pickle.loads(pickle.dumps(t))
-    assert (back.task, back.batch, back.halves) == ("task", "batch", want)
+    assert (back.task, back.batch, back.halves, back.rows) == ("task", "batch", want, t.rows)
     def objects(data: bytes) -> int:  # the objects an unpickling builds: calls and containers
         kinds = {"REDUCE", "NEWOBJ", "BUILD", "EMPTY_DICT", "EMPTY_LIST", "TUPLE", "TUPLE3"}
         return sum(op.name in kinds for op, _, _ in pickletools.genops(data))
-    assert objects(pickle.dumps(want)) > 10_006  # a Half each (the form before runs)
+    assert objects(pickle.dumps(want)) > 10_009  # a Half each (the form before runs)
     assert objects(pickle.dumps(t)) < 10 * len(t.runs)
 
 
@@ -396,8 +400,8 @@ def test_stream_commit_hands_its_ends_to_the_responder_killed_around_them(txn_cl
     assert "batch 2 was handed to responder" in log, log[-3000:]
     # the new responder recovered batch 2: it committed exactly the halves whose rows the
     # target did not hold — all of them when the first died before its ENDs, none after
-    got = re.findall(r"recovered batch 2: (\d+) half messages committed \(0 not "
-                     r"acknowledged\), (\d+) delivered already", log)
+    got = re.findall(r"recovered batch 2: (\d+) rows in \d+ half messages committed \(0 not "
+                     r"acknowledged\), (\d+) rows delivered already", log)
     assert len(got) == 1, log[-3000:]
     committed, held = map(int, got[0])
     assert committed + held == _rows_of_batch(ck, 2), log[-3000:]

@@ -5,11 +5,15 @@ message (sysFlag PREPARED, ``TRAN_MSG=true``, ``PGROUP=<producer group>``) carry
 ``RS_SPARK_TXN = <sink id>/<batch>/<task uuid>``: the sink (its state directory), the Spark
 batch (a streaming batch id, or ``w-<uuid>`` for one ``df.write``) and the task attempt that
 sent it. A task's commit message lists its half messages. To a broker that advertises
-``transactionBatchEnable=true`` in GET_BROKER_CONFIG (``rocketstore serve``) a task sends its
-halves as batches (one SEND_BATCH_MESSAGE of up to ``sendBatchSize`` half messages, each stored
-as its own half message with its own offsets) and the driver ends them with batched
-END_TRANSACTIONs (``END_BATCH`` a request); to RocketMQ's brokers, which refuse both, one
-request per half and per END_TRANSACTION, many in flight. The driver's commit then
+``transactionPackEnable=true`` in GET_BROKER_CONFIG (``rocketstore serve``) a task packs each
+batch of up to ``sendBatchSize`` rows into ONE half message (its body the batch, its
+transaction id its last row's UNIQ_KEY), which a COMMIT stores as those rows; to one that
+advertises only ``transactionBatchEnable=true`` it sends each batch as one SEND_BATCH_MESSAGE
+of half messages, each stored as its own. Either way the driver ends them with batched
+END_TRANSACTIONs (``END_BATCH`` halves a request). To RocketMQ's brokers, which refuse all of
+these, one request per row and per END_TRANSACTION, many in flight. The check and the answers
+below treat a packed half as one half whose UNIQ_KEY is its last row's: the target holds that
+key once the whole batch is stored (one append, in order). The driver's commit then
 
 1. reads ``<state>/committed/<batch>.json``; when it is absent (the batch's first commit), writes
    it — the task uuids whose rows the batch delivers — atomically (temporary file, fsync,
@@ -80,6 +84,7 @@ import time
 import uuid
 import zlib
 from array import array
+from itertools import repeat
 from dataclasses import dataclass, field
 
 from ..format.message import (PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_PREPARED,
@@ -294,27 +299,30 @@ class Half:
     queue_offset: int  # in RMQ_SYS_TRANS_HALF_TOPIC: END_TRANSACTION's tranStateTableOffset
     commitlog_offset: int
     msg_id: str
+    rows: int = 1  # a packed half message carries many
 
 
 class HalfRun:
     """Half messages a task stored in one topic on one broker, in a form that pickles small
     (a task's commit message carries these to the driver): their offsets as ``array('q')``s
-    beside the list of their UNIQ_KEYs."""
+    beside the list of their UNIQ_KEYs, and the rows each carries when some are packed."""
 
-    __slots__ = ("topic", "broker", "queue_offsets", "commitlog_offsets", "msg_ids")
+    __slots__ = ("topic", "broker", "queue_offsets", "commitlog_offsets", "msg_ids", "rows")
 
     def __init__(self, topic: str, broker: str, queue_offsets: array, commitlog_offsets: array,
-                 msg_ids: list[str]) -> None:
+                 msg_ids: list[str], rows: array | None = None) -> None:
         self.topic, self.broker = topic, broker
         self.queue_offsets, self.commitlog_offsets = queue_offsets, commitlog_offsets
         self.msg_ids = msg_ids
+        self.rows = rows  # rows per half; None: one each
 
     @classmethod
     def of(cls, topic: str, broker: str, refs) -> "HalfRun":
         """From ``HalfRef``s (or ``Half``s): where each half was stored."""
+        rows = [getattr(r, "rows", 1) for r in refs]
         return cls(topic, broker, array("q", [r.queue_offset for r in refs]),
                    array("q", [r.commitlog_offset for r in refs]),
-                   [r.msg_id for r in refs])
+                   [r.msg_id for r in refs], array("q", rows) if set(rows) - {1} else None)
 
     @classmethod
     def of_run(cls, topic: str, broker: str, first_queue_offset: int,
@@ -326,6 +334,9 @@ class HalfRun:
 
     def __len__(self) -> int:
         return len(self.queue_offsets)
+
+    def row_count(self) -> int:
+        return len(self.queue_offsets) if self.rows is None else sum(self.rows)
 
     def __reduce__(self):
         # a few objects a run, not one a half, and small: a task's commit message goes through
@@ -339,11 +350,13 @@ class HalfRun:
             queues = (q[0], n)
         return (_half_run, (self.topic, self.broker, queues,
                             zlib.compress(_little_endian(self.commitlog_offsets), 1),
-                            zlib.compress("\n".join(self.msg_ids).encode("utf-8"), 1)))
+                            zlib.compress("\n".join(self.msg_ids).encode("utf-8"), 1),
+                            None if self.rows is None else _little_endian(self.rows)))
 
     def halves(self) -> list[Half]:
-        return [Half(self.topic, self.broker, q, c, i)
-                for q, c, i in zip(self.queue_offsets, self.commitlog_offsets, self.msg_ids)]
+        rows = self.rows if self.rows is not None else repeat(1)
+        return [Half(self.topic, self.broker, q, c, i, n) for q, c, i, n in
+                zip(self.queue_offsets, self.commitlog_offsets, self.msg_ids, rows)]
 
 
 
@@ -358,7 +371,8 @@ def _little_endian(a: array) -> bytes:
     return a.tobytes()
 
 
-def _half_run(topic: str, broker: str, queue_offsets, commitlog_offsets, msg_ids) -> HalfRun:
+def _half_run(topic: str, broker: str, queue_offsets, commitlog_offsets, msg_ids,
+              rows: bytes | None = None) -> HalfRun:
     if isinstance(queue_offsets, tuple):
         queue_offsets = _consecutive(*queue_offsets)
     if isinstance(commitlog_offsets, bytes):
@@ -367,8 +381,12 @@ def _half_run(topic: str, broker: str, queue_offsets, commitlog_offsets, msg_ids
             commitlog_offsets.byteswap()
     if isinstance(msg_ids, bytes):
         msg_ids = zlib.decompress(msg_ids).decode("utf-8")
+    if rows is not None:
+        rows = array("q", rows)
+        if sys.byteorder == "big":
+            rows.byteswap()
     return HalfRun(topic, broker, queue_offsets, commitlog_offsets,
-                   msg_ids.split("\n") if msg_ids else [])
+                   msg_ids.split("\n") if msg_ids else [], rows)
 
 
 @dataclass
@@ -378,7 +396,6 @@ class TaskHalves:
     task: str
     batch: str
     runs: list[HalfRun] = field(default_factory=list)
-    packed_rows: int = 0  # rows its packed half messages carry beyond one each
 
     def add_run(self, topic: str, broker: str, first_queue_offset: int,
                 commitlog_offsets: array, msg_ids: list[str]) -> None:
@@ -391,11 +408,14 @@ class TaskHalves:
                 msg_id: str, rows: int = 1) -> None:
         """One half a single send stored (a packed one: of ``rows`` rows): onto the last run
         when it is the same queue's."""
-        self.packed_rows += rows - 1
         last = self.runs[-1] if self.runs else None
         if last is None or last.topic != topic or last.broker != broker:
             last = HalfRun(topic, broker, array("q"), array("q"), [])
             self.runs.append(last)
+        if rows != 1 and last.rows is None:
+            last.rows = array("q", repeat(1, len(last)))
+        if last.rows is not None:
+            last.rows.append(rows)
         last.queue_offsets.append(queue_offset)
         last.commitlog_offsets.append(commitlog_offset)
         last.msg_ids.append(msg_id)
@@ -405,7 +425,7 @@ class TaskHalves:
 
     @property
     def rows(self) -> int:
-        return len(self) + self.packed_rows
+        return sum(r.row_count() for r in self.runs)
 
     @property
     def halves(self) -> list[Half]:
@@ -635,14 +655,14 @@ def _claim_orphans(state_dir: str) -> None:
 
 
 async def _undelivered(runs: list[HalfRun], delivered) -> tuple[list[HalfRun], int]:
-    """The halves of ``runs`` whose row (UNIQ_KEY) the target does not hold, and how many it
-    holds."""
+    """The halves of ``runs`` whose row (UNIQ_KEY; a packed half's last row) the target does
+    not hold, and how many rows it holds."""
     out, held = [], 0
     for r in runs:
         keep = []
         for h in r.halves():
             if await delivered(h.topic, h.msg_id):
-                held += 1
+                held += h.rows
             else:
                 keep.append(h)
         if keep:
@@ -684,10 +704,11 @@ async def _end_handed(state_dir: str, group: str, ci, delivered) -> int:
             if not recover:
                 _fault("handed-ended", batch)
             ended = job["tasks"] if not failed else []
-            log.info("%s batch %s: %d half messages committed (%d not acknowledged), %d "
-                     "delivered already, %d rolled back", "recovered" if recover else "ended",
-                     batch, sum(len(r) for r in commit), failed, held,
-                     sum(len(r) for r in job["rollback"]))
+            log.info("%s batch %s: %d rows in %d half messages committed (%d not "
+                     "acknowledged), %d rows delivered already, %d half messages rolled back",
+                     "recovered" if recover else "ended", batch,
+                     sum(r.row_count() for r in commit), sum(len(r) for r in commit), failed,
+                     held, sum(len(r) for r in job["rollback"]))
         finally:
             _mark_settled(marker, ended)
             _unlink(path)
