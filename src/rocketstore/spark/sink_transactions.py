@@ -441,6 +441,7 @@ def prepared_properties(props: dict, group: str, tag: str) -> dict:
 
 
 END_BATCH = 512  # half messages per batched END_TRANSACTION
+END_ROWS = 4096  # rows per batched END_TRANSACTION of packed halves (its rows show as they end)
 
 
 async def end_halves(ci, group: str, runs: list[HalfRun], commit: bool,
@@ -502,21 +503,39 @@ async def end_halves(ci, group: str, runs: list[HalfRun], commit: bool,
             continue
         qs = array("q")
         cls = array("q")
+        rows = array("q")
         for r in rs:
             qs.extend(r.queue_offsets)
             cls.extend(r.commitlog_offsets)
+            rows.extend(r.rows if r.rows is not None else repeat(1, len(r)))
         ids = [i for r in rs for i in r.msg_ids]
         pairs = array("q", bytes(16 * len(qs)))  # the batched END's body: big-endian pairs
         pairs[0::2], pairs[1::2] = qs, cls
         if sys.byteorder == "little":
             pairs.byteswap()
         body = pairs.tobytes()
-        for i in range(0, len(qs), END_BATCH):
-            n = min(END_BATCH, len(qs) - i)
+        for i, n in _chunks(rows):
             jobs.append(chunk(addr, rs[0].broker, HalfRef(qs[i], cls[i], ids[i]), n,
                               body[16 * i:16 * (i + n)]))
     await asyncio.gather(*jobs)
     return failed
+
+
+def _chunks(rows: array) -> list[tuple[int, int]]:
+    """(first, count) of each batched END_TRANSACTION over halves carrying ``rows`` rows
+    each: up to ``END_BATCH`` halves and, past one half, ``END_ROWS`` rows a request."""
+    out = []
+    i, n = 0, len(rows)
+    if n and max(rows) == 1:
+        return [(i, min(END_BATCH, n - i)) for i in range(0, n, END_BATCH)]
+    while i < n:
+        j, total = i, 0
+        while j < n and j - i < END_BATCH and (j == i or total + rows[j] <= END_ROWS):
+            total += rows[j]
+            j += 1
+        out.append((i, j - i))
+        i = j
+    return out
 
 
 def settle(state_dir: str, batch: str, sent: list[TaskHalves], *, namesrv: str, group: str,

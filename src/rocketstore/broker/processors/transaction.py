@@ -5,13 +5,20 @@ rocketstore's batched form (``transactionBatchEnable``; RocketMQ has none): the 
 ``batchEntries`` = N beside RocketMQ's fields, and the body N big-endian pairs
 (tranStateTableOffset int64, commitLogOffset int64), all ended with the header's
 commitOrRollback. The answer is SUCCESS when every entry was ended, else the first failure's
-code, with "k of N failed: ..." as remark (the check settles those)."""
+code, with "k of N failed: ..." as remark (the check settles those). A batched COMMIT is
+answered once the reput has dispatched what it stored (at most ``DISPATCH_WAIT_S``): its rows
+are visible to consumers when the committer hears back, as a Spark batch write promises when
+``save()`` returns (a packed half message's rows are stored in one append, which a consumer
+sees only once its consume queue entries are written)."""
 from __future__ import annotations
 
+import asyncio
 import logging
 import struct
+import time
 from typing import TYPE_CHECKING, Any
 
+from ...format.message import TRANSACTION_COMMIT_TYPE
 from ...remoting.codes import ResponseCode
 from ...remoting.command import RemotingCommand
 from ..services.transaction import _STATE_NAMES, EndTransactionRequest
@@ -23,6 +30,7 @@ log = logging.getLogger(__name__)
 
 
 BATCH_FIELD = "batchEntries"
+DISPATCH_WAIT_S = 5.0
 _ENTRY = struct.Struct(">qq")
 
 
@@ -32,6 +40,19 @@ def decode_entries(body: bytes | None, n: int) -> list[tuple[int, int]]:
         raise ValueError(f"batchEntries={n} but the body holds {len(body)} bytes "
                          f"(want {_ENTRY.size} per entry)")
     return list(_ENTRY.iter_unpack(body))
+
+
+async def _dispatched(store: Any, offset: int, timeout_s: float = DISPATCH_WAIT_S) -> None:
+    """Wait (without a thread) until the reput has dispatched the CommitLog up to ``offset``."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.001
+    while store.get_max_phy_offset() - store.dispatch_behind_bytes() < offset:
+        if time.monotonic() > deadline:
+            log.warning("END_TRANSACTION answered before its records were dispatched (%.0f s)",
+                        timeout_s)
+            return
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.02)
 
 
 async def end_transaction(ctx: SendContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
@@ -47,6 +68,8 @@ async def end_transaction(ctx: SendContext, conn: Any, cmd: RemotingCommand) -> 
         entries = decode_entries(cmd.body, n)  # a ValueError is answered as a bad header
         results = await ctx.run(service.end_transactions, req.producer_group, entries,
                                 req.commit_or_rollback)
+        if req.commit_or_rollback == TRANSACTION_COMMIT_TYPE:
+            await _dispatched(ctx.store, ctx.store.get_max_phy_offset())
         ok = (ResponseCode.SUCCESS, None)
         if results.count(ok) == len(results):  # (one shared object: an identity scan in C)
             return cmd.response(ResponseCode.SUCCESS)
