@@ -230,7 +230,8 @@ def test_commit_after_a_crash_mid_append_stores_only_the_missing_rows(tmp_path):
             assert store.wait_dispatched(5)
             stored = store.look_message_by_offset(r.wrote_offset)
             # what the killed commit's append left: the first ``stored_before`` rows
-            prefix = packed_copies(stored, entries[:stored_before], now=int(time.time() * 1000),
+            prefix = packed_copies(stored, entries[:stored_before], r.wrote_offset,
+                                   now=int(time.time() * 1000),
                                    host=store.cfg.store_host,
                                    max_body_size=store.cfg.max_message_size)
             if prefix:

@@ -97,7 +97,7 @@ async def send(ctx: SendContext, conn: Any, cmd: RemotingCommand) -> RemotingCom
         return cmd.response(code, remark=put_failure_remark(r.status, r.error))
     if packed is not None:
         assert ctx.transactions is not None
-        ctx.transactions.remember_packed(r, packed)
+        ctx.transactions.remember_packed(msg, r, packed)
     return cmd.response(code, send_answer_header(r.msg_id or "", plan.answered_queue_id,
                                                  r.queue_offset,
                                                  recall, (msg.properties or {}).get(UNIQ_KEY)))

@@ -187,20 +187,22 @@ def packed_entries(msg: Message | MessageExt, max_bytes: int | None = None) -> l
             name = sorted(refused.intersection(e.properties))[0]
             raise ValueError(f"packed entry {i} carries {name}: an entry is delivered as it is "
                              f"on commit")
+        if "" in e.properties.values():  # (what the record encoder refuses)
+            raise ValueError(f"packed entry {i} has a property without a value")
     return entries
 
 
-def packed_copies(half: MessageExt, entries: list[BatchEntry], *, now: int, host: str,
-                  max_body_size: int) -> list[EncodedMessage]:
-    """The committed records of a packed half message: each entry on the real topic and queue
-    with its own body, flag and properties, sysFlag COMMIT, preparedTransactionOffset the half's
-    offset, born timestamp and hosts the half's — one ``encode_batch``. Raises what it
-    raises (``ValueError`` and kin)."""
-    props = half.properties
+def packed_copies(half: Message | MessageExt, entries: list[BatchEntry], commitlog_offset: int,
+                  *, now: int, host: str, max_body_size: int) -> list[EncodedMessage]:
+    """The committed records of a packed half message (stored at ``commitlog_offset``): each
+    entry on the real topic and queue with its own body, flag and properties, sysFlag COMMIT,
+    preparedTransactionOffset the half's offset, born timestamp and hosts the half's — one
+    ``encode_batch``. Raises what it raises (``ValueError`` and kin)."""
+    props = half.properties or {}
     topic, qid = props[PROPERTY_REAL_TOPIC], int(props[PROPERTY_REAL_QUEUE_ID])
     sf = (half.sys_flag & ~TRANSACTION_MASK) | TRANSACTION_COMMIT_TYPE
     bt, bh, sh = half.born_timestamp or now, half.born_host or host, half.store_host or host
-    rt, pto = half.reconsume_times, half.commitlog_offset
+    rt, pto = half.reconsume_times, commitlog_offset
     msgs = [Message(topic, e.body, None, None, e.properties, qid, e.flag, sf, bt, bh, sh, rt, pto)
             for e in entries]
     return encode_batch(msgs, now=now, default_host=host, max_body_size=max_body_size,
@@ -505,9 +507,10 @@ class TransactionalMessageService:
         # END_TRANSACTION takes them from here instead of reading and decoding each again
         self._recent: OrderedDict[int, KeptHalf] = OrderedDict()
         self._recent_lock = threading.Lock()
-        # the entries of recent packed half records, decoded by their prepare (CommitLog offset
-        # -> entries; ``_packed_rows`` of them in all): their commit does not decode them again
-        self._packed: OrderedDict[int, list[BatchEntry]] = OrderedDict()
+        # the committed records of recent packed half records, encoded once the half record
+        # was stored (CommitLog offset -> records; ``_packed_rows`` of them in all): the
+        # commit, which the committer waits for, only appends them
+        self._packed: OrderedDict[int, list[EncodedMessage]] = OrderedDict()
         self._packed_rows = 0
 
     # -- prepare ----------------------------------------------------------------------------------
@@ -523,27 +526,25 @@ class TransactionalMessageService:
         entries = packed_entries(msg, max_bytes)
         return self.half_message(msg), entries
 
-    def remember_packed(self, result: Any, entries: list[BatchEntry]) -> None:
-        """A stored packed half record's entries (``result``: its put's), kept for its commit
-        while fewer than ``PACKED_KEPT_MAX`` entries are kept."""
+    def remember_packed(self, half: Message, result: Any, entries: list[BatchEntry]) -> None:
+        """A stored packed half record (``half`` as put, ``result`` its put's): its committed
+        records, encoded now — beside the sends, not in the commit the committer waits for —
+        and kept while fewer than ``PACKED_KEPT_MAX`` rows are kept."""
         mid = getattr(result, "msg_id", None) or ""
         if len(mid) not in (32, 56):
             return
+        offset = int(mid[-16:], 16)  # an offset msgId ends with the CommitLog offset
+        cfg = self.store.cfg
+        try:
+            recs = packed_copies(half, entries, offset, now=int(time.time() * 1000),
+                                 host=cfg.store_host, max_body_size=cfg.max_message_size)
+        except (KeyError, ValueError, TypeError, struct.error):
+            return  # the commit encodes it again and answers why it cannot be stored
         with self._recent_lock:
-            self._packed[int(mid[-16:], 16)] = entries
-            self._packed_rows += len(entries)
+            self._packed[offset] = recs
+            self._packed_rows += len(recs)
             while self._packed_rows > PACKED_KEPT_MAX and self._packed:
                 self._packed_rows -= len(self._packed.popitem(last=False)[1])
-
-    def _packed_of(self, half: MessageExt) -> list[BatchEntry]:
-        """The entries of a packed half record: kept from its put, else read off its body
-        (a copy the check wrote forward, or one older than what is kept)."""
-        with self._recent_lock:
-            entries = self._packed.pop(half.commitlog_offset, None)
-            if entries is not None:
-                self._packed_rows -= len(entries)
-                return entries
-        return packed_entries(half, self.store.cfg.max_message_size)
 
     def _committed_records(self, half: MessageExt, now: int) -> list[EncodedMessage]:
         """The records a COMMIT of ``half`` stores: its committed copy, or for a packed half
@@ -558,11 +559,16 @@ class TransactionalMessageService:
             if isinstance(rec, Exception):
                 raise rec
             return [rec]
-        entries = self._packed_of(half)
+        with self._recent_lock:  # encoded when it was stored (a check's copy is not kept)
+            recs = self._packed.pop(half.commitlog_offset, None)
+            if recs is not None:
+                self._packed_rows -= len(recs)
+                return recs
+        entries = packed_entries(half, cfg.max_message_size)
         if half.commitlog_offset < self._start_phy and not self.store_index_off():
             entries = entries[self._stored_prefix(half.properties[PROPERTY_REAL_TOPIC],
                                                   entries):]
-        return packed_copies(half, entries, now=now, host=cfg.store_host,
+        return packed_copies(half, entries, half.commitlog_offset, now=now, host=cfg.store_host,
                              max_body_size=cfg.max_message_size) if entries else []
 
     def _stored_prefix(self, topic: str, entries: list[BatchEntry]) -> int:
