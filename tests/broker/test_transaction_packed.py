@@ -246,3 +246,49 @@ def test_commit_after_a_crash_mid_append_stores_only_the_missing_rows(tmp_path):
             got = store.get_message("CG", "TxnBatch", 1, 0, 64).messages or []
             assert [m.uniq_key for m in got] == keys, stored_before
             assert [m.body for m in got] == [m.body for m in rows]
+
+
+def test_batched_commit_is_answered_once_its_rows_are_visible(quiet_server):
+    """A batched COMMIT of packed halves (thousands of rows in one append) is answered once
+    the broker dispatched them: a consumer that pulls right after the answer sees every row
+    (what a Spark batch write promises when ``save()`` returns)."""
+    from rocketstore.client.consumer import AsyncPullConsumer
+    srv = quiet_server
+    sent: list[list[str]] = []
+
+    async def go():
+        p, mq, addr = await _producer(srv.namesrv)
+        c = AsyncPullConsumer("CG_visible", srv.namesrv)
+        try:
+            assert await c.max_offset("TxnBatch", 1) == 0
+            refs = []
+            for b in range(8):
+                rows, keys = _rows(f"v{b}-", 1000)
+                refs.append(await send_packed_half(p, "TxnBatch", rows, mq))
+                sent.append(keys)
+            await end_transactions_at(p.instance, addr, "PG_batch", refs, commit=True)
+            return await c.max_offset("TxnBatch", 1)  # at once, on the same loop
+        finally:
+            await c.shutdown()
+            await p.shutdown()
+
+    assert asyncio.run(go()) == 8000
+    got = delivered(srv.namesrv, "TxnBatch")
+    assert sorted(m.uniq_key for m in got) == sorted(k for keys in sent for k in keys)
+
+
+def test_driver_ends_packed_halves_a_few_thousand_rows_a_request():
+    """The driver's batched ENDs: up to END_BATCH halves a request, and for packed halves up
+    to END_ROWS rows (a half larger than that goes alone)."""
+    from array import array
+
+    from rocketstore.spark.sink_transactions import END_BATCH, END_ROWS, _chunks
+    assert _chunks(array("q", [1] * 1300)) == [(0, END_BATCH), (END_BATCH, END_BATCH),
+                                                (2 * END_BATCH, 1300 - 2 * END_BATCH)]
+    rows = array("q", [256] * 40 + [END_ROWS + 5, 3, 1])
+    chunks = _chunks(rows)
+    per = END_ROWS // 256
+    assert chunks[:3] == [(0, per), (per, per), (2 * per, 40 - 2 * per)]
+    assert chunks[3:] == [(40, 1), (41, 2)]
+    assert sum(n for _, n in chunks) == len(rows)
+    assert _chunks(array("q")) == []

@@ -52,7 +52,7 @@ async def _dispatched(store: Any, offset: int, timeout_s: float = DISPATCH_WAIT_
                         timeout_s)
             return
         await asyncio.sleep(delay)
-        delay = min(delay * 2, 0.02)
+        delay = min(delay * 2, 0.005)
 
 
 async def end_transaction(ctx: SendContext, conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:

@@ -39,6 +39,22 @@ records in another. Check-back sees only single half messages either way. The ha
 the last ``RECENT_MAX`` batched halves are kept from their put (``remember_halves``); older ones
 are read back from the CommitLog by offset (``half_from_record``: a few unpacks, not a decode).
 
+Packed half messages (rocketstore's own, ``transactionPackEnable``): a prepared send whose
+``RS_TXN_PACKED`` property counts the entries of its body, a batch in SEND_BATCH_MESSAGE's
+encoding. It is stored as ONE half record; a COMMIT stores its entries on the real topic and
+queue in one append, each as a plain batch send would store it (its own body, flag and
+properties; sysFlag COMMIT, preparedTransactionOffset the half record's offset), a ROLLBACK
+none. Its prepare checks every entry (``packed_entries``): the count, a UNIQ_KEY each, none
+twice, the last one the half's own — so the transaction id is the last row's UNIQ_KEY, and
+the real topic holds that key exactly when the whole batch was committed (an append keeps a
+prefix of its records) — and none prepared, delayed, timed or with an empty property. Once
+the half record is stored its committed records are encoded (``remember_packed``, the last
+``PACKED_KEPT_MAX`` rows' kept), so the commit, which the committer waits for, only appends.
+One decision per batch, one op record per half record. A half record stored before this
+broker started may have had a commit cut short by a crash in the middle of its append: the
+commit then looks its rows up by UNIQ_KEY (a binary search over the index, ``_stored_prefix``)
+and stores only those missing.
+
 Exactly once, where RocketMQ can commit twice: every half copy of one transaction shares its
 UNIQ_KEY. Before committing, the service asks whether that transaction was already decided —
 in memory for decisions made since start (the last ``MAX_REMEMBERED``; the keys of older ones
