@@ -99,17 +99,19 @@ async def _run(srv, rows: int, size: int, batch: int, topic: str, pid: int, prof
                 spy.send_signal(2)
                 spy.wait(30)
 
-        spy = spy_on("half")
-        c0, t0 = _cpu_s(pid), time.perf_counter()
-        await asyncio.gather(*[half(k, c) for k, c in enumerate(chunks)])
-        half_wall, half_cpu = time.perf_counter() - t0, _cpu_s(pid) - c0
-        spy_off(spy)
+        async def measured(phase: str, work) -> tuple:
+            """(``work``'s result, wall seconds, broker CPU seconds), profiled when asked."""
+            spy = spy_on(phase)
+            c0, t0 = _cpu_s(pid), time.perf_counter()
+            out = await work
+            wall, cpu = time.perf_counter() - t0, _cpu_s(pid) - c0
+            spy_off(spy)
+            return out, wall, cpu
 
-        spy = spy_on("end")
-        c0, t0 = _cpu_s(pid), time.perf_counter()
-        failed = await st.end_halves(p.instance, group, halves, True)
-        end_wall, end_cpu = time.perf_counter() - t0, _cpu_s(pid) - c0
-        spy_off(spy)
+        _, half_wall, half_cpu = await measured(
+            "half", asyncio.gather(*[half(k, c) for k, c in enumerate(chunks)]))
+        failed, end_wall, end_cpu = await measured(
+            "end", st.end_halves(p.instance, group, halves, True))
 
         packed = st.TaskHalves("bench", "0")
 
@@ -120,17 +122,10 @@ async def _run(srv, rows: int, size: int, batch: int, topic: str, pid: int, prof
             packed.add_one(topic, mq.broker_name, ref.queue_offset, ref.commitlog_offset,
                            ref.msg_id, rows=len(msgs))
 
-        spy = spy_on("pack")
-        c0, t0 = _cpu_s(pid), time.perf_counter()
-        await asyncio.gather(*[pack(k, c) for k, c in enumerate(chunks)])
-        pack_wall, pack_cpu = time.perf_counter() - t0, _cpu_s(pid) - c0
-        spy_off(spy)
-
-        spy = spy_on("pack_end")
-        c0, t0 = _cpu_s(pid), time.perf_counter()
-        pack_failed = await st.end_halves(p.instance, group, packed.runs, True)
-        pack_end_wall, pack_end_cpu = time.perf_counter() - t0, _cpu_s(pid) - c0
-        spy_off(spy)
+        _, pack_wall, pack_cpu = await measured(
+            "pack", asyncio.gather(*[pack(k, c) for k, c in enumerate(chunks)]))
+        pack_failed, pack_end_wall, pack_end_cpu = await measured(
+            "pack_end", st.end_halves(p.instance, group, packed.runs, True))
     finally:
         await p.shutdown()
     return {"plain_wall_s": plain_wall, "plain_cpu_s": plain_cpu, "half_wall_s": half_wall,

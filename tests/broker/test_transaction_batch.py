@@ -56,6 +56,17 @@ async def _producer(namesrv: str, group: str = "PG_batch"):
     return p, mq, await p.instance.broker_addr(mq)
 
 
+async def checked_producer(namesrv: str, check):
+    """A started transaction producer of PG_batch whose checks ``check`` answers, known to the
+    broker of TxnBatch's queue 1 (which it returns beside)."""
+    tp = await AsyncTransactionProducer("PG_batch", namesrv, check_listener=check,
+                                        heartbeat_interval_s=1.0).start()
+    p, mq, addr = await _producer(namesrv)
+    await p.shutdown()
+    await tp._heartbeat_to(addr)
+    return tp, mq
+
+
 def test_half_batch_invisible_until_commit_rollback_drops_each(quiet_server):
     srv = quiet_server
 
@@ -110,12 +121,8 @@ def test_check_back_answers_each_half_of_a_batch(tmp_path):
         return COMMIT if int(msg.body[1:]) % 2 == 0 else ROLLBACK
 
     async def go():
-        tp = await AsyncTransactionProducer("PG_batch", srv.namesrv, check_listener=check,
-                                            heartbeat_interval_s=1.0).start()
+        tp, mq = await checked_producer(srv.namesrv, check)
         try:
-            p, mq, addr = await _producer(srv.namesrv)
-            await p.shutdown()
-            await tp._heartbeat_to(addr)
             await send_half_batch(tp.producer, "TxnBatch", _msgs("c", 6), mq)
             await asyncio.to_thread(wait_for, lambda: (lambda d: d if len(d) >= 3 else None)(
                 delivered(srv.namesrv, "TxnBatch")), 45.0, "the checked halves")
@@ -153,19 +160,28 @@ def test_mixed_batch_refused_as_rocketmq_refuses_a_prepared_batch(quiet_server):
     assert delivered(srv.namesrv, HALF_TOPIC, [0]) == []
 
 
-def test_switched_off_the_broker_refuses_as_rocketmq_and_says_so(tmp_path):
-    srv = _server(tmp_path, "transactionBatchEnable=false")
+def switched_off(tmp_path: Path, line: str, body) -> None:
+    """``await body(producer, mq, broker address)`` against a broker whose broker.conf says
+    ``line``; afterwards its half topic is empty."""
+    srv = _server(tmp_path, line)
     try:
         async def go():
             p, mq, addr = await _producer(srv.namesrv)
             try:
-                assert not await transaction_batch_supported(p.instance, addr)
-                with pytest.raises(BrokerError) as ei:
-                    await send_half_batch(p, "TxnBatch", _msgs("x", 2), mq)
-                assert ei.value.code == ResponseCode.MESSAGE_ILLEGAL
+                await body(p, mq, addr)
             finally:
                 await p.shutdown()
         asyncio.run(go())
         assert delivered(srv.namesrv, HALF_TOPIC, [0]) == []
     finally:
         assert srv.stop() == 0, srv.log()
+
+
+def test_switched_off_the_broker_refuses_as_rocketmq_and_says_so(tmp_path):
+    async def body(p, mq, addr):
+        assert not await transaction_batch_supported(p.instance, addr)
+        with pytest.raises(BrokerError) as ei:
+            await send_half_batch(p, "TxnBatch", _msgs("x", 2), mq)
+        assert ei.value.code == ResponseCode.MESSAGE_ILLEGAL
+
+    switched_off(tmp_path, "transactionBatchEnable=false", body)

@@ -20,7 +20,7 @@ from rocketstore.broker.state.offsets import ConsumerOffsetManager
 from rocketstore.broker.state.topics import TopicConfigManager
 from rocketstore.client import LocalTransactionState
 from rocketstore.client.producer import batch_body
-from rocketstore.client.transaction import (AsyncTransactionProducer, HalfRef, end_transaction_at,
+from rocketstore.client.transaction import (HalfRef, end_transaction_at,
                                             end_transactions_at, send_packed_half,
                                             transaction_batch_supported,
                                             transaction_pack_supported)
@@ -32,7 +32,8 @@ from rocketstore.format.message import (TRANSACTION_COMMIT_TYPE, TRANSACTION_MAS
 from ..conftest import small_config
 from .conftest import start_server
 from .test_transaction import delivered, txn_conf, wait_for
-from .test_transaction_batch import _producer, _server, quiet_server  # noqa: F401 (fixture)
+from .test_transaction_batch import (_producer, checked_producer, quiet_server,  # noqa: F401
+                                     switched_off)
 
 COMMIT = LocalTransactionState.COMMIT_MESSAGE
 
@@ -144,23 +145,15 @@ def test_malformed_packed_halves_are_refused_at_prepare(quiet_server):
 
 
 def test_pack_switched_off_is_refused_and_advertised(tmp_path):
-    srv = _server(tmp_path, "transactionPackEnable=false")
-    try:
-        async def go():
-            p, mq, addr = await _producer(srv.namesrv)
-            try:
-                assert not await transaction_pack_supported(p.instance, addr)
-                assert await transaction_batch_supported(p.instance, addr)
-                rows, _ = _rows("y", 2)
-                with pytest.raises(BrokerError) as ei:
-                    await send_packed_half(p, "TxnBatch", rows, mq)
-                assert "transactionPackEnable" in str(ei.value)
-            finally:
-                await p.shutdown()
-        asyncio.run(go())
-        assert delivered(srv.namesrv, HALF_TOPIC, [0]) == []
-    finally:
-        assert srv.stop() == 0, srv.log()
+    async def body(p, mq, addr):
+        assert not await transaction_pack_supported(p.instance, addr)
+        assert await transaction_batch_supported(p.instance, addr)
+        rows, _ = _rows("y", 2)
+        with pytest.raises(BrokerError) as ei:
+            await send_packed_half(p, "TxnBatch", rows, mq)
+        assert ei.value.code == 13 and "transactionPackEnable" in str(ei.value)
+
+    switched_off(tmp_path, "transactionPackEnable=false", body)
 
 
 def test_check_back_of_a_packed_half_commits_its_rows_once(tmp_path):
@@ -175,12 +168,8 @@ def test_check_back_of_a_packed_half_commits_its_rows_once(tmp_path):
         return COMMIT
 
     async def go():
-        tp = await AsyncTransactionProducer("PG_batch", srv.namesrv, check_listener=check,
-                                            heartbeat_interval_s=1.0).start()
+        tp, mq = await checked_producer(srv.namesrv, check)
         try:
-            p, mq, addr = await _producer(srv.namesrv)
-            await p.shutdown()
-            await tp._heartbeat_to(addr)
             ref = await send_packed_half(tp.producer, "TxnBatch", rows, mq)
             await asyncio.to_thread(wait_for, lambda: (lambda d: d if len(d) >= 6 else None)(
                 delivered(srv.namesrv, "TxnBatch")), 60, "the checked rows")
