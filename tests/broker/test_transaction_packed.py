@@ -281,3 +281,50 @@ def test_driver_ends_packed_halves_a_few_thousand_rows_a_request():
     assert chunks[3:] == [(40, 1), (41, 2)]
     assert sum(n for _, n in chunks) == len(rows)
     assert _chunks(array("q")) == []
+
+
+def test_kept_records_of_a_packed_half_go_with_its_decision(tmp_path, monkeypatch):
+    """The committed records encoded when a packed half is stored are kept for its commit
+    only: a COMMIT and a ROLLBACK (one by one or batched) both release them, and past
+    PACKED_KEPT_MAX rows the oldest go (their commit reads the half record again)."""
+    from rocketstore.broker.services import transaction as tx
+    root = str(tmp_path)
+    conf = os.path.join(root, "config")
+    with MessageStore(small_config(root)) as store:
+        svc = TransactionalMessageService(store, TopicConfigManager(conf),
+                                          ConsumerOffsetManager(conf), store.put_message,
+                                          TransactionConfig(file_reserved_time_h=10**6))
+
+        def stored(n: int):
+            rows, keys = _rows("m", n)
+            body, _ = batch_body("TxnBatch", rows)
+            msg, entries = svc.packed_half(Message(
+                topic="TxnBatch", body=body, queue_id=1, sys_flag=TRANSACTION_PREPARED_TYPE,
+                born_timestamp=int(time.time() * 1000),
+                properties={"TRAN_MSG": "true", "PGROUP": "PG", "UNIQ_KEY": keys[-1],
+                            "RS_TXN_PACKED": str(n)}))
+            r = store.put_message(msg)
+            svc.remember_packed(msg, r, entries)
+            return r, keys
+
+        def end(r, keys, state):
+            return svc.end_transaction(EndTransactionRequest("PG", r.queue_offset,
+                                                             r.wrote_offset, state,
+                                                             msg_id=keys[-1]))
+        a, b, c = stored(3), stored(4), stored(5)
+        assert svc._packed_rows == 12 and list(svc._packed) == [a[0].wrote_offset,
+                                                                 b[0].wrote_offset,
+                                                                 c[0].wrote_offset]
+        assert end(*a, TRANSACTION_COMMIT_TYPE) == (0, None)
+        assert end(*b, TRANSACTION_ROLLBACK_TYPE) == (0, None)
+        assert svc.end_transactions("PG", [(c[0].queue_offset, c[0].wrote_offset)],
+                                    TRANSACTION_ROLLBACK_TYPE) == [(0, None)]
+        assert svc._packed_rows == 0 and not svc._packed
+        monkeypatch.setattr(tx, "PACKED_KEPT_MAX", 8)
+        d, e = stored(5), stored(5)  # d is pushed out by e
+        assert list(svc._packed) == [e[0].wrote_offset]
+        assert end(*d, TRANSACTION_COMMIT_TYPE) == (0, None)  # read back, encoded again
+        assert end(*e, TRANSACTION_COMMIT_TYPE) == (0, None)
+        assert store.wait_dispatched(5)
+        got = store.get_message("CG", "TxnBatch", 1, 0, 64).messages or []
+        assert [m.uniq_key for m in got] == a[1] + d[1] + e[1]

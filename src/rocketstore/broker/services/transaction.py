@@ -797,6 +797,8 @@ class TransactionalMessageService:
         # a committed transaction is found by its committed copy's UNIQ_KEY: its op records
         # need not name it in KEYS (a rolled back one has no copy: its op records do)
         self._write_ops(ended, name_keys=state != TRANSACTION_COMMIT_TYPE)
+        if state != TRANSACTION_COMMIT_TYPE and self._packed:
+            self._drop_packed(ended)
 
     def _records_of(self, todo: list[MessageExt], todo_where: list[int],
                     out: list[tuple[int, str | None]], now: int
@@ -889,9 +891,19 @@ class TransactionalMessageService:
                 code = ResponseCode.MESSAGE_ILLEGAL if r.status.name in (
                     "MESSAGE_ILLEGAL", "PROPERTIES_SIZE_EXCEEDED") else ResponseCode.SYSTEM_ERROR
                 return code, f"commit of {half.uniq_key} failed: {r.status.name} {r.error or ''}"
+        elif self._packed:
+            self._drop_packed([half])
         self._remember(half, state)
         self._write_op_once(half)
         return ResponseCode.SUCCESS, None
+
+    def _drop_packed(self, halves: list[MessageExt]) -> None:
+        """Rolled back: the committed records kept for these half records are not needed."""
+        with self._recent_lock:
+            for h in halves:
+                recs = self._packed.pop(h.commitlog_offset, None)
+                if recs is not None:
+                    self._packed_rows -= len(recs)
 
     # -- what was decided -----------------------------------------------------------------------
     def _decisions(self, halves: list[MessageExt], keys: list[str | None]
