@@ -13,7 +13,8 @@ from rocketstore.broker.state.topics import TopicConfigManager
 from rocketstore.broker.services.transaction import (HALF_TOPIC, OP_TOPIC, SYS_GROUP,
                                                      EndTransactionRequest, TransactionConfig,
                                                      TransactionalMessageService,
-                                                     committed_message, is_transactional)
+                                                     committed_message, is_transactional,
+                                                     op_message)
 from rocketstore.format.message import (TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK,
                                         TRANSACTION_NOT_TYPE, TRANSACTION_PREPARED_TYPE,
                                         TRANSACTION_ROLLBACK_TYPE, create_uniq_key)
@@ -500,3 +501,20 @@ def test_a_write_larger_than_the_decision_memory_asks_the_index_for_none(env, mo
     assert [c for c, _ in rolled] == [1, 1], (rolled, queries)
     assert sorted(m.body for m in _all(env, "Real", 1)) == sorted(
         f"w{i}".encode() for i in range(120))
+
+
+def test_promoted_slave_finds_replicated_decisions(env):
+    """A slave's service saw none of the decisions that came by replication (the committed
+    copy and op record the old master wrote). Once promoted (controller mode) it must find
+    them in the store, or a late COMMIT — a check answer, an END retried to the new master —
+    would deliver the message a second time."""
+    r, half = env.half(b"once")
+    # what replication brings: the old master's committed copy and op record, written to the
+    # store beneath the service
+    for m in (committed_message(half), op_message(half)):
+        assert env.store.put_message(m).status.name == "PUT_OK"
+    assert len(env.real()) == 1
+    env.svc.promoted()
+    assert env.end(r, half, TRANSACTION_COMMIT_TYPE) == (0, None)
+    assert len(env.real()) == 1  # not twice
+    assert env.end(r, half, TRANSACTION_ROLLBACK_TYPE)[0] != 0  # a commit is never overturned

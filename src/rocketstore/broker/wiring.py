@@ -372,6 +372,8 @@ class Broker:
         lap("register")
         await self.run(self.store.start_timer)
         lap("timer")
+        if self.transactions is not None:  # replicated decisions: not in its memory
+            self.transactions.promoted()
         self._start_master_services()
         if self.pop_service is not None:
             self.pop_service.start()

@@ -529,6 +529,15 @@ class TransactionalMessageService:
         self._packed: OrderedDict[int, list[EncodedMessage]] = OrderedDict()
         self._packed_rows = 0
 
+    def promoted(self) -> None:
+        """This store's broker became the master (controller mode): what the slave stored came
+        by replication, decisions included, which this service never saw. From here on it is
+        treated as a restart's store: halves stored before now are looked up in the index."""
+        with self._decided_lock:
+            self._fresh_from = self._start_phy = self.store.get_max_phy_offset()
+            self._caught_up = False
+            self._op_offsets = None
+
     # -- prepare ----------------------------------------------------------------------------------
     def half_message(self, msg: Message) -> Message:
         """The half record for a prepared send (creates the system topics on first use)."""
