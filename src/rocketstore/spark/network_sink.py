@@ -164,6 +164,8 @@ class SinkOptions:
             raise ValueError("rocketmq sink: give properties or user_properties, not both")
         self.columns = names  # lower-case name -> the frame's name
         self.keep_uniq_key = str(opts.get("keepuniqkey") or "false").strip().lower() == "true"
+        # rows may carry UNIQ_KEYs of the caller's, shared between rows and writes
+        self.caller_keys = self.keep_uniq_key or "idempotencykey" in names
 
     def __repr__(self) -> str:  # plans and logs never show the secret
         return (f"SinkOptions(namesrv={self.namesrv!r}, topic={self.topic!r}, "
@@ -315,7 +317,10 @@ async def _send_halves(batches: Iterator, o: SinkOptions, batch: str) -> HalvesS
     at-least-once sink sends them — per queue, ``sendBatchSize`` rows a request, ``sendPipeline``
     requests in flight — each batch ONE half message (its body the batch) that a COMMIT stores
     as those rows. To one that takes only batches of half messages (``transactionBatchEnable``)
-    the same batches, each row its own half message. To any other broker (RocketMQ's: it
+    the same batches, each row its own half message — also to a packing broker when rows
+    carry the caller's UNIQ_KEYs (``idempotencyKey``, ``keepUniqKey``): the broker then decides
+    each key on its own, so a key it committed before is not delivered again, which a packed
+    half (one transaction id a batch) could not promise. To any other broker (RocketMQ's: it
     stores no transactional batch) one request per row, up to ``sendPipeline`` x 16 in flight.
     A failed send fails the task, whose halves the decision then rolls back."""
     from ..client.transaction import (send_half_run, send_packed_half,
@@ -345,7 +350,8 @@ async def _send_halves(batches: Iterator, o: SinkOptions, batch: str) -> HalvesS
         if mq.broker_name not in batched:
             addr = await producer.send_addr(mq)  # the topic may not exist yet
             batched[mq.broker_name] = (
-                "pack" if await transaction_pack_supported(producer.instance, addr) else
+                "pack" if not o.caller_keys and await transaction_pack_supported(
+                    producer.instance, addr) else
                 "batch" if await transaction_batch_supported(producer.instance, addr) else "one")
         return batched[mq.broker_name]
 

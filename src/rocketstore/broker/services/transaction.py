@@ -114,7 +114,7 @@ MAX_REMEMBERED = 100_000  # decisions kept in memory (older ones are found throu
 _STATE_SHIFT = 4  # a remembered decision: its state in the low bits (TRANSACTION_*_TYPE < 16)
 _STATE_BITS = (1 << _STATE_SHIFT) - 1
 RECENT_MAX = 65_536  # half records of batches kept for a batched END_TRANSACTION
-PACKED_KEPT_MAX = 65_536  # entries of packed half messages kept decoded from their put
+PACKED_KEPT_MAX = 65_536  # rows of packed half messages whose committed records are kept encoded
 OP_MERGE = 256  # half offsets per op record of a batched END_TRANSACTION (KEYS stay < 32 KiB)
 _STORED = ("PUT_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE")
 # a batched END_TRANSACTION's answer for an entry that went well: one object, so callers find
