@@ -442,13 +442,16 @@ def test_stream_commit_hands_its_ends_to_the_responder_killed_around_them(txn_cl
 @pytest.mark.timeout(600)
 def test_java_broker_worker_outliving_its_killed_driver_delivers_once(tmp_path):
     """The driver JVM dies right after batch 1's decision; the Python worker that runs the
-    commit (pyspark daemon's process group, not the JVM's) lives on for 25 s, then sends its
+    commit (pyspark daemon's process group, not the JVM's) lives on for 45 s, then sends its
     END_TRANSACTION COMMITs. Meanwhile the next driver and its responder run, and RocketMQ
     5.3.3's check re-puts each of those halves and asks about the copy. The responder must
     wait for the live worker, then roll the copies back: a COMMIT for a copy stores each row a
     second time when the worker's END for the original lands."""
     with java_txn_broker(tmp_path, "5.3.3", ("OSrc", "ODst"), 2) as ns:
-        _killed_stream(ns, tmp_path, "OSrc", "ODst", 90, 30, ["decided:1"], stall_s=25,
+        # the stall outlasts the next driver's start-up (its responder must be up while the
+        # worker stalls: 25 s did not always suffice on a loaded CI machine, whose Spark
+        # start-up took about that long)
+        _killed_stream(ns, tmp_path, "OSrc", "ODst", 90, 30, ["decided:1"], stall_s=45,
                        decided_before=2)
         state = tmp_path / "ck-ODst" / "rocketmq-sink"
         first = json.loads((state / "committed" / "1.json").read_text())["tasks"]
